@@ -1,0 +1,181 @@
+"""Settings, their defaults, and the checks that refuse bad ones at start-up.
+
+Defaults are the values of ADR-0007 (heartbeat 10 s against a 30 s lease, reaper
+every 10 s): three missed beats before a false recovery, and a dead worker's
+jobs claimable again within ``lease_ttl + reaper_interval``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .errors import ConfigError, InvalidDSN, PayloadError
+
+__all__ = [
+    "DEFAULT_BACKOFF_BASE",
+    "DEFAULT_DATABASE_URL",
+    "DEFAULT_HEARTBEAT_INTERVAL",
+    "DEFAULT_LEASE_TTL",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_QUEUE",
+    "DEFAULT_REAPER_INTERVAL",
+    "DatabaseURL",
+    "Timers",
+    "dump_json",
+    "parse_database_url",
+    "validate_identifier",
+    "validate_queue",
+]
+
+DEFAULT_DATABASE_URL = "sqlite:///tether.db"
+DEFAULT_LEASE_TTL = 30.0
+DEFAULT_HEARTBEAT_INTERVAL = 10.0
+DEFAULT_REAPER_INTERVAL = 10.0
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_BACKOFF_BASE = 2.0  # seconds; doubled per failure, capped at an hour, jittered
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+DEFAULT_REAP_LIMIT = 1000  # rows per reaper tick, oldest lease first
+
+# A beat must land at least twice per TTL, so one lost beat never costs a lease.
+MIN_BEATS_PER_TTL = 2
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}$")
+
+
+def validate_identifier(name: str, what: str = "schema") -> str:
+    """A SQL identifier we will quote into statements: letters, digits, underscore."""
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise ConfigError(
+            f"{what} name {name!r} is not a plain identifier: use letters, digits and "
+            "underscores, starting with a letter or underscore, at most 63 characters"
+        )
+    return name
+
+
+def validate_queue(name: str) -> str:
+    if not isinstance(name, str) or not _QUEUE.match(name):
+        raise ConfigError(
+            f"queue name {name!r} is not a plain identifier: use letters, digits, "
+            "'_', '-' and '.', at most 63 characters"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Timers:
+    """The three clocks of the lease model, in seconds."""
+
+    lease_ttl: float = DEFAULT_LEASE_TTL
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    reaper_interval: float = DEFAULT_REAPER_INTERVAL
+
+    def __post_init__(self) -> None:
+        for name in ("lease_ttl", "heartbeat_interval", "reaper_interval"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.heartbeat_interval * MIN_BEATS_PER_TTL > self.lease_ttl:
+            raise ConfigError(
+                f"heartbeat_interval ({self.heartbeat_interval:g}s) must be at most half of "
+                f"lease_ttl ({self.lease_ttl:g}s) so that one missed beat never loses a "
+                f"lease: lower heartbeat_interval to {self.lease_ttl / 3:g}s or raise "
+                f"lease_ttl to {self.heartbeat_interval * 3:g}s"
+            )
+
+    def check_job_ttl(self, lease_ttl: float | None, where: str) -> None:
+        """A per-task or per-job TTL must still leave room for two beats."""
+        if lease_ttl is None:
+            return
+        if lease_ttl <= 0:
+            raise ConfigError(f"{where}: lease_ttl must be positive, got {lease_ttl!r}")
+        if self.heartbeat_interval * MIN_BEATS_PER_TTL > lease_ttl:
+            raise ConfigError(
+                f"{where}: lease_ttl {lease_ttl:g}s is shorter than two heartbeats "
+                f"({self.heartbeat_interval:g}s each); raise it to at least "
+                f"{self.heartbeat_interval * MIN_BEATS_PER_TTL:g}s or lower heartbeat_interval"
+            )
+
+    @property
+    def recovery_bound(self) -> float:
+        """I5: a dead worker's job is claimable again within this many seconds."""
+        return self.lease_ttl + self.reaper_interval
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseURL:
+    backend: str  # "sqlite" or "postgresql"
+    url: str  # what the driver gets (for sqlite: the file path)
+    schema: str  # postgresql schema holding tether's tables
+    options: dict[str, str]
+
+
+def parse_database_url(url: str | None) -> DatabaseURL:
+    """``sqlite:///relative.db``, ``sqlite:////abs/path.db``, ``postgresql://...``.
+
+    A ``schema=`` query parameter picks the PostgreSQL schema (default ``tether``).
+    """
+    if url is None:
+        url = os.environ.get("TETHER_DATABASE_URL") or DEFAULT_DATABASE_URL
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidDSN("database URL is empty: use sqlite:///path.db or postgresql://host/db")
+    url = url.strip()
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise InvalidDSN(f"malformed database URL {url!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    if scheme == "sqlite":
+        # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db"
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidDSN(
+                f"malformed SQLite URL {url!r}: use sqlite:///relative/path.db or "
+                "sqlite:////absolute/path.db (three or four slashes)"
+            )
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if not path:
+            raise InvalidDSN(f"SQLite URL {url!r} names no file: use sqlite:///tether.db")
+        if path == ":memory:":
+            raise InvalidDSN(
+                "sqlite :memory: cannot be shared between a worker and its producers; "
+                "use a file, e.g. sqlite:///tether.db"
+            )
+        return DatabaseURL("sqlite", path, "main", query)
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        schema = validate_identifier(query.pop("schema", "tether"), "schema")
+        try:
+            port = parts.port
+        except ValueError:
+            raise InvalidDSN(f"malformed PostgreSQL URL {url!r}: the port is not a number") from None
+        del port
+        netloc = parts.netloc
+        rest = "&".join(f"{k}={v}" for k, v in query.items())
+        driver_url = f"postgresql://{netloc}{parts.path}" + (f"?{rest}" if rest else "")
+        return DatabaseURL("postgresql", driver_url, schema, query)
+    raise InvalidDSN(
+        f"unsupported database URL {url!r}: tether speaks sqlite:///path.db and "
+        "postgresql://user@host:port/dbname"
+    )
+
+
+def dump_json(value: Any, what: str, cap: int) -> str:
+    """JSON text of ``value``, or a PayloadError that says what is wrong with it."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"{what} must be JSON (dicts, lists, str, int, float, bool, None): {exc}") from None
+    size = len(text.encode("utf-8"))
+    if size > cap:
+        raise PayloadError(
+            f"{what} is {size} bytes of JSON, over the cap of {cap} bytes; store large "
+            "data elsewhere and pass a reference, or raise max_payload_bytes"
+        )
+    return text

@@ -1,0 +1,86 @@
+"""Every error tether raises on purpose.
+
+The hierarchy::
+
+    TetherError
+    ├── ConfigError            bad settings: misordered timers, a bad queue name
+    │   └── InvalidDSN         a database URL tether cannot use
+    ├── PayloadError           args or a result that is not JSON, or too large
+    ├── UnknownTask            a task name no registered handler carries
+    ├── SchemaMissing          the database has no (or an older) tether schema
+    ├── JobNotFound            no job with that id
+    ├── InvalidTransition      the job is not in a state that allows the request
+    └── StaleAttempt           a fenced write whose (id, attempt, worker) no longer
+                               owns the job: the lease was reaped and the job moved on
+
+``PayloadError`` is also a ``ValueError`` and ``UnknownTask`` a ``LookupError`` so
+that callers who catch the builtin families keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "InvalidDSN",
+    "InvalidTransition",
+    "JobNotFound",
+    "PayloadError",
+    "SchemaMissing",
+    "StaleAttempt",
+    "TetherError",
+    "UnknownTask",
+]
+
+
+class TetherError(Exception):
+    """Base class of every error tether raises on purpose."""
+
+
+class ConfigError(TetherError, ValueError):
+    """A setting is invalid; the message says what to change."""
+
+
+class InvalidDSN(ConfigError):
+    """A database URL that tether cannot use."""
+
+
+class PayloadError(TetherError, ValueError):
+    """Args or a result that are not JSON, or are larger than the configured cap."""
+
+
+class UnknownTask(TetherError, LookupError):
+    """A task name that no registered handler carries."""
+
+
+class SchemaMissing(TetherError):
+    """The database has no tether schema, or an older one."""
+
+
+class JobNotFound(TetherError, LookupError):
+    """No job has this id."""
+
+
+class InvalidTransition(TetherError):
+    """The job's state does not allow what was asked (e.g. retry of a queued job)."""
+
+
+class StaleAttempt(TetherError):
+    """A fenced write was refused: this attempt no longer owns the job.
+
+    Raised by complete, fail, release and progress when the row's
+    ``(id, attempt, locked_by)`` no longer matches, i.e. the lease lapsed, the
+    reaper moved the job on, and possibly another attempt now owns it. Nothing
+    was changed. The handler's side effects may still have happened, which is
+    why delivery is at-least-once and handlers dedupe on ``(job_id, attempt)``.
+    """
+
+    def __init__(self, job_id: int, attempt: int, worker: str, op: str) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.worker = worker
+        self.op = op
+        super().__init__(
+            f"{op} refused for job {job_id} attempt {attempt} by worker {worker}: "
+            "this attempt no longer owns the job (its lease lapsed and the job was "
+            "recovered, finished or re-claimed); nothing was changed"
+        )

@@ -1,0 +1,177 @@
+"""The nouns every layer shares: job states, attempt outcomes, and the records
+the store hands up. Plain dataclasses, no behaviour, no imports from above."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "ACTIVE_STATES",
+    "TERMINAL_STATES",
+    "Attempt",
+    "Beat",
+    "ClaimedJob",
+    "Job",
+    "JobState",
+    "NewJob",
+    "Outcome",
+    "Reaped",
+    "Stats",
+    "WorkerInfo",
+]
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
+
+
+class Outcome(str, enum.Enum):
+    """How one attempt ended; one row in the attempts table each."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LEASE_EXPIRED = "lease_expired"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    RELEASED = "released"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Beat(str, enum.Enum):
+    """What a heartbeat learned about one job."""
+
+    RENEWED = "renewed"
+    LOST = "lost"  # the fence failed: this attempt no longer owns the job
+    CANCEL_REQUESTED = "cancel_requested"  # renewed, and someone asked to cancel
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job as the enqueue API hands it to the store (args already JSON text)."""
+
+    task: str
+    args_json: str
+    queue: str = "default"
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: float = 0.0
+    max_attempts: int = 3
+    lease_ttl: float | None = None
+    timeout: float | None = None
+    backoff_base: float = 2.0
+    dedup_key: str | None = None
+    meta_json: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """One row a claim returned: the attempt token and what the handler needs."""
+
+    id: int
+    attempt: int
+    task: str
+    args: dict[str, Any]
+    queue: str
+    priority: int
+    max_attempts: int
+    lease_ttl: float
+    timeout: float | None
+    claimed_at: datetime
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    job_id: int
+    attempt: int
+    worker: str
+    claimed_at: datetime
+    finished_at: datetime | None  # None for the attempt still running
+    outcome: Outcome | None  # None for the attempt still running
+    error: str | None = None
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    state: JobState
+    priority: int
+    run_at: datetime
+    attempt: int
+    released: int
+    max_attempts: int
+    lease_ttl: float | None
+    timeout: float | None
+    dedup_key: str | None
+    locked_by: str | None
+    claimed_at: datetime | None
+    lease_until: datetime | None
+    cancel_requested: bool
+    progress: float | None
+    progress_message: str | None
+    result: Any
+    last_error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    meta: dict[str, Any] | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def attempts_used(self) -> int:
+        """Claims that counted against ``max_attempts`` (graceful releases do not)."""
+        return self.attempt - self.released
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    """One job the reaper took back from a lapsed lease."""
+
+    id: int
+    attempt: int
+    worker: str
+    outcome: Outcome  # LEASE_EXPIRED or TIMED_OUT
+    state: JobState  # where it went: queued (retry), dead or cancelled
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    id: str
+    host: str
+    pid: int
+    proc_start: int | None
+    started_at: datetime
+    last_seen: datetime
+    queues: list[str]
+    concurrency: int
+    stopped_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    counts: dict[tuple[str, str], int]  # (queue, state) -> jobs
+    oldest_queued: dict[str, datetime]  # queue -> run_at of the oldest due job
+    workers: list[WorkerInfo]
+    now: datetime

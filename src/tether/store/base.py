@@ -1,0 +1,185 @@
+"""The store interface: the only seam between tether and a database.
+
+**Internal**: this interface may change between releases without notice. The
+runtime and the faces (CLI, dashboard) talk to a ``Store``; only
+``tether.store.open_store`` names a concrete backend.
+
+Every method is one statement or one short transaction, and every method that
+a worker calls about a job it holds is *fenced*: it matches the row on
+``id AND attempt AND locked_by AND state = 'running'``. A fenced write that
+matches nothing changes nothing and raises ``StaleAttempt`` (heartbeat reports
+``Beat.LOST`` instead, since a heartbeat is how a worker learns it lost a job).
+
+Times come from the database clock. Every time-dependent method takes an
+optional ``now`` so tests can move the clock without sleeping; production code
+never passes it.
+
+Methods are thread-safe: each backend gives every thread its own connection.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from ..model import Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+
+__all__ = ["Listener", "Store"]
+
+
+class Listener(abc.ABC):
+    """A push channel that wakes claimers when jobs are enqueued (LISTEN/NOTIFY)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def healthy(self) -> bool:
+        """False while the channel is down; the worker then relies on polling."""
+
+
+class Store(abc.ABC):
+    backend: str
+    #: how often an idle worker polls when no push channel wakes it (seconds)
+    default_poll_interval: float
+
+    # -- schema ---------------------------------------------------------------
+    @abc.abstractmethod
+    def migrate(self) -> list[str]:
+        """Apply pending migrations; return the names applied."""
+
+    @abc.abstractmethod
+    def check_schema(self) -> None:
+        """Raise SchemaMissing unless every migration has been applied."""
+
+    @abc.abstractmethod
+    def schema_objects(self) -> dict[str, list[str]]:
+        """Tables and their columns, plus indexes, as the database reports them."""
+
+    # -- producers --------------------------------------------------------------
+    @abc.abstractmethod
+    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+        """Insert jobs in one statement; return their ids in order.
+
+        A job whose ``dedup_key`` matches an active (queued or running) job is not
+        inserted; the active job's id is returned in its place.
+        """
+
+    @abc.abstractmethod
+    def get_job(self, job_id: int) -> Job | None: ...
+
+    @abc.abstractmethod
+    def list_jobs(
+        self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50
+    ) -> list[Job]: ...
+
+    @abc.abstractmethod
+    def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
+        """Queued: cancelled at once. Running: a cancel request for its worker.
+
+        Returns the state after the call; raises JobNotFound, or
+        InvalidTransition for a job already finished.
+        """
+
+    @abc.abstractmethod
+    def retry(self, job_id: int, *, now: datetime | None = None) -> None:
+        """A dead or cancelled job back to queued, with at least one attempt left."""
+
+    @abc.abstractmethod
+    def stats(self) -> Stats: ...
+
+    # -- workers: claim, heartbeat, report (all fenced) ---------------------------
+    @abc.abstractmethod
+    def claim(
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        """Take up to ``limit`` due jobs in one statement: running, leased, attempt+1."""
+
+    @abc.abstractmethod
+    def heartbeat(
+        self,
+        worker: str,
+        held: Sequence[tuple[int, int]],
+        lease_ttl: float,
+        *,
+        now: datetime | None = None,
+    ) -> dict[int, Beat]:
+        """Renew every lease in ``held`` ((id, attempt) pairs) in one statement.
+
+        Also marks the worker as seen. Jobs whose fence fails come back LOST.
+        """
+
+    @abc.abstractmethod
+    def progress(
+        self,
+        worker: str,
+        job_id: int,
+        attempt: int,
+        fraction: float | None,
+        message: str | None,
+        lease_ttl: float,
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        """Record progress and renew the lease; return True if a cancel was requested."""
+
+    @abc.abstractmethod
+    def complete(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], *, now: datetime | None = None
+    ) -> set[int]:
+        """Mark (id, attempt, result_json) rows succeeded in one statement.
+
+        Returns the ids accepted; an id missing from the answer failed its fence.
+        """
+
+    @abc.abstractmethod
+    def fail(
+        self,
+        worker: str,
+        job_id: int,
+        attempt: int,
+        *,
+        outcome: Outcome,
+        error: str,
+        traceback: str | None = None,
+        retry: bool = True,
+        now: datetime | None = None,
+    ) -> JobState:
+        """Fenced: retry with backoff, or dead once the budget is spent (or when
+        ``retry`` is False). ``outcome`` CANCELLED ends the job cancelled."""
+
+    @abc.abstractmethod
+    def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
+        """Fenced graceful hand-back to queued, without spending the budget."""
+
+    # -- maintenance --------------------------------------------------------------
+    @abc.abstractmethod
+    def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
+        """Send up to ``limit`` lapsed leases, oldest first, down the retry-or-dead path."""
+
+    @abc.abstractmethod
+    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+        """End the leases held by these (provably dead) workers now, so the next
+        ``reap`` recovers their jobs at once."""
+
+    @abc.abstractmethod
+    def register_worker(self, info: WorkerInfo) -> None: ...
+
+    @abc.abstractmethod
+    def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]: ...
+
+    @abc.abstractmethod
+    def db_now(self) -> datetime:
+        """The database clock (the machine's clock for SQLite)."""
+
+    def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
+        """Start a push channel calling ``on_enqueue(queue)``; None if the backend has none."""
+        return None
+
+    @abc.abstractmethod
+    def close(self) -> None: ...

@@ -1,0 +1,289 @@
+-- tether's named queries for PostgreSQL.
+--
+-- {schema} is the validated, quoted schema; {now} is the one clock expression,
+-- coalesce(%(now)s::timestamptz, now()): the database's clock, unless a test
+-- passes its own. Every fenced statement matches the job on
+--   id AND attempt AND locked_by AND state = 'running'
+-- so a zombie (an attempt whose lease lapsed and was reaped, or re-claimed,
+-- even by the same worker id) matches nothing and changes nothing.
+
+-- name: enqueue
+-- Many rows, one statement: the columns arrive as arrays and unnest into rows.
+-- ON CONFLICT names the partial dedup index, so a job whose key is already held
+-- by an active job inserts nothing; the caller looks that job's id up by key.
+INSERT INTO {schema}.jobs
+    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
+     backoff_base, dedup_key, meta, created_at)
+SELECT n.queue, n.task, n.args::jsonb, n.priority,
+       coalesce(n.run_at, {now} + make_interval(secs => n.delay)),
+       n.max_attempts, n.lease_ttl, n.timeout, n.backoff_base, n.dedup_key,
+       n.meta::jsonb, {now}
+FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(priority)s::int[],
+            %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
+            %(lease_ttl)s::float8[], %(timeout)s::float8[], %(backoff_base)s::float8[],
+            %(dedup_key)s::text[], %(meta)s::text[])
+     WITH ORDINALITY AS n(queue, task, args, priority, run_at, delay, max_attempts,
+                          lease_ttl, timeout, backoff_base, dedup_key, meta, ord)
+ORDER BY n.ord
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
+DO NOTHING
+RETURNING id, dedup_key
+
+-- name: active_by_dedup_key
+SELECT id, dedup_key FROM {schema}.jobs
+WHERE dedup_key = ANY(%(keys)s::text[]) AND state IN ('queued', 'running')
+
+-- name: claim
+-- SKIP LOCKED lets concurrent claimers pass over rows another claim is taking
+-- instead of queueing behind it; the inner ORDER BY walks jobs_claim_idx.
+-- The same UPDATE grants the lease (locked_by, lease_until) and bumps attempt,
+-- the fencing token. lease_until is capped at the attempt's deadline so one
+-- partial index finds both lapsed leases and timed-out attempts.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state = 'queued' AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    locked_by = %(worker)s,
+    claimed_at = {now},
+    deadline = {now} + make_interval(secs => j.timeout),
+    lease_until = LEAST({now} + make_interval(secs => coalesce(j.lease_ttl, %(lease_ttl)s)),
+                        {now} + make_interval(secs => j.timeout)),
+    cancel_requested = false,
+    progress = NULL,
+    progress_message = NULL
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.attempt, j.task, j.args, j.queue, j.priority, j.max_attempts,
+          coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta
+
+-- name: heartbeat
+-- One statement per worker per tick, however many jobs it holds: the held
+-- (id, attempt) pairs arrive as two arrays. A pair whose fence fails is simply
+-- not returned, which the worker reads as "lost". The workers row is touched in
+-- the same statement so `tether status` sees the worker alive.
+WITH seen AS (
+    UPDATE {schema}.workers SET last_seen = {now} WHERE id = %(worker)s
+)
+UPDATE {schema}.jobs AS j
+SET lease_until = LEAST({now} + make_interval(secs => coalesce(j.lease_ttl, %(lease_ttl)s)),
+                        j.deadline)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+WHERE j.id = h.id AND j.attempt = h.attempt
+  AND j.locked_by = %(worker)s AND j.state = 'running'
+RETURNING j.id, j.cancel_requested
+
+-- name: progress
+-- Progress is a heartbeat: same fence, same lease extension.
+UPDATE {schema}.jobs
+SET progress = %(fraction)s,
+    progress_message = %(message)s,
+    lease_until = LEAST({now} + make_interval(secs => coalesce(lease_ttl, %(lease_ttl)s)), deadline)
+WHERE id = %(id)s AND attempt = %(attempt)s AND locked_by = %(worker)s AND state = 'running'
+RETURNING cancel_requested
+
+-- name: complete
+-- Many completions, one statement, each row still fenced on its own attempt.
+-- The attempt's audit row is written here, once, from the rows that matched.
+WITH done AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'succeeded',
+        result = c.result::jsonb,
+        finished_at = {now},
+        locked_by = NULL,
+        lease_until = NULL,
+        deadline = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS c(id, attempt, result)
+    WHERE j.id = c.id AND j.attempt = c.attempt
+      AND j.locked_by = %(worker)s AND j.state = 'running'
+    RETURNING j.id, j.attempt, j.claimed_at, j.finished_at
+)
+INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
+SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
+RETURNING job_id
+
+-- name: fail
+-- The retry-or-dead choice: a cancelled attempt ends the job cancelled; a spent
+-- budget (attempt - released >= max_attempts) or a non-retryable error ends it
+-- dead; otherwise back to queued after an exponential backoff with jitter
+-- (half fixed, half random), capped at an hour.
+WITH gone AS (
+    UPDATE {schema}.jobs AS j
+    SET state = CASE
+            WHEN %(outcome)s = 'cancelled' THEN 'cancelled'
+            WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN 'dead'
+            ELSE 'queued' END,
+        run_at = CASE
+            WHEN %(outcome)s <> 'cancelled' AND %(retry)s AND j.attempt - j.released < j.max_attempts
+            THEN {now} + make_interval(secs => LEAST(3600, j.backoff_base * power(2, j.attempt - j.released - 1))
+                                               * (0.5 + random() * 0.5))
+            ELSE j.run_at END,
+        finished_at = CASE
+            WHEN %(outcome)s = 'cancelled' OR NOT %(retry)s OR j.attempt - j.released >= j.max_attempts
+            THEN {now} END,
+        last_error = %(error)s,
+        locked_by = NULL,
+        lease_until = NULL,
+        deadline = NULL
+    WHERE j.id = %(id)s AND j.attempt = %(attempt)s
+      AND j.locked_by = %(worker)s AND j.state = 'running'
+    RETURNING j.id, j.attempt, j.claimed_at, j.state
+), audit AS (
+    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback)
+    SELECT id, attempt, %(worker)s, claimed_at, {now}, %(outcome)s, %(error)s, %(traceback)s FROM gone
+)
+SELECT state FROM gone
+
+-- name: release
+-- Graceful hand-back (shutdown): queued again at once, and released + 1 so the
+-- claim that follows does not spend the budget. A pending cancel wins.
+WITH back AS (
+    UPDATE {schema}.jobs AS j
+    SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
+        finished_at = CASE WHEN j.cancel_requested THEN {now} END,
+        released = j.released + 1,
+        run_at = {now},
+        locked_by = NULL,
+        lease_until = NULL,
+        deadline = NULL
+    WHERE j.id = %(id)s AND j.attempt = %(attempt)s
+      AND j.locked_by = %(worker)s AND j.state = 'running'
+    RETURNING j.id, j.attempt, j.claimed_at, j.state
+), audit AS (
+    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
+    SELECT id, attempt, %(worker)s, claimed_at, {now}, 'released' FROM back
+)
+SELECT state FROM back
+
+-- name: reap
+-- Set-based recovery: every lapsed lease (oldest first, bounded per tick) goes
+-- down the same retry-or-dead path as fail. FOR UPDATE SKIP LOCKED makes it safe
+-- on every worker at once, and against a completion racing on the same row:
+-- whichever statement locks the row first wins; the other re-checks its WHERE
+-- against the new row version (state is no longer 'running') and matches nothing.
+-- The expired CTE keeps the old owner and claim time for the audit row.
+WITH expired AS (
+    SELECT id, attempt, locked_by, claimed_at,
+           (deadline IS NOT NULL AND deadline <= {now}) AS timed_out
+    FROM {schema}.jobs
+    WHERE state = 'running' AND lease_until < {now}
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE {schema}.jobs AS j
+    SET state = CASE
+            WHEN j.cancel_requested THEN 'cancelled'
+            WHEN j.attempt - j.released >= j.max_attempts THEN 'dead'
+            ELSE 'queued' END,
+        run_at = CASE
+            WHEN NOT j.cancel_requested AND j.attempt - j.released < j.max_attempts
+            THEN {now} + make_interval(secs => LEAST(3600, j.backoff_base * power(2, j.attempt - j.released - 1))
+                                               * (0.5 + random() * 0.5))
+            ELSE j.run_at END,
+        finished_at = CASE
+            WHEN j.cancel_requested OR j.attempt - j.released >= j.max_attempts THEN {now} END,
+        last_error = CASE WHEN e.timed_out
+            THEN 'attempt timed out after ' || j.timeout || 's (worker ' || e.locked_by || ')'
+            ELSE 'worker lease expired (worker ' || e.locked_by || ')' END,
+        locked_by = NULL,
+        lease_until = NULL,
+        deadline = NULL
+    FROM expired AS e
+    WHERE j.id = e.id
+    RETURNING j.id, j.state, j.last_error
+), audit AS (
+    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    SELECT e.id, e.attempt, e.locked_by, e.claimed_at, {now},
+           CASE WHEN e.timed_out THEN 'timed_out' ELSE 'lease_expired' END, m.last_error
+    FROM expired AS e JOIN moved AS m ON m.id = e.id
+)
+SELECT e.id, e.attempt, e.locked_by, e.timed_out, m.state
+FROM expired AS e JOIN moved AS m ON m.id = e.id
+
+-- name: expire_leases
+-- Start-up reconciliation: the listed workers are provably dead (same host,
+-- process gone), so their leases end now instead of at lease_until; the reap
+-- that follows recovers the jobs through the normal path.
+UPDATE {schema}.jobs
+SET lease_until = {now} - interval '1 microsecond'
+WHERE state = 'running' AND locked_by = ANY(%(workers)s::text[])
+
+-- name: cancel
+-- One statement, both cases, judged on the old row: a queued job ends
+-- cancelled at once; a running one gets a request its worker reads from its
+-- next heartbeat. Finished jobs do not match (terminal is final).
+UPDATE {schema}.jobs
+SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
+    cancel_requested = (state = 'running')
+WHERE id = %(id)s AND state IN ('queued', 'running')
+RETURNING state
+
+-- name: retry
+-- An operator's second chance for a dead or cancelled job: queued now, with at
+-- least one attempt left in its budget.
+UPDATE {schema}.jobs
+SET state = 'queued',
+    run_at = {now},
+    finished_at = NULL,
+    cancel_requested = false,
+    max_attempts = GREATEST(max_attempts, attempt - released + 1)
+WHERE id = %(id)s AND state IN ('dead', 'cancelled')
+RETURNING id
+
+-- name: job_state
+SELECT state FROM {schema}.jobs WHERE id = %(id)s
+
+-- name: get_job
+SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
+       lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
+       progress, progress_message, result, last_error, created_at, finished_at, meta
+FROM {schema}.jobs WHERE id = %(id)s
+
+-- name: get_attempts
+SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
+FROM {schema}.attempts WHERE job_id = %(id)s ORDER BY attempt
+
+-- name: list_jobs
+SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
+       lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
+       progress, progress_message, result, last_error, created_at, finished_at, meta
+FROM {schema}.jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: counts
+SELECT queue, state, count(*) FROM {schema}.jobs GROUP BY queue, state
+
+-- name: oldest_queued
+-- Walks jobs_claim_idx: only queued rows are in it.
+SELECT queue, min(run_at) FROM {schema}.jobs
+WHERE state = 'queued' AND run_at <= now()
+GROUP BY queue
+
+-- name: register_worker
+INSERT INTO {schema}.workers (id, host, pid, proc_start, started_at, last_seen, queues, concurrency)
+VALUES (%(id)s, %(host)s, %(pid)s, %(proc_start)s, now(), now(), %(queues)s::jsonb, %(concurrency)s)
+ON CONFLICT (id) DO UPDATE SET last_seen = now(), stopped_at = NULL
+
+-- name: stop_worker
+UPDATE {schema}.workers SET stopped_at = {now} WHERE id = %(id)s AND stopped_at IS NULL
+
+-- name: list_workers
+SELECT id, host, pid, proc_start, started_at, last_seen, queues, concurrency, stopped_at
+FROM {schema}.workers
+WHERE (%(host)s::text IS NULL OR host = %(host)s)
+  AND (NOT %(live_only)s OR stopped_at IS NULL)
+ORDER BY started_at
+
+-- name: db_now
+SELECT now()

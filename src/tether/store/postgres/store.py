@@ -1,0 +1,406 @@
+"""The PostgreSQL store: psycopg 3 with its connection pool.
+
+Workers on many machines share one database; every ownership decision is a
+statement below, and every statement is in ``queries.sql`` beside this file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from ...config import DatabaseURL
+from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
+from ...model import Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ..base import Listener, Store
+from ..rows import assign_ids, attempt_from_row, job_from_row, worker_from_row
+from ..sqlfile import load_migrations, load_queries
+
+__all__ = ["PostgresStore"]
+
+log = logging.getLogger("tether.store.postgres")
+
+NOW = "coalesce(%(now)s::timestamptz, now())"
+# Every process and schema uses its own advisory lock key for migrations.
+_MIGRATE_LOCK = 0x7E7E_0001
+
+
+def _quote(ident: str) -> str:
+    return '"' + ident.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class PostgresStore(Store):
+    backend = "postgresql"
+    # NOTIFY wakes idle workers at once; polling is only the fallback.
+    default_poll_interval = 2.0
+
+    def __init__(self, dsn: DatabaseURL, *, pool_size: int = 8) -> None:
+        self.dsn = dsn
+        self.schema = dsn.schema
+        self.channel = f"tether_{dsn.schema}"
+        macros = {"schema": _quote(dsn.schema), "now": NOW, "channel": _literal(self.channel)}
+        self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros)
+        self._migrations = load_migrations(f"{__package__}.migrations", macros)
+        try:
+            psycopg.conninfo.conninfo_to_dict(dsn.url)
+        except psycopg.ProgrammingError as exc:
+            raise InvalidDSN(f"malformed PostgreSQL URL: {exc}") from None
+        self.pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
+            dsn.url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "prepare_threshold": 0},
+            open=False,
+            name=f"tether-{dsn.schema}",
+        )
+        try:
+            self.pool.open(wait=True, timeout=10)
+        except Exception as exc:
+            self.pool.close()
+            raise InvalidDSN(f"cannot connect to PostgreSQL at {dsn.url}: {exc}") from None
+
+    # -- plumbing -----------------------------------------------------------------
+    def _all(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        with self.pool.connection() as conn:
+            try:
+                cur = conn.execute(self.q[name], params or {})
+            except pg_errors.UndefinedTable:
+                raise SchemaMissing(
+                    f"tether's tables are missing from schema {self.schema!r}: run `tether migrate`"
+                ) from None
+            return cur.fetchall() if cur.description else []
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def db_now(self) -> datetime:
+        value: datetime = self._all("db_now")[0][0]
+        return value
+
+    # -- schema -------------------------------------------------------------------
+    def migrate(self) -> list[str]:
+        applied: list[str] = []
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_MIGRATE_LOCK, self.schema))
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(self.schema)}")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {_quote(self.schema)}.migrations ("
+                "version integer PRIMARY KEY, name text NOT NULL, "
+                "applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {r[0] for r in conn.execute(f"SELECT version FROM {_quote(self.schema)}.migrations")}
+            for version, name, sql in self._migrations:
+                if version in done:
+                    continue
+                conn.execute(sql.encode(), prepare=False)  # a script: many statements, no params
+                conn.execute(
+                    f"INSERT INTO {_quote(self.schema)}.migrations (version, name) VALUES (%s, %s)",
+                    (version, name),
+                )
+                applied.append(f"{version:04d}_{name}")
+        return applied
+
+    def check_schema(self) -> None:
+        with self.pool.connection() as conn:
+            try:
+                rows = conn.execute(f"SELECT version FROM {_quote(self.schema)}.migrations").fetchall()
+            except pg_errors.UndefinedTable:
+                raise SchemaMissing(
+                    f"no tether schema in PostgreSQL schema {self.schema!r}: run `tether migrate` first"
+                ) from None
+        have = {r[0] for r in rows}
+        missing = [f"{v:04d}_{n}" for v, n, _ in self._migrations if v not in have]
+        if missing:
+            raise SchemaMissing(f"tether schema is behind ({', '.join(missing)} not applied): run `tether migrate`")
+
+    def schema_objects(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        with self.pool.connection() as conn:
+            for table, column in conn.execute(
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE table_schema = %s ORDER BY table_name, ordinal_position",
+                (self.schema,),
+            ):
+                out.setdefault(f"table:{table}", []).append(column)
+            for (name,) in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s ORDER BY indexname", (self.schema,)
+            ):
+                out.setdefault("indexes", []).append(name)
+        return out
+
+    # -- producers ----------------------------------------------------------------
+    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+        if not jobs:
+            return []
+        params: dict[str, Any] = {
+            "now": now,
+            "queue": [j.queue for j in jobs],
+            "task": [j.task for j in jobs],
+            "args": [j.args_json for j in jobs],
+            "priority": [j.priority for j in jobs],
+            "run_at": [j.run_at for j in jobs],
+            "delay": [j.delay for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs],
+            "lease_ttl": [j.lease_ttl for j in jobs],
+            "timeout": [j.timeout for j in jobs],
+            "backoff_base": [j.backoff_base for j in jobs],
+            "dedup_key": [j.dedup_key for j in jobs],
+            "meta": [j.meta_json for j in jobs],
+        }
+        for _ in range(3):
+            rows = self._all("enqueue", params)
+            if len(rows) == len(jobs):
+                return [r[0] for r in rows]
+            ids = assign_ids(jobs, rows, self._active_by_key)
+            if ids is not None:
+                return ids
+            # The job holding a key finished between our insert and our lookup:
+            # its key is free now, so the next try inserts.
+        raise RuntimeError("enqueue: dedup key kept changing hands; try again")
+
+    def _active_by_key(self, keys: list[str]) -> dict[str, int]:
+        return {k: i for i, k in self._all("active_by_dedup_key", {"keys": keys})}
+
+    def get_job(self, job_id: int) -> Job | None:
+        rows = self._all("get_job", {"id": job_id})
+        if not rows:
+            return None
+        attempts = [attempt_from_row(r) for r in self._all("get_attempts", {"id": job_id})]
+        return job_from_row(rows[0], attempts)
+
+    def list_jobs(
+        self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        rows = self._all("list_jobs", {"state": state, "queue": queue, "task": task, "limit": limit})
+        return [job_from_row(r, []) for r in rows]
+
+    def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
+        rows = self._all("cancel", {"id": job_id, "now": now})
+        if rows:
+            return JobState(rows[0][0])
+        return self._not_cancellable(job_id)
+
+    def _not_cancellable(self, job_id: int) -> JobState:
+        rows = self._all("job_state", {"id": job_id})
+        if not rows:
+            raise JobNotFound(f"no job {job_id}")
+        raise InvalidTransition(f"job {job_id} is already {rows[0][0]}; a finished job cannot be cancelled")
+
+    def retry(self, job_id: int, *, now: datetime | None = None) -> None:
+        try:
+            rows = self._all("retry", {"id": job_id, "now": now})
+        except pg_errors.UniqueViolation:
+            raise InvalidTransition(
+                f"job {job_id} cannot be retried: another active job holds its dedup key"
+            ) from None
+        if rows:
+            return
+        state = self._all("job_state", {"id": job_id})
+        if not state:
+            raise JobNotFound(f"no job {job_id}")
+        raise InvalidTransition(f"job {job_id} is {state[0][0]}; only dead or cancelled jobs can be retried")
+
+    def stats(self) -> Stats:
+        counts = {(q, s): int(n) for q, s, n in self._all("counts")}
+        oldest = {q: t for q, t in self._all("oldest_queued")}
+        return Stats(counts=counts, oldest_queued=oldest, workers=self.list_workers(live_only=True), now=self.db_now())
+
+    # -- worker operations --------------------------------------------------------
+    def claim(
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        rows = self._all(
+            "claim",
+            {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now},
+        )
+        out = [
+            ClaimedJob(
+                id=r[0], attempt=r[1], task=r[2], args=r[3], queue=r[4], priority=r[5], max_attempts=r[6],
+                lease_ttl=r[7], timeout=r[8], claimed_at=r[9], meta=r[10],
+            )
+            for r in rows
+        ]
+        out.sort(key=lambda c: (-c.priority, c.id))
+        return out
+
+    def heartbeat(
+        self, worker: str, held: Sequence[tuple[int, int]], lease_ttl: float, *, now: datetime | None = None
+    ) -> dict[int, Beat]:
+        rows = self._all(
+            "heartbeat",
+            {
+                "worker": worker,
+                "ids": [i for i, _ in held],
+                "attempts": [a for _, a in held],
+                "lease_ttl": lease_ttl,
+                "now": now,
+            },
+        )
+        return _beats(held, rows)
+
+    def progress(
+        self,
+        worker: str,
+        job_id: int,
+        attempt: int,
+        fraction: float | None,
+        message: str | None,
+        lease_ttl: float,
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        rows = self._all(
+            "progress",
+            {
+                "worker": worker, "id": job_id, "attempt": attempt, "fraction": fraction,
+                "message": message, "lease_ttl": lease_ttl, "now": now,
+            },
+        )
+        if not rows:
+            raise StaleAttempt(job_id, attempt, worker, "progress")
+        return bool(rows[0][0])
+
+    def complete(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], *, now: datetime | None = None
+    ) -> set[int]:
+        if not done:
+            return set()
+        rows = self._all(
+            "complete",
+            {
+                "worker": worker,
+                "ids": [d[0] for d in done],
+                "attempts": [d[1] for d in done],
+                "results": [d[2] for d in done],
+                "now": now,
+            },
+        )
+        return {r[0] for r in rows}
+
+    def fail(
+        self,
+        worker: str,
+        job_id: int,
+        attempt: int,
+        *,
+        outcome: Outcome,
+        error: str,
+        traceback: str | None = None,
+        retry: bool = True,
+        now: datetime | None = None,
+    ) -> JobState:
+        rows = self._all(
+            "fail",
+            {
+                "worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome),
+                "error": error, "traceback": traceback, "retry": retry, "now": now,
+            },
+        )
+        if not rows:
+            raise StaleAttempt(job_id, attempt, worker, "fail")
+        return JobState(rows[0][0])
+
+    def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
+        rows = self._all("release", {"worker": worker, "id": job_id, "attempt": attempt, "now": now})
+        if not rows:
+            raise StaleAttempt(job_id, attempt, worker, "release")
+        return JobState(rows[0][0])
+
+    # -- maintenance --------------------------------------------------------------
+    def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
+        rows = self._all("reap", {"limit": limit, "now": now})
+        return [
+            Reaped(
+                id=r[0], attempt=r[1], worker=r[2],
+                outcome=Outcome.TIMED_OUT if r[3] else Outcome.LEASE_EXPIRED, state=JobState(r[4]),
+            )
+            for r in rows
+        ]
+
+    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+        if not worker_ids:
+            return 0
+        with self.pool.connection() as conn:
+            cur = conn.execute(self.q["expire_leases"], {"workers": list(worker_ids), "now": now})
+            return cur.rowcount
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        self._all(
+            "register_worker",
+            {
+                "id": info.id, "host": info.host, "pid": info.pid, "proc_start": info.proc_start,
+                "queues": json.dumps(info.queues), "concurrency": info.concurrency,
+            },
+        )
+
+    def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None:
+        self._all("stop_worker", {"id": worker_id, "now": now})
+
+    def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
+        return [worker_from_row(r) for r in self._all("list_workers", {"host": host, "live_only": live_only})]
+
+    def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
+        return _NotifyListener(self.dsn.url, self.channel, on_enqueue)
+
+
+def _beats(held: Sequence[tuple[int, int]], rows: list[tuple[Any, ...]]) -> dict[int, Beat]:
+    renewed = {r[0]: bool(r[1]) for r in rows}
+    return {
+        job_id: (Beat.LOST if job_id not in renewed else Beat.CANCEL_REQUESTED if renewed[job_id] else Beat.RENEWED)
+        for job_id, _ in held
+    }
+
+
+class _NotifyListener(Listener):
+    """LISTEN on a dedicated connection in a thread; reconnects when it drops."""
+
+    def __init__(self, url: str, channel: str, on_enqueue: Callable[[str], None]) -> None:
+        self._url = url
+        self._channel = channel
+        self._on_enqueue = on_enqueue
+        self._stop = threading.Event()
+        self._healthy = False
+        self._conn: psycopg.Connection[TupleRow] | None = None
+        self._thread = threading.Thread(target=self._run, name="tether-listen", daemon=True)
+        self._thread.start()
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._url, autocommit=True) as conn:
+                    self._conn = conn
+                    conn.execute(f"LISTEN {_quote(self._channel)}")
+                    self._healthy = True
+                    # An enqueue may have landed while we were (re)connecting.
+                    self._on_enqueue("*")
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            self._on_enqueue(note.payload)
+            except Exception as exc:  # the connection dropped: poll until it is back
+                if not self._stop.is_set():
+                    log.warning("LISTEN connection lost (%s); polling until it is back", exc)
+            finally:
+                self._healthy = False
+                self._conn = None
+            self._stop.wait(1.0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=3)

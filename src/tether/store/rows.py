@@ -1,0 +1,90 @@
+"""Turning result rows into model records; shared by both backends.
+
+PostgreSQL hands back datetimes and decoded JSON; SQLite hands back epoch
+seconds and JSON text. Each backend passes its own converters.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..model import Attempt, Job, JobState, NewJob, Outcome, WorkerInfo
+
+__all__ = ["assign_ids", "attempt_from_row", "job_from_row", "worker_from_row"]
+
+Row = Sequence[Any]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def job_from_row(r: Row, attempts: list[Attempt], ts: Callable[[Any], Any] = _same) -> Job:
+    return Job(
+        id=r[0], queue=r[1], task=r[2], args=_loads(r[3]), state=JobState(r[4]), priority=r[5],
+        run_at=ts(r[6]), attempt=r[7], released=r[8], max_attempts=r[9], lease_ttl=r[10],
+        timeout=r[11], dedup_key=r[12], locked_by=r[13], claimed_at=ts(r[14]), lease_until=ts(r[15]),
+        cancel_requested=bool(r[16]), progress=r[17], progress_message=r[18], result=_loads(r[19]),
+        last_error=r[20], created_at=ts(r[21]), finished_at=ts(r[22]), meta=_loads(r[23]),
+        attempts=_with_running(r, attempts, ts),
+    )
+
+
+def _with_running(r: Row, attempts: list[Attempt], ts: Callable[[Any], Any]) -> list[Attempt]:
+    """The attempts table holds finished attempts; the running one lives on the job row."""
+    if r[4] == JobState.RUNNING.value and r[13] is not None:
+        return [*attempts, Attempt(job_id=r[0], attempt=r[7], worker=r[13], claimed_at=ts(r[14]),
+                                   finished_at=None, outcome=None)]
+    return attempts
+
+
+def attempt_from_row(r: Row, ts: Callable[[Any], Any] = _same) -> Attempt:
+    return Attempt(
+        job_id=r[0], attempt=r[1], worker=r[2], claimed_at=ts(r[3]), finished_at=ts(r[4]),
+        outcome=Outcome(r[5]), error=r[6], traceback=r[7],
+    )
+
+
+def worker_from_row(r: Row, ts: Callable[[Any], Any] = _same) -> WorkerInfo:
+    return WorkerInfo(
+        id=r[0], host=r[1], pid=r[2], proc_start=r[3], started_at=ts(r[4]), last_seen=ts(r[5]),
+        queues=list(_loads(r[6])), concurrency=r[7], stopped_at=ts(r[8]),
+    )
+
+
+def assign_ids(
+    jobs: Sequence[NewJob], rows: Sequence[Row], lookup: Callable[[list[str]], dict[str, int]]
+) -> list[int] | None:
+    """Map an enqueue's returned ``(id, dedup_key)`` rows back to the input order.
+
+    Key-less jobs are always inserted, in order. A keyed job maps to the row
+    inserted for its key, or (a dedup hit) to the active job already holding it.
+    Returns None when a key's holder finished between the insert and the lookup.
+    """
+    keyless = iter([row[0] for row in rows if row[1] is None])
+    by_key: dict[str, int] = {row[1]: row[0] for row in rows if row[1] is not None}
+    missing = sorted({j.dedup_key for j in jobs if j.dedup_key is not None and j.dedup_key not in by_key})
+    if missing:
+        by_key.update(lookup(missing))
+    ids: list[int] = []
+    for job in jobs:
+        if job.dedup_key is None:
+            ids.append(next(keyless))
+        elif job.dedup_key in by_key:
+            ids.append(by_key[job.dedup_key])
+        else:
+            return None
+    return ids
+
+
+def epoch_to_dt(value: float | None) -> datetime | None:
+    from datetime import timezone
+
+    return None if value is None else datetime.fromtimestamp(value, tz=timezone.utc)

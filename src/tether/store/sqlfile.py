@@ -1,0 +1,51 @@
+"""Load named queries from the ``.sql`` file beside a backend.
+
+A file holds several queries, each introduced by a ``-- name: NAME`` line; the
+comments between belong to the query and say why its WHERE clause is shaped as
+it is. Macros in braces (``{schema}``, ``{now}``) are filled once, at load time,
+with values the backend has validated; parameters stay driver placeholders.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+__all__ = ["load_queries", "load_migrations"]
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def load_queries(package: str, filename: str, macros: dict[str, str]) -> dict[str, str]:
+    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise RuntimeError(f"{filename}: query {name!r} defined twice")
+        queries[name] = _fill(body.strip(), macros)
+    return queries
+
+
+def load_migrations(package: str, macros: dict[str, str]) -> list[tuple[int, str, str]]:
+    """``(version, name, sql)`` for every ``NNNN_name.sql`` in ``package``, in order."""
+    found = []
+    for entry in resources.files(package).iterdir():
+        m = re.match(r"^(\d{4})_([a-z0-9_]+)\.sql$", entry.name)
+        if m:
+            found.append((int(m.group(1)), m.group(2), _fill(entry.read_text(encoding="utf-8"), macros)))
+    found.sort()
+    versions = [v for v, _, _ in found]
+    if versions != list(range(1, len(versions) + 1)):
+        raise RuntimeError(f"{package}: migrations must be numbered 0001, 0002, ... without gaps")
+    return found
+
+
+def _fill(sql: str, macros: dict[str, str]) -> str:
+    for key, value in macros.items():
+        sql = sql.replace("{" + key + "}", value)
+    leftover = re.search(r"\{[a-z_]+\}", sql)
+    if leftover:
+        raise RuntimeError(f"unfilled macro {leftover.group(0)} in SQL")
+    return sql

@@ -1,0 +1,240 @@
+-- tether's named queries for SQLite.
+--
+-- {now} is the one clock expression: coalesce(:now, <epoch seconds from
+-- julianday('now')>), the machine's clock unless a test passes its own.
+-- SQLite serialises writers, so a single UPDATE is atomic against every other
+-- process on the file: no SKIP LOCKED is needed, and a claim can never hand one
+-- row to two workers. Operations that write the audit row run as two statements
+-- inside one BEGIN IMMEDIATE transaction (SQLite has no data-modifying CTEs).
+-- Every fenced statement matches id AND attempt AND locked_by AND state = 'running'.
+
+-- name: enqueue
+-- Many rows, one statement: the jobs arrive as one JSON array of arrays.
+-- "WHERE true" is SQLite's required disambiguation before ON CONFLICT in an
+-- INSERT ... SELECT. A dedup hit inserts nothing; the caller looks it up.
+INSERT INTO tether_jobs
+    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
+     backoff_base, dedup_key, meta, created_at)
+SELECT n.value ->> 0, n.value ->> 1, n.value ->> 2, n.value ->> 3,
+       coalesce(n.value ->> 4, {now} + (n.value ->> 5)),
+       n.value ->> 6, n.value ->> 7, n.value ->> 8, n.value ->> 9, n.value ->> 10,
+       n.value ->> 11, {now}
+FROM json_each(:jobs) AS n
+WHERE true
+ORDER BY n.key
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
+DO NOTHING
+RETURNING id, dedup_key
+
+-- name: active_by_dedup_key
+SELECT id, dedup_key FROM tether_jobs
+WHERE dedup_key IN (SELECT value FROM json_each(:keys)) AND state IN ('queued', 'running')
+
+-- name: claim
+-- The subquery walks tether_jobs_claim_idx; the UPDATE grants the lease and
+-- bumps attempt (the fencing token) in the same statement. lease_until is
+-- capped at the attempt's deadline so one index finds lapsed and timed-out rows.
+UPDATE tether_jobs
+SET state = 'running',
+    attempt = attempt + 1,
+    locked_by = :worker,
+    claimed_at = {now},
+    deadline = {now} + timeout,
+    lease_until = min({now} + coalesce(lease_ttl, :lease_ttl), coalesce({now} + timeout, 1e18)),
+    cancel_requested = 0,
+    progress = NULL,
+    progress_message = NULL
+WHERE id IN (
+    SELECT id FROM tether_jobs
+    WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
+    ORDER BY priority DESC, run_at, id
+    LIMIT :limit
+)
+RETURNING id, attempt, task, args, queue, priority, max_attempts,
+          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta
+
+-- name: touch_worker
+UPDATE tether_workers SET last_seen = {now} WHERE id = :worker
+
+-- name: heartbeat
+-- One statement for all the worker's held jobs: the (id, attempt) pairs arrive
+-- as a JSON array. A pair whose fence fails is not returned: "lost".
+UPDATE tether_jobs
+SET lease_until = min({now} + coalesce(lease_ttl, :lease_ttl), coalesce(deadline, 1e18))
+FROM (SELECT h.value ->> 0 AS id, h.value ->> 1 AS attempt FROM json_each(:held) AS h) AS held
+WHERE tether_jobs.id = held.id AND tether_jobs.attempt = held.attempt
+  AND tether_jobs.locked_by = :worker AND tether_jobs.state = 'running'
+RETURNING tether_jobs.id, tether_jobs.cancel_requested
+
+-- name: progress
+-- Progress is a heartbeat: same fence, same lease extension.
+UPDATE tether_jobs
+SET progress = :fraction,
+    progress_message = :message,
+    lease_until = min({now} + coalesce(lease_ttl, :lease_ttl), coalesce(deadline, 1e18))
+WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'running'
+RETURNING cancel_requested
+
+-- name: complete
+-- Many completions, one statement, each row fenced on its own attempt.
+UPDATE tether_jobs
+SET state = 'succeeded',
+    result = done.result,
+    finished_at = {now},
+    locked_by = NULL,
+    lease_until = NULL,
+    deadline = NULL
+FROM (SELECT d.value ->> 0 AS id, d.value ->> 1 AS attempt, d.value ->> 2 AS result
+      FROM json_each(:done) AS d) AS done
+WHERE tether_jobs.id = done.id AND tether_jobs.attempt = done.attempt
+  AND tether_jobs.locked_by = :worker AND tether_jobs.state = 'running'
+RETURNING tether_jobs.id, tether_jobs.attempt, tether_jobs.claimed_at, tether_jobs.finished_at
+
+-- name: audit
+INSERT INTO tether_attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback)
+VALUES (:job_id, :attempt, :worker, :claimed_at, :finished_at, :outcome, :error, :traceback)
+
+-- name: fail
+-- The retry-or-dead choice (as on PostgreSQL): cancelled ends cancelled; a
+-- spent budget or a non-retryable error ends dead; otherwise queued again after
+-- base * 2^(failures-1) seconds, capped at an hour, with half of it jittered.
+UPDATE tether_jobs
+SET state = CASE
+        WHEN :outcome = 'cancelled' THEN 'cancelled'
+        WHEN NOT :retry OR attempt - released >= max_attempts THEN 'dead'
+        ELSE 'queued' END,
+    run_at = CASE
+        WHEN :outcome <> 'cancelled' AND :retry AND attempt - released < max_attempts
+        THEN {now} + min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
+                     * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0))
+        ELSE run_at END,
+    finished_at = CASE
+        WHEN :outcome = 'cancelled' OR NOT :retry OR attempt - released >= max_attempts
+        THEN {now} END,
+    last_error = :error,
+    locked_by = NULL,
+    lease_until = NULL,
+    deadline = NULL
+WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'running'
+RETURNING id, attempt, claimed_at, state, {now}
+
+-- name: release
+-- Graceful hand-back: released + 1 so the next claim does not spend the budget.
+UPDATE tether_jobs
+SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
+    finished_at = CASE WHEN cancel_requested THEN {now} END,
+    released = released + 1,
+    run_at = {now},
+    locked_by = NULL,
+    lease_until = NULL,
+    deadline = NULL
+WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'running'
+RETURNING id, attempt, claimed_at, state, {now}
+
+-- name: expired
+-- Reaper, step 1 (inside BEGIN IMMEDIATE, so nothing moves under us): the
+-- oldest lapsed leases over tether_jobs_reap_idx, bounded per tick.
+SELECT id, attempt, locked_by, claimed_at,
+       (deadline IS NOT NULL AND deadline <= {now}) AS timed_out
+FROM tether_jobs
+WHERE state = 'running' AND lease_until < {now}
+ORDER BY lease_until
+LIMIT :limit
+
+-- name: reap_one
+-- Reaper, step 2: the retry-or-dead path, re-checking the fence found in step 1.
+UPDATE tether_jobs
+SET state = CASE
+        WHEN cancel_requested THEN 'cancelled'
+        WHEN attempt - released >= max_attempts THEN 'dead'
+        ELSE 'queued' END,
+    run_at = CASE
+        WHEN NOT cancel_requested AND attempt - released < max_attempts
+        THEN {now} + min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
+                     * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0))
+        ELSE run_at END,
+    finished_at = CASE WHEN cancel_requested OR attempt - released >= max_attempts THEN {now} END,
+    last_error = CASE WHEN :timed_out
+        THEN 'attempt timed out after ' || timeout || 's (worker ' || locked_by || ')'
+        ELSE 'worker lease expired (worker ' || locked_by || ')' END,
+    locked_by = NULL,
+    lease_until = NULL,
+    deadline = NULL
+WHERE id = :id AND attempt = :attempt AND state = 'running'
+RETURNING state, last_error, {now}
+
+-- name: expire_leases
+-- Start-up reconciliation: these workers are provably dead, so their leases end
+-- now; the reap that follows recovers their jobs through the normal path.
+UPDATE tether_jobs
+SET lease_until = {now} - 0.000001
+WHERE state = 'running' AND locked_by IN (SELECT value FROM json_each(:workers))
+
+-- name: cancel
+-- Judged on the old row: queued ends cancelled at once; running gets a request.
+UPDATE tether_jobs
+SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
+    cancel_requested = (state = 'running')
+WHERE id = :id AND state IN ('queued', 'running')
+RETURNING state
+
+-- name: retry
+UPDATE tether_jobs
+SET state = 'queued',
+    run_at = {now},
+    finished_at = NULL,
+    cancel_requested = 0,
+    max_attempts = max(max_attempts, attempt - released + 1)
+WHERE id = :id AND state IN ('dead', 'cancelled')
+RETURNING id
+
+-- name: job_state
+SELECT state FROM tether_jobs WHERE id = :id
+
+-- name: get_job
+SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
+       lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
+       progress, progress_message, result, last_error, created_at, finished_at, meta
+FROM tether_jobs WHERE id = :id
+
+-- name: get_attempts
+SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
+FROM tether_attempts WHERE job_id = :id ORDER BY attempt
+
+-- name: list_jobs
+SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
+       lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
+       progress, progress_message, result, last_error, created_at, finished_at, meta
+FROM tether_jobs
+WHERE (:state IS NULL OR state = :state)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: counts
+SELECT queue, state, count(*) FROM tether_jobs GROUP BY queue, state
+
+-- name: oldest_queued
+SELECT queue, min(run_at) FROM tether_jobs
+WHERE state = 'queued' AND run_at <= {now}
+GROUP BY queue
+
+-- name: register_worker
+INSERT INTO tether_workers (id, host, pid, proc_start, started_at, last_seen, queues, concurrency)
+VALUES (:id, :host, :pid, :proc_start, {now}, {now}, :queues, :concurrency)
+ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, stopped_at = NULL
+
+-- name: stop_worker
+UPDATE tether_workers SET stopped_at = {now} WHERE id = :id AND stopped_at IS NULL
+
+-- name: list_workers
+SELECT id, host, pid, proc_start, started_at, last_seen, queues, concurrency, stopped_at
+FROM tether_workers
+WHERE (:host IS NULL OR host = :host)
+  AND (NOT :live_only OR stopped_at IS NULL)
+ORDER BY started_at
+
+-- name: db_now
+SELECT {now}

@@ -1,0 +1,403 @@
+"""The SQLite store: tether embedded, one machine, many processes on one file.
+
+WAL mode lets readers run beside the one writer; ``busy_timeout`` makes a
+writer wait its turn instead of failing. Each thread has its own connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from ...config import DatabaseURL
+from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
+from ...model import Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ..base import Store
+from ..rows import assign_ids, attempt_from_row, epoch_to_dt, job_from_row, worker_from_row
+from ..sqlfile import load_migrations, load_queries
+
+__all__ = ["SQLiteStore"]
+
+NOW = "coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)"
+BUSY_TIMEOUT_MS = 30_000
+
+_MISSING = (
+    "tether's tables are missing from {path}: run `tether migrate` "
+    "(or app.migrate()) before starting workers or enqueueing"
+)
+
+
+def _ts(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+class SQLiteStore(Store):
+    backend = "sqlite"
+    # No push channel on SQLite: idle workers poll, sub-second by default.
+    default_poll_interval = 0.2
+
+    def __init__(self, dsn: DatabaseURL) -> None:
+        self.path = dsn.url
+        self.synchronous = dsn.options.get("synchronous", "normal").upper()
+        if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise InvalidDSN(f"synchronous={self.synchronous.lower()} is not one of off, normal, full, extra")
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(folder):
+            raise InvalidDSN(f"SQLite URL points into {folder!r}, which is not a directory")
+        macros = {"now": NOW}
+        self.q = load_queries(__package__ or "tether.store.sqlite", "queries.sql", macros)
+        self._migrations = load_migrations(f"{__package__}.migrations", macros)
+        self._local = threading.local()
+        self._all_conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._conn()  # fail early on an unusable file
+
+    # -- plumbing -----------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                       check_same_thread=False)
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            except sqlite3.Error as exc:
+                raise InvalidDSN(f"cannot open SQLite database {self.path!r}: {exc}") from None
+            self._local.conn = conn
+            with self._lock:
+                self._all_conns.append(conn)
+        return conn
+
+    def _all(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        try:
+            return self._conn().execute(self.q[name], params or {}).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                raise SchemaMissing(_MISSING.format(path=self.path)) from None
+            raise
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A short write transaction; IMMEDIATE takes the write lock up front so
+        what we read inside cannot change before we write."""
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise exc
+        try:
+            yield conn
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            if "no such table" in str(exc):
+                raise SchemaMissing(_MISSING.format(path=self.path)) from None
+            raise
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all_conns:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._all_conns.clear()
+        self._local = threading.local()
+
+    def db_now(self) -> datetime:
+        value = epoch_to_dt(self._all("db_now", {"now": None})[0][0])
+        assert value is not None
+        return value
+
+    # -- schema -------------------------------------------------------------------
+    def migrate(self) -> list[str]:
+        applied: list[str] = []
+        with self._write() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS tether_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
+            done = {r[0] for r in conn.execute("SELECT version FROM tether_migrations")}
+            for version, name, sql in self._migrations:
+                if version in done:
+                    continue
+                for statement in _split(sql):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO tether_migrations (version, name, applied_at) "
+                    "VALUES (?, ?, (julianday('now') - 2440587.5) * 86400.0)",
+                    (version, name),
+                )
+                applied.append(f"{version:04d}_{name}")
+        return applied
+
+    def check_schema(self) -> None:
+        try:
+            rows = self._conn().execute("SELECT version FROM tether_migrations").fetchall()
+        except sqlite3.OperationalError:
+            raise SchemaMissing(_MISSING.format(path=self.path)) from None
+        have = {r[0] for r in rows}
+        missing = [f"{v:04d}_{n}" for v, n, _ in self._migrations if v not in have]
+        if missing:
+            raise SchemaMissing(f"tether schema in {self.path} is behind ({', '.join(missing)}): run `tether migrate`")
+
+    def schema_objects(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        conn = self._conn()
+        names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'tether_%' "
+                             "ORDER BY name").fetchall()
+        for (table,) in names:
+            out[f"table:{table.removeprefix('tether_')}"] = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+        out["indexes"] = [
+            r[0].removeprefix("tether_")
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'tether_%' "
+                                  "AND sql IS NOT NULL ORDER BY name")
+        ]
+        return out
+
+    # -- producers ----------------------------------------------------------------
+    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+        if not jobs:
+            return []
+        payload = json.dumps(
+            [
+                [j.queue, j.task, j.args_json, j.priority, _ts(j.run_at), j.delay, j.max_attempts,
+                 j.lease_ttl, j.timeout, j.backoff_base, j.dedup_key, j.meta_json]
+                for j in jobs
+            ]
+        )
+        for _ in range(3):
+            with self._write() as conn:
+                rows = sorted(conn.execute(self.q["enqueue"], {"jobs": payload, "now": _ts(now)}).fetchall())
+                if len(rows) == len(jobs):
+                    return [r[0] for r in rows]
+                ids = assign_ids(jobs, rows, lambda keys: self._active_by_key(conn, keys))
+                if ids is not None:
+                    return ids
+        raise RuntimeError("enqueue: dedup key kept changing hands; try again")
+
+    def _active_by_key(self, conn: sqlite3.Connection, keys: list[str]) -> dict[str, int]:
+        rows = conn.execute(self.q["active_by_dedup_key"], {"keys": json.dumps(keys)}).fetchall()
+        return {k: i for i, k in rows}
+
+    def get_job(self, job_id: int) -> Job | None:
+        rows = self._all("get_job", {"id": job_id})
+        if not rows:
+            return None
+        attempts = [attempt_from_row(r, epoch_to_dt) for r in self._all("get_attempts", {"id": job_id})]
+        return job_from_row(rows[0], attempts, epoch_to_dt)
+
+    def list_jobs(
+        self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        rows = self._all("list_jobs", {"state": state, "queue": queue, "task": task, "limit": limit})
+        return [job_from_row(r, [], epoch_to_dt) for r in rows]
+
+    def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
+        rows = self._all("cancel", {"id": job_id, "now": _ts(now)})
+        if rows:
+            return JobState(rows[0][0])
+        state = self._all("job_state", {"id": job_id})
+        if not state:
+            raise JobNotFound(f"no job {job_id}")
+        raise InvalidTransition(f"job {job_id} is already {state[0][0]}; a finished job cannot be cancelled")
+
+    def retry(self, job_id: int, *, now: datetime | None = None) -> None:
+        try:
+            rows = self._all("retry", {"id": job_id, "now": _ts(now)})
+        except sqlite3.IntegrityError:
+            raise InvalidTransition(
+                f"job {job_id} cannot be retried: another active job holds its dedup key"
+            ) from None
+        if rows:
+            return
+        state = self._all("job_state", {"id": job_id})
+        if not state:
+            raise JobNotFound(f"no job {job_id}")
+        raise InvalidTransition(f"job {job_id} is {state[0][0]}; only dead or cancelled jobs can be retried")
+
+    def stats(self) -> Stats:
+        counts = {(q, s): int(n) for q, s, n in self._all("counts")}
+        oldest = {q: epoch_to_dt(t) for q, t in self._all("oldest_queued", {"now": None})}
+        return Stats(
+            counts=counts,
+            oldest_queued={q: t for q, t in oldest.items() if t is not None},
+            workers=self.list_workers(live_only=True),
+            now=self.db_now(),
+        )
+
+    # -- worker operations --------------------------------------------------------
+    def claim(
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        rows = self._all(
+            "claim",
+            {"worker": worker, "queues": json.dumps(list(queues)), "limit": limit,
+             "lease_ttl": lease_ttl, "now": _ts(now)},
+        )
+        out = [
+            ClaimedJob(
+                id=r[0], attempt=r[1], task=r[2], args=json.loads(r[3]), queue=r[4], priority=r[5],
+                max_attempts=r[6], lease_ttl=r[7], timeout=r[8],
+                claimed_at=epoch_to_dt(r[9]) or datetime.min, meta=json.loads(r[10]) if r[10] else None,
+            )
+            for r in rows
+        ]
+        out.sort(key=lambda c: (-c.priority, c.id))
+        return out
+
+    def heartbeat(
+        self, worker: str, held: Sequence[tuple[int, int]], lease_ttl: float, *, now: datetime | None = None
+    ) -> dict[int, Beat]:
+        params = {"worker": worker, "held": json.dumps([list(h) for h in held]), "lease_ttl": lease_ttl,
+                  "now": _ts(now)}
+        with self._write() as conn:
+            conn.execute(self.q["touch_worker"], params)
+            rows = conn.execute(self.q["heartbeat"], params).fetchall() if held else []
+        renewed = {r[0]: bool(r[1]) for r in rows}
+        return {
+            job_id: (Beat.LOST if job_id not in renewed
+                     else Beat.CANCEL_REQUESTED if renewed[job_id] else Beat.RENEWED)
+            for job_id, _ in held
+        }
+
+    def progress(
+        self,
+        worker: str,
+        job_id: int,
+        attempt: int,
+        fraction: float | None,
+        message: str | None,
+        lease_ttl: float,
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        rows = self._all(
+            "progress",
+            {"worker": worker, "id": job_id, "attempt": attempt, "fraction": fraction, "message": message,
+             "lease_ttl": lease_ttl, "now": _ts(now)},
+        )
+        if not rows:
+            raise StaleAttempt(job_id, attempt, worker, "progress")
+        return bool(rows[0][0])
+
+    def complete(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], *, now: datetime | None = None
+    ) -> set[int]:
+        if not done:
+            return set()
+        with self._write() as conn:
+            rows = conn.execute(
+                self.q["complete"], {"worker": worker, "done": json.dumps([list(d) for d in done]), "now": _ts(now)}
+            ).fetchall()
+            conn.executemany(
+                self.q["audit"],
+                [
+                    {"job_id": r[0], "attempt": r[1], "worker": worker, "claimed_at": r[2], "finished_at": r[3],
+                     "outcome": "succeeded", "error": None, "traceback": None}
+                    for r in rows
+                ],
+            )
+        return {r[0] for r in rows}
+
+    def fail(
+        self,
+        worker: str,
+        job_id: int,
+        attempt: int,
+        *,
+        outcome: Outcome,
+        error: str,
+        traceback: str | None = None,
+        retry: bool = True,
+        now: datetime | None = None,
+    ) -> JobState:
+        params = {"worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome), "error": error,
+                  "retry": retry, "now": _ts(now)}
+        return self._finish("fail", params, outcome, error, traceback)
+
+    def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
+        params = {"worker": worker, "id": job_id, "attempt": attempt, "now": _ts(now)}
+        return self._finish("release", params, Outcome.RELEASED, None, None)
+
+    def _finish(
+        self, query: str, params: dict[str, Any], outcome: Outcome, error: str | None, traceback: str | None
+    ) -> JobState:
+        with self._write() as conn:
+            row = conn.execute(self.q[query], params).fetchone()
+            if row is None:
+                raise StaleAttempt(params["id"], params["attempt"], params["worker"], query)
+            conn.execute(
+                self.q["audit"],
+                {"job_id": row[0], "attempt": row[1], "worker": params["worker"], "claimed_at": row[2],
+                 "finished_at": row[4], "outcome": str(outcome), "error": error, "traceback": traceback},
+            )
+        return JobState(row[3])
+
+    # -- maintenance --------------------------------------------------------------
+    def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
+        out: list[Reaped] = []
+        with self._write() as conn:
+            expired = conn.execute(self.q["expired"], {"limit": limit, "now": _ts(now)}).fetchall()
+            for job_id, attempt, worker, claimed_at, timed_out in expired:
+                row = conn.execute(
+                    self.q["reap_one"], {"id": job_id, "attempt": attempt, "timed_out": timed_out, "now": _ts(now)}
+                ).fetchone()
+                if row is None:
+                    continue
+                outcome = Outcome.TIMED_OUT if timed_out else Outcome.LEASE_EXPIRED
+                conn.execute(
+                    self.q["audit"],
+                    {"job_id": job_id, "attempt": attempt, "worker": worker, "claimed_at": claimed_at,
+                     "finished_at": row[2], "outcome": str(outcome), "error": row[1], "traceback": None},
+                )
+                out.append(Reaped(id=job_id, attempt=attempt, worker=worker, outcome=outcome, state=JobState(row[0])))
+        return out
+
+    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+        if not worker_ids:
+            return 0
+        cur = self._conn().execute(self.q["expire_leases"], {"workers": json.dumps(list(worker_ids)),
+                                                             "now": _ts(now)})
+        return cur.rowcount
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        self._all(
+            "register_worker",
+            {"id": info.id, "host": info.host, "pid": info.pid, "proc_start": info.proc_start,
+             "queues": json.dumps(info.queues), "concurrency": info.concurrency, "now": None},
+        )
+
+    def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None:
+        self._all("stop_worker", {"id": worker_id, "now": _ts(now)})
+
+    def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
+        rows = self._all("list_workers", {"host": host, "live_only": live_only})
+        return [worker_from_row(r, epoch_to_dt) for r in rows]
+
+
+def _split(script: str) -> list[str]:
+    """Split a migration into statements (our migrations hold no ';' in literals)."""
+    out, buf = [], []
+    for line in script.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        buf.append(line)
+        if line.rstrip().endswith(";"):
+            out.append("\n".join(buf))
+            buf = []
+    tail = "\n".join(buf).strip()
+    if tail:
+        out.append(tail)
+    return [s for s in out if s.strip()]
