@@ -167,6 +167,9 @@ SELECT state FROM back
 -- whichever statement locks the row first wins; the other re-checks its WHERE
 -- against the new row version (state is no longer 'running') and matches nothing.
 -- The expired CTE keeps the old owner and claim time for the audit row.
+-- A recovered job is due again at once, without fail's backoff: I5 promises it
+-- is claimable within lease_ttl + reaper_interval, and a crash is no sign that a
+-- dependency needs a rest. The lapse still counts against max_attempts.
 WITH expired AS (
     SELECT id, attempt, locked_by, claimed_at,
            (deadline IS NOT NULL AND deadline <= {now}) AS timed_out
@@ -181,11 +184,7 @@ WITH expired AS (
             WHEN j.cancel_requested THEN 'cancelled'
             WHEN j.attempt - j.released >= j.max_attempts THEN 'dead'
             ELSE 'queued' END,
-        run_at = CASE
-            WHEN NOT j.cancel_requested AND j.attempt - j.released < j.max_attempts
-            THEN {now} + make_interval(secs => LEAST(3600, j.backoff_base * power(2, j.attempt - j.released - 1))
-                                               * (0.5 + random() * 0.5))
-            ELSE j.run_at END,
+        run_at = {now},
         finished_at = CASE
             WHEN j.cancel_requested OR j.attempt - j.released >= j.max_attempts THEN {now} END,
         last_error = CASE WHEN e.timed_out

@@ -143,17 +143,15 @@ LIMIT :limit
 
 -- name: reap_one
 -- Reaper, step 2: the retry-or-dead path, re-checking the fence found in step 1.
+-- Due again at once (no backoff) so I5's recovery bound holds; the lapse still
+-- counts against max_attempts.
 UPDATE tether_jobs
 SET state = CASE
         WHEN cancel_requested THEN 'cancelled'
         WHEN attempt - released >= max_attempts THEN 'dead'
         ELSE 'queued' END,
-    run_at = CASE
-        WHEN NOT cancel_requested AND attempt - released < max_attempts
-        THEN {now} + min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
-                     * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0))
-        ELSE run_at END,
-    finished_at = CASE WHEN cancel_requested OR attempt - released >= max_attempts THEN {now} END,
+    run_at = {now},
+        finished_at = CASE WHEN cancel_requested OR attempt - released >= max_attempts THEN {now} END,
     last_error = CASE WHEN :timed_out
         THEN 'attempt timed out after ' || timeout || 's (worker ' || locked_by || ')'
         ELSE 'worker lease expired (worker ' || locked_by || ')' END,

@@ -1,0 +1,50 @@
+"""tether: a Python job queue in which the database owns every job.
+
+A job's owner is a lease on the job row, granted by the claim, renewed by
+heartbeats, fenced by the claim's attempt token, and taken back by a set-based
+reaper when it lapses. Delivery is at-least-once: handlers get ``ctx.job_id``
+and ``ctx.attempt`` to deduplicate on.
+"""
+
+from __future__ import annotations
+
+from .app import Task, TaskCall, Tether
+from .config import Timers
+from .context import CancelReason, JobCancelled, JobContext
+from .errors import (
+    ConfigError,
+    InvalidDSN,
+    InvalidTransition,
+    JobNotFound,
+    PayloadError,
+    SchemaMissing,
+    StaleAttempt,
+    TetherError,
+    UnknownTask,
+)
+from .model import Attempt, Job, JobState, Outcome
+
+__all__ = [
+    "Attempt",
+    "CancelReason",
+    "ConfigError",
+    "InvalidDSN",
+    "InvalidTransition",
+    "Job",
+    "JobCancelled",
+    "JobContext",
+    "JobNotFound",
+    "JobState",
+    "Outcome",
+    "PayloadError",
+    "SchemaMissing",
+    "StaleAttempt",
+    "Task",
+    "TaskCall",
+    "Tether",
+    "TetherError",
+    "Timers",
+    "UnknownTask",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,309 @@
+"""The application object: task registry, enqueue API and admin calls."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from .config import (
+    DEFAULT_BACKOFF_BASE,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_QUEUE,
+    Timers,
+    dump_json,
+    parse_database_url,
+    validate_queue,
+)
+from .errors import ConfigError, PayloadError, UnknownTask
+from .model import Job, JobState, NewJob
+from .store import Store, open_store
+
+if TYPE_CHECKING:
+    from .worker.runtime import Worker
+
+__all__ = ["Task", "TaskCall", "TaskOptions", "Tether"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0  # higher runs first
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    lease_ttl: float | None = None  # None: the worker's lease_ttl
+    timeout: float | None = None  # per attempt; None: no limit
+    retry_backoff: float = DEFAULT_BACKOFF_BASE  # seconds before the first retry; doubles
+    delay: float = 0.0
+    run_at: datetime | None = None
+    dedup_key: str | None = None
+
+    def checked(self, timers: Timers, where: str) -> TaskOptions:
+        validate_queue(self.queue)
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 2**31 - 1:
+            raise ConfigError(f"{where}: priority must be an int, got {self.priority!r}")
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ConfigError(f"{where}: max_attempts must be an int >= 1, got {self.max_attempts!r}")
+        timers.check_job_ttl(self.lease_ttl, where)
+        if self.timeout is not None and not self.timeout > 0:
+            raise ConfigError(f"{where}: timeout must be a positive number of seconds, got {self.timeout!r}")
+        if not self.retry_backoff >= 0:
+            raise ConfigError(f"{where}: retry_backoff must be >= 0 seconds, got {self.retry_backoff!r}")
+        if not self.delay >= 0:
+            raise ConfigError(f"{where}: delay must be >= 0 seconds, got {self.delay!r}")
+        if self.run_at is not None:
+            if self.delay:
+                raise ConfigError(f"{where}: give either delay or run_at, not both")
+            if self.run_at.tzinfo is None:
+                raise ConfigError(f"{where}: run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        if self.dedup_key is not None and (not isinstance(self.dedup_key, str) or not self.dedup_key):
+            raise ConfigError(f"{where}: dedup_key must be a non-empty string")
+        return self
+
+
+class TaskCall:
+    """A task with per-call options, from ``task.using(...)``."""
+
+    def __init__(self, task: Task[Any, Any], options: TaskOptions) -> None:
+        self.task = task
+        self.options = options
+
+    def enqueue(self, **kwargs: Any) -> int:
+        return self.task.app._enqueue([self.task._new_job(kwargs, self.options)])[0]
+
+    async def enqueue_async(self, **kwargs: Any) -> int:
+        return await asyncio.to_thread(self.enqueue, **kwargs)
+
+    def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        jobs = [self.task._new_job(dict(kw), self.options) for kw in many]
+        if self.options.dedup_key is not None and len(jobs) > 1:
+            raise ConfigError("one dedup_key for many jobs would collapse them into one; give each job its own")
+        return self.task.app._enqueue(jobs)
+
+    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        return await asyncio.to_thread(self.enqueue_many, list(many))
+
+
+class Task(Generic[P, R]):
+    """A registered handler. Call ``.enqueue(**args)`` to run it in a worker."""
+
+    def __init__(self, app: Tether, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._signature = inspect.signature(fn)
+        params = list(self._signature.parameters.values())
+        if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            raise ConfigError(f"task {name!r}: the handler's first parameter must take the JobContext")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the handler directly, in-process (handy in tests)."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.options.queue}>"
+
+    def using(self, **options: Any) -> TaskCall:
+        unknown = set(options) - set(TaskOptions.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"unknown option(s) {sorted(unknown)} for task {self.name!r}")
+        if "retry_backoff" in options and options["retry_backoff"] is None:
+            options.pop("retry_backoff")
+        merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
+        return TaskCall(self, merged)
+
+    def enqueue(self, **kwargs: Any) -> int:
+        return TaskCall(self, self.options).enqueue(**kwargs)
+
+    async def enqueue_async(self, **kwargs: Any) -> int:
+        return await TaskCall(self, self.options).enqueue_async(**kwargs)
+
+    def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        return TaskCall(self, self.options).enqueue_many(many)
+
+    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        return await TaskCall(self, self.options).enqueue_many_async(many)
+
+    def check_args(self, kwargs: Mapping[str, Any]) -> None:
+        try:
+            self._signature.bind(None, **kwargs)
+        except TypeError as exc:
+            raise PayloadError(f"args do not fit task {self.name!r}{self._signature}: {exc}") from None
+
+    def _new_job(self, kwargs: dict[str, Any], o: TaskOptions) -> NewJob:
+        self.check_args(kwargs)
+        args = dump_json(kwargs, f"args of task {self.name!r}", self.app.max_payload_bytes)
+        return NewJob(
+            task=self.name, args_json=args, queue=o.queue, priority=o.priority, run_at=o.run_at,
+            delay=o.delay, max_attempts=o.max_attempts, lease_ttl=o.lease_ttl, timeout=o.timeout,
+            backoff_base=o.retry_backoff, dedup_key=o.dedup_key,
+        )
+
+
+class Tether:
+    """A tether application: where jobs live, which tasks exist, and the timers.
+
+    ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the
+    working directory. Nothing connects until the first call that needs to.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        lease_ttl: float = Timers.lease_ttl,
+        heartbeat_interval: float = Timers.heartbeat_interval,
+        reaper_interval: float = Timers.reaper_interval,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.dsn = parse_database_url(url)
+        self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
+                             reaper_interval=reaper_interval)
+        if max_payload_bytes < 1:
+            raise ConfigError(f"max_payload_bytes must be positive, got {max_payload_bytes!r}")
+        self.max_payload_bytes = max_payload_bytes
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._store: Store | None = None
+        self._store_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Tether {self.dsn.backend} tasks={sorted(self.tasks)}>"
+
+    # -- registry -------------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_ttl: float | None = None,
+        timeout: float | None = None,
+        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_ttl: float | None = None,
+        timeout: float | None = None,
+        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``."""
+
+        def register(f: Callable[P, R]) -> Task[P, R]:
+            task_name = name or f"{f.__module__}.{f.__qualname__}"
+            if task_name in self.tasks:
+                raise ConfigError(f"task {task_name!r} is registered twice")
+            opts = TaskOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
+                               timeout=timeout, retry_backoff=retry_backoff)
+            t: Task[P, R] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
+            self.tasks[task_name] = t
+            return t
+
+        return register(fn) if fn is not None else register
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise UnknownTask(f"no task named {name!r} is registered (known: {known})") from None
+
+    # -- store ------------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            with self._store_lock:
+                if self._store is None:
+                    self._store = open_store(self.dsn)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade tether's tables; returns the migrations applied."""
+        return self.store.migrate()
+
+    # -- producers --------------------------------------------------------------------
+    def enqueue(self, task: str, /, **kwargs: Any) -> int:
+        """Enqueue by task name (the name must be registered on this app)."""
+        return self.get_task(task).enqueue(**kwargs)
+
+    def _enqueue(self, jobs: list[NewJob]) -> list[int]:
+        return self.store.enqueue(jobs)
+
+    # -- admin ------------------------------------------------------------------------
+    def get_job(self, job_id: int) -> Job | None:
+        return self.store.get_job(job_id)
+
+    def cancel(self, job_id: int) -> JobState:
+        return self.store.cancel(job_id)
+
+    def retry(self, job_id: int) -> None:
+        self.store.retry(job_id)
+
+    # -- workers ----------------------------------------------------------------------
+    def worker(
+        self,
+        *,
+        concurrency: int = 10,
+        queues: Iterable[str] | None = None,
+        shutdown_timeout: float = 30.0,
+        poll_interval: float | None = None,
+    ) -> Worker:
+        from .worker.runtime import Worker
+
+        return Worker(self, concurrency=concurrency, queues=queues, shutdown_timeout=shutdown_timeout,
+                      poll_interval=poll_interval)
+
+    def run_worker(
+        self,
+        *,
+        concurrency: int = 10,
+        queues: Iterable[str] | None = None,
+        shutdown_timeout: float = 30.0,
+        poll_interval: float | None = None,
+    ) -> None:
+        """Run a worker until SIGTERM/SIGINT (blocking)."""
+        w = self.worker(concurrency=concurrency, queues=queues, shutdown_timeout=shutdown_timeout,
+                        poll_interval=poll_interval)
+        asyncio.run(w.run(install_signal_handlers=True))
+
+    async def run_worker_async(
+        self,
+        *,
+        concurrency: int = 10,
+        queues: Iterable[str] | None = None,
+        shutdown_timeout: float = 30.0,
+        poll_interval: float | None = None,
+    ) -> None:
+        """Run a worker inside a running event loop; stop it by cancelling this coroutine
+        (graceful: in-flight jobs are released) or via ``worker.stop()``."""
+        w = self.worker(concurrency=concurrency, queues=queues, shutdown_timeout=shutdown_timeout,
+                        poll_interval=poll_interval)
+        await w.run(install_signal_handlers=False)
+

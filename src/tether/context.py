@@ -1,0 +1,135 @@
+"""JobContext: what a handler gets as its first argument.
+
+``ctx.job_id`` and ``ctx.attempt`` together name this delivery. Delivery is
+at-least-once: a worker that was paused or cut off may still be running an
+attempt that was already handed to someone else, so side effects must be
+idempotent, keyed on ``(job_id, attempt)`` or on ``job_id`` alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import StaleAttempt, TetherError
+from .model import ClaimedJob
+
+__all__ = ["CancelReason", "JobCancelled", "JobContext"]
+
+
+class CancelReason:
+    REQUESTED = "cancel requested"
+    LOST = "lost ownership"  # the fence failed, or the lease could not be renewed in time
+    TIMED_OUT = "timed out"
+    SHUTDOWN = "worker shutting down"
+
+
+class JobCancelled(TetherError):
+    """Raised by ``ctx.raise_if_cancelled()``; the worker maps it to the right ending."""
+
+    def __init__(self, job_id: int, reason: str) -> None:
+        self.job_id = job_id
+        self.reason = reason
+        super().__init__(f"job {job_id}: {reason}")
+
+
+class JobContext:
+    """Per-attempt handle: identity, progress reporting and the cancel signal."""
+
+    def __init__(
+        self,
+        job: ClaimedJob,
+        *,
+        worker_id: str,
+        report_progress: Callable[[float | None, str | None], bool],
+        on_cancel: Callable[[JobContext], None] | None = None,
+    ) -> None:
+        self._job = job
+        self.worker_id = worker_id
+        self._report_progress = report_progress
+        self._on_cancel = on_cancel
+        self._cancelled = threading.Event()
+        self._reason: str | None = None
+        self._lock = threading.Lock()
+        self.started = time.monotonic()
+
+    # -- identity -------------------------------------------------------------------
+    @property
+    def job_id(self) -> int:
+        return self._job.id
+
+    @property
+    def attempt(self) -> int:
+        """This claim's fencing token; rises by one on every claim of the job."""
+        return self._job.attempt
+
+    @property
+    def task(self) -> str:
+        return self._job.task
+
+    @property
+    def queue(self) -> str:
+        return self._job.queue
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return self._job.args
+
+    @property
+    def max_attempts(self) -> int:
+        return self._job.max_attempts
+
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        return self._job.meta
+
+    # -- progress (a heartbeat) -------------------------------------------------------
+    def progress(self, fraction: float | None = None, message: str | None = None) -> None:
+        """Record progress on the job and renew its lease (progress is a heartbeat).
+
+        Raises ``StaleAttempt`` if this attempt no longer owns the job; the
+        handler should stop, since its results will be refused.
+        """
+        if fraction is not None and not 0.0 <= float(fraction) <= 1.0:
+            raise ValueError(f"progress fraction must be between 0 and 1, got {fraction!r}")
+        if message is not None and len(message) > 1000:
+            message = message[:997] + "..."
+        try:
+            cancel_requested = self._report_progress(None if fraction is None else float(fraction), message)
+        except StaleAttempt:
+            self.cancel(CancelReason.LOST)
+            raise
+        if cancel_requested:
+            self.cancel(CancelReason.REQUESTED)
+
+    # -- cancellation ---------------------------------------------------------------
+    @property
+    def cancelled(self) -> bool:
+        """True once a cancel was requested, the attempt timed out, the worker is
+        shutting down, or this attempt lost ownership of the job."""
+        return self._cancelled.is_set()
+
+    @property
+    def cancel_reason(self) -> str | None:
+        return self._reason
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block a thread handler until cancelled (or the timeout); True if cancelled."""
+        return self._cancelled.wait(timeout)
+
+    def raise_if_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise JobCancelled(self.job_id, self._reason or CancelReason.REQUESTED)
+
+    def cancel(self, reason: str) -> bool:
+        """Set the cancel signal (first reason wins); True if this call set it."""
+        with self._lock:
+            if self._cancelled.is_set():
+                return False
+            self._reason = reason
+            self._cancelled.set()
+        if self._on_cancel is not None:
+            self._on_cancel(self)
+        return True

@@ -1,0 +1,1 @@
+"""The worker runtime: claimer, executor, heartbeater, reaper, reconciler, shutdown."""

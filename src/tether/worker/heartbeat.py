@@ -1,0 +1,110 @@
+"""The heartbeater: one statement per worker per tick renews every lease it holds.
+
+It runs on its own thread with its own connection, so a handler that blocks the
+event loop (``time.sleep`` in ``async def``) or spins the CPU cannot starve it.
+It is also where the worker fences itself: a lease that could not be renewed
+before its local deadline is treated as lost and its handler is cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from ..model import Beat
+from ..store import Store
+from .inflight import InFlight, Running
+
+__all__ = ["Heartbeater"]
+
+log = logging.getLogger("tether.heartbeat")
+
+#: after a failed beat, try again this soon rather than a whole interval later
+RETRY_AFTER_FAILURE = 1.0
+
+
+class Heartbeater:
+    def __init__(
+        self,
+        store: Store,
+        worker_id: str,
+        inflight: InFlight,
+        *,
+        interval: float,
+        lease_ttl: float,
+        on_lost: Callable[[Running, str], None],
+        on_cancel_requested: Callable[[Running], None],
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.inflight = inflight
+        self.interval = interval
+        self.lease_ttl = lease_ttl
+        self.on_lost = on_lost
+        self.on_cancel_requested = on_cancel_requested
+        self.beats = 0
+        self.failures = 0
+        self.consecutive_failures = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> dict[int, Beat]:
+        """One tick: renew every held lease, act on what came back, then fence
+        ourselves off any lease whose local deadline passed unrenewed."""
+        held = self.inflight.held()
+        sent_at = time.monotonic()
+        try:
+            beats = self.store.heartbeat(self.worker_id, held, self.lease_ttl)
+        except Exception as exc:
+            self.failures += 1
+            self.consecutive_failures += 1
+            log.warning("heartbeat failed (%s held): %s", len(held), exc)
+            beats = {}
+        else:
+            self.beats += 1
+            self.consecutive_failures = 0
+            for (job_id, attempt), beat in ((h, beats.get(h[0], Beat.LOST)) for h in held):
+                running = self.inflight.get(job_id)
+                if running is None or running.job.attempt != attempt:
+                    continue  # finished meanwhile
+                if beat is Beat.LOST:
+                    self.on_lost(running, "heartbeat fence failed: the job was recovered or re-claimed")
+                    continue
+                self.inflight.renewed(job_id, attempt, sent_at)
+                if beat is Beat.CANCEL_REQUESTED:
+                    self.on_cancel_requested(running)
+        self.fence_overdue()
+        return beats
+
+    def fence_overdue(self) -> list[Running]:
+        overdue = self.inflight.overdue(time.monotonic())
+        for running in overdue:
+            self.on_lost(running, "lease could not be renewed before it lapsed")
+        return overdue
+
+    # -- the thread ---------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="tether-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        next_beat = time.monotonic() + self.interval
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_beat:
+                self.run_once()
+                wait = RETRY_AFTER_FAILURE if self.consecutive_failures else self.interval
+                next_beat = time.monotonic() + min(wait, self.interval)
+            else:
+                self.fence_overdue()
+            # wake for the next beat, or sooner for the earliest local deadline
+            deadlines = [r.local_deadline for r in self.inflight.all() if not r.lost]
+            wake = min([next_beat, *deadlines])
+            self._stop.wait(max(0.01, min(wake - time.monotonic(), self.interval)))

@@ -1,0 +1,74 @@
+"""The jobs a worker holds right now, shared by the event loop and the
+heartbeat thread (hence the lock)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..context import JobContext
+from ..model import ClaimedJob
+
+__all__ = ["InFlight", "Running"]
+
+
+@dataclass(eq=False)
+class Running:
+    job: ClaimedJob
+    ctx: JobContext
+    #: monotonic time when our lease lapses unless renewed; past it we fence ourselves
+    local_deadline: float
+    #: monotonic end of the attempt's timeout, if it has one
+    hard_deadline: float | None = None
+    handler: asyncio.Future[object] | None = None
+    #: set when this attempt no longer owns the job; its report is skipped
+    lost: bool = False
+    claimed_mono: float = field(default_factory=time.monotonic)
+
+
+class InFlight:
+    def __init__(self) -> None:
+        self._jobs: dict[int, Running] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def add(self, running: Running) -> None:
+        with self._lock:
+            self._jobs[running.job.id] = running
+
+    def remove(self, running: Running) -> None:
+        with self._lock:
+            if self._jobs.get(running.job.id) is running:
+                del self._jobs[running.job.id]
+
+    def get(self, job_id: int) -> Running | None:
+        return self._jobs.get(job_id)
+
+    def all(self) -> list[Running]:
+        with self._lock:
+            return list(self._jobs.values())
+
+    def held(self) -> list[tuple[int, int]]:
+        """(id, attempt) of every job still ours, for the heartbeat."""
+        with self._lock:
+            return [(r.job.id, r.job.attempt) for r in self._jobs.values() if not r.lost]
+
+    def renewed(self, job_id: int, attempt: int, sent_at: float) -> None:
+        """A renewal sent at ``sent_at`` (monotonic) succeeded. The database set
+        lease_until = its now() + ttl, and its now() came after we sent, so
+        sent_at + ttl is a deadline that never outlives the real lease."""
+        with self._lock:
+            r = self._jobs.get(job_id)
+            if r is not None and r.job.attempt == attempt:
+                deadline = sent_at + r.job.lease_ttl
+                if r.hard_deadline is not None:
+                    deadline = min(deadline, r.hard_deadline)
+                r.local_deadline = max(r.local_deadline, deadline)
+
+    def overdue(self, now: float) -> list[Running]:
+        with self._lock:
+            return [r for r in self._jobs.values() if not r.lost and r.local_deadline <= now]

@@ -1,0 +1,44 @@
+"""The reaper: runs on every worker; one set-based statement per tick sends
+lapsed leases down the retry-or-dead path. Running it everywhere at once is
+safe: the first update moves a row out of 'running', so it is reaped once."""
+
+from __future__ import annotations
+
+import logging
+
+from ..config import DEFAULT_REAP_LIMIT
+from ..model import Reaped
+from ..store import Store
+
+__all__ = ["Reaper"]
+
+log = logging.getLogger("tether.reaper")
+
+
+class Reaper:
+    def __init__(self, store: Store, *, limit: int = DEFAULT_REAP_LIMIT) -> None:
+        if limit < 1:
+            raise ValueError("reap limit must be >= 1")
+        self.store = store
+        self.limit = limit
+        self.total = 0
+
+    def run_once(self) -> list[Reaped]:
+        """Reap up to ``limit`` lapsed leases, oldest first; returns what moved."""
+        reaped = self.store.reap(self.limit)
+        for r in reaped:
+            log.warning(
+                "recovered job %s attempt %s from worker %s (%s) -> %s", r.id, r.attempt, r.worker, r.outcome, r.state
+            )
+        self.total += len(reaped)
+        return reaped
+
+    def run_until_clear(self, max_rounds: int = 100) -> list[Reaped]:
+        """Drain a backlog: keep reaping while a tick comes back full."""
+        out: list[Reaped] = []
+        for _ in range(max_rounds):
+            batch = self.run_once()
+            out.extend(batch)
+            if len(batch) < self.limit:
+                break
+        return out

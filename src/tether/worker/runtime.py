@@ -1,0 +1,447 @@
+"""The worker: claims jobs in batches sized to its free slots, runs their
+handlers, reports their outcomes (fenced), and shuts down gracefully.
+
+Threads and their jobs:
+
+- the event loop: claiming, running ``async def`` handlers, batching reports;
+- ``tether-db-*`` (two): every store call the loop makes, so claims and
+  completions overlap and the loop never blocks on the database;
+- ``tether-heartbeat``: renews leases and fences the worker off lost ones, on a
+  thread of its own so a handler that hogs the loop or the CPU cannot starve it;
+- ``tether-handler-*``: ``def`` handlers;
+- ``tether-listen``: PostgreSQL LISTEN, when the backend has it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..config import DEFAULT_QUEUE, dump_json, validate_queue
+from ..context import CancelReason, JobCancelled, JobContext
+from ..errors import ConfigError, PayloadError, StaleAttempt
+from ..model import ClaimedJob, JobState, Outcome, WorkerInfo
+from .heartbeat import Heartbeater
+from .identity import host_name, make_worker_id, process_start_time
+from .inflight import InFlight, Running
+from .pool import DaemonPool
+from .reaper import Reaper
+from .reconcile import Reconciler
+
+if TYPE_CHECKING:
+    from ..app import Task, Tether
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("tether.worker")
+T = TypeVar("T")
+
+MAX_CLAIM_BATCH = 200
+#: a report that failed (database unreachable) is retried this often until the
+#: job's local lease deadline passes; after that the reaper owns the job
+REPORT_RETRY = 0.5
+#: after the shutdown timeout, how long to wait for releases to be written
+RELEASE_GRACE = 10.0
+
+
+class Worker:
+    def __init__(
+        self,
+        app: Tether,
+        *,
+        concurrency: int = 10,
+        queues: Iterable[str] | None = None,
+        shutdown_timeout: float = 30.0,
+        poll_interval: float | None = None,
+        claim_batch: int | None = None,
+    ) -> None:
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if shutdown_timeout < 0:
+            raise ConfigError(f"shutdown_timeout must be >= 0 seconds, got {shutdown_timeout!r}")
+        if poll_interval is not None and poll_interval <= 0:
+            raise ConfigError(f"poll_interval must be positive, got {poll_interval!r}")
+        self.app = app
+        self.store = app.store
+        self.timers = app.timers
+        self.concurrency = concurrency
+        if queues is None:
+            queues = sorted({t.options.queue for t in app.tasks.values()}) or [DEFAULT_QUEUE]
+        self.queues = [validate_queue(q) for q in queues]
+        if not self.queues:
+            raise ConfigError("a worker needs at least one queue")
+        self.shutdown_timeout = shutdown_timeout
+        self.poll_interval = poll_interval or self.store.default_poll_interval
+        self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
+        self.host = host_name()
+        self.id = make_worker_id(self.host)
+        self.inflight = InFlight()
+        self.reaper = Reaper(self.store)
+        self.reconciler = Reconciler(self.store, worker_id=self.id, host=self.host, reaper=self.reaper)
+        self.heartbeater = Heartbeater(
+            self.store, self.id, self.inflight,
+            interval=self.timers.heartbeat_interval, lease_ttl=self.timers.lease_ttl,
+            on_lost=self._lost, on_cancel_requested=self._cancel_requested,
+        )
+        self.counts: Counter[str] = Counter()
+        self._handlers = DaemonPool()
+        self._db_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tether-db")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._nudge: asyncio.Event | None = None
+        self._stopping = False
+        self._stop_now = False
+        self._done: list[tuple[Running, str | None]] = []
+        self._report_wake: asyncio.Event | None = None
+        self._reports: set[asyncio.Task[None]] = set()
+
+    # -- control ----------------------------------------------------------------------
+    def stop(self, *, immediate: bool = False) -> None:
+        """Stop claiming and shut down; thread-safe. ``immediate`` skips the wait
+        for in-flight handlers: they are cancelled and released at once."""
+        self._stopping = True
+        if immediate:
+            self._stop_now = True
+        if self._loop is not None and self._nudge is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._nudge.set)
+
+    def _on_signal(self, signum: int) -> None:
+        if self._stopping:
+            log.warning("second %s: stopping now, releasing %d job(s)", signal.Signals(signum).name, len(self.inflight))
+            self.stop(immediate=True)
+        else:
+            log.warning(
+                "%s: no new claims; waiting up to %gs for %d job(s) (send again to stop now)",
+                signal.Signals(signum).name, self.shutdown_timeout, len(self.inflight),
+            )
+            self.stop()
+
+    # -- the main coroutine -------------------------------------------------------------
+    async def run(self, *, install_signal_handlers: bool = False) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._nudge = asyncio.Event()
+        self._report_wake = asyncio.Event()
+        await self._db(self.store.check_schema)
+        await self._db(self.store.register_worker, WorkerInfo(
+            id=self.id, host=self.host, pid=os.getpid(), proc_start=process_start_time(os.getpid()),
+            started_at=None, last_seen=None, queues=self.queues, concurrency=self.concurrency,  # type: ignore[arg-type]
+        ))
+        recovered = await self._db(self.reconciler.run_once)
+        self.counts["recovered_at_start"] += len(recovered)
+        listener = self.store.listen(self._on_notify)
+        self.heartbeater.start()
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        log.info("worker %s started: queues=%s concurrency=%d lease_ttl=%gs heartbeat=%gs reaper=%gs",
+                 self.id, ",".join(self.queues), self.concurrency, self.timers.lease_ttl,
+                 self.timers.heartbeat_interval, self.timers.reaper_interval)
+        reporter = loop.create_task(self._report_loop(), name="tether-reporter")
+        reaper = loop.create_task(self._reap_loop(), name="tether-reaper")
+        cancelled = False
+        try:
+            await self._claim_loop()
+            await self._drain()
+        except asyncio.CancelledError:
+            cancelled = True
+            self.stop(immediate=True)
+            await asyncio.shield(self._drain())
+        finally:
+            reaper.cancel()
+            reporter.cancel()
+            await asyncio.gather(reaper, reporter, return_exceptions=True)
+            self.heartbeater.stop()
+            if listener is not None:
+                listener.close()
+            if install_signal_handlers:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            with contextlib.suppress(Exception):
+                await self._db(self.store.stop_worker, self.id)
+            self._handlers.shutdown(wait=False)
+            self._db_pool.shutdown(wait=True)
+            log.info("worker %s stopped: %s", self.id, dict(self.counts))
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _db(self, fn: Callable[..., T], *args: Any) -> T:
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._db_pool, partial(fn, *args))
+
+    # -- claiming -----------------------------------------------------------------------
+    def _on_notify(self, queue: str) -> None:
+        """From the LISTEN thread: wake the claimer if the queue is ours."""
+        if (queue == "*" or queue in self.queues) and self._loop is not None and self._nudge is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._nudge.set)
+
+    async def _claim_loop(self) -> None:
+        assert self._nudge is not None
+        failures = 0
+        while not self._stopping:
+            self._nudge.clear()  # before the claim: a nudge during it is not lost
+            free = self.concurrency - len(self.inflight)
+            full = False
+            if free > 0:
+                want = min(free, self.claim_batch)
+                sent_at = time.monotonic()
+                try:
+                    jobs = await self._db(self.store.claim, self.id, self.queues, want, self.timers.lease_ttl)
+                except Exception as exc:
+                    failures += 1
+                    log.warning("claim failed (%s); retrying", exc)
+                    await asyncio.sleep(min(5.0, 0.2 * 2**failures))
+                    continue
+                failures = 0
+                for job in jobs:
+                    self._start(job, sent_at)
+                full = len(jobs) == want
+            if full and self.concurrency > len(self.inflight):
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._nudge.wait(), self.poll_interval)
+
+    # -- running handlers ----------------------------------------------------------------
+    def _start(self, job: ClaimedJob, sent_at: float) -> None:
+        assert self._loop is not None
+        self.counts["claimed"] += 1
+        ctx = JobContext(job, worker_id=self.id, report_progress=partial(self._progress, job),
+                         on_cancel=self._on_ctx_cancel)
+        hard = sent_at + job.timeout if job.timeout else None
+        local = sent_at + job.lease_ttl if hard is None else min(sent_at + job.lease_ttl, hard)
+        running = Running(job=job, ctx=ctx, local_deadline=local, hard_deadline=hard)
+        self.inflight.add(running)
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            known = ", ".join(sorted(self.app.tasks)) or "none"
+            self._report(running, self._fail, Outcome.FAILED,
+                         f"unknown task {job.task!r}: no handler is registered under that name in worker "
+                         f"{self.id} (known: {known})", None, True)
+            return
+        fut: asyncio.Future[Any]
+        if task.is_async:
+            fut = self._loop.create_task(_call_async(task, ctx, job.args))
+        else:
+            fut = self._loop.run_in_executor(self._handlers, _call_sync, task, ctx, job.args)
+        running.handler = fut
+        fut.add_done_callback(partial(self._finished, running))
+        if hard is not None:
+            self._loop.call_at(self._loop.time() + (hard - time.monotonic()), self._timed_out, running)
+
+    def _progress(self, job: ClaimedJob, fraction: float | None, message: str | None) -> bool:
+        sent_at = time.monotonic()
+        cancel = self.store.progress(self.id, job.id, job.attempt, fraction, message, self.timers.lease_ttl)
+        self.inflight.renewed(job.id, job.attempt, sent_at)
+        return cancel
+
+    def _timed_out(self, running: Running) -> None:
+        if running.handler is not None and not running.handler.done():
+            running.ctx.cancel(CancelReason.TIMED_OUT)
+
+    def _on_ctx_cancel(self, ctx: JobContext) -> None:
+        """Any thread: the ctx's cancel signal was set; interrupt the handler on the loop."""
+        running = self.inflight.get(ctx.job_id)
+        if running is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._interrupt, running)
+
+    def _interrupt(self, running: Running) -> None:
+        fut = running.handler
+        if fut is None or fut.done():
+            return
+        # A coroutine is cancelled at its next await. A thread cannot be
+        # interrupted: on a cancel request it reads ctx.cancelled and decides; when
+        # the attempt is lost, timed out or shut down we stop waiting for it.
+        if isinstance(fut, asyncio.Task) or running.lost or running.ctx.cancel_reason != CancelReason.REQUESTED:
+            fut.cancel()
+
+    def _lost(self, running: Running, why: str) -> None:
+        """Heartbeat thread: this attempt no longer owns its job."""
+        if running.lost:
+            return
+        running.lost = True
+        self.counts["lost"] += 1
+        log.warning("job %s attempt %s lost: %s; cancelling its handler", running.job.id, running.job.attempt, why)
+        if not running.ctx.cancel(CancelReason.LOST):
+            self._on_ctx_cancel(running.ctx)  # already cancelled for another reason: interrupt anyway
+
+    def _cancel_requested(self, running: Running) -> None:
+        if running.ctx.cancel(CancelReason.REQUESTED):
+            log.info("job %s: cancel requested; telling its handler", running.job.id)
+
+    # -- outcomes --------------------------------------------------------------------------
+    def _finished(self, running: Running, fut: asyncio.Future[Any]) -> None:
+        job, ctx = running.job, running.ctx
+        if running.lost:
+            self._forget(running)
+            return
+        exc: BaseException | None = None if fut.cancelled() else fut.exception()
+        if fut.cancelled() or isinstance(exc, (asyncio.CancelledError, JobCancelled)) or (exc and ctx.cancelled):
+            reason = ctx.cancel_reason
+            if reason == CancelReason.REQUESTED:
+                self._report(running, self._fail, Outcome.CANCELLED, "cancelled on request", None, False)
+            elif reason == CancelReason.TIMED_OUT:
+                self._report(running, self._fail, Outcome.TIMED_OUT,
+                             f"attempt timed out after {job.timeout:g}s", None, True)
+            elif reason == CancelReason.SHUTDOWN:
+                self._report(running, self._release)
+            elif reason == CancelReason.LOST:
+                self._forget(running)
+            else:
+                self._report(running, self._fail, Outcome.FAILED, "handler was cancelled", _tb(exc), True)
+            return
+        if isinstance(exc, StaleAttempt):
+            self._lost(running, str(exc))
+            self._forget(running)
+            return
+        if exc is not None:
+            self._report(running, self._fail, Outcome.FAILED, f"{type(exc).__name__}: {exc}", _tb(exc), True)
+            return
+        try:
+            result = fut.result()
+            result_json = None if result is None else dump_json(result, f"result of task {job.task!r}",
+                                                               self.app.max_payload_bytes)
+        except PayloadError as perr:
+            # Retrying cannot make a result JSON: the job ends dead with the reason.
+            self._report(running, self._fail, Outcome.FAILED, str(perr), None, False)
+            return
+        assert self._report_wake is not None
+        self._done.append((running, result_json))
+        self._report_wake.set()
+
+    def _forget(self, running: Running) -> None:
+        self.inflight.remove(running)
+        if self._nudge is not None:
+            self._nudge.set()
+
+    async def _report_loop(self) -> None:
+        """Write successes in batches: one fenced statement for all that finished
+        since the last write."""
+        assert self._report_wake is not None
+        while True:
+            await self._report_wake.wait()
+            self._report_wake.clear()
+            batch, self._done = self._done, []
+            if batch:
+                await self._complete(batch)
+
+    async def _complete(self, batch: list[tuple[Running, str | None]]) -> None:
+        rows = [(r.job.id, r.job.attempt, res) for r, res in batch]
+        while True:
+            try:
+                accepted = await self._db(self.store.complete, self.id, rows)
+                break
+            except Exception as exc:
+                log.warning("completing %d job(s) failed (%s); retrying", len(rows), exc)
+                now = time.monotonic()
+                for r, _ in batch:
+                    if r.lost or r.local_deadline <= now:
+                        self._lost(r, "could not report success before the lease lapsed")
+                        self._forget(r)
+                batch = [(r, res) for r, res in batch if not r.lost]
+                rows = [(r.job.id, r.job.attempt, res) for r, res in batch]
+                if not batch:
+                    return
+                await asyncio.sleep(REPORT_RETRY)
+        for r, _ in batch:
+            if r.job.id in accepted:
+                self.counts["succeeded"] += 1
+            else:
+                self.counts["stale_reports"] += 1
+                log.warning("job %s attempt %s finished here but its success was refused: the attempt had "
+                            "lost the job (at-least-once: it may run again or already has)", r.job.id, r.job.attempt)
+            self._forget(r)
+
+    def _report(self, running: Running, fn: Callable[..., Any], *args: Any) -> None:
+        assert self._loop is not None
+        t = self._loop.create_task(self._report_one(running, fn, *args))
+        self._reports.add(t)
+        t.add_done_callback(self._reports.discard)
+
+    async def _report_one(self, running: Running, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            while not running.lost:
+                try:
+                    await self._db(fn, running, *args)
+                    return
+                except StaleAttempt as exc:
+                    self.counts["stale_reports"] += 1
+                    log.warning("%s", exc)
+                    return
+                except Exception as exc:
+                    if running.local_deadline <= time.monotonic():
+                        self._lost(running, f"could not report before the lease lapsed ({exc})")
+                        return
+                    log.warning("report for job %s failed (%s); retrying", running.job.id, exc)
+                    await asyncio.sleep(REPORT_RETRY)
+        finally:
+            self._forget(running)
+
+    def _fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool) -> None:
+        state = self.store.fail(self.id, running.job.id, running.job.attempt, outcome=outcome, error=error,
+                                traceback=tb, retry=retry)
+        self.counts[str(outcome)] += 1
+        level = logging.WARNING if state in (JobState.DEAD,) else logging.INFO
+        log.log(level, "job %s attempt %s %s: %s -> %s", running.job.id, running.job.attempt, outcome, error, state)
+
+    def _release(self, running: Running) -> None:
+        self.store.release(self.id, running.job.id, running.job.attempt)
+        self.counts["released"] += 1
+
+    # -- maintenance and shutdown ------------------------------------------------------------
+    async def _reap_loop(self) -> None:
+        interval = self.timers.reaper_interval
+        # Spread workers out so they do not all reap in the same instant.
+        await asyncio.sleep(random.uniform(0, interval))
+        while True:
+            try:
+                await self._db(self.reaper.run_until_clear)
+            except Exception as exc:
+                log.warning("reaper tick failed: %s", exc)
+            await asyncio.sleep(interval * random.uniform(0.9, 1.0))
+
+    async def _drain(self) -> None:
+        assert self._nudge is not None
+        deadline = time.monotonic() + self.shutdown_timeout
+        while len(self.inflight) and not self._stop_now and time.monotonic() < deadline:
+            self._nudge.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._nudge.wait(), min(0.5, max(0.01, deadline - time.monotonic())))
+        leftovers = self.inflight.all()
+        if leftovers:
+            log.warning("releasing %d job(s) still running at shutdown", len(leftovers))
+        for running in leftovers:
+            # A pending cancel request keeps its reason (the job ends cancelled);
+            # otherwise the job is released without spending its budget.
+            running.ctx.cancel(CancelReason.SHUTDOWN)
+            if running.handler is not None and not running.handler.done():
+                running.handler.cancel()
+        grace = time.monotonic() + RELEASE_GRACE
+        while len(self.inflight) and time.monotonic() < grace:
+            await asyncio.sleep(0.02)
+
+
+async def _call_async(task: Task[Any, Any], ctx: JobContext, args: dict[str, Any]) -> Any:
+    return await task.fn(ctx, **args)
+
+
+def _call_sync(task: Task[Any, Any], ctx: JobContext, args: dict[str, Any]) -> Any:
+    return task.fn(ctx, **args)
+
+
+def _tb(exc: BaseException | None) -> str | None:
+    if exc is None:
+        return None
+    return "".join(traceback.format_exception(exc))
