@@ -1,0 +1,89 @@
+"""Shared fixtures: every backend test runs against a real SQLite file and a real
+PostgreSQL server (its own schema per test, dropped afterwards).
+
+PostgreSQL comes from ``TETHER_TEST_PG_URL`` (default: the local server on
+127.0.0.1:5432, database ``test``). Without a server the PostgreSQL half is
+skipped locally, but under ``CI=true`` it fails: CI must prove both backends.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tether import Tether
+from tether.store import Store, open_store
+
+PG_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def _pg_available() -> str | None:
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return None
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        return str(exc)
+
+
+_PG_PROBLEM = _pg_available()
+
+
+def _require_pg() -> None:
+    if _PG_PROBLEM is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required under CI=true but {PG_URL} is unreachable: {_PG_PROBLEM}")
+        pytest.skip(f"no PostgreSQL at {PG_URL}: {_PG_PROBLEM}")
+
+
+def _with_schema(url: str, schema: str) -> str:
+    return url + ("&" if "?" in url else "?") + f"schema={schema}"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgresql":
+        _require_pg()
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database URL for this test (not yet migrated)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'tether.db'}"
+        return
+    schema = f"t_{secrets.token_hex(6)}"
+    yield _with_schema(PG_URL, schema)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    s = open_store(db_url)
+    s.migrate()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def make_app(db_url: str) -> Iterator[object]:
+    """``make_app(**timers) -> Tether`` on this test's database, migrated."""
+    apps: list[Tether] = []
+
+    def factory(**kwargs: object) -> Tether:
+        app = Tether(db_url, **kwargs)  # type: ignore[arg-type]
+        app.migrate()
+        apps.append(app)
+        return app
+
+    yield factory
+    for app in apps:
+        app.close()

@@ -1,0 +1,75 @@
+"""A worker app for the real-process tests, run as ``python tests/proc_app.py``.
+
+Configuration comes from the environment (the tests set it): the database URL,
+the three timers, concurrency and shutdown timeout. Handlers drop marker files
+in ``T_MARK_DIR`` named ``<job>-<attempt>-<pid>.<event>`` so a test can see which
+process is running which attempt without touching the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tether import JobContext, Tether
+
+app = Tether(
+    os.environ["TETHER_DATABASE_URL"],
+    lease_ttl=float(os.environ.get("T_TTL", "2")),
+    heartbeat_interval=float(os.environ.get("T_HB", "0.4")),
+    reaper_interval=float(os.environ.get("T_REAPER", "0.5")),
+)
+MARKS = Path(os.environ.get("T_MARK_DIR", "."))
+
+
+def mark(ctx: JobContext, event: str) -> None:
+    (MARKS / f"{ctx.job_id}-{ctx.attempt}-{os.getpid()}.{event}").write_text(str(time.time()))
+
+
+@app.task(name="sleepy")
+def sleepy(ctx: JobContext, seconds: float) -> dict[str, Any]:
+    mark(ctx, "start")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.05)
+    mark(ctx, "end")  # the side effect, done before complete
+    return {"pid": os.getpid(), "attempt": ctx.attempt}
+
+
+@app.task(name="suicide", max_attempts=3)
+def suicide(ctx: JobContext) -> None:
+    mark(ctx, "start")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.task(name="block_loop")
+async def block_loop(ctx: JobContext, seconds: float) -> dict[str, Any]:
+    mark(ctx, "start")
+    time.sleep(seconds)  # blocks the event loop on purpose
+    return {"pid": os.getpid(), "attempt": ctx.attempt}
+
+
+@app.task(name="spin")
+def spin(ctx: JobContext, seconds: float) -> dict[str, Any]:
+    mark(ctx, "start")
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:  # holds the CPU (and the GIL, between switches)
+        n += 1
+    return {"pid": os.getpid(), "attempt": ctx.attempt, "spins": n}
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    queues = os.environ.get("T_QUEUES")
+    app.run_worker(
+        concurrency=int(os.environ.get("T_CONC", "4")),
+        shutdown_timeout=float(os.environ.get("T_SHUTDOWN", "5")),
+        queues=queues.split(",") if queues else None,
+    )
