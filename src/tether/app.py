@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from .config import (
     DEFAULT_BACKOFF_BASE,
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_LEASE_TTL,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_QUEUE,
+    DEFAULT_REAPER_INTERVAL,
     Timers,
     dump_json,
     parse_database_url,
@@ -161,9 +164,9 @@ class Tether:
         self,
         url: str | None = None,
         *,
-        lease_ttl: float = Timers.lease_ttl,
-        heartbeat_interval: float = Timers.heartbeat_interval,
-        reaper_interval: float = Timers.reaper_interval,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        reaper_interval: float = DEFAULT_REAPER_INTERVAL,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.dsn = parse_database_url(url)
@@ -186,6 +189,7 @@ class Tether:
     @overload
     def task(
         self,
+        /,
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
@@ -198,7 +202,7 @@ class Tether:
 
     def task(
         self,
-        fn: Callable[P, R] | None = None,
+        fn: Callable[..., Any] | None = None,
         /,
         *,
         name: str | None = None,
@@ -208,16 +212,16 @@ class Tether:
         lease_ttl: float | None = None,
         timeout: float | None = None,
         retry_backoff: float = DEFAULT_BACKOFF_BASE,
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> Any:
         """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``."""
 
-        def register(f: Callable[P, R]) -> Task[P, R]:
+        def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = name or f"{f.__module__}.{f.__qualname__}"
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
             opts = TaskOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
                                timeout=timeout, retry_backoff=retry_backoff)
-            t: Task[P, R] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
+            t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
             self.tasks[task_name] = t
             return t
 

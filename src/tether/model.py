@@ -24,22 +24,19 @@ __all__ = [
 ]
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """How one attempt ended; one row in the attempts table each."""
 
     SUCCEEDED = "succeeded"
@@ -49,19 +46,13 @@ class Outcome(str, enum.Enum):
     CANCELLED = "cancelled"
     RELEASED = "released"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Beat(str, enum.Enum):
+class Beat(enum.StrEnum):
     """What a heartbeat learned about one job."""
 
     RENEWED = "renewed"
     LOST = "lost"  # the fence failed: this attempt no longer owns the job
     CANCEL_REQUESTED = "cancel_requested"  # renewed, and someone asked to cancel
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)
