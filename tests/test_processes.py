@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -124,7 +124,7 @@ def test_sigkill_mid_job_is_recovered_by_a_sibling_within_the_bound(workers: Wor
     b = workers.start()  # a live sibling: recovery must come from the lease, not start-up reconciliation
     workers.wait_started(b)
     a.kill()
-    killed_at = datetime.now(timezone.utc)
+    killed_at = datetime.now(UTC)
     a.wait(timeout=5)
 
     done = wait_for(lambda: finished(store, jid), 25, "the job to finish")

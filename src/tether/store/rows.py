@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ..model import Attempt, Job, JobState, NewJob, Outcome, WorkerInfo
@@ -85,6 +85,5 @@ def assign_ids(
 
 
 def epoch_to_dt(value: float | None) -> datetime | None:
-    from datetime import timezone
 
-    return None if value is None else datetime.fromtimestamp(value, tz=timezone.utc)
+    return None if value is None else datetime.fromtimestamp(value, tz=UTC)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-__all__ = ["load_queries", "load_migrations"]
+__all__ = ["load_migrations", "load_queries"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
