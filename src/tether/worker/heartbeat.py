@@ -23,6 +23,8 @@ log = logging.getLogger("tether.heartbeat")
 
 #: after a failed beat, try again this soon rather than a whole interval later
 RETRY_AFTER_FAILURE = 1.0
+#: the fence thread re-reads the deadlines at least this often
+FENCE_IDLE_CHECK = 0.25
 
 
 class Heartbeater:
@@ -48,11 +50,11 @@ class Heartbeater:
         self.failures = 0
         self.consecutive_failures = 0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def run_once(self) -> dict[int, Beat]:
-        """One tick: renew every held lease, act on what came back, then fence
-        ourselves off any lease whose local deadline passed unrenewed."""
+        """One tick: renew every held lease in one statement and act on what came
+        back (lost: cancel the handler; cancel requested: tell it)."""
         held = self.inflight.held()
         sent_at = time.monotonic()
         try:
@@ -75,7 +77,6 @@ class Heartbeater:
                 self.inflight.renewed(job_id, attempt, sent_at)
                 if beat is Beat.CANCEL_REQUESTED:
                     self.on_cancel_requested(running)
-        self.fence_overdue()
         return beats
 
     def fence_overdue(self) -> list[Running]:
@@ -84,27 +85,31 @@ class Heartbeater:
             self.on_lost(running, "lease could not be renewed before it lapsed")
         return overdue
 
-    # -- the thread ---------------------------------------------------------------
+    # -- the threads ----------------------------------------------------------------
+    # Two threads: the beat thread does the I/O; the fence thread does none, so
+    # a heartbeat stuck on a half-open connection (packets silently dropped)
+    # cannot stop the worker from fencing itself when a lease lapses.
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="tether-heartbeat", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._beat_loop, name="tether-heartbeat", daemon=True),
+            threading.Thread(target=self._fence_loop, name="tether-fence", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        for t in self._threads:
+            t.join(timeout=5)
 
-    def _loop(self) -> None:
-        next_beat = time.monotonic() + self.interval
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(RETRY_AFTER_FAILURE if self.consecutive_failures else self.interval):
+            self.run_once()
+
+    def _fence_loop(self) -> None:
         while not self._stop.is_set():
-            now = time.monotonic()
-            if now >= next_beat:
-                self.run_once()
-                wait = RETRY_AFTER_FAILURE if self.consecutive_failures else self.interval
-                next_beat = time.monotonic() + min(wait, self.interval)
-            else:
-                self.fence_overdue()
-            # wake for the next beat, or sooner for the earliest local deadline
+            self.fence_overdue()
             deadlines = [r.local_deadline for r in self.inflight.all() if not r.lost]
-            wake = min([next_beat, *deadlines])
-            self._stop.wait(max(0.01, min(wake - time.monotonic(), self.interval)))
+            wake = min(deadlines, default=time.monotonic() + FENCE_IDLE_CHECK)
+            # Claims may add earlier deadlines while we sleep: never sleep long.
+            self._stop.wait(max(0.01, min(wake - time.monotonic(), FENCE_IDLE_CHECK)))

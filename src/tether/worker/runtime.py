@@ -53,6 +53,8 @@ MAX_CLAIM_BATCH = 200
 REPORT_RETRY = 0.5
 #: after the shutdown timeout, how long to wait for releases to be written
 RELEASE_GRACE = 10.0
+#: how long the final "worker stopped" write may take before we exit without it
+STOP_GRACE = 3.0
 
 
 class Worker:
@@ -99,6 +101,8 @@ class Worker:
         self._db_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tether-db")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nudge: asyncio.Event | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._stop_waiter: asyncio.Task[Any] | None = None
         self._stopping = False
         self._stop_now = False
         self._done: list[tuple[Running, str | None]] = []
@@ -112,9 +116,10 @@ class Worker:
         self._stopping = True
         if immediate:
             self._stop_now = True
-        if self._loop is not None and self._nudge is not None:
+        if self._loop is not None and self._nudge is not None and self._stop_event is not None:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._nudge.set)
+                self._loop.call_soon_threadsafe(self._stop_event.set)
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping:
@@ -133,6 +138,10 @@ class Worker:
         self._loop = loop
         self._nudge = asyncio.Event()
         self._report_wake = asyncio.Event()
+        self._stop_event = asyncio.Event()
+        if self._stopping:
+            self._stop_event.set()
+        self._stop_waiter = loop.create_task(self._stop_event.wait(), name="tether-stop-waiter")
         await self._db(self.store.check_schema)
         await self._db(self.store.register_worker, WorkerInfo(
             id=self.id, host=self.host, pid=os.getpid(), proc_start=process_start_time(os.getpid()),
@@ -159,19 +168,21 @@ class Worker:
             self.stop(immediate=True)
             await asyncio.shield(self._drain())
         finally:
-            reaper.cancel()
-            reporter.cancel()
-            await asyncio.gather(reaper, reporter, return_exceptions=True)
+            for t in (reaper, reporter, self._stop_waiter):
+                t.cancel()
+            await asyncio.gather(reaper, reporter, self._stop_waiter, return_exceptions=True)
             self.heartbeater.stop()
             if listener is not None:
                 listener.close()
             if install_signal_handlers:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
+            # Bounded: a worker told to stop while the database is unreachable
+            # still exits; its row simply keeps an old last_seen.
             with contextlib.suppress(Exception):
-                await self._db(self.store.stop_worker, self.id)
+                await asyncio.wait_for(self._db(self.store.stop_worker, self.id), STOP_GRACE)
             self._handlers.shutdown(wait=False)
-            self._db_pool.shutdown(wait=True)
+            self._db_pool.shutdown(wait=False, cancel_futures=True)
             log.info("worker %s stopped: %s", self.id, dict(self.counts))
         if cancelled:
             raise asyncio.CancelledError
@@ -198,7 +209,9 @@ class Worker:
                 want = min(free, self.claim_batch)
                 sent_at = time.monotonic()
                 try:
-                    jobs = await self._db(self.store.claim, self.id, self.queues, want, self.timers.lease_ttl)
+                    jobs = await self._claim(want)
+                    if jobs is None:
+                        return  # stopping
                 except Exception as exc:
                     failures += 1
                     log.warning("claim failed (%s); retrying", exc)
@@ -212,6 +225,26 @@ class Worker:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._nudge.wait(), self.poll_interval)
+
+    async def _claim(self, want: int) -> list[ClaimedJob] | None:
+        """One claim, raced against stop(): a worker asked to stop while its
+        claim hangs on an unreachable database must still stop. Jobs a late
+        claim returns are released at once (fenced, budget untouched)."""
+        assert self._stop_waiter is not None
+        claim = asyncio.ensure_future(
+            self._db(self.store.claim, self.id, self.queues, want, self.timers.lease_ttl))
+        done, _ = await asyncio.wait({claim, self._stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if claim in done:
+            return claim.result()
+        try:
+            jobs = await asyncio.wait_for(claim, STOP_GRACE)
+        except Exception as exc:  # includes the timeout: the reaper owns whatever it took
+            log.warning("stopping with a claim still in flight (%s)", exc or type(exc).__name__)
+            return None
+        for job in jobs:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._db(self.store.release, self.id, job.id, job.attempt), STOP_GRACE)
+        return None
 
     # -- running handlers ----------------------------------------------------------------
     def _start(self, job: ClaimedJob, sent_at: float) -> None:

@@ -1,0 +1,78 @@
+"""A small TCP proxy for partition tests: pass traffic, or blackhole it (bytes
+vanish, sockets stay open and half-alive, as when a network drops packets), or
+reset every connection. Threads, not asyncio, so it runs beside any worker."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+
+
+class TCPProxy:
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.mode = "pass"
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(64)
+        self.port = self._server.getsockname()[1]
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def blackhole(self) -> None:
+        self.mode = "blackhole"
+
+    def heal(self) -> None:
+        self.mode = "pass"
+
+    def reset(self) -> None:
+        with self._lock:
+            for s in self._conns:
+                with contextlib.suppress(OSError):
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    s.close()
+            self._conns.clear()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.reset()
+        self._server.close()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+
+    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+        peers = {a: b, b: a}
+        try:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([a, b], [], [], 0.2)
+                for s in ready:
+                    data = s.recv(65536)
+                    if not data:
+                        return
+                    if self.mode == "pass":
+                        peers[s].sendall(data)
+                    # blackhole: read and drop, so nothing errors on either side
+        except OSError:
+            return
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.close()

@@ -1,0 +1,282 @@
+"""The worker runtime in-process, on both backends: cancellation, timeouts, bad
+jobs, progress, wake-ups, self-fencing and embedded shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from tether import CancelReason, JobContext, JobState, Outcome, Tether
+from tether.model import Job, NewJob
+from tether.worker.runtime import Worker
+
+from .conftest import PG_URL
+from .tcpproxy import TCPProxy
+
+FAST = {"lease_ttl": 1.5, "heartbeat_interval": 0.3, "reaper_interval": 0.3}
+
+
+@contextmanager
+def running(app: Tether, **kwargs: Any) -> Iterator[Worker]:
+    """A worker on its own thread and event loop; stopped (gracefully) on exit."""
+    w = app.worker(**{"concurrency": 4, "shutdown_timeout": 2, **kwargs})
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(w.run())
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    t = threading.Thread(target=main, daemon=True)
+    t.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+        t.join(timeout=20)
+        assert not t.is_alive(), "worker did not stop"
+        assert not errors, errors
+
+
+def wait_job(app: Tether, job_id: int, check: Callable[[Job], bool], timeout: float = 10) -> Job:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = app.get_job(job_id)
+        assert job is not None
+        if check(job):
+            return job
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} did not get there in {timeout}s: {job}")
+        time.sleep(0.03)
+
+
+def is_final(job: Job) -> bool:
+    return job.state not in (JobState.QUEUED, JobState.RUNNING)
+
+
+def test_cancel_running_coroutine(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+    started = threading.Event()
+
+    @app.task
+    async def waits(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    jid = waits.enqueue()
+    with running(app):
+        assert started.wait(10)
+        assert app.cancel(jid) is JobState.RUNNING
+        job = wait_job(app, jid, is_final, timeout=5)
+    assert job.state is JobState.CANCELLED
+    assert job.attempts[-1].outcome is Outcome.CANCELLED
+
+
+def test_cancel_running_thread_handler_sees_the_flag(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+    started = threading.Event()
+    seen: list[str | None] = []
+
+    @app.task
+    def loops(ctx: JobContext) -> None:
+        started.set()
+        ctx.wait_cancelled(30)
+        seen.append(ctx.cancel_reason)
+        ctx.raise_if_cancelled()
+
+    jid = loops.enqueue()
+    with running(app):
+        assert started.wait(10)
+        app.cancel(jid)
+        job = wait_job(app, jid, is_final, timeout=5)
+    assert job.state is JobState.CANCELLED
+    assert seen == [CancelReason.REQUESTED]
+
+
+def test_attempt_timeout_cancels_and_counts_against_budget(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+
+    @app.task(timeout=0.5, max_attempts=2, retry_backoff=0)
+    async def slow(ctx: JobContext) -> None:
+        await asyncio.sleep(30)
+
+    jid = slow.enqueue()
+    with running(app):
+        job = wait_job(app, jid, is_final, timeout=10)
+    assert job.state is JobState.DEAD
+    assert [a.outcome for a in job.attempts] == [Outcome.TIMED_OUT, Outcome.TIMED_OUT]
+    assert job.last_error is not None and "timed out" in job.last_error
+
+
+def test_unknown_task_at_claim_fails_with_reason(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+
+    @app.task
+    def known(ctx: JobContext) -> None: ...
+
+    jid = app.store.enqueue([NewJob(task="nobody.knows", args_json="{}", max_attempts=1)])[0]
+    with running(app):
+        job = wait_job(app, jid, is_final)
+    assert job.state is JobState.DEAD
+    assert job.last_error is not None and "unknown task 'nobody.knows'" in job.last_error
+
+
+def test_result_that_is_not_json_ends_dead_with_reason(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+
+    @app.task
+    def bad(ctx: JobContext) -> object:
+        return {"when": object()}
+
+    jid = bad.enqueue()
+    with running(app):
+        job = wait_job(app, jid, is_final)
+    assert job.state is JobState.DEAD
+    assert job.last_error is not None and "must be JSON" in job.last_error
+
+
+def test_progress_is_recorded_and_renews_the_lease(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+    gate = threading.Event()
+
+    @app.task
+    def steps(ctx: JobContext) -> str:
+        ctx.progress(0.5, "half way")
+        gate.wait(10)
+        return "ok"
+
+    jid = steps.enqueue()
+    with running(app):
+        mid = wait_job(app, jid, lambda j: j.progress == 0.5)
+        assert mid.state is JobState.RUNNING and mid.progress_message == "half way"
+        gate.set()
+        job = wait_job(app, jid, is_final)
+    assert job.state is JobState.SUCCEEDED and job.result == "ok"
+
+
+def test_failures_retry_then_succeed(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+    calls: list[int] = []
+
+    @app.task(retry_backoff=0.05, max_attempts=3)
+    def flaky(ctx: JobContext) -> int:
+        calls.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise ConnectionError("downstream hiccup")
+        return ctx.attempt
+
+    jid = flaky.enqueue()
+    with running(app):
+        job = wait_job(app, jid, is_final)
+    assert job.state is JobState.SUCCEEDED and job.result == 3 and calls == [1, 2, 3]
+    assert [a.outcome for a in job.attempts] == [Outcome.FAILED, Outcome.FAILED, Outcome.SUCCEEDED]
+    assert job.attempts[0].traceback and "ConnectionError: downstream hiccup" in job.attempts[0].traceback
+
+
+def test_embedded_worker_cancelled_releases_its_jobs(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+    started = threading.Event()
+
+    @app.task(max_attempts=1)
+    async def long(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    jid = long.enqueue()
+
+    async def main() -> None:
+        task = asyncio.create_task(app.run_worker_async(concurrency=2, shutdown_timeout=30))
+        while not started.is_set():
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    job = app.get_job(jid)
+    assert job is not None and job.state is JobState.QUEUED
+    assert (job.attempt, job.released) == (1, 1)
+
+
+def _pg_only(backend: str) -> None:
+    if backend != "postgresql":
+        pytest.skip("LISTEN/NOTIFY and network partitions are PostgreSQL's")
+
+
+def test_notify_wakes_an_idle_worker_and_survives_a_dropped_listener(
+    backend: str, make_app: Callable[..., Tether]
+) -> None:
+    _pg_only(backend)
+    app = make_app(**FAST)
+
+    @app.task
+    def hello(ctx: JobContext) -> str:
+        return "hi"
+
+    def listeners() -> list[int]:
+        with psycopg.connect(PG_URL, autocommit=True) as c:
+            return [r[0] for r in c.execute(
+                "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %%' AND state = 'idle'")]
+
+    with running(app, poll_interval=60) as w:  # polling alone would take a minute
+        deadline = time.monotonic() + 10
+        while not listeners() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        jid = hello.enqueue()
+        wait_job(app, jid, is_final, timeout=5)
+        assert time.monotonic() - t0 < 2, "NOTIFY did not wake the worker"
+        with psycopg.connect(PG_URL, autocommit=True) as c:
+            for pid in listeners():
+                c.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        jid2 = hello.enqueue()  # enqueued while the listener is down
+        job = wait_job(app, jid2, is_final, timeout=10)
+        assert job.state is JobState.SUCCEEDED
+        assert w.counts["succeeded"] == 2
+
+
+def test_worker_fences_itself_when_the_database_goes_silent(
+    backend: str, db_url: str, make_app: Callable[..., Tether]
+) -> None:
+    _pg_only(backend)
+    make_app()  # migrate this test's schema
+    parts = urlsplit(db_url)
+    proxy = TCPProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    try:
+        url = db_url.replace(parts.netloc, f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}")
+        app = Tether(url, **FAST)
+        started = threading.Event()
+        reasons: list[tuple[str | None, float]] = []
+
+        @app.task
+        def patient(ctx: JobContext) -> None:
+            started.set()
+            ctx.wait_cancelled(30)
+            reasons.append((ctx.cancel_reason, time.monotonic()))
+
+        patient.enqueue()
+        with running(app, shutdown_timeout=0):
+            assert started.wait(10)
+            time.sleep(0.5)  # a renewal or two go through
+            cut = time.monotonic()
+            proxy.blackhole()  # packets vanish; sockets stay open; calls hang
+            deadline = time.monotonic() + FAST["lease_ttl"] + 5
+            while not reasons and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert reasons, "the handler was never told it lost the job"
+            reason, when = reasons[0]
+            assert reason == CancelReason.LOST
+            assert when - cut <= FAST["lease_ttl"] + 0.5, "fenced too late"
+            proxy.reset()  # and the worker must still stop in bounded time, network or not
+        app.close()
+    finally:
+        proxy.close()
