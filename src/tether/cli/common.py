@@ -1,0 +1,255 @@
+"""What every command shares: clean errors, the console, and loading ``module:app``."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import os
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+
+from ..app import Tether
+from ..config import Timers, parse_database_url
+from ..errors import ConfigError, PayloadError, SchemaMissing, TetherError, UnknownTask
+
+__all__ = [
+    "DRIVER_LOGGER",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "BadUsage",
+    "CLIError",
+    "CLIState",
+    "Seconds",
+    "configure_app",
+    "exit_code_for",
+    "load_app",
+    "make_console",
+    "mask_url",
+    "opened",
+    "quiet_driver_logs",
+    "require_database",
+]
+
+#: something went wrong with a request that was well-formed (no such job, a
+#: finished job cannot be cancelled, the demo found a problem)
+EXIT_FAILURE = 1
+#: the request itself is wrong: bad flags, bad settings, bad --app, no schema
+EXIT_USAGE = 2
+
+#: width for tables when stdout is not a terminal (CI logs, pipes), unless COLUMNS says otherwise
+PIPE_WIDTH = 120
+
+
+class CLIError(click.ClickException):
+    """A clear one-line message on stderr and exit code 1; never a traceback."""
+
+    exit_code = EXIT_FAILURE
+
+
+class BadUsage(CLIError):
+    """Like CLIError, for requests that are wrong as given: exit code 2."""
+
+    exit_code = EXIT_USAGE
+
+
+def exit_code_for(exc: TetherError) -> int:
+    """Settings, names and schema problems are the caller's to fix (2); a job in
+    the wrong state or missing is a failed request (1)."""
+    if isinstance(exc, (ConfigError, UnknownTask, PayloadError, SchemaMissing)):
+        return EXIT_USAGE
+    return EXIT_FAILURE
+
+
+@dataclass(frozen=True, slots=True)
+class CLIState:
+    database: str
+    debug: bool
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A rich console that stays readable when stdout is not a terminal: no
+    colour codes, and a fixed generous width instead of rich's 80 columns."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS"):
+        width = PIPE_WIDTH
+    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced, fit to print."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    if ":" in creds:
+        creds = creds.split(":", 1)[0] + ":***"
+    return f"{scheme}://{creds}@{host}"
+
+
+@contextmanager
+def opened(state: CLIState, *, create: bool = False) -> Iterator[Tether]:
+    """An app on ``--database`` for the admin commands, closed afterwards.
+
+    Without ``create``, a SQLite file that does not exist is an error rather
+    than a new empty file left behind in the working directory.
+    """
+    app = Tether(state.database)
+    if not create:
+        require_database(app)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def require_database(app: Tether) -> None:
+    """SchemaMissing for a SQLite file that does not exist, before opening it
+    would leave an empty file behind."""
+    if app.dsn.backend == "sqlite" and not os.path.exists(app.dsn.url):
+        raise SchemaMissing(
+            f"no tether database at {os.path.abspath(app.dsn.url)}: run `tether migrate` to create one "
+            "(or point --database / TETHER_DATABASE_URL at an existing one)"
+        )
+
+
+DRIVER_LOGGER = "psycopg"
+
+
+@contextmanager
+def quiet_driver_logs() -> Iterator[None]:
+    """The PostgreSQL pool logs every failed connection attempt; a one-shot
+    command reports the failure itself, once. (Workers turn those logs back on.)"""
+    logger = logging.getLogger(DRIVER_LOGGER)
+    saved = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
+
+
+# -- module:app -----------------------------------------------------------------------
+def load_app(ref: str) -> Tether:
+    """Import the Tether named by ``module:attribute`` (attribute defaults to ``app``).
+
+    Like uvicorn, the working directory goes on ``sys.path`` first so that a
+    project's own modules import without installing the project.
+    """
+    module_name, _, attr = ref.partition(":")
+    attr = attr or "app"
+    if not module_name or not all(part.isidentifier() for part in [*module_name.split("."), *attr.split(".")]):
+        raise BadUsage(f"--app {ref!r} is not of the form module:attribute (e.g. myproject.jobs:app)")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise BadUsage(
+                f"--app {ref!r}: no module named {exc.name!r} (looked in {cwd} and on sys.path)") from None
+        raise BadUsage(f"--app {ref!r}: importing {module_name!r} failed: {exc}{_where(exc)}") from None
+    except (Exception, SystemExit) as exc:
+        if _debug():
+            raise
+        raise BadUsage(
+            f"--app {ref!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}{_where(exc)}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            found = sorted(k for k, v in vars(module).items() if isinstance(v, Tether))
+            hint = f"; it has {', '.join(f'{module_name}:{k}' for k in found)}" if found else ""
+            raise BadUsage(
+                f"--app {ref!r}: module {module_name!r} has no attribute {attr!r}{hint}") from None
+    if not isinstance(obj, Tether):
+        raise BadUsage(f"--app {ref!r} is of type {type(obj).__name__}, not a tether.Tether")
+    return obj
+
+
+def configure_app(
+    app: Tether,
+    *,
+    url: str | None = None,
+    lease_ttl: float | None = None,
+    heartbeat_interval: float | None = None,
+    reaper_interval: float | None = None,
+) -> None:
+    """Point the app at another database and/or override its timers, before
+    anything opens the store or builds a worker.
+
+    Tasks stay registered on the user's app; new timers are validated (misordered
+    ones raise ConfigError) and so is every task's own ``lease_ttl`` against them.
+    """
+    if any(v is not None for v in (lease_ttl, heartbeat_interval, reaper_interval)):
+        old = app.timers
+        try:
+            timers = Timers(
+                lease_ttl=old.lease_ttl if lease_ttl is None else lease_ttl,
+                heartbeat_interval=old.heartbeat_interval if heartbeat_interval is None else heartbeat_interval,
+                reaper_interval=old.reaper_interval if reaper_interval is None else reaper_interval,
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"invalid timers: {exc}") from None
+        for task in app.tasks.values():
+            task.options.checked(timers, f"task {task.name!r}")
+        app.timers = timers
+    if url is not None:
+        dsn = parse_database_url(url)
+        app.close()  # in case the app's module already opened its own database
+        app.dsn = dsn
+
+
+if TYPE_CHECKING:
+    _FloatParam = click.ParamType[float, Any]
+else:  # click < 8.2 has no generic ParamType
+    _FloatParam = click.ParamType
+
+
+class Seconds(_FloatParam):
+    """A finite, positive number of seconds (click's FLOAT lets nan and inf through)."""
+
+    name = "seconds"
+
+    def __init__(self, *, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not self.allow_zero):
+            self.fail(f"{value!r} must be a {'non-negative' if self.allow_zero else 'positive'} "
+                      "finite number of seconds", param, ctx)
+        return seconds
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at file:line)`` of where an import blew up, for the one-line message."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" (at {exc.filename}:{exc.lineno})"
+    # The innermost frame of the user's code: not importlib's, not tether's own.
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if "importlib" not in path and not path.startswith(ours + os.sep):
+            return f" (at {frame.filename}:{frame.lineno})"
+    return ""
+
+
+def _debug() -> bool:
+    ctx = click.get_current_context(silent=True)
+    state = ctx.find_object(CLIState) if ctx is not None else None
+    return bool(state and state.debug)
+

@@ -1,0 +1,305 @@
+"""The ``tether`` command: a click group whose commands are thin shells over the
+app and its store; renderings live in ``render``, the demo in ``demo``.
+
+Every error a user can provoke ends in one line on stderr and a non-zero exit:
+2 when the request or the settings are wrong (bad flags, timers, ``--app``,
+database URL, unknown task, missing schema), 1 when a sound request failed (no
+such job, a finished job cannot be cancelled). ``--debug`` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from .. import __version__
+from ..config import DEFAULT_DATABASE_URL
+from ..errors import JobNotFound, PayloadError, TetherError
+from ..model import JobState
+from . import render
+from .common import (
+    DRIVER_LOGGER,
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    BadUsage,
+    CLIError,
+    CLIState,
+    Seconds,
+    configure_app,
+    exit_code_for,
+    load_app,
+    make_console,
+    mask_url,
+    opened,
+    quiet_driver_logs,
+    require_database,
+)
+
+__all__ = ["cli", "main"]
+
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s"
+
+
+class TetherGroup(click.Group):
+    """Turns tether's own errors, and anything unexpected, into one clean line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except TetherError as exc:
+            if _state(ctx).debug:
+                raise
+            error = BadUsage if exit_code_for(exc) == EXIT_USAGE else CLIError
+            raise error(str(exc)) from None
+        except Exception as exc:
+            if _state(ctx).debug:
+                raise
+            raise CLIError(
+                f"{type(exc).__name__}: {exc} (run with `tether --debug ...` to see the traceback)"
+            ) from None
+
+
+def _state(ctx: click.Context) -> CLIState:
+    state = ctx.find_object(CLIState)
+    return state if state is not None else CLIState(DEFAULT_DATABASE_URL, False)
+
+
+pass_state = click.make_pass_decorator(CLIState)
+
+APP_OPTION = click.option(
+    "--app", "-a", "app_ref", required=True, envvar="TETHER_APP", metavar="MODULE:ATTR",
+    help="The Tether instance, e.g. myproject.jobs:app (env TETHER_APP).",
+)
+
+
+@click.group(cls=TetherGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--database", "-d", envvar="TETHER_DATABASE_URL", default=DEFAULT_DATABASE_URL, show_default=True,
+    metavar="URL", help="sqlite:///path.db or postgresql://user@host/db (env TETHER_DATABASE_URL).",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(__version__, prog_name="tether")
+@click.pass_context
+def cli(ctx: click.Context, database: str, debug: bool) -> None:
+    """tether: a job queue in which the database owns every job."""
+    ctx.obj = CLIState(database=database, debug=debug)
+    ctx.with_resource(quiet_driver_logs())
+
+
+# -- schema -----------------------------------------------------------------------------
+@cli.command()
+@pass_state
+def migrate(state: CLIState) -> None:
+    """Create or upgrade tether's tables."""
+    with opened(state, create=True) as app:
+        applied = app.migrate()
+    where = mask_url(state.database)
+    if applied:
+        for name in applied:
+            click.echo(f"applied {name}")
+        click.echo(f"{where}: {len(applied)} migration(s) applied")
+    else:
+        click.echo(f"{where}: already up to date")
+
+
+# -- workers ------------------------------------------------------------------------------
+@cli.command()
+@APP_OPTION
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Jobs run at once by this worker.")
+@click.option("--queues", "-q", multiple=True, metavar="Q1,Q2",
+              help="Queues to work (comma-separated or repeated); default: every queue the app's tasks use.")
+@click.option("--shutdown-timeout", type=Seconds(allow_zero=True), default=30.0, show_default=True,
+              help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing them.")
+@click.option("--lease-ttl", type=Seconds(), help="Override the app's lease TTL (seconds).")
+@click.option("--heartbeat-interval", type=Seconds(), help="Override the app's heartbeat interval (seconds).")
+@click.option("--reaper-interval", type=Seconds(), help="Override the app's reaper interval (seconds).")
+@click.option("--poll-interval", type=Seconds(), help="Idle poll interval (default: the backend's).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              default="info", show_default=True)
+@click.pass_context
+def worker(
+    ctx: click.Context, app_ref: str, concurrency: int, queues: tuple[str, ...], shutdown_timeout: float,
+    lease_ttl: float | None, heartbeat_interval: float | None, reaper_interval: float | None,
+    poll_interval: float | None, log_level: str,
+) -> None:
+    """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now)."""
+    state: CLIState = ctx.obj
+    app = load_app(app_ref)
+    qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
+    try:
+        configure_app(app, url=state.database if _database_on_command_line(ctx) else None, lease_ttl=lease_ttl,
+                      heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval)
+        require_database(app)
+        app.store.check_schema()  # fail here, in one line, rather than inside the event loop
+        logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
+        logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
+        logging.getLogger("tether").info("app %s: tasks %s", app_ref, ", ".join(sorted(app.tasks)) or "none")
+        app.run_worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
+                       poll_interval=poll_interval)
+    finally:
+        app.close()
+
+
+def _database_on_command_line(ctx: click.Context) -> bool:
+    """``--database`` overrides the URL an app was built with only when given
+    explicitly; a ``Tether()`` that reads TETHER_DATABASE_URL already has it."""
+    root = ctx.find_root()
+    return root.get_parameter_source("database") is ParameterSource.COMMANDLINE
+
+
+# -- producers ---------------------------------------------------------------------------
+@cli.command()
+@click.argument("task_name", metavar="TASK")
+@APP_OPTION
+@click.option("--args", "args_json", default="{}", show_default=True, metavar="JSON",
+              help='Keyword arguments as a JSON object, e.g. \'{"user_id": 7}\'.')
+@click.option("--queue", help="Override the task's queue.")
+@click.option("--priority", type=int, help="Higher runs first.")
+@click.option("--delay", type=Seconds(allow_zero=True), help="Seconds before the job is due.")
+@click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before the job ends dead.")
+@click.option("--dedup-key", help="At most one queued or running job per key.")
+@click.pass_context
+def enqueue(
+    ctx: click.Context, task_name: str, app_ref: str, args_json: str, queue: str | None, priority: int | None,
+    delay: float | None, max_attempts: int | None, dedup_key: str | None,
+) -> None:
+    """Enqueue TASK (a name registered on the app); prints the job id."""
+    state: CLIState = ctx.obj
+    args = _json_object(args_json)
+    app = load_app(app_ref)
+    try:
+        configure_app(app, url=state.database if _database_on_command_line(ctx) else None)
+        task = app.get_task(task_name)
+        require_database(app)
+        options = {k: v for k, v in {"queue": queue, "priority": priority, "delay": delay,
+                                     "max_attempts": max_attempts, "dedup_key": dedup_key}.items() if v is not None}
+        job_id = task.using(**options).enqueue(**args)
+    finally:
+        app.close()
+    click.echo(f"enqueued {task.name} on queue {options.get('queue', task.options.queue)}: job {job_id}", err=True)
+    click.echo(str(job_id))
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadUsage(f"--args is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise PayloadError(
+            f"--args must be a JSON object of keyword arguments (like '{{\"x\": 1}}'), got {type(value).__name__}"
+        )
+    return value
+
+
+# -- inspection and admin -------------------------------------------------------------------
+@cli.command()
+@click.option("--state", "state_filter", type=click.Choice([str(s) for s in JobState]), help="Only this state.")
+@click.option("--queue", help="Only this queue.")
+@click.option("--task", help="Only this task.")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True)
+@pass_state
+def jobs(state: CLIState, state_filter: str | None, queue: str | None, task: str | None, limit: int) -> None:
+    """List jobs, newest first."""
+    with opened(state) as app:
+        found = app.store.list_jobs(state=state_filter, queue=queue, task=task, limit=limit)
+        now = app.store.db_now()
+    console = make_console()
+    if not found:
+        console.print("no jobs match" if (state_filter or queue or task) else "no jobs yet")
+        return
+    console.print(render.jobs_table(found, now))
+    if len(found) == limit:
+        console.print(f"[dim](showing the newest {limit}; use --limit for more)[/dim]")
+
+
+@cli.command()
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--tracebacks", "-t", is_flag=True, help="Also print each failed attempt's traceback.")
+@pass_state
+def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool) -> None:
+    """Show one job: its details, progress and attempts history."""
+    with opened(state) as app:
+        found = app.get_job(job_id)
+        now = app.store.db_now()
+    if found is None:
+        raise JobNotFound(f"no job {job_id} in {mask_url(state.database)}")
+    if as_json:
+        click.echo(render.job_json(found))
+    else:
+        make_console().print(render.job_details(found, now, tracebacks=tracebacks))
+
+
+@cli.command()
+@click.argument("job_id", type=int)
+@pass_state
+def cancel(state: CLIState, job_id: int) -> None:
+    """Cancel a job: a queued job at once, a running one at its next heartbeat."""
+    with opened(state) as app:
+        new_state = app.cancel(job_id)
+    if new_state is JobState.RUNNING:
+        click.echo(f"job {job_id}: cancel requested; it is running, and its worker will stop it at the next "
+                   "heartbeat (state: running)")
+    else:
+        click.echo(f"job {job_id}: {new_state}")
+
+
+@cli.command()
+@click.argument("job_id", type=int)
+@pass_state
+def retry(state: CLIState, job_id: int) -> None:
+    """Send a dead or cancelled job back to the queue."""
+    with opened(state) as app:
+        app.retry(job_id)
+        after = app.get_job(job_id)
+    shown = after.state if after is not None else JobState.QUEUED
+    extra = f" (attempts {after.attempts_used}/{after.max_attempts})" if after is not None else ""
+    click.echo(f"job {job_id}: {shown}{extra}")
+
+
+@cli.command()
+@pass_state
+def status(state: CLIState) -> None:
+    """Jobs by queue and state, the oldest due job per queue, and live workers."""
+    with opened(state) as app:
+        stats = app.store.stats()
+    console = make_console()
+    console.print(f"[bold]{mask_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})")
+    if stats.counts:
+        console.print(render.queues_table(stats))
+    else:
+        console.print("no jobs yet")
+    if stats.workers:
+        console.print(render.workers_table(stats.workers, stats.now))
+        console.print("[dim]a worker silent for longer than its lease TTL is probably gone; "
+                      "the reaper recovers its jobs[/dim]")
+    else:
+        console.print("no live workers")
+
+
+# -- the demo -------------------------------------------------------------------------------
+@cli.command()
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=1, max=500), default=30, show_default=True)
+@click.option("--workers", "n_workers", type=click.IntRange(min=2, max=16), default=3, show_default=True,
+              help="Worker processes (one of them is killed).")
+@click.option("--keep", type=click.Path(file_okay=False), help="Run in this directory and keep it.")
+def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
+    """Kill a worker mid-job on a fresh SQLite database and watch tether recover."""
+    from .demo import run_demo
+
+    ok = run_demo(n_jobs=n_jobs, n_workers=n_workers, keep=keep, console=make_console())
+    if not ok:
+        raise click.exceptions.Exit(EXIT_FAILURE)
+
+
+def main() -> None:
+    cli(prog_name="tether")

@@ -1,0 +1,248 @@
+"""Rich renderings of jobs, attempts and queue status, plus JSON for ``--json``.
+
+Times are shown in local time; ages and durations are measured against the
+database clock (``now`` comes from ``store.db_now()`` or ``Stats.now``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..model import Attempt, Job, JobState, Outcome, Stats, WorkerInfo
+
+__all__ = [
+    "STATE_ORDER",
+    "attempts_table",
+    "fmt_age",
+    "fmt_time",
+    "job_details",
+    "job_json",
+    "jobs_table",
+    "outcome_text",
+    "progress_text",
+    "queues_table",
+    "state_text",
+    "workers_table",
+]
+
+STATE_ORDER = [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED]
+STATE_STYLE = {
+    JobState.QUEUED: "cyan",
+    JobState.RUNNING: "yellow",
+    JobState.SUCCEEDED: "green",
+    JobState.DEAD: "bold red",
+    JobState.CANCELLED: "magenta",
+}
+OUTCOME_STYLE = {
+    Outcome.SUCCEEDED: "green",
+    Outcome.FAILED: "red",
+    Outcome.LEASE_EXPIRED: "bold red",
+    Outcome.TIMED_OUT: "red",
+    Outcome.CANCELLED: "magenta",
+    Outcome.RELEASED: "dim",
+}
+#: a worker not seen for longer than the default lease TTL is probably gone
+SILENT_AFTER = 30.0
+
+
+# -- small pieces ---------------------------------------------------------------------
+def fmt_time(dt: datetime | None) -> str:
+    if dt is None:
+        return "-"
+    return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_age(seconds: float) -> str:
+    """3.2s, 4m05s, 2h03m, 3d04h."""
+    s = abs(seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def fmt_rel(dt: datetime | None, now: datetime) -> str:
+    if dt is None:
+        return "-"
+    delta = (dt - now).total_seconds()
+    return f"in {fmt_age(delta)}" if delta > 0.05 else f"{fmt_age(delta)} ago"
+
+
+def state_text(state: JobState) -> Text:
+    return Text(str(state), style=STATE_STYLE.get(state, ""))
+
+
+def outcome_text(outcome: Outcome | None) -> Text:
+    if outcome is None:
+        return Text("running", style="yellow")
+    return Text(str(outcome), style=OUTCOME_STYLE.get(outcome, ""))
+
+
+def progress_text(fraction: float | None, message: str | None, width: int = 20) -> Text:
+    if fraction is None and not message:
+        return Text("-")
+    out = Text()
+    if fraction is not None:
+        filled = round(fraction * width)
+        out.append("█" * filled, style="green")
+        out.append("░" * (width - filled), style="dim")
+        out.append(f" {fraction:4.0%}")
+    if message:
+        out.append(f"  {message}")
+    return out
+
+
+def _short(text: str | None, limit: int) -> str:
+    if not text:
+        return ""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _attempts(job: Job) -> str:
+    used = f"{job.attempts_used}/{job.max_attempts}"
+    return used + (f" (+{job.released} released)" if job.released else "")
+
+
+# -- jobs -------------------------------------------------------------------------------
+def jobs_table(jobs: Sequence[Job], now: datetime) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("id", justify="right", style="bold")
+    table.add_column("task")
+    table.add_column("queue")
+    table.add_column("state")
+    table.add_column("attempts", justify="right")
+    table.add_column("run at")
+    table.add_column("last error", overflow="ellipsis", no_wrap=True, max_width=60)
+    for job in jobs:
+        run_at = fmt_time(job.run_at)
+        if job.state is JobState.QUEUED and job.run_at > now:
+            run_at += f" ({fmt_rel(job.run_at, now)})"
+        table.add_row(str(job.id), job.task, job.queue, state_text(job.state), _attempts(job), run_at,
+                      Text(_short(job.last_error, 60), style="red"))
+    return table
+
+
+def attempts_table(attempts: Sequence[Attempt], now: datetime) -> Table:
+    table = Table(title="attempts", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("#", justify="right")
+    table.add_column("worker")
+    table.add_column("claimed at")
+    table.add_column("finished at")
+    table.add_column("took", justify="right")
+    table.add_column("outcome")
+    table.add_column("error", overflow="fold")
+    for a in attempts:
+        end = a.finished_at or now
+        took = fmt_age((end - a.claimed_at).total_seconds())
+        table.add_row(str(a.attempt), a.worker, fmt_time(a.claimed_at), fmt_time(a.finished_at),
+                      took if a.finished_at else f"{took}…", outcome_text(a.outcome), Text(a.error or "", style="red"))
+    return table
+
+
+def job_details(job: Job, now: datetime, *, tracebacks: bool = False) -> RenderableType:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("job", Text(str(job.id), style="bold"))
+    grid.add_row("task", job.task)
+    grid.add_row("queue", f"{job.queue} (priority {job.priority})")
+    grid.add_row("state", state_text(job.state) + Text("  cancel requested" if job.cancel_requested else ""))
+    grid.add_row("attempts", _attempts(job) + (f"; attempt token {job.attempt}" if job.attempt else ""))
+    grid.add_row("args", json.dumps(job.args, ensure_ascii=False))
+    grid.add_row("created", fmt_time(job.created_at))
+    grid.add_row("run at", f"{fmt_time(job.run_at)} ({fmt_rel(job.run_at, now)})")
+    if job.state is JobState.RUNNING:
+        grid.add_row("worker", job.locked_by or "-")
+        grid.add_row("lease until", f"{fmt_time(job.lease_until)} ({fmt_rel(job.lease_until, now)})")
+    if job.progress is not None or job.progress_message:
+        grid.add_row("progress", progress_text(job.progress, job.progress_message))
+    if job.finished_at is not None:
+        grid.add_row("finished", fmt_time(job.finished_at))
+    if job.result is not None:
+        grid.add_row("result", json.dumps(job.result, ensure_ascii=False))
+    if job.last_error:
+        grid.add_row("last error", Text(job.last_error, style="red"))
+    if job.dedup_key:
+        grid.add_row("dedup key", job.dedup_key)
+    if job.lease_ttl is not None or job.timeout is not None:
+        grid.add_row("limits", f"lease_ttl={job.lease_ttl or 'worker default'} timeout={job.timeout or 'none'}")
+    parts: list[RenderableType] = [grid, Text()]
+    if job.attempts:
+        parts.append(attempts_table(job.attempts, now))
+    else:
+        parts.append(Text("no attempts yet", style="dim"))
+    if tracebacks:
+        for a in job.attempts:
+            if a.traceback:
+                parts += [Text(f"traceback of attempt {a.attempt}:", style="bold"), Text(a.traceback.rstrip())]
+    return Group(*parts)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def job_json(job: Job) -> str:
+    data = dataclasses.asdict(job)
+    data["attempts_used"] = job.attempts_used
+    return json.dumps(data, default=_plain, ensure_ascii=False, indent=2)
+
+
+# -- status -----------------------------------------------------------------------------
+def queues_table(stats: Stats) -> Table:
+    table = Table(title="jobs by queue and state", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("queue", style="bold")
+    for state in STATE_ORDER:
+        table.add_column(str(state), justify="right", header_style=STATE_STYLE[state])
+    table.add_column("total", justify="right")
+    table.add_column("oldest due queued", justify="right")
+    queues = sorted({q for q, _ in stats.counts} | set(stats.oldest_queued))
+    totals = dict.fromkeys(STATE_ORDER, 0)
+    for q in queues:
+        row = [stats.counts.get((q, str(s)), 0) for s in STATE_ORDER]
+        for s, n in zip(STATE_ORDER, row, strict=True):
+            totals[s] += n
+        oldest = stats.oldest_queued.get(q)
+        age = fmt_age((stats.now - oldest).total_seconds()) if oldest is not None else "-"
+        table.add_row(q, *[str(n) if n else Text("0", style="dim") for n in row], str(sum(row)), age)
+    if len(queues) > 1:
+        table.add_section()
+        table.add_row("all", *[str(totals[s]) for s in STATE_ORDER], str(sum(totals.values())), "")
+    return table
+
+
+def workers_table(workers: Sequence[WorkerInfo], now: datetime) -> Table:
+    table = Table(title="workers", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("id", style="bold")
+    table.add_column("host")
+    table.add_column("pid", justify="right")
+    table.add_column("last seen", justify="right")
+    table.add_column("up", justify="right")
+    table.add_column("queues")
+    table.add_column("concurrency", justify="right")
+    for w in workers:
+        seen = (now - w.last_seen).total_seconds()
+        seen_text = Text(f"{fmt_age(seen)} ago", style="yellow" if seen > SILENT_AFTER else "")
+        if seen > SILENT_AFTER:
+            seen_text.append(" (silent)")
+        table.add_row(w.id, w.host, str(w.pid), seen_text, fmt_age((now - w.started_at).total_seconds()),
+                      ",".join(w.queues), str(w.concurrency))
+    return table
