@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -37,6 +38,10 @@ R = TypeVar("R")
 Handler = Callable[..., Any]
 
 
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass(frozen=True, slots=True)
 class TaskOptions:
     queue: str = DEFAULT_QUEUE
@@ -56,11 +61,11 @@ class TaskOptions:
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ConfigError(f"{where}: max_attempts must be an int >= 1, got {self.max_attempts!r}")
         timers.check_job_ttl(self.lease_ttl, where)
-        if self.timeout is not None and not self.timeout > 0:
+        if self.timeout is not None and not (_finite(self.timeout) and self.timeout > 0):
             raise ConfigError(f"{where}: timeout must be a positive number of seconds, got {self.timeout!r}")
-        if not self.retry_backoff >= 0:
+        if not (_finite(self.retry_backoff) and self.retry_backoff >= 0):
             raise ConfigError(f"{where}: retry_backoff must be >= 0 seconds, got {self.retry_backoff!r}")
-        if not self.delay >= 0:
+        if not (_finite(self.delay) and self.delay >= 0):
             raise ConfigError(f"{where}: delay must be >= 0 seconds, got {self.delay!r}")
         if self.run_at is not None:
             if self.delay:

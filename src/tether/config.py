@@ -8,6 +8,7 @@ jobs claimable again within ``lease_ttl + reaper_interval``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -69,6 +70,11 @@ def validate_queue(name: str) -> str:
     return name
 
 
+def _positive_seconds(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Timers:
     """The three clocks of the lease model, in seconds."""
@@ -80,8 +86,8 @@ class Timers:
     def __post_init__(self) -> None:
         for name in ("lease_ttl", "heartbeat_interval", "reaper_interval"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+            if not _positive_seconds(value):
+                raise ConfigError(f"{name} must be a positive, finite number of seconds, got {value!r}")
         if self.heartbeat_interval * MIN_BEATS_PER_TTL > self.lease_ttl:
             raise ConfigError(
                 f"heartbeat_interval ({self.heartbeat_interval:g}s) must be at most half of "
@@ -94,8 +100,8 @@ class Timers:
         """A per-task or per-job TTL must still leave room for two beats."""
         if lease_ttl is None:
             return
-        if lease_ttl <= 0:
-            raise ConfigError(f"{where}: lease_ttl must be positive, got {lease_ttl!r}")
+        if not _positive_seconds(lease_ttl):
+            raise ConfigError(f"{where}: lease_ttl must be a positive, finite number of seconds, got {lease_ttl!r}")
         if self.heartbeat_interval * MIN_BEATS_PER_TTL > lease_ttl:
             raise ConfigError(
                 f"{where}: lease_ttl {lease_ttl:g}s is shorter than two heartbeats "
