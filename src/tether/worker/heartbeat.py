@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 from ..model import Beat
 from ..store import Store
+from . import failpoints
+from .history import HistoryRecorder
 from .inflight import InFlight, Running
 
 __all__ = ["Heartbeater"]
@@ -38,6 +40,7 @@ class Heartbeater:
         lease_ttl: float,
         on_lost: Callable[[Running, str], None],
         on_cancel_requested: Callable[[Running], None],
+        history: HistoryRecorder | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -46,6 +49,7 @@ class Heartbeater:
         self.lease_ttl = lease_ttl
         self.on_lost = on_lost
         self.on_cancel_requested = on_cancel_requested
+        self.history = history
         self.beats = 0
         self.failures = 0
         self.consecutive_failures = 0
@@ -56,6 +60,8 @@ class Heartbeater:
         """One tick: renew every held lease in one statement and act on what came
         back (lost: cancel the handler; cancel requested: tell it)."""
         held = self.inflight.held()
+        if failpoints.ARMED:
+            failpoints.hit("during_heartbeat")
         sent_at = time.monotonic()
         try:
             beats = self.store.heartbeat(self.worker_id, held, self.lease_ttl)
@@ -67,6 +73,10 @@ class Heartbeater:
         else:
             self.beats += 1
             self.consecutive_failures = 0
+            if self.history is not None:
+                for (job_id, attempt) in held:
+                    self.history.record("hb", job=job_id, attempt=attempt, beat=str(beats.get(job_id, Beat.LOST)),
+                                        sent=sent_at)
             for (job_id, attempt), beat in ((h, beats.get(h[0], Beat.LOST)) for h in held):
                 running = self.inflight.get(job_id)
                 if running is None or running.job.attempt != attempt:

@@ -32,7 +32,10 @@ from ..config import DEFAULT_QUEUE, dump_json, validate_queue
 from ..context import CancelReason, JobCancelled, JobContext
 from ..errors import ConfigError, PayloadError, StaleAttempt
 from ..model import ClaimedJob, JobState, Outcome, WorkerInfo
+from ..store import Listener
+from . import failpoints
 from .heartbeat import Heartbeater
+from .history import recorder_from_env
 from .identity import host_name, make_worker_id, process_start_time
 from .inflight import InFlight, Running
 from .pool import DaemonPool
@@ -89,12 +92,13 @@ class Worker:
         self.host = host_name()
         self.id = make_worker_id(self.host)
         self.inflight = InFlight()
+        self.history = recorder_from_env(self.id)  # None unless a chaos run asks
         self.reaper = Reaper(self.store)
         self.reconciler = Reconciler(self.store, worker_id=self.id, host=self.host, reaper=self.reaper)
         self.heartbeater = Heartbeater(
             self.store, self.id, self.inflight,
             interval=self.timers.heartbeat_interval, lease_ttl=self.timers.lease_ttl,
-            on_lost=self._lost, on_cancel_requested=self._cancel_requested,
+            on_lost=self._lost, on_cancel_requested=self._cancel_requested, history=self.history,
         )
         self.counts: Counter[str] = Counter()
         self._handlers = DaemonPool()
@@ -142,13 +146,12 @@ class Worker:
         if self._stopping:
             self._stop_event.set()
         self._stop_waiter = loop.create_task(self._stop_event.wait(), name="tether-stop-waiter")
-        await self._db(self.store.check_schema)
-        await self._db(self.store.register_worker, WorkerInfo(
-            id=self.id, host=self.host, pid=os.getpid(), proc_start=process_start_time(os.getpid()),
-            started_at=None, last_seen=None, queues=self.queues, concurrency=self.concurrency,  # type: ignore[arg-type]
-        ))
-        recovered = await self._db(self.reconciler.run_once)
-        self.counts["recovered_at_start"] += len(recovered)
+        try:
+            await self._start_up()
+        except BaseException:
+            self._handlers.shutdown(wait=False)
+            self._db_pool.shutdown(wait=False, cancel_futures=True)
+            raise
         listener = self.store.listen(self._on_notify)
         self.heartbeater.start()
         if install_signal_handlers:
@@ -157,8 +160,31 @@ class Worker:
         log.info("worker %s started: queues=%s concurrency=%d lease_ttl=%gs heartbeat=%gs reaper=%gs",
                  self.id, ",".join(self.queues), self.concurrency, self.timers.lease_ttl,
                  self.timers.heartbeat_interval, self.timers.reaper_interval)
+        await self._serve(loop, listener, install_signal_handlers)
+
+    async def _start_up(self) -> None:
+        """Check the schema, register, and recover dead predecessors' jobs."""
+        await self._db(self.store.check_schema)
+        await self._db(self.store.register_worker, WorkerInfo(
+            id=self.id, host=self.host, pid=os.getpid(), proc_start=process_start_time(os.getpid()),
+            started_at=None, last_seen=None, queues=self.queues, concurrency=self.concurrency,  # type: ignore[arg-type]
+        ))
+        if self.history is not None:
+            self.history.record("started", host=self.host, queues=self.queues)
+        try:
+            recovered = await self._db(self.reconciler.run_once)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._db(self.store.stop_worker, self.id), STOP_GRACE)
+            raise
+        self.counts["recovered_at_start"] += len(recovered)
+
+    async def _serve(self, loop: asyncio.AbstractEventLoop, listener: Listener | None,
+                     install_signal_handlers: bool) -> None:
         reporter = loop.create_task(self._report_loop(), name="tether-reporter")
         reaper = loop.create_task(self._reap_loop(), name="tether-reaper")
+        assert self._stop_waiter is not None
+        background = (reaper, reporter, self._stop_waiter)
         cancelled = False
         try:
             await self._claim_loop()
@@ -168,9 +194,9 @@ class Worker:
             self.stop(immediate=True)
             await asyncio.shield(self._drain())
         finally:
-            for t in (reaper, reporter, self._stop_waiter):
+            for t in background:
                 t.cancel()
-            await asyncio.gather(reaper, reporter, self._stop_waiter, return_exceptions=True)
+            await asyncio.gather(*background, return_exceptions=True)
             self.heartbeater.stop()
             if listener is not None:
                 listener.close()
@@ -184,6 +210,9 @@ class Worker:
             self._handlers.shutdown(wait=False)
             self._db_pool.shutdown(wait=False, cancel_futures=True)
             log.info("worker %s stopped: %s", self.id, dict(self.counts))
+            if self.history is not None:
+                self.history.record("stopped", counts=dict(self.counts))
+                self.history.close()
         if cancelled:
             raise asyncio.CancelledError
 
@@ -256,6 +285,10 @@ class Worker:
         local = sent_at + job.lease_ttl if hard is None else min(sent_at + job.lease_ttl, hard)
         running = Running(job=job, ctx=ctx, local_deadline=local, hard_deadline=hard)
         self.inflight.add(running)
+        if self.history is not None:
+            self.history.record("claimed", job=job.id, attempt=job.attempt, sent=sent_at, db=job.claimed_at)
+        if failpoints.ARMED:
+            failpoints.hit("after_claim")
         task = self.app.tasks.get(job.task)
         if task is None:
             known = ", ".join(sorted(self.app.tasks)) or "none"
@@ -306,6 +339,8 @@ class Worker:
             return
         running.lost = True
         self.counts["lost"] += 1
+        if self.history is not None:
+            self.history.record("lost", job=running.job.id, attempt=running.job.attempt, why=why)
         log.warning("job %s attempt %s lost: %s; cancelling its handler", running.job.id, running.job.attempt, why)
         if not running.ctx.cancel(CancelReason.LOST):
             self._on_ctx_cancel(running.ctx)  # already cancelled for another reason: interrupt anyway
@@ -317,6 +352,9 @@ class Worker:
     # -- outcomes --------------------------------------------------------------------------
     def _finished(self, running: Running, fut: asyncio.Future[Any]) -> None:
         job, ctx = running.job, running.ctx
+        if self.history is not None:
+            self.history.record("handler_end", job=job.id, attempt=job.attempt,
+                                ok=not fut.cancelled() and fut.exception() is None)
         if running.lost:
             self._forget(running)
             return
@@ -373,6 +411,7 @@ class Worker:
     async def _complete(self, batch: list[tuple[Running, str | None]]) -> None:
         rows = [(r.job.id, r.job.attempt, res) for r, res in batch]
         while True:
+            sent_at = time.monotonic()
             try:
                 accepted = await self._db(self.store.complete, self.id, rows)
                 break
@@ -389,6 +428,9 @@ class Worker:
                     return
                 await asyncio.sleep(REPORT_RETRY)
         for r, _ in batch:
+            if self.history is not None:
+                self.history.record("report", job=r.job.id, attempt=r.job.attempt, op="complete",
+                                    accepted=r.job.id in accepted, sent=sent_at)
             if r.job.id in accepted:
                 self.counts["succeeded"] += 1
             else:
@@ -406,12 +448,19 @@ class Worker:
     async def _report_one(self, running: Running, fn: Callable[..., Any], *args: Any) -> None:
         try:
             while not running.lost:
+                sent_at = time.monotonic()
                 try:
                     await self._db(fn, running, *args)
+                    if self.history is not None:
+                        self.history.record("report", job=running.job.id, attempt=running.job.attempt,
+                                            op=fn.__name__.strip("_"), accepted=True, sent=sent_at)
                     return
                 except StaleAttempt as exc:
                     self.counts["stale_reports"] += 1
                     log.warning("%s", exc)
+                    if self.history is not None:
+                        self.history.record("report", job=running.job.id, attempt=running.job.attempt,
+                                            op=fn.__name__.strip("_"), accepted=False, sent=sent_at)
                     return
                 except Exception as exc:
                     if running.local_deadline <= time.monotonic():
