@@ -1,0 +1,130 @@
+"""The chaos checker catches what it claims to catch: each test feeds it a
+history with one planted violation and expects exactly that invariant to fail;
+a clean history must pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether.chaos.checker import AttemptRow, CheckReport, JobRow, check
+
+TTL, REAPER = 2.0, 1.0
+T0 = 1_000_000.0  # wall clock of monotonic 0 in these histories
+
+
+def ev(e: str, m: float, w: str = "w1", **kw: Any) -> dict[str, Any]:
+    return {"e": e, "m": m, "t": T0 + m, "w": w, "pid": 1, **kw}
+
+
+def run(events: list[dict[str, Any]], jobs: list[JobRow], attempts: list[AttemptRow],
+        enqueued: list[int] | None = None) -> CheckReport:
+    return check(events, {j.id: j for j in jobs}, attempts, enqueued=enqueued or [j.id for j in jobs],
+                 lease_ttl=TTL, reaper_interval=REAPER, mono_to_wall=T0, slack=0.5)
+
+
+def clean() -> tuple[list[dict[str, Any]], list[JobRow], list[AttemptRow]]:
+    """Job 1: worker w1 dies after claiming; w2 recovers it and succeeds."""
+    events = [
+        ev("claimed", 1.0, job=1, attempt=1, sent=0.99),
+        ev("hb", 1.5, job=1, attempt=1, beat="renewed", sent=1.49),
+        ev("claimed", 5.0, "w2", job=1, attempt=2, sent=4.99),
+        ev("hb", 5.4, "w2", job=1, attempt=2, beat="renewed", sent=5.39),
+        ev("report", 6.0, "w2", job=1, attempt=2, op="complete", accepted=True, sent=5.99),
+    ]
+    jobs = [JobRow(1, "succeeded", 2, {"attempt": 2})]
+    attempts = [
+        AttemptRow(1, 1, "w1", T0 + 1.0, T0 + 4.2, "lease_expired"),
+        AttemptRow(1, 2, "w2", T0 + 5.0, T0 + 6.0, "succeeded"),
+    ]
+    return events, jobs, attempts
+
+
+def failing(report: CheckReport) -> set[str]:
+    return {k for k, v in report.invariants.items() if not v.ok}
+
+
+def test_clean_history_passes() -> None:
+    report = run(*clean())
+    assert report.ok, report.to_dict()
+    assert report.recovery["recoveries"] == 1
+    assert report.recovery["max"] is not None and abs(report.recovery["max"] - 2.7) < 1e-6
+
+
+def test_lost_job_is_flagged() -> None:
+    events, jobs, attempts = clean()
+    jobs.append(JobRow(2, "queued", 0, None))
+    report = run(events, jobs, attempts)
+    assert failing(report) == {"I1"}
+    assert "job 2" in report.invariants["I1"].violations[0]
+
+
+def test_enqueue_missing_from_database_is_flagged() -> None:
+    events, jobs, attempts = clean()
+    report = run(events, jobs, attempts, enqueued=[1, 99])
+    assert failing(report) == {"I1"} and "job 99" in report.invariants["I1"].violations[0]
+
+
+def test_overlapping_lease_is_flagged() -> None:
+    events, jobs, attempts = clean()
+    # attempt 1's heartbeat was sent after attempt 2 was granted, and accepted
+    events.append(ev("hb", 5.6, job=1, attempt=1, beat="renewed", sent=5.5))
+    report = run(events, jobs, attempts)
+    assert "I2" in failing(report)
+    assert "attempt 1" in report.invariants["I2"].violations[0]
+
+
+def test_overlapping_windows_in_the_database_are_flagged() -> None:
+    events, jobs, _ = clean()
+    attempts = [
+        AttemptRow(1, 1, "w1", T0 + 1.0, T0 + 5.5, "lease_expired"),
+        AttemptRow(1, 2, "w2", T0 + 5.0, T0 + 6.0, "succeeded"),
+    ]
+    assert "I2" in failing(run(events, jobs, attempts))
+
+
+def test_accepted_stale_write_is_flagged() -> None:
+    events, jobs, attempts = clean()
+    events.append(ev("report", 6.5, job=1, attempt=1, op="complete", accepted=True, sent=6.4))
+    report = run(events, jobs, attempts)
+    assert "I3" in failing(report)
+    assert any("attempt 1" in v and "accepted" in v for v in report.invariants["I3"].violations)
+
+
+def test_result_from_a_stale_attempt_is_flagged() -> None:
+    events, _, attempts = clean()
+    jobs = [JobRow(1, "succeeded", 2, {"attempt": 1})]
+    assert "I3" in failing(run(events, jobs, attempts))
+
+
+def test_attempt_number_granted_twice_is_flagged() -> None:
+    events, jobs, attempts = clean()
+    events.append(ev("claimed", 5.1, "w3", job=1, attempt=2, sent=5.05))
+    assert "I3" in failing(run(events, jobs, attempts))
+
+
+def test_double_finish_is_flagged() -> None:
+    events, _, _ = clean()
+    jobs = [JobRow(1, "succeeded", 2, {"attempt": 2})]
+    attempts = [
+        AttemptRow(1, 1, "w1", T0 + 1.0, T0 + 4.2, "succeeded"),
+        AttemptRow(1, 2, "w2", T0 + 5.0, T0 + 6.0, "succeeded"),
+    ]
+    report = run(events, jobs, attempts)
+    assert "I4" in failing(report)
+    assert "succeeded 2 times" in report.invariants["I4"].violations[0]
+
+
+def test_run_after_finish_is_flagged() -> None:
+    events, jobs, attempts = clean()
+    events.append(ev("claimed", 7.0, "w3", job=1, attempt=3, sent=6.9))
+    assert "I4" in failing(run(events, jobs, attempts))
+
+
+def test_slow_recovery_is_flagged() -> None:
+    events, jobs, _ = clean()
+    attempts = [
+        AttemptRow(1, 1, "w1", T0 + 1.0, T0 + 1.5 + TTL + REAPER + 2.0, "lease_expired"),
+        AttemptRow(1, 2, "w2", T0 + 5.0 + 2.0, T0 + 8.0, "succeeded"),
+    ]
+    report = run(events, jobs, attempts)
+    assert "I5" in failing(report)
