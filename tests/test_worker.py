@@ -15,11 +15,11 @@ import psycopg
 import pytest
 
 from tether import CancelReason, JobContext, JobState, Outcome, Tether
+from tether.chaos.proxy import TCPProxy
 from tether.model import Job, NewJob
 from tether.worker.runtime import Worker
 
 from .conftest import PG_URL
-from .tcpproxy import TCPProxy
 
 FAST = {"lease_ttl": 1.5, "heartbeat_interval": 0.3, "reaper_interval": 0.3}
 

@@ -156,7 +156,10 @@ def parse_database_url(url: str | None) -> DatabaseURL:
             )
         return DatabaseURL("sqlite", path, "main", query)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        schema = validate_identifier(query.pop("schema", "tether"), "schema")
+        try:
+            schema = validate_identifier(query.pop("schema", "tether"), "schema")
+        except ConfigError as exc:
+            raise InvalidDSN(f"database URL {url!r}: {exc}") from None
         try:
             port = parts.port
         except ValueError:

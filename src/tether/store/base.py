@@ -177,6 +177,15 @@ class Store(abc.ABC):
     def db_now(self) -> datetime:
         """The database clock (the machine's clock for SQLite)."""
 
+    @abc.abstractmethod
+    def destroy(self) -> None:
+        """Drop every table tether created here (``tether chaos`` cleans up its
+        scratch schema with it). Irreversible."""
+
+    def integrity_check(self) -> list[str]:
+        """Problems the database reports with its own storage; empty when fine."""
+        return []
+
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         """Start a push channel calling ``on_enqueue(queue)``; None if the backend has none."""
         return None

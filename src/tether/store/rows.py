@@ -1,7 +1,11 @@
 """Turning result rows into model records; shared by both backends.
 
 PostgreSQL hands back datetimes and decoded JSON; SQLite hands back epoch
-seconds and JSON text. Each backend passes its own converters.
+seconds and JSON text. Each backend passes its own converters (``ts`` for
+times, ``js`` for JSON columns). The JSON converter must be the backend's, not
+a guess from the value's type: a JSON *string* result decodes to a Python str
+on PostgreSQL, and decoding that str again would fail (``"done"``) or silently
+change it (``"123"`` into 123).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 
 from ..model import Attempt, Job, JobState, NewJob, Outcome, WorkerInfo
 
-__all__ = ["assign_ids", "attempt_from_row", "job_from_row", "worker_from_row"]
+__all__ = ["assign_ids", "attempt_from_row", "epoch_to_dt", "job_from_row", "json_text", "worker_from_row"]
 
 Row = Sequence[Any]
 
@@ -22,17 +26,20 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
+def json_text(value: Any) -> Any:
+    """Decode a JSON column kept as text (SQLite); NULL stays None."""
+    return None if value is None else json.loads(value)
 
 
-def job_from_row(r: Row, attempts: list[Attempt], ts: Callable[[Any], Any] = _same) -> Job:
+def job_from_row(
+    r: Row, attempts: list[Attempt], ts: Callable[[Any], Any] = _same, js: Callable[[Any], Any] = _same
+) -> Job:
     return Job(
-        id=r[0], queue=r[1], task=r[2], args=_loads(r[3]), state=JobState(r[4]), priority=r[5],
+        id=r[0], queue=r[1], task=r[2], args=js(r[3]), state=JobState(r[4]), priority=r[5],
         run_at=ts(r[6]), attempt=r[7], released=r[8], max_attempts=r[9], lease_ttl=r[10],
         timeout=r[11], dedup_key=r[12], locked_by=r[13], claimed_at=ts(r[14]), lease_until=ts(r[15]),
-        cancel_requested=bool(r[16]), progress=r[17], progress_message=r[18], result=_loads(r[19]),
-        last_error=r[20], created_at=ts(r[21]), finished_at=ts(r[22]), meta=_loads(r[23]),
+        cancel_requested=bool(r[16]), progress=r[17], progress_message=r[18], result=js(r[19]),
+        last_error=r[20], created_at=ts(r[21]), finished_at=ts(r[22]), meta=js(r[23]),
         attempts=_with_running(r, attempts, ts),
     )
 
@@ -52,10 +59,10 @@ def attempt_from_row(r: Row, ts: Callable[[Any], Any] = _same) -> Attempt:
     )
 
 
-def worker_from_row(r: Row, ts: Callable[[Any], Any] = _same) -> WorkerInfo:
+def worker_from_row(r: Row, ts: Callable[[Any], Any] = _same, js: Callable[[Any], Any] = _same) -> WorkerInfo:
     return WorkerInfo(
         id=r[0], host=r[1], pid=r[2], proc_start=r[3], started_at=ts(r[4]), last_seen=ts(r[5]),
-        queues=list(_loads(r[6])), concurrency=r[7], stopped_at=ts(r[8]),
+        queues=list(js(r[6])), concurrency=r[7], stopped_at=ts(r[8]),
     )
 
 

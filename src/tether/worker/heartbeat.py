@@ -110,7 +110,9 @@ class Heartbeater:
     def stop(self) -> None:
         self._stop.set()
         for t in self._threads:
-            t.join(timeout=5)
+            # The beat thread may be stuck in a call to an unreachable database;
+            # it is a daemon and holds nothing, so we do not wait long for it.
+            t.join(timeout=1)
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(RETRY_AFTER_FAILURE if self.consecutive_failures else self.interval):

@@ -108,23 +108,28 @@ SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
 RETURNING job_id
 
 -- name: fail
--- The retry-or-dead choice: a cancelled attempt ends the job cancelled; a spent
+-- The retry-or-dead choice: a cancelled attempt, or any attempt of a job with a
+-- pending cancel request, ends the job cancelled (as release and reap do: the
+-- handler may fail before it hears of the request, and a retry would lose the
+-- operator's cancel, since the next claim clears cancel_requested); a spent
 -- budget (attempt - released >= max_attempts) or a non-retryable error ends it
 -- dead; otherwise back to queued after an exponential backoff with jitter
 -- (half fixed, half random), capped at an hour.
 WITH gone AS (
     UPDATE {schema}.jobs AS j
     SET state = CASE
-            WHEN %(outcome)s = 'cancelled' THEN 'cancelled'
+            WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN 'cancelled'
             WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN 'dead'
             ELSE 'queued' END,
         run_at = CASE
-            WHEN %(outcome)s <> 'cancelled' AND %(retry)s AND j.attempt - j.released < j.max_attempts
+            WHEN %(outcome)s <> 'cancelled' AND NOT j.cancel_requested AND %(retry)s
+                 AND j.attempt - j.released < j.max_attempts
             THEN {now} + make_interval(secs => LEAST(3600, j.backoff_base * power(2, j.attempt - j.released - 1))
                                                * (0.5 + random() * 0.5))
             ELSE j.run_at END,
         finished_at = CASE
-            WHEN %(outcome)s = 'cancelled' OR NOT %(retry)s OR j.attempt - j.released >= j.max_attempts
+            WHEN %(outcome)s = 'cancelled' OR j.cancel_requested OR NOT %(retry)s
+                 OR j.attempt - j.released >= j.max_attempts
             THEN {now} END,
         last_error = %(error)s,
         locked_by = NULL,
@@ -208,10 +213,12 @@ FROM expired AS e JOIN moved AS m ON m.id = e.id
 -- name: expire_leases
 -- Start-up reconciliation: the listed workers are provably dead (same host,
 -- process gone), so their leases end now instead of at lease_until; the reap
--- that follows recovers the jobs through the normal path.
+-- that follows recovers the jobs through the normal path. RETURNING lets the
+-- caller count the rows through the same path (and error mapping) as the rest.
 UPDATE {schema}.jobs
 SET lease_until = {now} - interval '1 microsecond'
 WHERE state = 'running' AND locked_by = ANY(%(workers)s::text[])
+RETURNING id
 
 -- name: cancel
 -- One statement, both cases, judged on the old row: a queued job ends

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -32,6 +33,37 @@ log = logging.getLogger("tether.store.postgres")
 NOW = "coalesce(%(now)s::timestamptz, now())"
 # Every process and schema uses its own advisory lock key for migrations.
 _MIGRATE_LOCK = 0x7E7E_0001
+
+
+# A worker cut off by a network partition must find out in seconds, not after
+# the kernel's two-hour keepalive default: probe idle connections and give up on
+# unacknowledged writes. Any of these in the URL wins.
+NET_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+
+
+#: how long a caller waits for a free pooled connection before the call fails
+POOL_TIMEOUT = 10.0
+
+
+def _net_defaults(url: str) -> dict[str, Any]:
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    return {k: v for k, v in NET_DEFAULTS.items() if k not in given}
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _quote(ident: str) -> str:
@@ -62,15 +94,23 @@ class PostgresStore(Store):
             dsn.url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, "prepare_threshold": 0},
+            timeout=POOL_TIMEOUT,
+            kwargs={"autocommit": True, "prepare_threshold": 0, **_net_defaults(dsn.url)},
             open=False,
             name=f"tether-{dsn.schema}",
         )
+        # One direct connection first: it fails fast and says why (refused,
+        # unknown database, bad password), where the pool would only time out.
+        try:
+            psycopg.connect(dsn.url, connect_timeout=5, **{k: v for k, v in _net_defaults(dsn.url).items()
+                                                           if k != "connect_timeout"}).close()
+        except psycopg.Error as exc:
+            raise InvalidDSN(f"cannot connect to PostgreSQL at {_redact(dsn.url)}: {str(exc).strip()}") from None
         try:
             self.pool.open(wait=True, timeout=10)
         except Exception as exc:
             self.pool.close()
-            raise InvalidDSN(f"cannot connect to PostgreSQL at {dsn.url}: {exc}") from None
+            raise InvalidDSN(f"cannot connect to PostgreSQL at {_redact(dsn.url)}: {exc}") from None
 
     # -- plumbing -----------------------------------------------------------------
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -112,6 +152,10 @@ class PostgresStore(Store):
                 )
                 applied.append(f"{version:04d}_{name}")
         return applied
+
+    def destroy(self) -> None:
+        with self.pool.connection() as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {_quote(self.schema)} CASCADE")
 
     def check_schema(self) -> None:
         with self.pool.connection() as conn:
@@ -333,9 +377,7 @@ class PostgresStore(Store):
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         if not worker_ids:
             return 0
-        with self.pool.connection() as conn:
-            cur = conn.execute(self.q["expire_leases"], {"workers": list(worker_ids), "now": now})
-            return cur.rowcount
+        return len(self._all("expire_leases", {"workers": list(worker_ids), "now": now}))
 
     def register_worker(self, info: WorkerInfo) -> None:
         self._all(
@@ -384,7 +426,7 @@ class _NotifyListener(Listener):
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True) as conn:
+                with psycopg.connect(self._url, autocommit=True, **_net_defaults(self._url)) as conn:
                     self._conn = conn
                     conn.execute(f"LISTEN {_quote(self._channel)}")
                     self._healthy = True
@@ -403,4 +445,4 @@ class _NotifyListener(Listener):
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=3)
+        self._thread.join(timeout=1)  # a daemon; it may be blocked on a dead socket

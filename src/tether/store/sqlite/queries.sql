@@ -95,21 +95,23 @@ INSERT INTO tether_attempts (job_id, attempt, worker, claimed_at, finished_at, o
 VALUES (:job_id, :attempt, :worker, :claimed_at, :finished_at, :outcome, :error, :traceback)
 
 -- name: fail
--- The retry-or-dead choice (as on PostgreSQL): cancelled ends cancelled; a
--- spent budget or a non-retryable error ends dead; otherwise queued again after
+-- The retry-or-dead choice (as on PostgreSQL): a cancelled attempt, or a job
+-- with a pending cancel request, ends cancelled (a retry would lose the
+-- operator's cancel: the next claim clears cancel_requested); a spent budget
+-- or a non-retryable error ends dead; otherwise queued again after
 -- base * 2^(failures-1) seconds, capped at an hour, with half of it jittered.
 UPDATE tether_jobs
 SET state = CASE
-        WHEN :outcome = 'cancelled' THEN 'cancelled'
+        WHEN :outcome = 'cancelled' OR cancel_requested THEN 'cancelled'
         WHEN NOT :retry OR attempt - released >= max_attempts THEN 'dead'
         ELSE 'queued' END,
     run_at = CASE
-        WHEN :outcome <> 'cancelled' AND :retry AND attempt - released < max_attempts
+        WHEN :outcome <> 'cancelled' AND NOT cancel_requested AND :retry AND attempt - released < max_attempts
         THEN {now} + min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
                      * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0))
         ELSE run_at END,
     finished_at = CASE
-        WHEN :outcome = 'cancelled' OR NOT :retry OR attempt - released >= max_attempts
+        WHEN :outcome = 'cancelled' OR cancel_requested OR NOT :retry OR attempt - released >= max_attempts
         THEN {now} END,
     last_error = :error,
     locked_by = NULL,
@@ -164,9 +166,11 @@ RETURNING state, last_error, {now}
 -- name: expire_leases
 -- Start-up reconciliation: these workers are provably dead, so their leases end
 -- now; the reap that follows recovers their jobs through the normal path.
+-- RETURNING lets the caller count the rows through the usual error mapping.
 UPDATE tether_jobs
 SET lease_until = {now} - 0.000001
 WHERE state = 'running' AND locked_by IN (SELECT value FROM json_each(:workers))
+RETURNING id
 
 -- name: cancel
 -- Judged on the old row: queued ends cancelled at once; running gets a request.

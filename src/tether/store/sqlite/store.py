@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +19,7 @@ from ...config import DatabaseURL
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Store
-from ..rows import assign_ids, attempt_from_row, epoch_to_dt, job_from_row, worker_from_row
+from ..rows import assign_ids, attempt_from_row, epoch_to_dt, job_from_row, json_text, worker_from_row
 from ..sqlfile import load_migrations, load_queries
 
 __all__ = ["SQLiteStore"]
@@ -108,10 +108,8 @@ class SQLiteStore(Store):
     def close(self) -> None:
         with self._lock:
             for conn in self._all_conns:
-                try:
+                with suppress(sqlite3.Error):
                     conn.close()
-                except sqlite3.Error:
-                    pass
             self._all_conns.clear()
         self._local = threading.local()
 
@@ -141,6 +139,19 @@ class SQLiteStore(Store):
                 )
                 applied.append(f"{version:04d}_{name}")
         return applied
+
+    def destroy(self) -> None:
+        with self._write() as conn:
+            tables = [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'tether\\_%' ESCAPE '\\'")]
+            for table in tables:
+                conn.execute(f'DROP TABLE "{table}"')
+
+    def integrity_check(self) -> list[str]:
+        """PRAGMA integrity_check: after kills in the middle of writes, the file
+        must still be a consistent database."""
+        rows = [r[0] for r in self._conn().execute("PRAGMA integrity_check").fetchall()]
+        return [] if rows == ["ok"] else rows
 
     def check_schema(self) -> None:
         try:
@@ -196,13 +207,13 @@ class SQLiteStore(Store):
         if not rows:
             return None
         attempts = [attempt_from_row(r, epoch_to_dt) for r in self._all("get_attempts", {"id": job_id})]
-        return job_from_row(rows[0], attempts, epoch_to_dt)
+        return job_from_row(rows[0], attempts, epoch_to_dt, json_text)
 
     def list_jobs(
         self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50
     ) -> list[Job]:
         rows = self._all("list_jobs", {"state": state, "queue": queue, "task": task, "limit": limit})
-        return [job_from_row(r, [], epoch_to_dt) for r in rows]
+        return [job_from_row(r, [], epoch_to_dt, json_text) for r in rows]
 
     def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
         rows = self._all("cancel", {"id": job_id, "now": _ts(now)})
@@ -368,9 +379,7 @@ class SQLiteStore(Store):
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         if not worker_ids:
             return 0
-        cur = self._conn().execute(self.q["expire_leases"], {"workers": json.dumps(list(worker_ids)),
-                                                             "now": _ts(now)})
-        return cur.rowcount
+        return len(self._all("expire_leases", {"workers": json.dumps(list(worker_ids)), "now": _ts(now)}))
 
     def register_worker(self, info: WorkerInfo) -> None:
         self._all(
@@ -384,7 +393,7 @@ class SQLiteStore(Store):
 
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
         rows = self._all("list_workers", {"host": host, "live_only": live_only})
-        return [worker_from_row(r, epoch_to_dt) for r in rows]
+        return [worker_from_row(r, epoch_to_dt, json_text) for r in rows]
 
 
 def _split(script: str) -> list[str]:

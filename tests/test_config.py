@@ -1,0 +1,261 @@
+"""Bad input is refused up front with an error that says what to change, and a
+refused enqueue inserts nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import Task, Tether
+from tether.config import parse_database_url
+from tether.errors import ConfigError, InvalidDSN, PayloadError, UnknownTask
+from tether.store import open_store
+
+AppFactory = Callable[..., Tether]
+
+
+def handler(ctx: object, x: int, label: str = "") -> None:
+    """A task body for registration; these tests never run it."""
+
+
+def register(app: Tether, name: str = "tests.handler", **options: Any) -> Task[Any, Any]:
+    task: Task[Any, Any] = app.task(name=name, **options)(handler)
+    return task
+
+
+def no_jobs(app: Tether) -> bool:
+    return app.store.list_jobs(limit=10) == []
+
+
+# -- database URLs ----------------------------------------------------------------------
+
+BAD_URLS = {
+    "unsupported scheme": "mysql://x",
+    "sqlite with a host": "sqlite://host/x",
+    "sqlite in memory": "sqlite:///:memory:",
+    "sqlite without a file": "sqlite:///",
+    "port is not a number": "postgresql://h:notaport/db",
+    "empty": "",
+    "blank": "   ",
+    "no scheme": "tether.db",
+}
+
+
+@pytest.mark.parametrize("url", BAD_URLS.values(), ids=BAD_URLS.keys())
+def test_malformed_database_urls_are_invalid_dsn(url: str) -> None:
+    with pytest.raises(InvalidDSN) as info:
+        parse_database_url(url)
+    # the message shows a URL that would work
+    assert "sqlite:///" in str(info.value) or "postgresql://" in str(info.value)
+    with pytest.raises(InvalidDSN):
+        Tether(url)
+    with pytest.raises(InvalidDSN):
+        open_store(url)
+
+
+BAD_SCHEMAS = ["bad-name", "1starts_with_digit", "semi;colon", '"quoted"', "a" * 64, ""]
+
+
+@pytest.mark.parametrize("schema", BAD_SCHEMAS)
+def test_a_schema_that_is_not_an_identifier_is_refused_with_a_reason(schema: str) -> None:
+    url = f"postgresql://u@h:5432/db?schema={schema}"
+    with pytest.raises(ConfigError) as info:
+        parse_database_url(url)
+    assert "schema" in str(info.value) and "identifier" in str(info.value)
+    with pytest.raises(ConfigError):
+        Tether(url)
+
+
+def test_a_schema_that_is_not_an_identifier_is_an_invalid_dsn() -> None:
+    with pytest.raises(InvalidDSN):
+        parse_database_url("postgresql://u@h:5432/db?schema=bad-name")
+
+
+GOOD_URLS = {
+    "sqlite:///relative.db": ("sqlite", "relative.db", "main"),
+    "sqlite:////abs/path.db": ("sqlite", "/abs/path.db", "main"),
+    "postgresql://u@h:5432/db": ("postgresql", "postgresql://u@h:5432/db", "tether"),
+    "postgres://u@h/db?schema=jobs_1": ("postgresql", "postgresql://u@h/db", "jobs_1"),
+}
+
+
+@pytest.mark.parametrize("url", GOOD_URLS)
+def test_well_formed_database_urls_parse(url: str) -> None:
+    dsn = parse_database_url(url)
+    assert (dsn.backend, dsn.url, dsn.schema) == GOOD_URLS[url]
+
+
+# -- timers ---------------------------------------------------------------------------
+
+
+def test_misordered_timers_say_what_to_change(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        Tether(f"sqlite:///{tmp_path / 't.db'}", lease_ttl=10, heartbeat_interval=6)
+    message = str(info.value)
+    assert "heartbeat_interval" in message and "lease_ttl" in message
+    assert "lower heartbeat_interval" in message and "raise lease_ttl" in message
+
+
+@pytest.mark.parametrize(
+    "timers",
+    [
+        {"lease_ttl": 10, "heartbeat_interval": 10},
+        {"lease_ttl": 10, "heartbeat_interval": 30},
+        {"lease_ttl": 0},
+        {"heartbeat_interval": -1},
+        {"reaper_interval": 0},
+    ],
+)
+def test_bad_timers_are_refused(tmp_path: Path, timers: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        Tether(f"sqlite:///{tmp_path / 't.db'}", **timers)
+
+
+def test_two_beats_per_lease_is_enough(tmp_path: Path) -> None:
+    app = Tether(f"sqlite:///{tmp_path / 't.db'}", lease_ttl=10, heartbeat_interval=5)
+    assert (app.timers.lease_ttl, app.timers.heartbeat_interval) == (10, 5)
+
+
+def test_per_task_lease_ttl_shorter_than_two_heartbeats_is_refused(make_app: AppFactory) -> None:
+    app = make_app(lease_ttl=30, heartbeat_interval=10)
+    with pytest.raises(ConfigError) as info:
+        register(app, lease_ttl=15)
+    assert "two heartbeats" in str(info.value) and "20" in str(info.value)
+    assert app.tasks == {}
+    task = register(app, lease_ttl=20)
+    with pytest.raises(ConfigError):
+        task.using(lease_ttl=19)
+    with pytest.raises(ConfigError):
+        task.using(lease_ttl=0)
+    assert task.using(lease_ttl=60).options.lease_ttl == 60
+
+
+# -- payloads -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [object(), {1, 2}, b"bytes", float("nan"), datetime(2024, 1, 1, tzinfo=UTC)],
+    ids=["object", "set", "bytes", "nan", "datetime"],
+)
+def test_non_json_args_are_a_payload_error_and_insert_nothing(make_app: AppFactory, value: object) -> None:
+    app = make_app()
+    task = register(app)
+    with pytest.raises(PayloadError) as info:
+        task.enqueue(x=value)
+    assert "JSON" in str(info.value)
+    assert no_jobs(app)
+
+
+def test_oversized_args_are_a_payload_error_and_insert_nothing(make_app: AppFactory) -> None:
+    app = make_app(max_payload_bytes=1024)
+    task = register(app)
+    with pytest.raises(PayloadError) as info:
+        task.enqueue(x=1, label="x" * 2000)
+    assert "1024" in str(info.value)
+    assert no_jobs(app)
+    # one oversized job spoils the whole batch: all or nothing
+    with pytest.raises(PayloadError):
+        task.enqueue_many([{"x": 1}, {"x": 2, "label": "y" * 2000}, {"x": 3}])
+    assert no_jobs(app)
+    # just under the cap is fine
+    job_id = task.enqueue(x=1, label="z" * 900)
+    job = app.get_job(job_id)
+    assert job is not None and job.args == {"x": 1, "label": "z" * 900}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"y": 1}, {"x": 1, "y": 2}, {"label": "only"}],
+    ids=["missing", "unknown", "extra", "missing-required"],
+)
+def test_args_that_do_not_fit_the_handler_are_a_payload_error(make_app: AppFactory, kwargs: dict[str, Any]) -> None:
+    app = make_app()
+    task = register(app)
+    with pytest.raises(PayloadError) as info:
+        task.enqueue(**kwargs)
+    assert "tests.handler" in str(info.value)
+    assert no_jobs(app)
+
+
+def test_unknown_task_name_is_refused(make_app: AppFactory) -> None:
+    app = make_app()
+    register(app)
+    with pytest.raises(UnknownTask) as info:
+        app.enqueue("nope")
+    assert "nope" in str(info.value) and "tests.handler" in str(info.value)
+    assert isinstance(info.value, LookupError)
+    assert no_jobs(app)
+    assert app.get_job(app.enqueue("tests.handler", x=1)) is not None
+
+
+# -- task options ----------------------------------------------------------------------------
+
+BAD_QUEUES = ["", "has space", "a/b", "semi;colon", "-leading-dash", "q" * 64, "ümlaut"]
+
+
+@pytest.mark.parametrize("queue", BAD_QUEUES)
+def test_bad_queue_names_are_refused(make_app: AppFactory, queue: str) -> None:
+    app = make_app()
+    with pytest.raises(ConfigError) as info:
+        register(app, name="bad", queue=queue)
+    assert "queue" in str(info.value)
+    task = register(app, queue="good.queue-1")
+    with pytest.raises(ConfigError):
+        task.using(queue=queue)
+    assert no_jobs(app)
+
+
+def test_naive_run_at_is_refused(make_app: AppFactory) -> None:
+    app = make_app()
+    task = register(app)
+    with pytest.raises(ConfigError) as info:
+        task.using(run_at=datetime.now())  # naive on purpose
+    assert "timezone-aware" in str(info.value)
+    assert no_jobs(app)
+
+
+def test_delay_and_run_at_together_are_refused(make_app: AppFactory) -> None:
+    app = make_app()
+    task = register(app)
+    when = datetime.now(UTC) + timedelta(minutes=5)
+    with pytest.raises(ConfigError) as info:
+        task.using(delay=10, run_at=when)
+    assert "delay" in str(info.value) and "run_at" in str(info.value)
+    assert no_jobs(app)
+    # either alone is fine
+    assert task.using(run_at=when).enqueue(x=1) > 0
+    assert task.using(delay=10).enqueue(x=2) > 0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_attempts": 0}, {"timeout": 0}, {"timeout": -5}, {"delay": -1}, {"priority": 1.5}, {"dedup_key": ""}],
+    ids=["max_attempts", "timeout-zero", "timeout-negative", "delay", "priority", "dedup_key"],
+)
+def test_bad_task_options_are_refused(make_app: AppFactory, options: dict[str, Any]) -> None:
+    app = make_app()
+    task = register(app)
+    with pytest.raises(ConfigError):
+        task.using(**options)
+    assert no_jobs(app)
+
+
+def test_unknown_task_option_is_refused(make_app: AppFactory) -> None:
+    app = make_app()
+    task = register(app)
+    with pytest.raises(ConfigError) as info:
+        task.using(priorty=5)
+    assert "priorty" in str(info.value)
+
+
+def test_one_dedup_key_for_many_jobs_is_refused(make_app: AppFactory) -> None:
+    app = make_app()
+    task = register(app)
+    with pytest.raises(ConfigError):
+        task.using(dedup_key="k").enqueue_many([{"x": 1}, {"x": 2}])
+    assert no_jobs(app)

@@ -1,0 +1,1217 @@
+"""The store conformance suite: every operation and every fence, on every backend.
+
+Each test runs against a real SQLite file and a real PostgreSQL schema (the
+``store`` fixture is parametrized over both). Nothing sleeps: every
+time-dependent call gets ``now=`` from a base of ``store.db_now()`` plus a
+timedelta, so "the lease lapsed" is a clock we move, not a wait.
+
+The fence is ``id AND attempt AND locked_by AND state = 'running'``. A refused
+write must change *nothing*: the tests compare the whole ``Job`` record
+(attempts history included) before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any, TypeVar
+
+import pytest
+
+from tether.errors import InvalidTransition, JobNotFound, StaleAttempt
+from tether.model import (
+    Beat,
+    ClaimedJob,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+    Reaped,
+    WorkerInfo,
+)
+from tether.store import Store
+
+TTL = 30.0
+W = "host-a:111:w1"
+W2 = "host-b:222:w2"
+UNKNOWN_ID = 987_654_321
+# SQLite keeps times as epoch floats; a millisecond is far above its rounding.
+TOLERANCE = timedelta(milliseconds=5)
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+# -- helpers --------------------------------------------------------------------
+
+
+def sec(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)
+
+
+def new_job(task: str = "t", args: dict[str, Any] | None = None, **options: Any) -> NewJob:
+    return NewJob(task=task, args_json=json.dumps(args if args is not None else {}), **options)
+
+
+def enqueue_one(store: Store, now: datetime, **options: Any) -> int:
+    (job_id,) = store.enqueue([new_job(**options)], now=now)
+    return job_id
+
+
+def claim_one(
+    store: Store, now: datetime, worker: str = W, queues: Sequence[str] = ("default",), ttl: float = TTL
+) -> ClaimedJob:
+    claimed = store.claim(worker, queues, 1, ttl, now=now)
+    assert len(claimed) == 1, f"expected one claimable job at {now}, got {claimed}"
+    return claimed[0]
+
+
+def start_job(store: Store, now: datetime, worker: str = W, **options: Any) -> ClaimedJob:
+    """Enqueue one job in its own queue and claim it: a running attempt 1."""
+    queue = options.pop("queue", "default")
+    job_id = enqueue_one(store, now, queue=queue, **options)
+    c = claim_one(store, now, worker, queues=[queue])
+    assert (c.id, c.attempt) == (job_id, 1)
+    return c
+
+
+def get(store: Store, job_id: int) -> Job:
+    job = store.get_job(job_id)
+    assert job is not None, f"job {job_id} vanished"
+    return job
+
+
+def close_to(actual: datetime | None, expected: datetime, tolerance: timedelta = TOLERANCE) -> bool:
+    return actual is not None and abs(actual - expected) <= tolerance
+
+
+def finished_attempts(job: Job) -> list[tuple[int, Outcome | None, str]]:
+    return [(a.attempt, a.outcome, a.worker) for a in job.attempts if a.finished_at is not None]
+
+
+def all_ids(store: Store) -> set[int]:
+    return {j.id for j in store.list_jobs(limit=10_000)}
+
+
+def race(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
+    """Run two calls at the same instant on two threads (two connections)."""
+    barrier = threading.Barrier(2)
+
+    def go(fn: Callable[[], Any]) -> Any:
+        barrier.wait(timeout=10)
+        return fn()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        fa = pool.submit(go, first)
+        fb = pool.submit(go, second)
+        return fa.result(timeout=60), fb.result(timeout=60)
+
+
+# -- enqueue ---------------------------------------------------------------------
+
+
+def test_enqueue_single_returns_id_and_stores_a_queued_job(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, task="emails.send", args={"to": "a@example.com"}, queue="mail",
+                         priority=7, max_attempts=5, lease_ttl=60.0, timeout=120.0, meta_json='{"trace": "x"}')
+    job = get(store, job_id)
+    assert job.state is JobState.QUEUED
+    assert (job.task, job.queue, job.priority, job.max_attempts) == ("emails.send", "mail", 7, 5)
+    assert (job.lease_ttl, job.timeout) == (60.0, 120.0)
+    assert job.args == {"to": "a@example.com"}
+    assert job.meta == {"trace": "x"}
+    assert (job.attempt, job.released, job.locked_by, job.lease_until) == (0, 0, None, None)
+    assert close_to(job.run_at, t0)
+    assert close_to(job.created_at, t0)
+    assert job.attempts == []
+
+
+def test_enqueue_many_returns_ids_in_input_order_from_one_statement(store: Store) -> None:
+    jobs = [new_job(task=f"task{i % 3}", args={"i": i}, priority=i % 4) for i in range(50)]
+    ids = store.enqueue(jobs)  # the database clock: one statement, one now()
+    assert len(ids) == 50 and len(set(ids)) == 50
+    assert ids == sorted(ids)
+    for i, job_id in enumerate(ids):
+        job = get(store, job_id)
+        assert (job.args, job.task) == ({"i": i}, f"task{i % 3}")
+    # One statement (one transaction) sees one clock: every row has the same created_at.
+    created = {get(store, job_id).created_at for job_id in ids}
+    assert len(created) == 1
+
+
+def test_enqueue_empty_batch_inserts_nothing(store: Store) -> None:
+    assert store.enqueue([]) == []
+    assert store.list_jobs() == []
+
+
+def test_args_round_trip_through_enqueue_get_and_claim(store: Store) -> None:
+    args: dict[str, Any] = {
+        "text": "héllo ✓ \"quoted\" \\ back",
+        "int": 2**53,
+        "neg": -7,
+        "float": 1.5,
+        "none": None,
+        "flags": [True, False],
+        "nested": {"list": [1, "two", {"three": 3.0}], "empty": {}},
+    }
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, args=args)
+    assert get(store, job_id).args == args
+    claimed = claim_one(store, t0)
+    assert claimed.args == args
+
+
+def test_claim_takes_higher_priority_first(store: Store) -> None:
+    t0 = store.db_now()
+    low = enqueue_one(store, t0, priority=-5)
+    mid = enqueue_one(store, t0, priority=0)
+    high_first = enqueue_one(store, t0, priority=10)
+    high_second = enqueue_one(store, t0, priority=10)
+    five = enqueue_one(store, t0, priority=5)
+    order = [claim_one(store, t0).id for _ in range(5)]
+    assert order == [high_first, high_second, five, mid, low]
+
+
+def test_claim_within_a_priority_takes_the_earliest_run_at_first(store: Store) -> None:
+    t0 = store.db_now()
+    later = enqueue_one(store, t0, run_at=t0 - sec(10))
+    earlier = enqueue_one(store, t0, run_at=t0 - sec(20))
+    assert [claim_one(store, t0).id for _ in range(2)] == [earlier, later]
+
+
+def test_future_run_at_is_not_claimable_until_the_clock_passes_it(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, run_at=t0 + sec(60))
+    assert close_to(get(store, job_id).run_at, t0 + sec(60))
+    assert store.claim(W, ["default"], 10, TTL, now=t0) == []
+    assert store.claim(W, ["default"], 10, TTL, now=t0 + sec(59)) == []
+    assert [c.id for c in store.claim(W, ["default"], 10, TTL, now=t0 + sec(60))] == [job_id]
+
+
+def test_delay_is_measured_from_the_enqueue_clock(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, delay=30.0)
+    assert close_to(get(store, job_id).run_at, t0 + sec(30))
+    assert store.claim(W, ["default"], 10, TTL, now=t0 + sec(29)) == []
+    assert [c.id for c in store.claim(W, ["default"], 10, TTL, now=t0 + sec(31))] == [job_id]
+
+
+def test_claim_only_takes_jobs_from_the_named_queues(store: Store) -> None:
+    t0 = store.db_now()
+    a = enqueue_one(store, t0, queue="a")
+    b = enqueue_one(store, t0, queue="b")
+    c = enqueue_one(store, t0, queue="c")
+    assert [j.id for j in store.claim(W, ["a"], 10, TTL, now=t0)] == [a]
+    assert {j.id for j in store.claim(W, ["b", "c", "zzz"], 10, TTL, now=t0)} == {b, c}
+    assert store.claim(W, ["missing"], 10, TTL, now=t0) == []
+
+
+# -- claim -------------------------------------------------------------------------
+
+
+def test_claim_sets_running_and_grants_a_lease_in_one_step(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, task="work", queue="q", priority=3, max_attempts=4)
+    c = claim_one(store, t0, queues=["q"])
+    assert (c.id, c.attempt, c.task, c.queue, c.priority, c.max_attempts) == (job_id, 1, "work", "q", 3, 4)
+    assert c.lease_ttl == TTL and c.timeout is None
+    assert close_to(c.claimed_at, t0)
+    job = get(store, job_id)
+    assert job.state is JobState.RUNNING
+    assert (job.attempt, job.locked_by) == (1, W)
+    assert close_to(job.claimed_at, t0)
+    assert close_to(job.lease_until, t0 + sec(TTL))
+
+
+def test_claim_bumps_attempt_by_one_per_claim(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, max_attempts=10)
+    assert claim_one(store, t0).attempt == 1
+    store.release(W, job_id, 1, now=t0 + sec(1))
+    assert claim_one(store, t0 + sec(2)).attempt == 2
+    store.fail(W, job_id, 2, outcome=Outcome.FAILED, error="boom", now=t0 + sec(3))
+    assert claim_one(store, t0 + sec(3600)).attempt == 3
+    store.reap(100, now=t0 + sec(3600 + TTL + 1))
+    assert claim_one(store, t0 + sec(3600 + TTL + 1)).attempt == 4
+    assert get(store, job_id).attempt == 4
+
+
+def test_per_job_lease_ttl_overrides_the_workers(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, lease_ttl=90.0)
+    c = claim_one(store, t0, ttl=TTL)
+    assert c.lease_ttl == 90.0
+    assert close_to(get(store, job_id).lease_until, t0 + sec(90))
+    # and the heartbeat renews by the job's TTL, not the worker's
+    store.heartbeat(W, [(job_id, 1)], TTL, now=t0 + sec(10))
+    assert close_to(get(store, job_id).lease_until, t0 + sec(100))
+    assert store.reap(100, now=t0 + sec(TTL + 1)) == []
+
+
+def test_claim_takes_at_most_limit(store: Store) -> None:
+    t0 = store.db_now()
+    store.enqueue([new_job() for _ in range(5)], now=t0)
+    assert len(store.claim(W, ["default"], 2, TTL, now=t0)) == 2
+    assert len(store.claim(W, ["default"], 2, TTL, now=t0)) == 2
+    assert len(store.claim(W, ["default"], 2, TTL, now=t0)) == 1
+    assert store.claim(W, ["default"], 2, TTL, now=t0) == []
+
+
+def test_two_claimers_never_get_the_same_job(store: Store) -> None:
+    t0 = store.db_now()
+    ids = store.enqueue([new_job() for _ in range(10)], now=t0)
+    first = {c.id for c in store.claim(W, ["default"], 6, TTL, now=t0)}
+    second = {c.id for c in store.claim(W2, ["default"], 10, TTL, now=t0)}
+    assert len(first) == 6 and len(second) == 4
+    assert first.isdisjoint(second)
+    assert first | second == set(ids)
+    assert {get(store, i).locked_by for i in first} == {W}
+    assert {get(store, i).locked_by for i in second} == {W2}
+
+
+def test_concurrent_claimers_never_get_the_same_job(store: Store) -> None:
+    t0 = store.db_now()
+    ids = store.enqueue([new_job() for _ in range(40)], now=t0)
+    for _ in range(5):
+        mine, theirs = race(
+            lambda: store.claim(W, ["default"], 40, TTL, now=t0),
+            lambda: store.claim(W2, ["default"], 40, TTL, now=t0),
+        )
+        a, b = {c.id for c in mine}, {c.id for c in theirs}
+        assert a.isdisjoint(b)
+        assert a | b == set(ids)
+        for c in [*mine, *theirs]:
+            store.release(W if c.id in a else W2, c.id, c.attempt, now=t0)
+
+
+# -- heartbeat -----------------------------------------------------------------------
+
+
+def test_one_heartbeat_renews_every_held_lease(store: Store) -> None:
+    t0 = store.db_now()
+    store.enqueue([new_job() for _ in range(5)], now=t0)
+    held = [(c.id, c.attempt) for c in store.claim(W, ["default"], 5, TTL, now=t0)]
+    beats = store.heartbeat(W, held, TTL, now=t0 + sec(10))
+    assert beats == {job_id: Beat.RENEWED for job_id, _ in held}
+    for job_id, _ in held:
+        assert close_to(get(store, job_id).lease_until, t0 + sec(10 + TTL))
+    # renewed leases survive the time at which the original ones would have lapsed
+    assert store.reap(100, now=t0 + sec(TTL + 1)) == []
+
+
+def test_heartbeat_with_no_jobs_is_harmless(store: Store) -> None:
+    assert store.heartbeat(W, [], TTL) == {}
+
+
+def test_stale_heartbeat_wrong_attempt_is_lost_and_changes_nothing(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    before = get(store, c.id)
+    assert store.heartbeat(W, [(c.id, c.attempt + 1)], TTL, now=t0 + sec(10)) == {c.id: Beat.LOST}
+    assert store.heartbeat(W, [(c.id, c.attempt - 1)], TTL, now=t0 + sec(10)) == {c.id: Beat.LOST}
+    assert get(store, c.id) == before
+
+
+def test_stale_heartbeat_wrong_worker_is_lost_and_changes_nothing(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    before = get(store, c.id)
+    assert store.heartbeat(W2, [(c.id, c.attempt)], TTL, now=t0 + sec(10)) == {c.id: Beat.LOST}
+    assert get(store, c.id) == before
+
+
+def test_stale_heartbeat_for_a_finished_job_is_lost_and_changes_nothing(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    assert store.complete(W, [(c.id, c.attempt, None)], now=t0 + sec(1)) == {c.id}
+    before = get(store, c.id)
+    assert store.heartbeat(W, [(c.id, c.attempt)], TTL, now=t0 + sec(10)) == {c.id: Beat.LOST}
+    assert get(store, c.id) == before
+
+
+def test_stale_heartbeat_for_an_unknown_id_is_lost(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    beats = store.heartbeat(W, [(c.id, c.attempt), (UNKNOWN_ID, 1)], TTL, now=t0 + sec(10))
+    assert beats == {c.id: Beat.RENEWED, UNKNOWN_ID: Beat.LOST}
+    assert store.get_job(UNKNOWN_ID) is None
+
+
+def test_heartbeat_mixes_renewed_and_lost_in_one_call(store: Store) -> None:
+    t0 = store.db_now()
+    mine = start_job(store, t0, queue="mine")
+    theirs = start_job(store, t0, worker=W2, queue="theirs")
+    done = start_job(store, t0, queue="done")
+    store.complete(W, [(done.id, 1, None)], now=t0)
+    theirs_before = get(store, theirs.id)
+    beats = store.heartbeat(W, [(mine.id, 1), (theirs.id, 1), (done.id, 1)], TTL, now=t0 + sec(10))
+    assert beats == {mine.id: Beat.RENEWED, theirs.id: Beat.LOST, done.id: Beat.LOST}
+    assert close_to(get(store, mine.id).lease_until, t0 + sec(10 + TTL))
+    assert get(store, theirs.id) == theirs_before
+
+
+def test_heartbeat_reports_a_cancel_request_and_still_renews(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    other = start_job(store, t0, queue="other")
+    assert store.cancel(c.id, now=t0 + sec(1)) is JobState.RUNNING
+    beats = store.heartbeat(W, [(c.id, 1), (other.id, 1)], TTL, now=t0 + sec(10))
+    assert beats == {c.id: Beat.CANCEL_REQUESTED, other.id: Beat.RENEWED}
+    assert close_to(get(store, c.id).lease_until, t0 + sec(10 + TTL))
+
+
+def test_heartbeat_marks_the_worker_seen(store: Store) -> None:
+    t0 = store.db_now()
+    store.register_worker(WorkerInfo(id=W, host="host-a", pid=111, proc_start=12345, started_at=t0,
+                                     last_seen=t0, queues=["default", "mail"], concurrency=4))
+    (info,) = store.list_workers()
+    assert (info.id, info.host, info.pid, info.proc_start, info.queues, info.concurrency) == (
+        W, "host-a", 111, 12345, ["default", "mail"], 4)
+    c = start_job(store, t0)
+    store.heartbeat(W, [(c.id, 1)], TTL, now=t0 + sec(100))
+    (info,) = store.list_workers()
+    assert close_to(info.last_seen, t0 + sec(100))
+    # a beat with nothing held still says the worker is alive
+    store.heartbeat(W, [], TTL, now=t0 + sec(200))
+    (info,) = store.list_workers()
+    assert close_to(info.last_seen, t0 + sec(200))
+
+
+def test_stop_worker_and_list_workers_filters(store: Store) -> None:
+    t0 = store.db_now()
+    for wid, host in ((W, "host-a"), (W2, "host-b")):
+        store.register_worker(WorkerInfo(id=wid, host=host, pid=1, proc_start=None, started_at=t0,
+                                         last_seen=t0, queues=["default"], concurrency=1))
+    assert {w.id for w in store.list_workers()} == {W, W2}
+    assert [w.id for w in store.list_workers(host="host-b")] == [W2]
+    store.stop_worker(W, now=t0 + sec(5))
+    assert [w.id for w in store.list_workers(live_only=True)] == [W2]
+    stopped = next(w for w in store.list_workers() if w.id == W)
+    assert close_to(stopped.stopped_at, t0 + sec(5))
+    # re-registering the same id brings it back to life
+    store.register_worker(WorkerInfo(id=W, host="host-a", pid=1, proc_start=None, started_at=t0,
+                                     last_seen=t0, queues=["default"], concurrency=1))
+    assert {w.id for w in store.list_workers(live_only=True)} == {W, W2}
+
+
+# -- progress ------------------------------------------------------------------------
+
+
+def test_progress_records_and_extends_the_lease(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    assert store.progress(W, c.id, 1, 0.25, "a quarter", TTL, now=t0 + sec(20)) is False
+    job = get(store, c.id)
+    assert (job.progress, job.progress_message) == (0.25, "a quarter")
+    assert close_to(job.lease_until, t0 + sec(20 + TTL))
+    assert store.reap(100, now=t0 + sec(TTL + 1)) == []
+
+
+def test_progress_reports_a_cancel_request(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    store.cancel(c.id, now=t0)
+    assert store.progress(W, c.id, 1, 0.5, None, TTL, now=t0 + sec(1)) is True
+
+
+def test_stale_progress_raises_and_changes_nothing(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    store.progress(W, c.id, 1, 0.1, "start", TTL, now=t0 + sec(1))
+    before = get(store, c.id)
+    with pytest.raises(StaleAttempt) as info:
+        store.progress(W, c.id, 2, 0.9, "nearly", TTL, now=t0 + sec(10))
+    assert (info.value.job_id, info.value.attempt, info.value.worker, info.value.op) == (c.id, 2, W, "progress")
+    with pytest.raises(StaleAttempt):
+        store.progress(W2, c.id, 1, 0.9, "nearly", TTL, now=t0 + sec(10))
+    with pytest.raises(StaleAttempt):
+        store.progress(W, UNKNOWN_ID, 1, 0.9, "nearly", TTL, now=t0 + sec(10))
+    assert get(store, c.id) == before
+
+
+# -- complete ------------------------------------------------------------------------
+
+
+def test_complete_batch_accepts_only_rows_that_pass_their_fence(store: Store) -> None:
+    t0 = store.db_now()
+    store.enqueue([new_job() for _ in range(3)], now=t0)
+    a, b, c = store.claim(W, ["default"], 3, TTL, now=t0)
+    b_before = get(store, b.id)
+    accepted = store.complete(
+        W,
+        [(a.id, a.attempt, '{"ok": 1}'), (b.id, b.attempt + 1, '"wrong attempt"'), (c.id, c.attempt, None),
+         (UNKNOWN_ID, 1, None)],
+        now=t0 + sec(5),
+    )
+    assert accepted == {a.id, c.id}
+    assert get(store, b.id) == b_before  # the stale row is untouched: still running, lease as it was
+    done = get(store, a.id)
+    assert done.state is JobState.SUCCEEDED
+    assert done.result == {"ok": 1}
+    assert (done.locked_by, done.lease_until) == (None, None)
+    assert close_to(done.finished_at, t0 + sec(5))
+    assert get(store, c.id).result is None
+
+
+def test_complete_from_the_wrong_worker_is_refused(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    before = get(store, c.id)
+    assert store.complete(W2, [(c.id, c.attempt, '"mine"')], now=t0 + sec(1)) == set()
+    assert get(store, c.id) == before
+
+
+def test_complete_writes_one_succeeded_attempt_row_once(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    assert store.complete(W, [(c.id, 1, '[1, 2, "three"]')], now=t0 + sec(3)) == {c.id}
+    # a second completion (a retried batch) is refused and writes nothing
+    assert store.complete(W, [(c.id, 1, '"again"')], now=t0 + sec(4)) == set()
+    job = get(store, c.id)
+    assert job.result == [1, 2, "three"]
+    (att,) = job.attempts
+    assert (att.attempt, att.worker, att.outcome, att.error) == (1, W, Outcome.SUCCEEDED, None)
+    assert close_to(att.claimed_at, t0)
+    assert close_to(att.finished_at, t0 + sec(3))
+
+
+@pytest.mark.parametrize(
+    ("result_json", "expected"),
+    [('"done"', "done"), ('"123"', "123"), ("123", 123), ("1.5", 1.5), ("true", True), ("null", None),
+     (None, None), ('[1, "a"]', [1, "a"]), ('{"k": {"n": "v"}}', {"k": {"n": "v"}})],
+)
+def test_result_round_trips_every_json_type(store: Store, result_json: str | None, expected: Any) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    assert store.complete(W, [(c.id, 1, result_json)], now=t0) == {c.id}
+    result = get(store, c.id).result
+    assert result == expected and type(result) is type(expected)
+
+
+def test_complete_with_nothing_is_a_no_op(store: Store) -> None:
+    assert store.complete(W, []) == set()
+
+
+# -- fail ----------------------------------------------------------------------------
+
+
+def test_fail_retries_with_exponential_backoff_and_jitter(store: Store) -> None:
+    t0 = store.db_now()
+    n = 20
+    store.enqueue([new_job(backoff_base=10.0, max_attempts=5) for _ in range(n)], now=t0)
+    t = t0
+    for failure in (1, 2, 3):
+        t = t + sec(3600)
+        claimed = store.claim(W, ["default"], n, TTL, now=t)
+        assert len(claimed) == n and {c.attempt for c in claimed} == {failure}
+        full = 10.0 * 2 ** (failure - 1)
+        delays = []
+        for c in claimed:
+            assert store.fail(W, c.id, c.attempt, outcome=Outcome.FAILED, error="oops", now=t) is JobState.QUEUED
+            job = get(store, c.id)
+            assert job.state is JobState.QUEUED and job.locked_by is None and job.lease_until is None
+            assert job.finished_at is None
+            delays.append((job.run_at - t).total_seconds())
+        assert all(0.5 * full - 0.01 <= d <= full + 0.01 for d in delays), (failure, delays)
+        assert len({round(d, 3) for d in delays}) > 1, "backoff has no jitter"
+        # not claimable before its backoff has passed
+        assert store.claim(W, ["default"], n, TTL, now=t + sec(0.5 * full - 0.1)) == []
+
+
+def test_fail_backoff_is_capped_at_an_hour(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, backoff_base=3000.0, max_attempts=5)
+    store.fail(W, c.id, 1, outcome=Outcome.FAILED, error="x", now=t0)
+    c2 = claim_one(store, t0 + sec(4000))
+    store.fail(W, c2.id, 2, outcome=Outcome.FAILED, error="x", now=t0 + sec(4000))
+    delay = (get(store, c.id).run_at - (t0 + sec(4000))).total_seconds()
+    assert 1800 - 0.01 <= delay <= 3600 + 0.01
+
+
+def test_fail_goes_dead_once_max_attempts_are_spent(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, max_attempts=2, backoff_base=1.0)
+    c = claim_one(store, t0)
+    assert store.fail(W, job_id, c.attempt, outcome=Outcome.FAILED, error="first", now=t0) is JobState.QUEUED
+    c = claim_one(store, t0 + sec(10))
+    assert c.attempt == 2
+    assert store.fail(W, job_id, 2, outcome=Outcome.FAILED, error="second", now=t0 + sec(11)) is JobState.DEAD
+    job = get(store, job_id)
+    assert job.state is JobState.DEAD
+    assert job.last_error == "second"
+    assert close_to(job.finished_at, t0 + sec(11))
+    assert store.claim(W, ["default"], 10, TTL, now=t0 + sec(99999)) == []
+
+
+def test_fail_without_retry_goes_dead_at_once(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=10)
+    assert store.fail(W, c.id, 1, outcome=Outcome.FAILED, error="bad input", retry=False, now=t0) is JobState.DEAD
+    job = get(store, c.id)
+    assert job.state is JobState.DEAD and job.attempts_used == 1
+
+
+def test_fail_with_outcome_cancelled_ends_cancelled(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=10)
+    state = store.fail(W, c.id, 1, outcome=Outcome.CANCELLED, error="cancelled by operator", now=t0 + sec(2))
+    assert state is JobState.CANCELLED
+    job = get(store, c.id)
+    assert job.state is JobState.CANCELLED
+    assert close_to(job.finished_at, t0 + sec(2))
+    assert [(a.attempt, a.outcome) for a in job.attempts] == [(1, Outcome.CANCELLED)]
+
+
+def test_fail_after_a_cancel_request_ends_cancelled_not_retried(store: Store) -> None:
+    t0 = store.db_now()
+    retried = start_job(store, t0, queue="a", max_attempts=10)
+    final = start_job(store, t0, queue="b", max_attempts=10)
+    for c in (retried, final):
+        assert store.cancel(c.id, now=t0 + sec(1)) is JobState.RUNNING
+    # the handler failed before its worker heard of the request: the cancel still wins
+    assert store.fail(W, retried.id, 1, outcome=Outcome.FAILED, error="boom", now=t0 + sec(2)) is JobState.CANCELLED
+    assert store.fail(W, final.id, 1, outcome=Outcome.FAILED, error="boom", retry=False,
+                      now=t0 + sec(2)) is JobState.CANCELLED
+    for c in (retried, final):
+        job = get(store, c.id)
+        assert job.state is JobState.CANCELLED
+        assert close_to(job.finished_at, t0 + sec(2))
+        assert [(a.attempt, a.outcome, a.error) for a in job.attempts] == [(1, Outcome.FAILED, "boom")]
+    assert store.claim(W, ["a", "b"], 10, TTL, now=t0 + sec(99999)) == []
+
+
+def test_fail_records_error_and_traceback_in_the_attempts_row(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    tb = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: nope\n'
+    store.fail(W, c.id, 1, outcome=Outcome.FAILED, error="ValueError: nope", traceback=tb, now=t0 + sec(4))
+    job = get(store, c.id)
+    assert job.last_error == "ValueError: nope"
+    (att,) = job.attempts
+    assert (att.attempt, att.worker, att.outcome, att.error, att.traceback) == (
+        1, W, Outcome.FAILED, "ValueError: nope", tb)
+    assert close_to(att.claimed_at, t0)
+    assert close_to(att.finished_at, t0 + sec(4))
+
+
+def test_stale_fail_raises_and_changes_nothing(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    before = get(store, c.id)
+    with pytest.raises(StaleAttempt) as info:
+        store.fail(W, c.id, 2, outcome=Outcome.FAILED, error="zombie", now=t0 + sec(1))
+    assert info.value.op == "fail"
+    with pytest.raises(StaleAttempt):
+        store.fail(W2, c.id, 1, outcome=Outcome.FAILED, error="zombie", retry=False, now=t0 + sec(1))
+    with pytest.raises(StaleAttempt):
+        store.fail(W, UNKNOWN_ID, 1, outcome=Outcome.FAILED, error="zombie", now=t0 + sec(1))
+    assert get(store, c.id) == before
+
+
+def test_fail_on_a_finished_job_raises_and_changes_nothing(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    store.complete(W, [(c.id, 1, '"done"')], now=t0 + sec(1))
+    before = get(store, c.id)
+    with pytest.raises(StaleAttempt):
+        store.fail(W, c.id, 1, outcome=Outcome.FAILED, error="late", now=t0 + sec(2))
+    assert get(store, c.id) == before
+
+
+# -- release -------------------------------------------------------------------------
+
+
+def test_release_hands_the_job_back_without_spending_budget(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=1)
+    assert store.release(W, c.id, 1, now=t0 + sec(5)) is JobState.QUEUED
+    job = get(store, c.id)
+    assert job.state is JobState.QUEUED
+    assert (job.released, job.attempt, job.attempts_used) == (1, 1, 0)
+    assert (job.locked_by, job.lease_until, job.finished_at) == (None, None, None)
+    assert close_to(job.run_at, t0 + sec(5))
+    assert [(a.attempt, a.outcome, a.worker) for a in job.attempts] == [(1, Outcome.RELEASED, W)]
+    # claimable again at once, and the one real attempt is still there to spend
+    c2 = claim_one(store, t0 + sec(5), worker=W2)
+    assert c2.attempt == 2
+    assert store.fail(W2, c.id, 2, outcome=Outcome.FAILED, error="real failure", now=t0 + sec(6)) is JobState.DEAD
+    job = get(store, c.id)
+    assert (job.state, job.attempt, job.released, job.attempts_used) == (JobState.DEAD, 2, 1, 1)
+
+
+def test_released_attempts_do_not_count_when_fail_judges_the_budget(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=2, backoff_base=1.0)
+    store.release(W, c.id, 1, now=t0)
+    c = claim_one(store, t0)
+    assert c.attempt == 2
+    # one real attempt spent of two: a retry, not dead
+    assert store.fail(W, c.id, 2, outcome=Outcome.FAILED, error="x", now=t0) is JobState.QUEUED
+    c = claim_one(store, t0 + sec(10))
+    assert store.fail(W, c.id, 3, outcome=Outcome.FAILED, error="x", now=t0 + sec(10)) is JobState.DEAD
+    job = get(store, c.id)
+    assert (job.attempt, job.released, job.attempts_used) == (3, 1, 2)
+
+
+def test_release_does_not_grow_the_backoff(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=5, backoff_base=100.0)
+    for i in range(3):
+        store.release(W, c.id, c.attempt, now=t0)
+        c = claim_one(store, t0)
+        assert c.attempt == i + 2
+    store.fail(W, c.id, c.attempt, outcome=Outcome.FAILED, error="x", now=t0)
+    delay = (get(store, c.id).run_at - t0).total_seconds()
+    assert 50 - 0.01 <= delay <= 100 + 0.01  # the first failure's backoff, not the fourth's
+
+
+def test_release_with_a_pending_cancel_ends_cancelled(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    store.cancel(c.id, now=t0)
+    assert store.release(W, c.id, 1, now=t0 + sec(1)) is JobState.CANCELLED
+    assert get(store, c.id).state is JobState.CANCELLED
+    assert store.claim(W, ["default"], 10, TTL, now=t0 + sec(2)) == []
+
+
+def test_stale_release_raises_and_changes_nothing(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    before = get(store, c.id)
+    with pytest.raises(StaleAttempt) as info:
+        store.release(W, c.id, 2, now=t0 + sec(1))
+    assert info.value.op == "release"
+    with pytest.raises(StaleAttempt):
+        store.release(W2, c.id, 1, now=t0 + sec(1))
+    with pytest.raises(StaleAttempt):
+        store.release(W, UNKNOWN_ID, 1, now=t0 + sec(1))
+    assert get(store, c.id) == before
+
+
+# -- the ABA case: the same worker id, a newer attempt ---------------------------------
+
+
+def test_aba_zombie_attempt_of_the_same_worker_is_fenced_out(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, max_attempts=5)
+    first = claim_one(store, t0, worker=W)
+    assert first.attempt == 1
+    (reaped,) = store.reap(100, now=t0 + sec(TTL + 1))
+    assert (reaped.id, reaped.attempt, reaped.worker, reaped.state) == (job_id, 1, W, JobState.QUEUED)
+    t1 = t0 + sec(TTL + 2)
+    second = claim_one(store, t1, worker=W)  # the very same worker id takes it again
+    assert (second.id, second.attempt) == (job_id, 2)
+    store.progress(W, job_id, 2, 0.5, "attempt two", TTL, now=t1)
+    before = get(store, job_id)
+    later = t1 + sec(5)
+
+    # every write from attempt 1 is refused and changes nothing
+    assert store.heartbeat(W, [(job_id, 1)], TTL, now=later) == {job_id: Beat.LOST}
+    with pytest.raises(StaleAttempt):
+        store.progress(W, job_id, 1, 1.0, "zombie", TTL, now=later)
+    assert store.complete(W, [(job_id, 1, '"zombie result"')], now=later) == set()
+    with pytest.raises(StaleAttempt):
+        store.fail(W, job_id, 1, outcome=Outcome.FAILED, error="zombie", now=later)
+    with pytest.raises(StaleAttempt):
+        store.fail(W, job_id, 1, outcome=Outcome.CANCELLED, error="zombie", now=later)
+    with pytest.raises(StaleAttempt):
+        store.release(W, job_id, 1, now=later)
+    assert get(store, job_id) == before
+
+    # attempt 2 still owns the job
+    assert store.heartbeat(W, [(job_id, 2)], TTL, now=later) == {job_id: Beat.RENEWED}
+    assert store.complete(W, [(job_id, 2, '"real result"')], now=later) == {job_id}
+    job = get(store, job_id)
+    assert (job.state, job.result) == (JobState.SUCCEEDED, "real result")
+    assert finished_attempts(job) == [(1, Outcome.LEASE_EXPIRED, W), (2, Outcome.SUCCEEDED, W)]
+
+
+# -- reap ----------------------------------------------------------------------------
+
+
+def test_reap_takes_only_lapsed_leases(store: Store) -> None:
+    t0 = store.db_now()
+    old = start_job(store, t0, queue="old")
+    fresh = start_job(store, t0 + sec(20), queue="fresh")
+    fresh_before = get(store, fresh.id)
+    assert store.reap(100, now=t0 + sec(TTL - 0.01)) == []  # not lapsed until lease_until passes
+    reaped = store.reap(100, now=t0 + sec(TTL + 1))
+    assert [r.id for r in reaped] == [old.id]
+    assert get(store, fresh.id) == fresh_before
+
+
+def test_reap_takes_oldest_leases_first_bounded_by_limit(store: Store) -> None:
+    t0 = store.db_now()
+    # ids ascend while leases descend, so "oldest first" cannot pass by accident of row order
+    ids = store.enqueue([new_job(lease_ttl=ttl) for ttl in (120.0, 90.0, 60.0, 45.0)], now=t0)
+    store.claim(W, ["default"], 4, TTL, now=t0)
+    by_lease = list(reversed(ids))
+    later = t0 + sec(1000)
+    assert [r.id for r in store.reap(2, now=later)] == by_lease[:2]
+    assert {get(store, i).state for i in by_lease[2:]} == {JobState.RUNNING}
+    assert [r.id for r in store.reap(1, now=later)] == [by_lease[2]]
+    assert [r.id for r in store.reap(10, now=later)] == [by_lease[3]]
+    assert store.reap(10, now=later) == []
+
+
+def test_reap_leaves_a_lapsed_lease_alone_until_it_is_among_the_oldest(store: Store) -> None:
+    t0 = store.db_now()
+    ids = store.enqueue([new_job(lease_ttl=ttl) for ttl in (45.0, 30.0)], now=t0)
+    store.claim(W, ["default"], 2, TTL, now=t0)
+    (r,) = store.reap(1, now=t0 + sec(50))
+    assert r.id == ids[1]  # the lease that lapsed first, not the lower id
+
+
+def test_reap_requeues_at_once_while_budget_remains(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=3, backoff_base=600.0)
+    tr = t0 + sec(TTL + 1)
+    assert store.reap(100, now=tr) == [
+        Reaped(id=c.id, attempt=1, worker=W, outcome=Outcome.LEASE_EXPIRED, state=JobState.QUEUED)
+    ]
+    job = get(store, c.id)
+    assert job.state is JobState.QUEUED
+    assert (job.locked_by, job.lease_until, job.finished_at) == (None, None, None)
+    assert close_to(job.run_at, tr)  # no backoff after a lapse
+    assert job.last_error is not None and job.last_error.startswith("worker lease expired")
+    assert W in job.last_error
+    (att,) = job.attempts
+    assert (att.attempt, att.worker, att.outcome) == (1, W, Outcome.LEASE_EXPIRED)
+    assert att.error == job.last_error
+    assert close_to(att.claimed_at, t0)
+    assert close_to(att.finished_at, tr)
+    assert claim_one(store, tr, worker=W2).attempt == 2
+
+
+def test_reap_sends_a_spent_job_dead_with_a_reason(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=2)
+    store.reap(100, now=t0 + sec(TTL + 1))
+    c2 = claim_one(store, t0 + sec(TTL + 1))
+    assert c2.attempt == 2
+    tr = t0 + sec(2 * TTL + 2)
+    (r,) = store.reap(100, now=tr)
+    assert (r.id, r.attempt, r.state, r.outcome) == (c.id, 2, JobState.DEAD, Outcome.LEASE_EXPIRED)
+    job = get(store, c.id)
+    assert job.state is JobState.DEAD
+    assert job.last_error is not None and job.last_error.startswith("worker lease expired")
+    assert close_to(job.finished_at, tr)
+    assert [(a.attempt, a.outcome) for a in job.attempts] == [(1, Outcome.LEASE_EXPIRED), (2, Outcome.LEASE_EXPIRED)]
+    assert store.claim(W, ["default"], 10, TTL, now=tr + sec(99999)) == []
+
+
+def test_reap_of_a_running_job_with_a_cancel_request_ends_cancelled(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=5)
+    store.cancel(c.id, now=t0 + sec(1))
+    (r,) = store.reap(100, now=t0 + sec(TTL + 1))
+    assert (r.id, r.state) == (c.id, JobState.CANCELLED)
+    job = get(store, c.id)
+    assert job.state is JobState.CANCELLED and job.finished_at is not None
+    assert store.claim(W, ["default"], 10, TTL, now=t0 + sec(99999)) == []
+
+
+def test_reaping_twice_reaps_once(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    tr = t0 + sec(TTL + 1)
+    assert len(store.reap(100, now=tr)) == 1
+    after_first = get(store, c.id)
+    assert store.reap(100, now=tr) == []
+    assert store.reap(100, now=tr + sec(1000)) == []
+    assert get(store, c.id) == after_first
+    assert len(after_first.attempts) == 1
+
+
+def test_reap_after_complete_does_nothing_and_complete_after_reap_is_refused(store: Store) -> None:
+    t0 = store.db_now()
+    done = start_job(store, t0, queue="done")
+    lapsed = start_job(store, t0, queue="lapsed")
+    tr = t0 + sec(TTL + 1)
+    assert store.complete(W, [(done.id, 1, None)], now=tr) == {done.id}  # late, but nobody reaped it yet
+    assert [r.id for r in store.reap(100, now=tr)] == [lapsed.id]
+    after_reap = get(store, lapsed.id)
+    assert store.complete(W, [(lapsed.id, 1, '"too late"')], now=tr) == set()
+    assert get(store, lapsed.id) == after_reap
+    assert get(store, done.id).state is JobState.SUCCEEDED
+
+
+def test_attempt_timeout_is_reaped_at_its_deadline_despite_heartbeats(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, timeout=45.0, max_attempts=3)
+    assert c.timeout == 45.0
+    deadline = t0 + sec(45)
+    assert close_to(get(store, c.id).lease_until, t0 + sec(TTL))
+    for at in (10, 20, 30, 40, 44):
+        assert store.heartbeat(W, [(c.id, 1)], TTL, now=t0 + sec(at)) == {c.id: Beat.RENEWED}
+        lease = get(store, c.id).lease_until
+        assert lease is not None and lease <= deadline + TOLERANCE  # never past the deadline
+        assert close_to(lease, min(t0 + sec(at + TTL), deadline))
+    store.progress(W, c.id, 1, 0.9, None, TTL, now=t0 + sec(44))
+    assert close_to(get(store, c.id).lease_until, deadline)
+    assert store.reap(100, now=t0 + sec(44.5)) == []
+    (r,) = store.reap(100, now=t0 + sec(45.5))
+    assert (r.id, r.attempt, r.worker, r.outcome, r.state) == (c.id, 1, W, Outcome.TIMED_OUT, JobState.QUEUED)
+    job = get(store, c.id)
+    assert job.last_error is not None and "timed out" in job.last_error
+    assert [(a.attempt, a.outcome) for a in job.attempts] == [(1, Outcome.TIMED_OUT)]
+    assert store.heartbeat(W, [(c.id, 1)], TTL, now=t0 + sec(46)) == {c.id: Beat.LOST}
+
+
+def test_attempt_timeout_shorter_than_the_lease_caps_the_first_lease(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, timeout=10.0)
+    assert close_to(get(store, c.id).lease_until, t0 + sec(10))
+    (r,) = store.reap(100, now=t0 + sec(11))
+    assert (r.id, r.outcome) == (c.id, Outcome.TIMED_OUT)
+
+
+def test_lapse_before_the_deadline_is_lease_expired_not_timed_out(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, timeout=300.0)
+    (r,) = store.reap(100, now=t0 + sec(TTL + 1))
+    assert (r.id, r.outcome) == (c.id, Outcome.LEASE_EXPIRED)
+
+
+def test_timeout_is_per_attempt(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, timeout=45.0, max_attempts=3)
+    store.reap(100, now=t0 + sec(46))
+    t1 = t0 + sec(100)
+    c2 = claim_one(store, t1)
+    assert (c2.id, c2.attempt) == (c.id, 2)
+    assert close_to(get(store, c.id).lease_until, t1 + sec(TTL))
+    store.heartbeat(W, [(c.id, 2)], TTL, now=t1 + sec(40))
+    assert close_to(get(store, c.id).lease_until, t1 + sec(45))
+
+
+def _check_race_outcome(store: Store, job_id: int, accepted: set[int], reaped: list[Reaped]) -> str:
+    """Exactly one of complete and reap took the job; the row and audit trail agree."""
+    job = get(store, job_id)
+    won_complete = job_id in accepted
+    won_reap = [r for r in reaped if r.id == job_id]
+    assert won_complete != bool(won_reap), f"job {job_id}: complete={won_complete} reap={won_reap}"
+    rows = [a for a in job.attempts if a.attempt == 1]
+    assert len(rows) == 1, f"job {job_id} has {len(rows)} attempt rows for attempt 1"
+    if won_complete:
+        assert job.state is JobState.SUCCEEDED
+        assert rows[0].outcome is Outcome.SUCCEEDED
+        return "complete"
+    assert job.state is won_reap[0].state
+    assert job.state in (JobState.QUEUED, JobState.DEAD)
+    assert rows[0].outcome is Outcome.LEASE_EXPIRED
+    assert job.result is None
+    return "reap"
+
+
+def test_reap_racing_complete_on_one_row_leaves_exactly_one_outcome(store: Store) -> None:
+    t0 = store.db_now()
+    tr = t0 + sec(TTL + 1)
+    winners: dict[str, int] = {"complete": 0, "reap": 0}
+    for i in range(30):
+        # its own queue, so a job requeued by an earlier round is never claimed again here
+        c = start_job(store, t0, queue=f"race{i}", max_attempts=1 + (i % 2) * 2)
+        accepted, reaped = race(
+            partial(store.complete, W, [(c.id, c.attempt, '"done"')], now=tr),
+            partial(store.reap, 100, now=tr),
+        )
+        winners[_check_race_outcome(store, c.id, accepted, reaped)] += 1
+        # nothing is left running, so the next round races on its own row alone
+        assert store.list_jobs(state="running") == []
+    assert sum(winners.values()) == 30
+
+
+def test_many_reapers_racing_reap_each_job_once(store: Store) -> None:
+    t0 = store.db_now()
+    store.enqueue([new_job(max_attempts=3) for _ in range(40)], now=t0)
+    store.claim(W, ["default"], 40, TTL, now=t0)
+    tr = t0 + sec(TTL + 1)
+    first, second = race(lambda: store.reap(1000, now=tr), lambda: store.reap(1000, now=tr))
+    ids_first, ids_second = [r.id for r in first], [r.id for r in second]
+    assert set(ids_first).isdisjoint(ids_second)
+    assert len(ids_first) + len(ids_second) == 40
+    for job in store.list_jobs(limit=100):
+        assert job.state is JobState.QUEUED
+        assert [(a.attempt, a.outcome) for a in get(store, job.id).attempts] == [(1, Outcome.LEASE_EXPIRED)]
+
+
+# -- expire_leases (start-up reconciliation) -------------------------------------------
+
+
+def test_expire_leases_ends_only_those_workers_leases(store: Store) -> None:
+    t0 = store.db_now()
+    store.enqueue([new_job() for _ in range(6)], now=t0)
+    dead = {c.id for c in store.claim(W, ["default"], 3, TTL, now=t0)}
+    alive = {c.id for c in store.claim(W2, ["default"], 3, TTL, now=t0)}
+    alive_before = {i: get(store, i) for i in alive}
+    t1 = t0 + sec(1)
+    assert store.reap(100, now=t1) == []
+    assert store.expire_leases([W, "nobody"], now=t1) == 3
+    assert store.expire_leases([], now=t1) == 0
+    reaped = store.reap(100, now=t1)
+    assert {r.id for r in reaped} == dead
+    assert {r.worker for r in reaped} == {W}
+    assert {get(store, i).state for i in dead} == {JobState.QUEUED}
+    assert {i: get(store, i) for i in alive} == alive_before
+
+
+# -- dedup keys ----------------------------------------------------------------------
+
+
+def test_dedup_key_returns_the_active_job_while_queued_or_running(store: Store) -> None:
+    t0 = store.db_now()
+    first = enqueue_one(store, t0, dedup_key="report:42", args={"n": 1})
+    assert enqueue_one(store, t0, dedup_key="report:42", args={"n": 2}) == first
+    assert all_ids(store) == {first}
+    claim_one(store, t0)
+    assert enqueue_one(store, t0, dedup_key="report:42", args={"n": 3}) == first
+    assert all_ids(store) == {first}
+    assert get(store, first).args == {"n": 1}
+
+
+def test_dedup_key_is_free_again_once_the_job_finishes(store: Store) -> None:
+    t0 = store.db_now()
+    first = enqueue_one(store, t0, dedup_key="k")
+    c = claim_one(store, t0)
+    store.complete(W, [(c.id, 1, None)], now=t0)
+    second = enqueue_one(store, t0, dedup_key="k")
+    assert second != first
+    assert store.cancel(second, now=t0) is JobState.CANCELLED
+    third = enqueue_one(store, t0, dedup_key="k")
+    assert len({first, second, third}) == 3
+    assert get(store, third).state is JobState.QUEUED
+
+
+def test_concurrent_enqueues_with_one_dedup_key_insert_one_job(store: Store) -> None:
+    t0 = store.db_now()
+    for i in range(10):
+        key = f"race:{i}"
+        first, second = race(
+            partial(store.enqueue, [new_job(dedup_key=key, args={"by": "a"})], now=t0),
+            partial(store.enqueue, [new_job(dedup_key=key, args={"by": "b"})], now=t0),
+        )
+        assert first == second
+        assert [j.dedup_key for j in store.list_jobs(limit=100)].count(key) == 1
+
+
+def test_dedup_keys_collapse_within_one_batch(store: Store) -> None:
+    t0 = store.db_now()
+    held = enqueue_one(store, t0, dedup_key="held")
+    ids = store.enqueue(
+        [
+            new_job(dedup_key="a", args={"n": 0}),
+            new_job(args={"n": 1}),
+            new_job(dedup_key="a", args={"n": 2}),
+            new_job(dedup_key="held", args={"n": 3}),
+            new_job(dedup_key="b", args={"n": 4}),
+            new_job(args={"n": 5}),
+            new_job(dedup_key="a", args={"n": 6}),
+        ],
+        now=t0,
+    )
+    assert ids[0] == ids[2] == ids[6]
+    assert ids[3] == held
+    assert len({ids[0], ids[1], ids[4], ids[5], held}) == 5
+    assert all_ids(store) == {held, ids[0], ids[1], ids[4], ids[5]}
+    assert get(store, ids[0]).args == {"n": 0}  # the first in the batch wins
+    assert get(store, ids[1]).args == {"n": 1}
+    assert get(store, ids[5]).args == {"n": 5}
+
+
+# -- cancel ----------------------------------------------------------------------------
+
+
+def test_cancel_of_a_queued_job_is_immediate_and_final(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0)
+    assert store.cancel(job_id, now=t0 + sec(1)) is JobState.CANCELLED
+    job = get(store, job_id)
+    assert job.state is JobState.CANCELLED
+    assert close_to(job.finished_at, t0 + sec(1))
+    assert store.claim(W, ["default"], 10, TTL, now=t0 + sec(99999)) == []
+
+
+def test_cancel_of_a_running_job_requests_cancellation(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    assert store.cancel(c.id, now=t0 + sec(1)) is JobState.RUNNING
+    job = get(store, c.id)
+    assert (job.state, job.cancel_requested, job.locked_by, job.attempt) == (JobState.RUNNING, True, W, 1)
+    assert store.heartbeat(W, [(c.id, 1)], TTL, now=t0 + sec(2)) == {c.id: Beat.CANCEL_REQUESTED}
+    # asking twice is harmless
+    assert store.cancel(c.id, now=t0 + sec(3)) is JobState.RUNNING
+    assert store.fail(W, c.id, 1, outcome=Outcome.CANCELLED, error="cancelled", now=t0 + sec(4)) is JobState.CANCELLED
+
+
+def test_cancel_of_a_finished_job_is_an_invalid_transition(store: Store) -> None:
+    t0 = store.db_now()
+    done = start_job(store, t0, queue="done")
+    store.complete(W, [(done.id, 1, None)], now=t0)
+    dead = start_job(store, t0, queue="dead")
+    store.fail(W, dead.id, 1, outcome=Outcome.FAILED, error="x", retry=False, now=t0)
+    cancelled = enqueue_one(store, t0)
+    store.cancel(cancelled, now=t0)
+    for job_id in (done.id, dead.id, cancelled):
+        before = get(store, job_id)
+        with pytest.raises(InvalidTransition):
+            store.cancel(job_id, now=t0 + sec(1))
+        assert get(store, job_id) == before
+
+
+def test_cancel_of_an_unknown_job_is_not_found(store: Store) -> None:
+    with pytest.raises(JobNotFound):
+        store.cancel(UNKNOWN_ID)
+
+
+# -- retry -----------------------------------------------------------------------------
+
+
+def test_retry_of_a_dead_job_requeues_it_with_an_attempt_left(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=1)
+    assert store.fail(W, c.id, 1, outcome=Outcome.FAILED, error="x", now=t0) is JobState.DEAD
+    t1 = t0 + sec(10)
+    store.retry(c.id, now=t1)
+    job = get(store, c.id)
+    assert job.state is JobState.QUEUED and job.finished_at is None
+    assert job.max_attempts - job.attempts_used >= 1
+    assert close_to(job.run_at, t1)
+    c2 = claim_one(store, t1)
+    assert (c2.id, c2.attempt) == (c.id, 2)
+    assert store.fail(W, c.id, 2, outcome=Outcome.FAILED, error="x", now=t1) is JobState.DEAD
+
+
+def test_retry_of_a_cancelled_job_requeues_it(store: Store) -> None:
+    t0 = store.db_now()
+    queued = enqueue_one(store, t0, queue="q1")
+    store.cancel(queued, now=t0)
+    running = start_job(store, t0, queue="q2")
+    store.cancel(running.id, now=t0)
+    store.fail(W, running.id, 1, outcome=Outcome.CANCELLED, error="cancelled", now=t0)
+    for job_id, queue in ((queued, "q1"), (running.id, "q2")):
+        store.retry(job_id, now=t0 + sec(1))
+        job = get(store, job_id)
+        assert (job.state, job.cancel_requested) == (JobState.QUEUED, False)
+        assert claim_one(store, t0 + sec(1), queues=[queue]).id == job_id
+        assert store.heartbeat(W, [(job_id, job.attempt + 1)], TTL, now=t0 + sec(2)) == {job_id: Beat.RENEWED}
+
+
+def test_retry_of_an_active_or_succeeded_job_is_an_invalid_transition(store: Store) -> None:
+    t0 = store.db_now()
+    queued = enqueue_one(store, t0, queue="q")
+    running = start_job(store, t0, queue="r")
+    done = start_job(store, t0, queue="d")
+    store.complete(W, [(done.id, 1, None)], now=t0)
+    for job_id in (queued, running.id, done.id):
+        before = get(store, job_id)
+        with pytest.raises(InvalidTransition):
+            store.retry(job_id, now=t0)
+        assert get(store, job_id) == before
+
+
+def test_retry_of_an_unknown_job_is_not_found(store: Store) -> None:
+    with pytest.raises(JobNotFound):
+        store.retry(UNKNOWN_ID)
+
+
+def test_retry_refuses_when_its_dedup_key_is_held_again(store: Store) -> None:
+    t0 = store.db_now()
+    old = enqueue_one(store, t0, dedup_key="k")
+    store.cancel(old, now=t0)
+    new = enqueue_one(store, t0, dedup_key="k")
+    assert new != old
+    with pytest.raises(InvalidTransition):
+        store.retry(old, now=t0)
+    assert get(store, old).state is JobState.CANCELLED
+
+
+# -- reads -----------------------------------------------------------------------------
+
+
+def test_get_job_includes_the_running_attempt_in_the_history(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=3, backoff_base=1.0)
+    store.fail(W, c.id, 1, outcome=Outcome.FAILED, error="first", traceback="tb", now=t0 + sec(1))
+    t1 = t0 + sec(10)
+    claim_one(store, t1, worker=W2)
+    job = get(store, c.id)
+    assert len(job.attempts) == 2
+    first, running = job.attempts
+    assert (first.attempt, first.worker, first.outcome, first.error, first.traceback) == (
+        1, W, Outcome.FAILED, "first", "tb")
+    assert (running.attempt, running.worker, running.outcome, running.finished_at) == (2, W2, None, None)
+    assert close_to(running.claimed_at, t1)
+    assert store.get_job(UNKNOWN_ID + 1) is None
+
+
+def test_list_jobs_filters_by_state_queue_and_task(store: Store) -> None:
+    t0 = store.db_now()
+    a = enqueue_one(store, t0, task="alpha", queue="q1")
+    b = enqueue_one(store, t0, task="beta", queue="q1")
+    c = enqueue_one(store, t0, task="alpha", queue="q2")
+    d = enqueue_one(store, t0, task="beta", queue="q2")
+    claim_one(store, t0, queues=["q2"])  # c: the first of q2
+    assert [j.id for j in store.list_jobs()] == [d, c, b, a]  # newest first
+    assert [j.id for j in store.list_jobs(limit=2)] == [d, c]
+    assert [j.id for j in store.list_jobs(state="running")] == [c]
+    assert [j.id for j in store.list_jobs(state=JobState.RUNNING)] == [c]  # the enum is a str
+    assert [j.id for j in store.list_jobs(state="queued")] == [d, b, a]
+    assert [j.id for j in store.list_jobs(queue="q1")] == [b, a]
+    assert [j.id for j in store.list_jobs(task="alpha")] == [c, a]
+    assert [j.id for j in store.list_jobs(state="queued", queue="q2", task="beta")] == [d]
+    assert store.list_jobs(state="dead") == []
+    assert store.list_jobs(queue="nope") == []
+
+
+def test_stats_counts_jobs_by_queue_and_state(store: Store) -> None:
+    t0 = store.db_now()
+    store.enqueue([new_job(queue="q1") for _ in range(3)] + [new_job(queue="q2") for _ in range(2)], now=t0)
+    c = claim_one(store, t0, queues=["q1"])
+    store.complete(W, [(c.id, 1, None)], now=t0)
+    claim_one(store, t0, queues=["q2"])
+    stats = store.stats()
+    assert stats.counts == {
+        ("q1", "queued"): 2,
+        ("q1", "succeeded"): 1,
+        ("q2", "queued"): 1,
+        ("q2", "running"): 1,
+    }
+    assert set(stats.oldest_queued) == {"q1", "q2"}
+    assert close_to(stats.oldest_queued["q1"], t0)
+    assert stats.now >= t0
+
+
+# -- terminal is final ----------------------------------------------------------------
+
+
+def test_terminal_jobs_are_never_claimed_or_reaped_again(store: Store) -> None:
+    t0 = store.db_now()
+    succeeded = start_job(store, t0, queue="s")
+    store.complete(W, [(succeeded.id, 1, None)], now=t0)
+    dead = start_job(store, t0, queue="d", max_attempts=1)
+    store.reap(100, now=t0 + sec(TTL + 1))
+    cancelled = enqueue_one(store, t0, queue="c")
+    store.cancel(cancelled, now=t0)
+    ids = (succeeded.id, dead.id, cancelled)
+    assert [get(store, i).state for i in ids] == [JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED]
+    before = {i: get(store, i) for i in ids}
+    for later in (t0 + sec(TTL + 2), t0 + sec(86400), t0 + sec(10 * 86400)):
+        assert store.claim(W, ["s", "d", "c", "default"], 100, TTL, now=later) == []
+        assert store.reap(100, now=later) == []
+        assert store.heartbeat(W, [(i, 1) for i in ids], TTL, now=later) == {i: Beat.LOST for i in ids}
+    assert store.expire_leases([W], now=t0) == 0
+    assert {i: get(store, i) for i in ids} == before
+
+
+def test_a_running_row_always_holds_a_lease(store: Store) -> None:
+    t0 = store.db_now()
+    store.enqueue([new_job(lease_ttl=60.0 if i % 2 else None) for i in range(10)], now=t0)
+    store.claim(W, ["default"], 10, TTL, now=t0)
+    for job in store.list_jobs(state="running"):
+        assert job.locked_by == W
+        assert job.lease_until is not None and job.lease_until > t0
+        assert job.claimed_at is not None

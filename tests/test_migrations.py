@@ -1,0 +1,222 @@
+"""Migrations produce the expected schema, apply once, and an unmigrated
+database says so plainly (``SchemaMissing``: run ``tether migrate``)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing, contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from tether.config import parse_database_url
+from tether.errors import SchemaMissing
+from tether.model import NewJob, Outcome, WorkerInfo
+from tether.store import Store, open_store
+
+EXPECTED_COLUMNS: dict[str, set[str]] = {
+    "jobs": {
+        "id", "queue", "task", "args", "state", "priority", "run_at", "attempt", "released", "max_attempts",
+        "lease_ttl", "timeout", "backoff_base", "dedup_key", "locked_by", "claimed_at", "lease_until",
+        "deadline", "cancel_requested", "progress", "progress_message", "result", "last_error", "meta",
+        "created_at", "finished_at",
+    },
+    "attempts": {"job_id", "attempt", "worker", "claimed_at", "finished_at", "outcome", "error", "traceback"},
+    "workers": {
+        "id", "host", "pid", "proc_start", "started_at", "last_seen", "queues", "concurrency", "stopped_at",
+    },
+    "migrations": {"version", "name", "applied_at"},
+}
+REQUIRED_INDEXES = {"jobs_claim_idx", "jobs_reap_idx", "jobs_dedup_idx"}
+
+
+@contextmanager
+def raw_sql(db_url: str) -> Iterator[tuple[Callable[[str], list[tuple[Any, ...]]], str]]:
+    """A plain driver connection beside the store: ``(run(sql), table_prefix)``."""
+    dsn = parse_database_url(db_url)
+    if dsn.backend == "sqlite":
+        with closing(sqlite3.connect(dsn.url, isolation_level=None)) as conn:
+            yield (lambda sql: conn.execute(sql).fetchall()), "tether_"
+        return
+    with psycopg.connect(dsn.url, autocommit=True) as pg:
+
+        def run(sql: str) -> list[tuple[Any, ...]]:
+            cur = pg.execute(sql.encode())
+            return cur.fetchall() if cur.description else []
+
+        yield run, f'"{dsn.schema}".'
+
+
+def index_sql(db_url: str) -> dict[str, str]:
+    """Each index's definition, lower-cased, whitespace collapsed, without the prefix."""
+    dsn = parse_database_url(db_url)
+    with raw_sql(db_url) as (run, _):
+        if dsn.backend == "sqlite":
+            rows = run("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
+            found = {name.removeprefix("tether_"): sql for name, sql in rows}
+        else:
+            rows = run(f"SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = '{dsn.schema}'")
+            found = dict(rows)
+    return {name: " ".join(str(sql).lower().split()) for name, sql in found.items()}
+
+
+# -- the schema ---------------------------------------------------------------------
+
+
+def test_migrations_create_exactly_the_expected_tables_and_columns(store: Store) -> None:
+    objects = store.schema_objects()
+    tables = {key.removeprefix("table:"): set(cols) for key, cols in objects.items() if key.startswith("table:")}
+    assert tables == EXPECTED_COLUMNS
+
+
+def test_migrations_create_the_claim_reap_and_dedup_indexes(store: Store) -> None:
+    assert set(store.schema_objects()["indexes"]) >= REQUIRED_INDEXES
+
+
+def test_the_hot_path_indexes_are_partial(store: Store, db_url: str) -> None:
+    defs = index_sql(db_url)
+    claim, reap, dedup = defs["jobs_claim_idx"], defs["jobs_reap_idx"], defs["jobs_dedup_idx"]
+    # claim: only queued rows, in claim order; finished history never enters it
+    assert "unique" not in claim
+    assert "where" in claim and "'queued'" in claim.split("where", 1)[1]
+    assert "queue" in claim and "priority" in claim and "run_at" in claim
+    # reap: running rows by lease end
+    assert "lease_until" in reap and "'running'" in reap.split("where", 1)[1]
+    # dedup: at most one *active* job per key
+    assert "unique" in dedup and "dedup_key" in dedup
+    predicate = dedup.split("where", 1)[1]
+    assert "'queued'" in predicate and "'running'" in predicate
+
+
+def test_migrations_are_recorded_by_version(store: Store, db_url: str) -> None:
+    with raw_sql(db_url) as (run, prefix):
+        rows = run(f"SELECT version, name FROM {prefix}migrations ORDER BY version")
+    assert rows[0] == (1, "init")
+    assert [v for v, _ in rows] == list(range(1, len(rows) + 1))
+
+
+def test_migrate_applies_once_and_then_nothing(db_url: str) -> None:
+    s = open_store(db_url)
+    try:
+        applied = s.migrate()
+        assert applied and applied[0] == "0001_init"
+        assert s.migrate() == []
+        s.check_schema()
+    finally:
+        s.close()
+    other = open_store(db_url)  # a second process sees the same schema as done
+    try:
+        assert other.migrate() == []
+        other.check_schema()
+    finally:
+        other.close()
+
+
+def test_migrate_keeps_existing_jobs(store: Store) -> None:
+    (job_id,) = store.enqueue([NewJob(task="t", args_json='{"keep": true}')])
+    assert store.migrate() == []
+    job = store.get_job(job_id)
+    assert job is not None and job.args == {"keep": True}
+
+
+def test_concurrent_migrate_applies_each_migration_once(db_url: str) -> None:
+    stores = [open_store(db_url), open_store(db_url)]
+    barrier = threading.Barrier(2)
+
+    def go(s: Store) -> list[str]:
+        barrier.wait(timeout=10)
+        return s.migrate()
+
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = [f.result(timeout=60) for f in [pool.submit(go, s) for s in stores]]
+        nothing, applied = sorted(results, key=len)
+        assert nothing == []
+        assert applied[:1] == ["0001_init"]
+        stores[0].check_schema()
+    finally:
+        for s in stores:
+            s.close()
+
+
+# -- an unmigrated database ---------------------------------------------------------
+
+
+def _assert_says_run_migrate(exc: SchemaMissing) -> None:
+    assert "tether migrate" in str(exc)
+
+
+def test_check_schema_on_an_unmigrated_database_says_run_migrate(db_url: str) -> None:
+    s = open_store(db_url)
+    try:
+        with pytest.raises(SchemaMissing) as info:
+            s.check_schema()
+        _assert_says_run_migrate(info.value)
+    finally:
+        s.close()
+
+
+_T = datetime(2024, 1, 1, tzinfo=UTC)
+OPERATIONS: dict[str, Callable[[Store], object]] = {
+    "enqueue": lambda s: s.enqueue([NewJob(task="t", args_json="{}")]),
+    "claim": lambda s: s.claim("w", ["default"], 10, 30.0),
+    "heartbeat": lambda s: s.heartbeat("w", [(1, 1)], 30.0),
+    "complete": lambda s: s.complete("w", [(1, 1, None)]),
+    "fail": lambda s: s.fail("w", 1, 1, outcome=Outcome.FAILED, error="x"),
+    "progress": lambda s: s.progress("w", 1, 1, 0.5, None, 30.0),
+    "release": lambda s: s.release("w", 1, 1),
+    "reap": lambda s: s.reap(10),
+    "expire_leases": lambda s: s.expire_leases(["w"]),
+    "retry": lambda s: s.retry(1),
+    "register_worker": lambda s: s.register_worker(
+        WorkerInfo(id="w", host="h", pid=1, proc_start=None, started_at=_T, last_seen=_T, queues=["q"], concurrency=1)
+    ),
+    "list_workers": lambda s: s.list_workers(),
+    "get_job": lambda s: s.get_job(1),
+    "list_jobs": lambda s: s.list_jobs(),
+    "cancel": lambda s: s.cancel(1),
+    "stats": lambda s: s.stats(),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPERATIONS))
+def test_operations_on_an_unmigrated_database_say_run_migrate(db_url: str, op: str) -> None:
+    s = open_store(db_url)
+    try:
+        with pytest.raises(SchemaMissing) as info:
+            OPERATIONS[op](s)
+        _assert_says_run_migrate(info.value)
+    finally:
+        s.close()
+
+
+def test_a_schema_behind_the_code_says_run_migrate(store: Store, db_url: str) -> None:
+    with raw_sql(db_url) as (run, prefix):
+        run(f"DELETE FROM {prefix}migrations WHERE version = 1")
+    with pytest.raises(SchemaMissing) as info:
+        store.check_schema()
+    _assert_says_run_migrate(info.value)
+    assert "0001_init" in str(info.value)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)  # schema= is a PostgreSQL setting
+def test_postgres_schemas_are_independent(db_url: str) -> None:
+    migrated = open_store(db_url)
+    migrated.migrate()
+    dsn = parse_database_url(db_url)
+    bare_schema = dsn.schema + "_bare"
+    bare = open_store(db_url.replace(f"schema={dsn.schema}", f"schema={bare_schema}"))
+    try:
+        migrated.check_schema()
+        with pytest.raises(SchemaMissing):
+            bare.check_schema()
+        with pytest.raises(SchemaMissing):
+            bare.enqueue([NewJob(task="t", args_json="{}")])
+    finally:
+        bare.close()
+        migrated.close()
