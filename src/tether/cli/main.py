@@ -301,5 +301,14 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
         raise click.exceptions.Exit(EXIT_FAILURE)
 
 
+def _register_extras() -> None:
+    from .chaos_cmd import chaos
+
+    cli.add_command(chaos)
+
+
+_register_extras()
+
+
 def main() -> None:
     cli(prog_name="tether")

@@ -1,0 +1,412 @@
+"""The chaos driver: real worker processes, a producer, faults on a schedule
+drawn from one seed, a drain, and the checker's verdict.
+
+What it does to the database it is pointed at: on PostgreSQL it works in a
+schema of its own (``tether_chaos_<seed>``) and drops it at the end; on SQLite
+it uses a scratch file beside the one named (or in a temp dir) and deletes it.
+Its jobs live on the ``tether_chaos`` queue only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from ..config import parse_database_url, validate_identifier
+from ..errors import ConfigError
+from ..model import JobState, NewJob
+from ..store import Store, open_store
+from ..worker.failpoints import NAMES as FAILPOINTS
+from .checker import AttemptRow, CheckReport, JobRow, check
+from .pgserver import ScratchPostgres
+from .proxy import TCPProxy
+from .workerproc import ASYNC_TASK, QUEUE, SYNC_TASK
+
+__all__ = ["FAULTS", "ChaosConfig", "ChaosResult", "run"]
+
+FAULTS = ("kill", "stop", "partition", "restart", "skew")
+PG_ONLY = {"partition", "restart", "skew"}
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+#: when kills are on, each worker also SIGKILLs itself at these places now and then
+FAILPOINT_ODDS = {"after_claim": 0.01, "mid_handler": 0.01, "after_side_effect": 0.01, "during_heartbeat": 0.005}
+
+
+@dataclass
+class ChaosConfig:
+    database: str | None = None  # None: a scratch SQLite file
+    scratch_postgres: bool = False  # start a private PostgreSQL (needed for the restart fault)
+    workers: int = 3
+    jobs: int = 300
+    duration: float = 60.0
+    faults: frozenset[str] = frozenset({"kill", "stop"})
+    seed: int = 0
+    lease_ttl: float = 2.0
+    heartbeat_interval: float = 0.5
+    reaper_interval: float = 1.0
+    concurrency: int = 4
+    drain_timeout: float = 120.0
+    keep: bool = False
+    out_dir: Path | None = None
+
+    def validate(self) -> None:
+        unknown = set(self.faults) - set(FAULTS)
+        if unknown:
+            raise ConfigError(f"unknown fault(s) {sorted(unknown)}; choose from {', '.join(FAULTS)}")
+        pg = self.scratch_postgres or (self.database is not None and
+                                       parse_database_url(self.database).backend == "postgresql")
+        if not pg and self.faults & PG_ONLY:
+            raise ConfigError(f"fault(s) {sorted(self.faults & PG_ONLY)} need PostgreSQL: partitions cut a "
+                              "network link, and a skewed clock only matters where leases use the database's")
+        if "restart" in self.faults and not self.scratch_postgres:
+            raise ConfigError("the restart fault restarts the server, so it needs one the harness started "
+                              "itself: add --scratch-postgres")
+        if "skew" in self.faults and not os.path.exists(LIBFAKETIME):
+            raise ConfigError(f"the skew fault needs libfaketime ({LIBFAKETIME}): apt-get install libfaketime")
+        if self.workers < 1 or self.jobs < 1 or self.duration <= 0:
+            raise ConfigError("workers, jobs and duration must be positive")
+
+
+@dataclass
+class ChaosResult:
+    report: CheckReport
+    faults: Counter[str]
+    integrity: list[str]
+    enqueued: int
+    config: dict[str, Any]
+    elapsed: float
+    drained: bool
+    history_dir: str
+    integrity_checks: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and not self.integrity and self.drained
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "config": self.config, "elapsed_s": round(self.elapsed, 1),
+                "enqueued": self.enqueued, "drained": self.drained, "faults": dict(self.faults),
+                "integrity": self.integrity or ["ok"], "integrity_checks": self.integrity_checks, "check": self.report.to_dict(), "notes": self.notes}
+
+
+class _Slot:
+    """One worker position: restarted by the driver whenever its process dies."""
+
+    def __init__(self, index: int, url: str, proxy: TCPProxy | None, skew: float) -> None:
+        self.index = index
+        self.url = url
+        self.proxy = proxy
+        self.skew = skew
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopped_until: float | None = None
+        self.restart_at: float | None = None
+        self.killed = False  # by the driver, as opposed to by one of its own failpoints
+
+
+class _Run:
+    def __init__(self, cfg: ChaosConfig, say: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.say = say
+        self.rng = random.Random(cfg.seed)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"tether-chaos-{cfg.seed}-"))
+        self.hist = self.tmp / "history"
+        self.hist.mkdir()
+        self.offset = time.time() - time.monotonic()
+        self.faults: Counter[str] = Counter()
+        self.driver_events: list[dict[str, Any]] = []
+        self.pg: ScratchPostgres | None = None
+        self.sqlite_path: str | None = None
+        self.url = self._database()
+        self.store: Store = open_store(self.url)
+        self.store.migrate()
+        self.slots: list[_Slot] = []
+        self.enqueued: list[int] = []
+        self._unacked = 0
+        self.integrity: list[str] = []
+        self.integrity_checks = 0
+        self._heal_at: dict[int, float] = {}
+        self._last_restart = 0.0
+
+    # -- set-up --------------------------------------------------------------------
+    def _database(self) -> str:
+        cfg = self.cfg
+        if cfg.scratch_postgres:
+            self.say("starting a scratch PostgreSQL server for this run")
+            self.pg = ScratchPostgres()
+            return _with_schema(self.pg.url, "tether_chaos")
+        if cfg.database is None or parse_database_url(cfg.database).backend == "sqlite":
+            folder = (os.path.dirname(os.path.abspath(parse_database_url(cfg.database).url))
+                      if cfg.database else str(self.tmp))
+            self.sqlite_path = os.path.join(folder, f"tether-chaos-{cfg.seed}.db")
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(self.sqlite_path + suffix):
+                    os.remove(self.sqlite_path + suffix)
+            return f"sqlite:///{self.sqlite_path}"
+        return _with_schema(cfg.database, validate_identifier(f"tether_chaos_{cfg.seed}"))
+
+    def _event(self, event: str, **fields: Any) -> None:
+        self.driver_events.append({"e": event, "m": time.monotonic(), "t": time.time(), "w": "driver", **fields})
+
+    def _spawn(self, slot: _Slot) -> None:
+        env = dict(os.environ)
+        env.update({
+            "TETHER_DATABASE_URL": slot.url, "TETHER_HISTORY_DIR": str(self.hist),
+            "TETHER_CHAOS_TTL": str(self.cfg.lease_ttl), "TETHER_CHAOS_HB": str(self.cfg.heartbeat_interval),
+            "TETHER_CHAOS_REAPER": str(self.cfg.reaper_interval),
+            "TETHER_CHAOS_CONCURRENCY": str(self.cfg.concurrency),
+            "TETHER_FAILPOINT_SEED": str(self.rng.randrange(2**31)),
+        })
+        if "kill" in self.cfg.faults:
+            env["TETHER_FAILPOINTS"] = ",".join(f"{k}:{v}" for k, v in FAILPOINT_ODDS.items())
+        if slot.skew:
+            env.update({"LD_PRELOAD": LIBFAKETIME, "FAKETIME": f"{slot.skew:+.0f}s",
+                        "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"})
+        with (self.tmp / f"worker-{slot.index}.log").open("ab") as err:
+            slot.proc = subprocess.Popen([sys.executable, "-m", "tether.chaos.workerproc"], env=env,
+                                         stdout=subprocess.DEVNULL, stderr=err)
+        slot.restart_at = slot.stopped_until = None
+        slot.killed = False
+        self._event("spawn", slot=slot.index, pid=slot.proc.pid, skew=slot.skew)
+
+    def start_workers(self) -> None:
+        base = urlsplit(self.url)
+        for i in range(self.cfg.workers):
+            url, proxy = self.url, None
+            if "partition" in self.cfg.faults:
+                proxy = TCPProxy(base.hostname or "127.0.0.1", base.port or 5432)
+                url = self.url.replace(base.netloc, f"{base.username or 'postgres'}@127.0.0.1:{proxy.port}", 1)
+            skew = self.rng.choice([-90.0, -20.0, 20.0, 90.0]) if "skew" in self.cfg.faults and i % 2 else 0.0
+            slot = _Slot(i, url, proxy, skew)
+            self.slots.append(slot)
+            self._spawn(slot)
+
+    # -- the fault schedule ------------------------------------------------------------
+    def _alive(self) -> list[_Slot]:
+        return [s for s in self.slots if s.proc is not None and s.proc.poll() is None and s.stopped_until is None]
+
+    def _fault(self) -> None:
+        kinds = sorted(self.cfg.faults - {"skew"})
+        if not kinds:
+            return
+        kind = self.rng.choice(kinds)
+        alive = self._alive()
+        ttl = self.cfg.lease_ttl
+        if kind == "kill" and alive:
+            slot = self.rng.choice(alive)
+            assert slot.proc is not None
+            slot.proc.kill()
+            slot.killed = True
+            self._event("fault", kind="kill", slot=slot.index, pid=slot.proc.pid)
+        elif kind == "stop" and alive:
+            slot = self.rng.choice(alive)
+            assert slot.proc is not None
+            slot.proc.send_signal(signal.SIGSTOP)
+            slot.stopped_until = time.monotonic() + self.rng.uniform(1.2, 2.5) * ttl
+            self._event("fault", kind="stop", slot=slot.index, pid=slot.proc.pid)
+        elif kind == "partition":
+            slot = self.rng.choice(self.slots)
+            assert slot.proxy is not None
+            if self.rng.random() < 0.5:
+                slot.proxy.blackhole()
+                self._heal_at[slot.index] = time.monotonic() + self.rng.uniform(1.2, 2.5) * ttl
+                self._event("fault", kind="partition", mode="blackhole", slot=slot.index)
+            else:
+                slot.proxy.reset()
+                self._event("fault", kind="partition", mode="reset", slot=slot.index)
+        elif kind == "restart" and self.pg is not None and time.monotonic() - self._last_restart > 8:
+            mode = self.rng.choice(["immediate", "fast"])
+            away = self.pg.restart(mode)
+            self._last_restart = time.monotonic()
+            self._event("fault", kind="restart", mode=mode, away=away)
+        else:
+            return
+        self.faults[kind] += 1
+
+    def _tend(self, *, faults_on: bool) -> None:
+        """Resume stopped workers, heal partitions, restart dead workers."""
+        now = time.monotonic()
+        for slot in self.slots:
+            assert slot.proc is not None
+            if slot.stopped_until is not None and (now >= slot.stopped_until or not faults_on):
+                slot.proc.send_signal(signal.SIGCONT)
+                slot.stopped_until = None
+                self._event("resume", slot=slot.index, pid=slot.proc.pid)
+            if slot.proxy is not None and (now >= self._heal_at.get(slot.index, float("inf")) or not faults_on):
+                slot.proxy.heal()
+                self._heal_at.pop(slot.index, None)
+            if slot.proc.poll() is not None:
+                if slot.restart_at is None:
+                    slot.restart_at = now + (self.rng.uniform(0.2, 1.5) if faults_on else 0)
+                    self._event("died", slot=slot.index, pid=slot.proc.pid, code=slot.proc.returncode)
+                    if slot.proc.returncode == -signal.SIGKILL and not slot.killed:
+                        self.faults["failpoint"] += 1  # the worker SIGKILLed itself at a failpoint
+                    if self.sqlite_path:
+                        # A kill may land mid-write: the file must still be a sound database.
+                        self.integrity_checks += 1
+                        self.integrity.extend(f"after a kill of pid {slot.proc.pid}: {p}"
+                                              for p in self.store.integrity_check())
+                elif now >= slot.restart_at:
+                    self._spawn(slot)
+
+    # -- the run -----------------------------------------------------------------------
+    def run(self) -> ChaosResult:
+        cfg = self.cfg
+        t_start = time.monotonic()
+        self.start_workers()
+        end = t_start + cfg.duration
+        produce_until = t_start + cfg.duration * 0.7
+        next_fault = t_start + self.rng.uniform(0.5, 1.5) * cfg.lease_ttl
+        pending = cfg.jobs
+        last_line = 0.0
+        while time.monotonic() < end:
+            now = time.monotonic()
+            if pending:
+                share = max(1, round(cfg.jobs * 0.05 * (now - t_start + 0.1) / max(0.1, produce_until - t_start)))
+                self._produce(min(pending, share if now < produce_until else pending))
+                pending = cfg.jobs - len(self.enqueued) - self._unacked
+            if now >= next_fault:
+                self._fault()
+                next_fault = now + self.rng.uniform(0.3, 1.0) * cfg.lease_ttl
+            self._tend(faults_on=True)
+            if now - last_line > 5:
+                self.say(f"  +{now - t_start:5.0f}s  enqueued {len(self.enqueued)}/{cfg.jobs}  "
+                         f"faults {dict(self.faults)}")
+                last_line = now
+            time.sleep(0.05)
+        self.say("faults off: resuming, healing and restarting workers; draining")
+        drained = self._drain()
+        self._stop_workers()
+        report = self._check()
+        integrity = self.integrity + self.store.integrity_check()
+        self.integrity_checks += 1
+        return ChaosResult(
+            report=report, faults=self.faults, integrity=integrity, enqueued=len(self.enqueued),
+            config=_config_dict(cfg, self.url), elapsed=time.monotonic() - t_start, drained=drained,
+            history_dir=str(self.hist), integrity_checks=self.integrity_checks,
+        )
+
+    def _produce(self, n: int) -> None:
+        jobs = [
+            NewJob(task=self.rng.choice([SYNC_TASK, ASYNC_TASK]), queue=QUEUE,
+                   args_json=json.dumps({"ms": self.rng.randint(20, 600), "fail": self.rng.random() < 0.05}),
+                   max_attempts=self.rng.choice([4, 6, 10]), backoff_base=0.05)
+            for _ in range(n)
+        ]
+        try:
+            ids = self.store.enqueue(jobs)
+        except Exception as exc:  # not acknowledged: the checker does not count these
+            self._unacked += n
+            self._event("enqueue_failed", n=n, error=str(exc)[:200])
+            return
+        self.enqueued.extend(ids)
+        self._event("enqueued", jobs=ids)
+
+    def _drain(self) -> bool:
+        deadline = time.monotonic() + self.cfg.drain_timeout
+        while time.monotonic() < deadline:
+            self._tend(faults_on=False)
+            try:
+                left = sum(n for (q, s), n in self.store.stats().counts.items()
+                           if q == QUEUE and s in (JobState.QUEUED, JobState.RUNNING))
+            except Exception:
+                left = -1  # the database may still be coming back
+            if left == 0:
+                return True
+            time.sleep(0.25)
+        return False
+
+    def _stop_workers(self) -> None:
+        for slot in self.slots:
+            if slot.proc is not None and slot.proc.poll() is None:
+                slot.proc.send_signal(signal.SIGCONT)
+                slot.proc.send_signal(signal.SIGTERM)
+        for slot in self.slots:
+            if slot.proc is not None:
+                try:
+                    slot.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    slot.proc.kill()
+                    slot.proc.wait(timeout=5)
+            if slot.proxy is not None:
+                slot.proxy.close()
+
+    def _check(self) -> CheckReport:
+        events: list[dict[str, Any]] = list(self.driver_events)
+        for path in sorted(self.hist.glob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    events.append(json.loads(line))
+        jobs: dict[int, JobRow] = {}
+        attempts: list[AttemptRow] = []
+        for job_id in self.enqueued:
+            job = self.store.get_job(job_id)
+            if job is None:
+                continue
+            jobs[job.id] = JobRow(job.id, str(job.state), job.attempt, job.result)
+            attempts.extend(
+                AttemptRow(a.job_id, a.attempt, a.worker, a.claimed_at.timestamp(), a.finished_at.timestamp(),
+                           str(a.outcome))
+                for a in job.attempts if a.finished_at is not None and a.outcome is not None
+            )
+        return check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
+                     reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset)
+
+    def cleanup(self) -> None:
+        for slot in self.slots:
+            if slot.proc is not None and slot.proc.poll() is None:
+                slot.proc.send_signal(signal.SIGCONT)
+                slot.proc.kill()
+        if not self.cfg.keep:
+            try:
+                self.store.destroy()
+            except Exception as exc:
+                self.say(f"could not remove the chaos tables: {exc}")
+        self.store.close()
+        if self.pg is not None:
+            self.pg.close()
+        if self.sqlite_path and not self.cfg.keep:
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(self.sqlite_path + suffix):
+                    os.remove(self.sqlite_path + suffix)
+        if self.cfg.out_dir is not None:
+            self.cfg.out_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(self.tmp, self.cfg.out_dir / self.tmp.name, dirs_exist_ok=True)
+        if not self.cfg.keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _with_schema(url: str, schema: str) -> str:
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"] + [("schema", schema)]
+    return parts._replace(query=urlencode(query)).geturl()
+
+
+def _config_dict(cfg: ChaosConfig, url: str) -> dict[str, Any]:
+    backend = parse_database_url(url).backend
+    return {"backend": backend, "scratch_postgres": cfg.scratch_postgres, "workers": cfg.workers,
+            "jobs": cfg.jobs, "duration_s": cfg.duration, "faults": sorted(cfg.faults), "seed": cfg.seed,
+            "lease_ttl": cfg.lease_ttl, "heartbeat_interval": cfg.heartbeat_interval,
+            "reaper_interval": cfg.reaper_interval, "concurrency": cfg.concurrency,
+            "failpoints": sorted(FAILPOINT_ODDS) if "kill" in cfg.faults else [], "known_failpoints": list(FAILPOINTS)}
+
+
+def run(cfg: ChaosConfig, say: Callable[[str], None] = print) -> ChaosResult:
+    cfg.validate()
+    r = _Run(cfg, say)
+    try:
+        return r.run()
+    finally:
+        r.cleanup()

@@ -1,0 +1,77 @@
+"""The worker under test in a chaos run: ``python -m tether.chaos.workerproc``.
+
+Everything comes from the environment the driver sets: the database URL, the
+timers, the history directory and the failpoints. The handlers sleep, report
+progress (a heartbeat), fail on request, and hit the failpoints that sit
+inside a handler: mid-handler, and after the side effect but before complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from ..app import Tether
+from ..context import JobContext
+from ..worker import failpoints
+
+QUEUE = "tether_chaos"
+SYNC_TASK = "tether.chaos.work"
+ASYNC_TASK = "tether.chaos.work_async"
+
+
+def build_app() -> Tether:
+    app = Tether(
+        os.environ["TETHER_DATABASE_URL"],
+        lease_ttl=float(os.environ["TETHER_CHAOS_TTL"]),
+        heartbeat_interval=float(os.environ["TETHER_CHAOS_HB"]),
+        reaper_interval=float(os.environ["TETHER_CHAOS_REAPER"]),
+    )
+
+    @app.task(name=SYNC_TASK, queue=QUEUE)
+    def work(ctx: JobContext, ms: int, fail: bool = False) -> dict[str, Any]:
+        steps = max(1, ms // 50)
+        for i in range(steps):
+            if i == steps // 2 and failpoints.ARMED:
+                failpoints.hit("mid_handler")
+            if i % 4 == 3:
+                ctx.progress(i / steps)  # a heartbeat too; raises StaleAttempt if the job was lost
+            if ctx.cancelled:
+                ctx.raise_if_cancelled()
+            time.sleep(ms / steps / 1000)
+        if fail:
+            raise RuntimeError("planned failure")
+        if failpoints.ARMED:
+            failpoints.hit("after_side_effect")
+        return {"attempt": ctx.attempt, "pid": os.getpid()}
+
+    @app.task(name=ASYNC_TASK, queue=QUEUE)
+    async def work_async(ctx: JobContext, ms: int, fail: bool = False) -> dict[str, Any]:
+        if failpoints.ARMED:
+            failpoints.hit("mid_handler")
+        await asyncio.sleep(ms / 1000)
+        if fail:
+            raise RuntimeError("planned failure")
+        if failpoints.ARMED:
+            failpoints.hit("after_side_effect")
+        return {"attempt": ctx.attempt, "pid": os.getpid()}
+
+    return app
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    build_app().run_worker(
+        concurrency=int(os.environ.get("TETHER_CHAOS_CONCURRENCY", "4")),
+        queues=[QUEUE],
+        shutdown_timeout=float(os.environ.get("TETHER_CHAOS_SHUTDOWN", "5")),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""``tether chaos``: run real workers under real faults against a database and
+say whether the contract held there."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..chaos.driver import FAULTS, ChaosConfig, ChaosResult, run
+from .common import EXIT_FAILURE, Seconds, make_console
+
+
+def _faults(value: str) -> frozenset[str]:
+    return frozenset(f.strip() for f in value.split(",") if f.strip())
+
+
+def render(result: ChaosResult, console: Console) -> None:
+    d = result.to_dict()
+    cfg = d["config"]
+    console.rule("tether chaos")
+    console.print(f"backend {cfg['backend']}  workers {cfg['workers']}  jobs {d['enqueued']}  "
+                  f"duration {cfg['duration_s']:g}s  seed {cfg['seed']}  faults {','.join(cfg['faults']) or 'none'}")
+    console.print(f"timers: lease_ttl {cfg['lease_ttl']:g}s  heartbeat {cfg['heartbeat_interval']:g}s  "
+                  f"reaper {cfg['reaper_interval']:g}s  (bound {d['check']['bound_s']:g}s)")
+    console.print(f"faults injected: {d['faults'] or 'none'}")
+    table = Table("invariant", "verdict", "checked", "violations")
+    for key, inv in d["check"]["invariants"].items():
+        table.add_row(f"{key} {inv['title']}", "[green]held[/green]" if inv["ok"] else "[red]BROKEN[/red]",
+                      str(inv["checked"]), str(inv["violation_count"]))
+    console.print(table)
+    rec = d["check"]["recovery_s"]
+
+    def s(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}s"
+
+    console.print(f"recovery (last renewal -> reaped): {rec['recoveries']} recoveries, p50 {s(rec['p50'])}, "
+                  f"p99 {s(rec['p99'])}, max {s(rec['max'])}; to the next claim: p50 "
+                  f"{s(rec['to_next_claim_p50'])}, p99 {s(rec['to_next_claim_p99'])}, "
+                  f"max {s(rec['to_next_claim_max'])}")
+    console.print(f"final states: { {k[6:]: v for k, v in d['check']['counts'].items() if k.startswith('state_')} }  "
+                  f"attempts {d['check']['counts']['attempts']}")
+    if d["integrity"] != ["ok"]:
+        console.print(f"[red]integrity check failed:[/red] {d['integrity'][:5]}")
+    elif cfg["backend"] == "sqlite":
+        console.print(f"SQLite PRAGMA integrity_check after every death and at the end "
+                      f"({d['integrity_checks']} checks): ok")
+    if not d["drained"]:
+        console.print("[red]the queue did not drain before the drain timeout[/red]")
+    for key, inv in d["check"]["invariants"].items():
+        for v in inv["violations"][:10]:
+            console.print(f"[red]{key}[/red] {v}")
+    console.print("[bold green]verdict: the contract held[/bold green]" if result.ok
+                   else "[bold red]verdict: the contract was BROKEN[/bold red]")
+
+
+@click.command()
+@click.option("--database", "database", metavar="URL",
+              help="PostgreSQL or SQLite URL to test against; chaos works in a schema (or file) of its own "
+                   "and removes it afterwards. Default: a scratch SQLite file.")
+@click.option("--scratch-postgres", is_flag=True,
+              help="Start a private PostgreSQL server for the run (needed for the restart fault).")
+@click.option("--workers", type=click.IntRange(min=1, max=32), default=3, show_default=True)
+@click.option("--jobs", type=click.IntRange(min=1), default=300, show_default=True)
+@click.option("--duration", type=Seconds(), default=60.0, show_default=True, help="Seconds of faults.")
+@click.option("--faults", default="kill,stop", show_default=True, metavar="LIST",
+              help=f"Comma-separated, from: {', '.join(FAULTS)}.")
+@click.option("--seed", type=int, help="Reproduce a run's fault schedule (default: random, printed).")
+@click.option("--lease-ttl", type=Seconds(), default=2.0, show_default=True)
+@click.option("--heartbeat-interval", type=Seconds(), default=0.5, show_default=True)
+@click.option("--reaper-interval", type=Seconds(), default=1.0, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--drain-timeout", type=Seconds(), default=120.0, show_default=True)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report as JSON here ('-' for stdout).")
+@click.option("--keep", is_flag=True, help="Keep the chaos schema/file and the history for inspection.")
+@click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path),
+              help="Copy the history and worker logs here.")
+def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int, duration: float, faults: str,
+          seed: int | None, lease_ttl: float, heartbeat_interval: float, reaper_interval: float,
+          concurrency: int, drain_timeout: float, json_out: Path | None, keep: bool,
+          artifacts: Path | None) -> None:
+    """Run workers under faults and check the contract (I1-I5) held."""
+    console = make_console()
+    seed = random.randrange(2**31) if seed is None else seed
+    cfg = ChaosConfig(
+        database=database, scratch_postgres=scratch_postgres, workers=workers, jobs=jobs, duration=duration,
+        faults=_faults(faults), seed=seed, lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
+        reaper_interval=reaper_interval, concurrency=concurrency, drain_timeout=drain_timeout, keep=keep,
+        out_dir=artifacts,
+    )
+    console.print(f"tether chaos: seed {seed} (rerun with --seed {seed})")
+    result = run(cfg, say=console.print)
+    render(result, console)
+    if json_out is not None:
+        text = json.dumps(result.to_dict(), indent=2, default=str)
+        if str(json_out) == "-":
+            click.echo(text)
+        else:
+            json_out.write_text(text)
+    if not result.ok:
+        raise click.exceptions.Exit(EXIT_FAILURE)
