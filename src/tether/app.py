@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from .config import (
     DEFAULT_BACKOFF_BASE,
@@ -31,7 +31,7 @@ from .store import Store, open_store
 if TYPE_CHECKING:
     from .worker.runtime import Worker
 
-__all__ = ["Task", "TaskCall", "TaskOptions", "Tether"]
+__all__ = ["Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,6 +40,14 @@ Handler = Callable[..., Any]
 
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class WorkerOptions(TypedDict, total=False):
+    concurrency: int
+    queues: Iterable[str] | None
+    shutdown_timeout: float
+    poll_interval: float | None
+    claim_batch: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,43 +284,21 @@ class Tether:
         self.store.retry(job_id)
 
     # -- workers ----------------------------------------------------------------------
-    def worker(
-        self,
-        *,
-        concurrency: int = 10,
-        queues: Iterable[str] | None = None,
-        shutdown_timeout: float = 30.0,
-        poll_interval: float | None = None,
-    ) -> Worker:
+    def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
+        """A worker for this app (not started): ``concurrency`` (10), ``queues``
+        (every registered task's queue), ``shutdown_timeout`` (30 s),
+        ``poll_interval`` (the backend's) and ``claim_batch`` (= concurrency)."""
         from .worker.runtime import Worker
 
-        return Worker(self, concurrency=concurrency, queues=queues, shutdown_timeout=shutdown_timeout,
-                      poll_interval=poll_interval)
+        return Worker(self, **options)
 
-    def run_worker(
-        self,
-        *,
-        concurrency: int = 10,
-        queues: Iterable[str] | None = None,
-        shutdown_timeout: float = 30.0,
-        poll_interval: float | None = None,
-    ) -> None:
-        """Run a worker until SIGTERM/SIGINT (blocking)."""
-        w = self.worker(concurrency=concurrency, queues=queues, shutdown_timeout=shutdown_timeout,
-                        poll_interval=poll_interval)
-        asyncio.run(w.run(install_signal_handlers=True))
+    def run_worker(self, **options: Unpack[WorkerOptions]) -> None:
+        """Run a worker until SIGTERM/SIGINT (blocking): the first signal stops
+        claiming and waits ``shutdown_timeout`` for running jobs, then releases
+        the rest; a second signal stops at once."""
+        asyncio.run(self.worker(**options).run(install_signal_handlers=True))
 
-    async def run_worker_async(
-        self,
-        *,
-        concurrency: int = 10,
-        queues: Iterable[str] | None = None,
-        shutdown_timeout: float = 30.0,
-        poll_interval: float | None = None,
-    ) -> None:
-        """Run a worker inside a running event loop; stop it by cancelling this coroutine
-        (graceful: in-flight jobs are released) or via ``worker.stop()``."""
-        w = self.worker(concurrency=concurrency, queues=queues, shutdown_timeout=shutdown_timeout,
-                        poll_interval=poll_interval)
-        await w.run(install_signal_handlers=False)
-
+    async def run_worker_async(self, **options: Unpack[WorkerOptions]) -> None:
+        """Run a worker inside a running event loop; stop it by cancelling this
+        coroutine (running jobs are released at once) or with ``worker.stop()``."""
+        await self.worker(**options).run(install_signal_handlers=False)
