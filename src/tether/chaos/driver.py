@@ -274,8 +274,11 @@ class _Run:
         while time.monotonic() < end:
             now = time.monotonic()
             if pending:
-                share = max(1, round(cfg.jobs * 0.05 * (now - t_start + 0.1) / max(0.1, produce_until - t_start)))
-                self._produce(min(pending, share if now < produce_until else pending))
+                # A steady stream: by produce_until every job has been offered.
+                due = cfg.jobs * min(1.0, (now - t_start) / (produce_until - t_start))
+                batch = min(pending, int(due) - (cfg.jobs - pending))
+                if batch > 0:
+                    self._produce(batch)
                 pending = cfg.jobs - len(self.enqueued) - self._unacked
             if now >= next_fault:
                 self._fault()
