@@ -39,7 +39,7 @@ _MIGRATE_LOCK = 0x7E7E_0001
 # the kernel's two-hour keepalive default: probe idle connections and give up on
 # unacknowledged writes. Any of these in the URL wins.
 NET_DEFAULTS = {
-    "connect_timeout": "10",
+    "connect_timeout": "5",
     "keepalives": "1",
     "keepalives_idle": "5",
     "keepalives_interval": "2",
@@ -50,6 +50,12 @@ NET_DEFAULTS = {
 
 #: how long a caller waits for a free pooled connection before the call fails
 POOL_TIMEOUT = 10.0
+#: psycopg_pool retries a failed connection with a delay that doubles until
+#: reconnect_timeout (300 s by default): after a server restart or a partition a
+#: worker could then sit out tens of seconds with the server already back, and
+#: its reaper with it (found by `tether chaos`: leases recovered 35 s late).
+#: Giving up early makes the next request start a fresh attempt, 1 s apart.
+RECONNECT_TIMEOUT = 2.0
 
 
 def _net_defaults(url: str) -> dict[str, Any]:
@@ -95,6 +101,7 @@ class PostgresStore(Store):
             min_size=1,
             max_size=pool_size,
             timeout=POOL_TIMEOUT,
+            reconnect_timeout=RECONNECT_TIMEOUT,
             kwargs={"autocommit": True, "prepare_threshold": 0, **_net_defaults(dsn.url)},
             open=False,
             name=f"tether-{dsn.schema}",
