@@ -51,6 +51,11 @@ log = logging.getLogger("tether.worker")
 T = TypeVar("T")
 
 MAX_CLAIM_BATCH = 200
+#: how long the claimer waits for more free slots before claiming just a few
+COALESCE_WAIT = 0.005
+#: leases a worker may hold per unit of concurrency (the surplus covers finished
+#: jobs whose reports are in flight, so claiming overlaps reporting)
+LEASES_PER_SLOT = 2
 #: a report that failed (database unreachable) is retried this often until the
 #: job's local lease deadline passes; after that the reaper owns the job
 REPORT_RETRY = 0.5
@@ -89,6 +94,7 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.poll_interval = poll_interval or self.store.default_poll_interval
         self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
+        self._min_claim = max(1, self.claim_batch // 4)
         self.host = host_name()
         self.id = make_worker_id(self.host)
         self.inflight = InFlight()
@@ -101,6 +107,7 @@ class Worker:
             on_lost=self._lost, on_cancel_requested=self._cancel_requested, history=self.history,
         )
         self.counts: Counter[str] = Counter()
+        self._busy = 0  # handlers running now; the concurrency limit applies to these
         self._handlers = DaemonPool()
         self._db_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tether-db")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -232,7 +239,13 @@ class Worker:
         failures = 0
         while not self._stopping:
             self._nudge.clear()  # before the claim: a nudge during it is not lost
-            free = self.concurrency - len(self.inflight)
+            free = self._free_slots()
+            if 0 < free < self._min_claim and self._busy:
+                # Only a few slots are free and more are about to be: wait a moment
+                # so one claim takes a batch instead of several claims taking one.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._batch_gather(), COALESCE_WAIT)
+                free = self._free_slots()
             full = False
             if free > 0:
                 want = min(free, self.claim_batch)
@@ -250,10 +263,22 @@ class Worker:
                 for job in jobs:
                     self._start(job, sent_at)
                 full = len(jobs) == want
-            if full and self.concurrency > len(self.inflight):
+            if full and self._free_slots() > 0:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._nudge.wait(), self.poll_interval)
+
+    async def _batch_gather(self) -> None:
+        assert self._nudge is not None
+        while 0 < self._free_slots() < self._min_claim and self._busy and not self._stopping:
+            self._nudge.clear()
+            await self._nudge.wait()
+
+    def _free_slots(self) -> int:
+        """Handler slots free, bounded so that leases held (running handlers plus
+        finished ones whose reports are still being written) stay under twice
+        the concurrency when the database is slow to take reports."""
+        return min(self.concurrency - self._busy, LEASES_PER_SLOT * self.concurrency - len(self.inflight))
 
     async def _claim(self, want: int) -> list[ClaimedJob] | None:
         """One claim, raced against stop(): a worker asked to stop while its
@@ -302,6 +327,7 @@ class Worker:
         else:
             fut = self._loop.run_in_executor(self._handlers, _call_sync, task, ctx, job.args)
         running.handler = fut
+        self._busy += 1
         fut.add_done_callback(partial(self._finished, running))
         if hard is not None:
             self._loop.call_at(self._loop.time() + (hard - time.monotonic()), self._timed_out, running)
@@ -352,6 +378,9 @@ class Worker:
     # -- outcomes --------------------------------------------------------------------------
     def _finished(self, running: Running, fut: asyncio.Future[Any]) -> None:
         job, ctx = running.job, running.ctx
+        self._busy -= 1
+        if self._nudge is not None:
+            self._nudge.set()  # a handler slot is free: claim while this report is written
         if self.history is not None:
             self.history.record("handler_end", job=job.id, attempt=job.attempt,
                                 ok=not fut.cancelled() and fut.exception() is None)
@@ -489,9 +518,12 @@ class Worker:
         await asyncio.sleep(random.uniform(0, interval))
         while True:
             try:
-                await self._db(self.reaper.run_until_clear)
+                reaped = await self._db(self.reaper.run_until_clear)
             except Exception as exc:
                 log.warning("reaper tick failed: %s", exc)
+            else:
+                if reaped and self._nudge is not None:
+                    self._nudge.set()  # recovered jobs are due now: claim them if we have room
             await asyncio.sleep(interval * random.uniform(0.9, 1.0))
 
     async def _drain(self) -> None:

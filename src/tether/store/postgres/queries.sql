@@ -34,17 +34,28 @@ SELECT id, dedup_key FROM {schema}.jobs
 WHERE dedup_key = ANY(%(keys)s::text[]) AND state IN ('queued', 'running')
 
 -- name: claim
+-- One queue at a time (LATERAL over the worker's queues), because only an
+-- equality on queue lets jobs_claim_idx (queue, priority DESC, run_at, id) hand
+-- rows over already in order, so the scan stops after `limit` rows however long
+-- the backlog; `queue = ANY(...)` would read and sort every due job instead.
 -- SKIP LOCKED lets concurrent claimers pass over rows another claim is taking
--- instead of queueing behind it; the inner ORDER BY walks jobs_claim_idx.
--- The same UPDATE grants the lease (locked_by, lease_until) and bumps attempt,
--- the fencing token. lease_until is capped at the attempt's deadline so one
--- partial index finds both lapsed leases and timed-out attempts.
-WITH picked AS (
-    SELECT id FROM {schema}.jobs
-    WHERE state = 'queued' AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- instead of queueing behind it. With several queues each may lock up to
+-- `limit` rows; only the best `limit` are taken, the rest are unlocked when the
+-- statement ends. The same UPDATE grants the lease (locked_by, lease_until) and
+-- bumps attempt, the fencing token. lease_until is capped at the attempt's
+-- deadline so one partial index finds both lapsed leases and timed-out attempts.
+WITH candidates AS (
+    SELECT c.id, c.priority, c.run_at
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {schema}.jobs
+        WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+), picked AS (
+    SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 UPDATE {schema}.jobs AS j
 SET state = 'running',
@@ -158,12 +169,12 @@ WITH back AS (
         deadline = NULL
     WHERE j.id = %(id)s AND j.attempt = %(attempt)s
       AND j.locked_by = %(worker)s AND j.state = 'running'
-    RETURNING j.id, j.attempt, j.claimed_at, j.state
+    RETURNING j.id, j.attempt, j.claimed_at, j.state, j.queue
 ), audit AS (
     INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
     SELECT id, attempt, %(worker)s, claimed_at, {now}, 'released' FROM back
 )
-SELECT state FROM back
+SELECT state, queue FROM back
 
 -- name: reap
 -- Set-based recovery: every lapsed lease (oldest first, bounded per tick) goes
@@ -171,7 +182,9 @@ SELECT state FROM back
 -- on every worker at once, and against a completion racing on the same row:
 -- whichever statement locks the row first wins; the other re-checks its WHERE
 -- against the new row version (state is no longer 'running') and matches nothing.
--- The expired CTE keeps the old owner and claim time for the audit row.
+-- The expired CTE keeps the old owner and claim time for the audit row, and the
+-- UPDATE's RETURNING carries them on (UPDATE ... FROM may return the FROM
+-- side's columns), so nothing joins the CTEs back together.
 -- A recovered job is due again at once, without fail's backoff: I5 promises it
 -- is claimable within lease_ttl + reaper_interval, and a crash is no sign that a
 -- dependency needs a rest. The lapse still counts against max_attempts.
@@ -200,15 +213,14 @@ WITH expired AS (
         deadline = NULL
     FROM expired AS e
     WHERE j.id = e.id
-    RETURNING j.id, j.state, j.last_error
+    RETURNING j.id, e.attempt, e.locked_by, e.claimed_at, e.timed_out, j.state, j.last_error, j.queue
 ), audit AS (
     INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    SELECT e.id, e.attempt, e.locked_by, e.claimed_at, {now},
-           CASE WHEN e.timed_out THEN 'timed_out' ELSE 'lease_expired' END, m.last_error
-    FROM expired AS e JOIN moved AS m ON m.id = e.id
+    SELECT id, attempt, locked_by, claimed_at, {now},
+           CASE WHEN timed_out THEN 'timed_out' ELSE 'lease_expired' END, last_error
+    FROM moved
 )
-SELECT e.id, e.attempt, e.locked_by, e.timed_out, m.state
-FROM expired AS e JOIN moved AS m ON m.id = e.id
+SELECT id, attempt, locked_by, timed_out, state, queue FROM moved
 
 -- name: expire_leases
 -- Start-up reconciliation: the listed workers are provably dead (same host,
@@ -290,6 +302,11 @@ FROM {schema}.workers
 WHERE (%(host)s::text IS NULL OR host = %(host)s)
   AND (NOT %(live_only)s OR stopped_at IS NULL)
 ORDER BY started_at
+
+-- name: notify
+-- Wake idle workers when jobs become due again without an insert (the enqueue
+-- trigger's job): recovered by the reaper, or released at shutdown.
+SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 
 -- name: db_now
 SELECT now()
