@@ -1,0 +1,165 @@
+"""tether's benchmark client: schema set-up, enqueueing and the latency producer.
+
+Run inside tether's bench venv: ``python tether_client.py COMMAND ...``; prints
+one ``BENCH-RESULT {json}`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import time
+
+from _benchkit import emit, wait_for_lines
+from tether_app import app
+
+
+def setup(args: argparse.Namespace) -> None:
+    applied = app.migrate()
+    emit({"migrations": applied})
+
+
+def enqueue(args: argparse.Namespace) -> None:
+    task = app.get_task(args.task)
+    extra = json.loads(args.args)
+    n, batch, s0 = args.n, args.batch, args.start
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    if args.mode == "bulk":
+        for start in range(0, n, batch):
+            task.enqueue_many([{"i": s0 + k, **extra} for k in range(start, min(n, start + batch))])
+    elif args.mode == "sync":
+        for k in range(n):
+            task.enqueue(i=s0 + k, **extra)
+    elif args.mode == "async":
+        async def go() -> None:
+            for k in range(n):
+                await task.enqueue_async(i=s0 + k, **extra)
+        asyncio.run(go())
+    else:
+        raise SystemExit(f"unknown mode {args.mode}")
+    seconds = time.perf_counter() - t0
+    emit({"mode": args.mode, "n": n, "batch": batch, "seconds": seconds, "cpu_s": time.process_time() - cpu0})
+
+
+def latency(args: argparse.Namespace) -> None:
+    task = app.get_task("latency")
+    task.enqueue(i=-1, t=time.time())  # warm the connection and the worker
+    record_path = os.environ["BENCH_RECORD"]
+    wait_for_lines(record_path, 1, 30)
+    sent = []
+    for i in range(args.samples):
+        time.sleep(args.gap * (0.5 + random.random()))
+        t_before = time.time()
+        task.enqueue(i=i, t=t_before)
+        t_after = time.time()
+        sent.append((i, t_before, t_after))
+        if not wait_for_lines(record_path, i + 2, args.timeout):
+            break
+    emit({"sent": sent})
+
+
+def _explain(sql: str, params: dict) -> tuple[str, float | None]:
+    """EXPLAIN (ANALYZE, BUFFERS) of one of tether's own statements, rolled back."""
+    import psycopg
+
+    store = app.store
+    with store.pool.connection() as conn:  # type: ignore[attr-defined]
+        try:
+            with conn.transaction():
+                rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params).fetchall()
+                raise psycopg.Rollback()
+        except psycopg.Rollback:
+            pass
+    text = "\n".join(r[0] for r in rows)
+    ms = None
+    for line in text.splitlines():
+        if line.strip().startswith("Execution Time:"):
+            ms = float(line.split(":")[1].split()[0])
+    return text, ms
+
+
+def _timed(fn, *a, **kw):  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    r = fn(*a, **kw)
+    return r, 1000 * (time.perf_counter() - t0)
+
+
+def probe(args: argparse.Namespace) -> None:
+    """Claim, complete and reap costs on the current table (history scenario).
+
+    Uses the store seam (internal, like tether's own tests do) to time single
+    operations, and EXPLAIN ANALYZE on the same SQL text the store sends."""
+    from datetime import timedelta
+
+    store = app.store
+    worker = "bench-probe"
+    app.get_task("noop").enqueue_many([{"i": k} for k in range(args.backlog)])
+    out: dict = {"backlog": args.backlog}
+    params = {"worker": worker, "queues": ["default"], "limit": args.claim_batch, "lease_ttl": 30.0, "now": None}
+    out["claim_plan"], out["claim_explain_ms"] = _explain(store.q["claim"], params)  # type: ignore[attr-defined]
+    claim_ms, complete_ms = [], []
+    for _ in range(args.claims):
+        jobs, ms = _timed(store.claim, worker, ["default"], args.claim_batch, 30.0)
+        claim_ms.append(ms)
+        _, ms = _timed(store.complete, worker, [(j.id, j.attempt, None) for j in jobs])
+        complete_ms.append(ms)
+    out["claim_ms"], out["complete_ms"] = claim_ms, complete_ms
+    reap_idle_ms = [_timed(store.reap, 1000)[1] for _ in range(args.reaps)]
+    out["reap_idle_ms"] = reap_idle_ms
+    out["reap_idle_plan"], out["reap_idle_explain_ms"] = _explain(
+        store.q["reap"], {"limit": 1000, "now": None})  # type: ignore[attr-defined]
+    # Lapsed leases: claim some, then reap them with the clock moved past their TTL.
+    reap_ms, reaped = [], []
+    for k in range(args.reap_rounds):
+        store.claim(worker, ["default"], args.expired, 30.0)
+        later = store.db_now() + timedelta(seconds=60)
+        if k == 0:
+            out["reap_plan"], out["reap_explain_ms"] = _explain(
+                store.q["reap"], {"limit": 1000, "now": later})  # type: ignore[attr-defined]
+        r, ms = _timed(store.reap, 1000, now=later)
+        reap_ms.append(ms)
+        reaped.append(len(r))
+    out["reap_ms"], out["reaped"] = reap_ms, reaped
+    emit(out)
+
+
+def dump_sql(args: argparse.Namespace) -> None:
+    """tether's own statements, macros filled (for the pgbench ceiling)."""
+    q = app.store.q  # type: ignore[attr-defined]
+    emit({name: q[name] for name in args.names})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("setup")
+    e = sub.add_parser("enqueue")
+    e.add_argument("--mode", choices=["bulk", "sync", "async"], required=True)
+    e.add_argument("--n", type=int, required=True)
+    e.add_argument("--batch", type=int, default=1000)
+    e.add_argument("--task", default="noop")
+    e.add_argument("--args", default="{}", help="extra JSON args for every job")
+    e.add_argument("--start", type=int, default=0, help="first job's i")
+    la = sub.add_parser("latency")
+    la.add_argument("--samples", type=int, default=100)
+    la.add_argument("--gap", type=float, default=0.1)
+    la.add_argument("--timeout", type=float, default=15.0)
+    pr = sub.add_parser("probe")
+    pr.add_argument("--backlog", type=int, default=2000)
+    pr.add_argument("--claims", type=int, default=50)
+    pr.add_argument("--claim-batch", type=int, default=10)
+    pr.add_argument("--reaps", type=int, default=50)
+    pr.add_argument("--expired", type=int, default=100)
+    pr.add_argument("--reap-rounds", type=int, default=5)
+    d = sub.add_parser("dump-sql")
+    d.add_argument("names", nargs="+")
+    a = p.parse_args()
+    {"setup": setup, "enqueue": enqueue, "latency": latency, "probe": probe, "dump-sql": dump_sql}[a.cmd](a)
+    app.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,382 @@
+"""Build ``summary.md`` (ratios against the best peer, then every scenario's
+table) and the PNG plots from a results directory's ``raw/*.json``.
+
+    python bench/report.py bench/results/2026-11-22
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+COLORS = {"tether": "#d62728", "pgqueuer": "#1f77b4", "procrastinate": "#2ca02c", "oban": "#9467bd",
+          "chancy": "#ff7f0e", "tether-sqlite": "#8c564b"}
+
+
+def load(out: Path) -> dict[str, Any]:
+    raw = {}
+    for p in sorted((out / "raw").glob("*.json")):
+        raw[p.stem] = json.loads(p.read_text())
+    return raw
+
+
+def f(x: Any, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "**no**"
+    if isinstance(x, (int, float)):
+        if digits == 0:
+            return f"{x:,.0f}"
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def best_peer(values: dict[str, float | None], higher: bool) -> tuple[str | None, float | None]:
+    peers = {k: v for k, v in values.items() if k != "tether" and v is not None}
+    if not peers:
+        return None, None
+    name = (max if higher else min)(peers, key=lambda k: peers[k])  # type: ignore[arg-type,return-value]
+    return name, peers[name]
+
+
+def advantage(tether: float | None, other: float | None, higher: bool) -> float | None:
+    if tether is None or other is None or tether == 0 or other == 0:
+        return None
+    return tether / other if higher else other / tether
+
+
+def check(ok: bool | None) -> str:
+    return "-" if ok is None else ("met" if ok else "**missed**")
+
+
+# -- the ratio table -----------------------------------------------------------------------
+def ratio_rows(raw: dict[str, Any]) -> list[list[str]]:
+    rows: list[list[str]] = []
+
+    def add(scenario: str, figure: str, values: dict[str, float | None], higher: bool, unit: str,
+            target: str = "", met: bool | None = None, digits: int = 0) -> None:
+        t = values.get("tether")
+        name, best = best_peer(values, higher)
+        adv = advantage(t, best, higher)
+        vs_pgq = advantage(t, values.get("pgqueuer"), higher)
+        rows.append([scenario, figure, f"{f(t, digits)} {unit}", f"{f(best, digits)} ({name or '-'})",
+                     f(adv, 2) + "x" if adv else "-", f(vs_pgq, 2) + "x" if vs_pgq else "-",
+                     target, check(met) if target else ""])
+
+    tp = raw.get("throughput")
+    if tp:
+        for cfg in tp["configs"]:
+            rates = {s: d["configs"].get(cfg, {}).get("rate") for s, d in tp["systems"].items()}
+            t, pgq = rates.get("tether"), rates.get("pgqueuer")
+            add("1 throughput", f"no-op jobs/s, {cfg}", rates, True, "/s", "≥ 2x pgqueuer",
+                None if t is None or pgq is None else t >= 2 * pgq)
+        for cfg in tp["configs"]:
+            cpu = {s: d["configs"].get(cfg, {}).get("cpu_per_job_ms") for s, d in tp["systems"].items()}
+            t, pgq = cpu.get("tether"), cpu.get("pgqueuer")
+            add("1 throughput", f"CPU ms/job (worker+PG), {cfg}", cpu, False, "ms", "≤ ½ pgqueuer",
+                None if t is None or pgq is None else t <= pgq / 2, digits=3)
+    enq = raw.get("enqueue")
+    if enq:
+        for mode, label in (("bulk", "bulk"), ("sync", "single, sync"), ("async", "single, async")):
+            rates = {s: d["modes"].get(mode, {}).get("rate") for s, d in enq["systems"].items()}
+            t = rates.get("tether")
+            if mode == "bulk":
+                target, ref = "≥ pgqueuer", rates.get("pgqueuer")
+                met = None if t is None or ref is None else t >= ref
+            else:
+                target, ref = "≥ 2x procrastinate", rates.get("procrastinate")
+                met = None if t is None or ref is None else t >= 2 * ref
+            add("2 enqueue", f"jobs/s, {label}", rates, True, "/s", target, met)
+    lat = raw.get("latency")
+    if lat:
+        for pct, limit in (("p50", 5.0), ("p99", 20.0)):
+            vals = {s: (d.get("from_call") or {}).get(pct) for s, d in lat["systems"].items() if s != "tether-sqlite"}
+            t = vals.get("tether")
+            add("3 latency", f"enqueue→handler {pct}, PostgreSQL", vals, False, "ms", f"< {limit:g} ms",
+                None if t is None else t < limit, digits=2)
+    return rows
+
+
+# -- scenario tables -----------------------------------------------------------------------
+def throughput_md(tp: dict[str, Any]) -> str:
+    rows = []
+    for s, d in tp["systems"].items():
+        for cfg in tp["configs"]:
+            r = d["configs"].get(cfg, {})
+            rows.append([s, cfg, f(r.get("rate")), f(r.get("rate_from_spawn")), f(r.get("worker_cpu_per_job_ms"), 3),
+                         f(r.get("pg_cpu_per_job_ms"), 3), f(r.get("commits_per_job"), 2),
+                         f(r.get("wal_bytes_per_job")), f"{r.get('ok_reps', 0)}/{r.get('reps', 0)}"])
+    notes = "\n".join(f"- **{s}**: {d.get('notes', '')}" for s, d in tp["systems"].items())
+    return (f"N = {tp['n']:,} pre-enqueued no-op jobs; rate from the first handler to the last job done "
+            "(`from spawn` includes interpreter start-up); CPU over the same window; commits and WAL from "
+            "worker start to exit.\n\n"
+            + table(["system", "workers x concurrency", "jobs/s", "jobs/s from spawn", "worker CPU ms/job",
+                     "PG CPU ms/job", "commits/job", "WAL B/job", "ok runs"], rows)
+            + "\n\n" + notes)
+
+
+def enqueue_md(enq: dict[str, Any]) -> str:
+    rows = []
+    for s, d in enq["systems"].items():
+        for mode in ("bulk", "sync", "async"):
+            r = d["modes"].get(mode, {})
+            if r.get("unsupported"):
+                rows.append([s, mode, "not offered", "", "", "", ""])
+                continue
+            rows.append([s, mode, f(r.get("rate")), f(r.get("client_cpu_per_job_ms"), 3),
+                         f(r.get("pg_cpu_per_job_ms"), 3), f(r.get("commits_per_job"), 3), f(r.get("wal_bytes_per_job"))])
+    return (f"bulk: {enq['n_bulk']:,} jobs in batches of {enq['batch']:,}; single: {enq['n_single']:,} calls.\n\n"
+            + table(["system", "mode", "jobs/s", "client CPU ms/job", "PG CPU ms/job", "commits/job", "WAL B/job"], rows))
+
+
+def latency_md(lat: dict[str, Any]) -> str:
+    rows = []
+    for s, d in lat["systems"].items():
+        fc, fm = d.get("from_call") or {}, d.get("from_commit") or {}
+        rows.append([s, f(fc.get("p50"), 2), f(fc.get("p90"), 2), f(fc.get("p99"), 2), f(fc.get("max"), 2),
+                     f(fm.get("p50"), 2), f"{d.get('samples', 0)}/{lat['samples']}"])
+    return (f"{lat['samples']} jobs per system on an idle queue (mean gap {lat['gap_s']} s); milliseconds from the "
+            "start of the enqueue call (and from its return) to the handler's first line.\n\n"
+            + table(["system", "p50 ms", "p90 ms", "p99 ms", "max ms", "p50 from commit", "samples"], rows))
+
+
+def heartbeat_md(hb: dict[str, Any]) -> str:
+    rows = []
+    for s, d in hb["systems"].items():
+        for level, r in d["levels"].items():
+            rows.append([s, f(int(level)), f(r.get("workers")), f(r.get("lost")), f(r.get("statements_per_worker_per_s"), 2),
+                         f(r.get("statements_per_worker_per_tick"), 2), f(r.get("worker_cpu_pct_per_worker"), 2),
+                         f(r.get("pg_cpu_pct"), 2), f(r.get("wal_bytes_per_s"))])
+    t = hb["timers"]
+    return (f"Window {hb['window_s']:g} s with every job running; tether timers: heartbeat {t['heartbeat_s']:g} s, "
+            f"lease {t['lease_ttl_s']:g} s, reaper {t['reaper_s']:g} s. Statements = commits (autocommit), "
+            "all of the worker's statements (heartbeat, reaper, idle claims), less the catch-up transactions "
+            "other sessions' DDL forces on idle connections (measured on a sentinel connection). Jobs lost: no "
+            "longer running at the end of the window (the worker fenced itself off a lease it could not renew "
+            "in time).\n\n"
+            + table(["system", "jobs in flight", "workers", "jobs lost", "statements/s per worker", "per worker per tick",
+                     "worker CPU % (each)", "PG CPU %", "WAL B/s"], rows))
+
+
+def history_md(h: dict[str, Any]) -> str:
+    rows = []
+    for size, r in h["by_size"].items():
+        rows.append([f(int(size)), f(r.get("jobs_table_mb")), f(r.get("claim_ms_p50"), 2), f(r.get("claim_ms_p99"), 2),
+                     f(r.get("claim_explain_ms"), 2), f(r.get("complete_ms_p50"), 2), f(r.get("reap_idle_ms_p50"), 2),
+                     f(r.get("reap_idle_explain_ms"), 3), f(r.get("reap_100_ms_p50"), 2),
+                     f(r.get("claim_uses_partial_index")), f(r.get("reap_uses_partial_index"))])
+    return ("Finished rows generated with `INSERT ... SELECT generate_series`; claim of 10 from a fresh backlog, its "
+            "batch complete, an idle reap, a reap of 100 lapsed leases (client-side ms; `EXPLAIN` = server "
+            "execution time). Plans: `plans/`.\n\n"
+            + table(["finished rows", "jobs MB", "claim p50", "claim p99", "claim EXPLAIN", "complete p50",
+                     "idle reap p50", "idle reap EXPLAIN", "reap 100 p50", "claim idx", "reap idx"], rows))
+
+
+def recovery_md(rec: dict[str, Any]) -> str:
+    rows = []
+    for mode, r in rec["modes"].items():
+        if "restart_s" not in r:
+            rows.append([mode, "failed: " + str(r.get("error", ""))[:80], "", "", "", "", ""])
+            continue
+        rows.append([mode, f(r.get("kills")), f(r["reaped_s"].get("p50"), 2), f(r["reaped_s"].get("p99"), 2),
+                     f(r["restart_s"].get("p50"), 2), f(r["restart_s"].get("p99"), 2),
+                     f"{r.get('bound_s', 0):g} s" + (f" (p99 ≤ bound + 1 s: {f(r.get('within_bound_plus_1s'))})"
+                                                    if mode == "lease" else "")])
+    return ("Seconds from SIGKILL to the job being claimable again (reaped: the attempt row's `finished_at`, "
+            "database clock) and to its next attempt's handler starting.\n\n"
+            + table(["mode", "kills", "reaped p50", "reaped p99", "restarted p50", "restarted p99",
+                     "bound lease_ttl + reaper_interval"], rows))
+
+
+def sqlite_md(sq: dict[str, Any]) -> str:
+    rows = [[k, f(r.get("rate")), f(r.get("rate_from_spawn")), f(r.get("worker_cpu_per_job_ms"), 3),
+             check(None if r.get("rate") is None else r["rate"] >= 2000) if k == "4" else ""]
+            for k, r in sq["by_workers"].items()]
+    return (f"N = {sq['n']:,} no-op jobs, concurrency {sq['concurrency']} per worker, one SQLite file.\n\n"
+            + table(["worker processes", "jobs/s", "jobs/s from spawn", "worker CPU ms/job", "target ≥ 2,000/s"], rows))
+
+
+def ceiling_md(ce: dict[str, Any], tp: dict[str, Any] | None) -> str:
+    rows = [[f"claim {k} then complete", f(r.get("rate")), f(r.get("tps")), f(r.get("pg_cpu_per_job_ms"), 3),
+             f(r.get("commits_per_job"), 3), f(r.get("wal_bytes_per_job"))] for k, r in ce["by_batch"].items()]
+    text = (f"pgbench, {ce['clients']} clients, prepared statements, tether's own claim and complete SQL.\n\n"
+            + table(["script", "jobs/s", "tps", "PG CPU ms/job", "commits/job", "WAL B/job"], rows))
+    if tp and "tether" in tp["systems"]:
+        frac = []
+        for cfg, r in tp["systems"]["tether"]["configs"].items():
+            c = int(cfg.split("c")[-1])
+            k = "10" if c <= 10 else "100"
+            ceil = ce["by_batch"].get(k, {}).get("rate")
+            if r.get("rate") and ceil:
+                frac.append(f"{cfg}: {100 * r['rate'] / ceil:.0f}% of the claim-{k} ceiling")
+        if frac:
+            text += "\n\ntether's worker as a fraction of the ceiling: " + "; ".join(frac) + "."
+    return text
+
+
+# -- plots ---------------------------------------------------------------------------------
+def _bars(ax: Any, groups: list[str], series: dict[str, list[float | None]], ylabel: str) -> None:
+    n = max(1, len(series))
+    width = 0.8 / n
+    for i, (name, ys) in enumerate(series.items()):
+        xs = [g + (i - (n - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, [y or 0 for y in ys], width, label=name, color=COLORS.get(name))
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plots(raw: dict[str, Any], out: Path) -> list[str]:
+    made = []
+    tp = raw.get("throughput")
+    if tp:
+        fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5))
+        cfgs = tp["configs"]
+        _bars(a, cfgs, {s: [d["configs"].get(c, {}).get("rate") for c in cfgs] for s, d in tp["systems"].items()},
+              "jobs/s")
+        a.set_title(f"Throughput, {tp['n']:,} no-op jobs")
+        a.legend()
+        _bars(b, cfgs, {s: [d["configs"].get(c, {}).get("cpu_per_job_ms") for c in cfgs]
+                        for s, d in tp["systems"].items()}, "CPU ms per job (worker + PostgreSQL)")
+        b.set_title("Cost per job")
+        fig.tight_layout()
+        fig.savefig(out / "throughput.png", dpi=90)
+        plt.close(fig)
+        made.append("throughput.png")
+    hb = raw.get("heartbeat")
+    if hb:
+        fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+        for s, d in hb["systems"].items():
+            lv = sorted(d["levels"], key=int)
+            xs = [int(x) for x in lv]
+            a.plot(xs, [d["levels"][x].get("statements_per_worker_per_s") for x in lv], "o-", label=s,
+                   color=COLORS.get(s))
+            b.plot(xs, [d["levels"][x].get("worker_cpu_pct_per_worker") for x in lv], "o-", label=f"{s} worker",
+                   color=COLORS.get(s))
+            b.plot(xs, [d["levels"][x].get("pg_cpu_pct") for x in lv], "s--", label=f"{s} PostgreSQL",
+                   color=COLORS.get(s), alpha=0.6)
+        for ax in (a, b):
+            ax.set_xscale("log")
+            ax.set_xlabel("jobs in flight")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        a.set_ylabel("statements/s per worker")
+        a.set_ylim(bottom=0)
+        a.set_title("Heartbeat cost: statements")
+        b.set_ylabel("CPU %")
+        b.set_title("Heartbeat cost: CPU")
+        fig.tight_layout()
+        fig.savefig(out / "heartbeat.png", dpi=90)
+        plt.close(fig)
+        made.append("heartbeat.png")
+    h = raw.get("history")
+    if h:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        sizes = sorted(h["by_size"], key=int)
+        xs = [int(s) for s in sizes]
+        for key, label in (("claim_ms_p50", "claim 10 (p50)"), ("complete_ms_p50", "complete 10 (p50)"),
+                           ("reap_idle_ms_p50", "idle reap (p50)"), ("reap_100_ms_p50", "reap 100 lapsed (p50)")):
+            ax.plot(xs, [h["by_size"][s].get(key) for s in sizes], "o-", label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("finished rows in the jobs table")
+        ax.set_ylabel("ms per call")
+        ax.set_ylim(bottom=0)
+        ax.set_title("Claim and reap cost vs history")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "history.png", dpi=90)
+        plt.close(fig)
+        made.append("history.png")
+    lat = raw.get("latency")
+    if lat:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        names = list(lat["systems"])
+        _bars(ax, names, {p: [(lat["systems"][s].get("from_call") or {}).get(p) for s in names]
+                          for p in ("p50", "p99")}, "ms (log)")
+        ax.set_yscale("log")
+        ax.legend()
+        ax.set_title("Idle-queue latency, enqueue → handler start")
+        fig.tight_layout()
+        fig.savefig(out / "latency.png", dpi=90)
+        plt.close(fig)
+        made.append("latency.png")
+    enq = raw.get("enqueue")
+    if enq:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        modes = ["bulk", "sync", "async"]
+        _bars(ax, modes, {s: [d["modes"].get(m, {}).get("rate") for m in modes] for s, d in enq["systems"].items()},
+              "jobs/s (log)")
+        ax.set_yscale("log")
+        ax.legend()
+        ax.set_title("Enqueue throughput")
+        fig.tight_layout()
+        fig.savefig(out / "enqueue.png", dpi=90)
+        plt.close(fig)
+        made.append("enqueue.png")
+    return made
+
+
+def build(out: Path) -> Path:
+    out = Path(out)
+    raw = load(out)
+    if not raw:
+        C.log(f"no raw results in {out / 'raw'}")
+        return out
+    made = plots(raw, out)
+    machine = next(iter(raw.values())).get("machine", {})
+    parts = [
+        f"# Benchmark results, {machine.get('date', '')[:10]}",
+        "",
+        f"Machine: {machine.get('cores')} cores ({machine.get('cpu', '?')}), {machine.get('mem_gib')} GiB; "
+        f"PostgreSQL {machine.get('postgres', '?')} on loopback; load average at start "
+        f"{' '.join(machine.get('loadavg_at_start', []))}. Raw data: `raw/*.json`. How each figure is measured: "
+        "`bench/README.md`.",
+        "",
+        "## tether against the best peer",
+        "",
+        "Advantage: how many times better tether is (> 1: tether wins; for costs and latencies, lower is better, "
+        "so the ratio is inverted).",
+        "",
+        table(["scenario", "figure", "tether", "best peer", "advantage", "vs pgqueuer", "target", "met?"],
+              ratio_rows(raw)),
+    ]
+    sections = [("throughput", "1. Processing throughput", throughput_md),
+                ("enqueue", "2. Enqueue throughput", enqueue_md),
+                ("latency", "3. Idle-queue latency", latency_md),
+                ("heartbeat", "4. Heartbeat cost", heartbeat_md),
+                ("history", "5. Claim and reap cost vs history", history_md),
+                ("recovery", "6. Recovery after SIGKILL", recovery_md),
+                ("sqlite", "7. SQLite embedded", sqlite_md)]
+    for key, title, fn in sections:
+        if key in raw:
+            parts += ["", f"## {title}", "", fn(raw[key])]
+    if "ceiling" in raw:
+        parts += ["", "## 8. Raw-SQL ceiling (pgbench)", "", ceiling_md(raw["ceiling"], raw.get("throughput"))]
+    if made:
+        parts += ["", "## Plots", ""] + [f"![{m}]({m})" for m in made]
+    path = out / "summary.md"
+    path.write_text("\n".join(parts) + "\n")
+    C.log(f"wrote {path}")
+    return path
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1]) if len(sys.argv) > 1 else C.out_dir())

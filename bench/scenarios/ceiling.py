@@ -1,0 +1,142 @@
+"""Scenario 8: the raw-SQL ceiling: pgbench running tether's own claim and complete.
+
+The statements are taken from tether's ``queries.sql`` as its PostgreSQL store
+loads them (macros filled), with the parameters bound to pgbench variables, and
+run by pgbench in prepared mode (tether's store prepares its statements too):
+
+    claim K jobs   (tether's claim; the ids and attempts \\gset into variables)
+    complete them  (tether's fenced batch complete, which writes the attempt rows)
+
+two autocommit statements per transaction, as a worker sends them, with no
+Python in the loop. Jobs are pre-filled with one INSERT ... SELECT
+generate_series (the backlog starts at the run's job count and drains to
+zero; a claim whose plan sorts the due backlog gets slower with its size).
+Reported: jobs/s (tps x K, checked against the succeeded count), PostgreSQL
+CPU, commits and WAL per job. K = 1, 10 and 100 (20,000, 50,000 and 100,000
+jobs), 8 clients.
+
+    python bench/scenarios/ceiling.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common as C
+
+DB = "bench_tether_ceiling"
+BATCHES = [1, 10, 100]
+PREFILL = """
+INSERT INTO tether.jobs (queue, task, args, run_at, max_attempts, created_at)
+SELECT 'default', 'noop', jsonb_build_object('i', g), now(), 3, now()
+FROM generate_series(1, %(n)s::bigint) AS g
+"""
+
+
+def pgbench_script(claim: str, complete: str, k: int) -> str:
+    def bind(sql: str, values: dict[str, str]) -> str:
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in values:
+                raise KeyError(f"no pgbench value for %({name})s")
+            return values[name]
+        return re.sub(r"%\((\w+)\)s", sub, sql)
+
+    common = {"worker": "'pgbench'", "now": "NULL", "lease_ttl": "30.0"}
+    claim_sql = bind(claim, {**common, "queues": "ARRAY['default']", "limit": str(k)})
+    complete_sql = bind(complete, {**common, "ids": ":ids", "attempts": ":atts", "results": "NULL"})
+    one_line = lambda s: " ".join(line.split("--")[0].strip() for line in s.splitlines() if line.strip())  # noqa: E731
+    return (
+        f"WITH claimed AS ({one_line(claim_sql)}) "
+        "SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempt), '{}') AS atts FROM claimed\n"
+        "\\gset\n"
+        f"{one_line(complete_sql)};\n"
+    )
+
+
+def run_one(system: C.System, sql: dict[str, str], k: int, clients: int, tx: int) -> dict[str, Any]:
+    C.recreate_db(DB)
+    C.run_client(system, ["setup"])
+    jobs = clients * tx * k
+    with C.connect(DB) as c:
+        c.execute(PREFILL, {"n": jobs})
+    C.settle_db(DB)
+    script = C.scratch() / f"ceiling-k{k}.sql"
+    script.write_text(pgbench_script(sql["claim"], sql["complete"], k))
+    argv = [str(C.PGBIN / "pgbench"), "-h", C.PG_HOST, "-p", str(C.PG_PORT), "-U", C.PG_USER, "-n",
+            "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)), "-t", str(tx), "-f", str(script), DB]
+    with C.connect() as admin:
+        s0 = C.snapshot(DB, admin)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        C.wait_no_backends(DB)
+        s1 = C.snapshot(DB, admin)
+    (C.scratch() / "logs").mkdir(parents=True, exist_ok=True)
+    (C.scratch() / "logs" / f"ceiling-k{k}.log").write_text(f"$ {' '.join(argv)}\n{p.stdout}\n{p.stderr}")
+    if p.returncode != 0:
+        raise RuntimeError(f"pgbench failed: {p.stderr[-2000:]}")
+    m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", p.stdout)
+    if not m:
+        raise RuntimeError(f"no tps in pgbench output:\n{p.stdout[-2000:]}")
+    tps = float(m.group(1))
+    with C.connect(DB) as c:
+        (done,) = c.execute("SELECT count(*) FROM tether.jobs WHERE state = 'succeeded'").fetchone()  # type: ignore[misc]
+    return {
+        "batch": k, "clients": clients, "transactions": clients * tx, "jobs": jobs, "done": int(done),
+        "ok": int(done) == jobs, "tps": tps, "rate": tps * k,
+        "pg_cpu_per_job_ms": 1000 * (s1.pg_cpu - s0.pg_cpu) / jobs,
+        "commits_per_job": (s1.commits - s0.commits) / jobs,
+        "wal_bytes_per_job": C.wal_bytes(s0, s1) / jobs,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    C.add_common_args(p)
+    p.add_argument("--batch", type=int, action="append", help="jobs per claim (repeatable; default 1 10 100)")
+    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--jobs", type=int, default=None,
+                   help="jobs per run for K=1 (default 20,000; --quick 4,000); K=10 x2.5 and K=100 x5 that")
+    args = p.parse_args(argv)
+    C.set_out_dir(args.out, quick=args.quick)
+    C.available(["tether"]) or sys.exit("tether's bench venv is missing")
+    base = C.SYSTEMS["tether"]
+    system = C.System(base.name, base.venv, DB, base.worker_argv, base.pending_sql, base.done_sql, env=base.env)
+    C.recreate_db(DB)
+    sql = C.run_client(system, ["dump-sql", "claim", "complete"])
+    base_jobs = args.jobs or (4000 if args.quick else 20000)
+    results: dict[str, Any] = {"clients": args.clients, "statements": sql, "by_batch": {}, "runs": []}
+    for k in args.batch or BATCHES:
+        scale = {1: 1, 10: 2.5}.get(k, 5)
+        tx = max(1, int(base_jobs * scale) // (k * args.clients))
+        runs = []
+        for rep in range(C.reps(args)):
+            C.log(f"ceiling: pgbench claim-{k}-then-complete, {args.clients} clients x {tx} transactions, rep {rep + 1}")
+            try:
+                r = run_one(system, sql, k, args.clients, tx)
+                C.log(f"  {r['rate']:.0f} jobs/s ({r['tps']:.0f} tps), pg {r['pg_cpu_per_job_ms']:.3f} ms/job, "
+                      f"{r['commits_per_job']:.3f} commits/job, {r['wal_bytes_per_job']:.0f} WAL B/job")
+            except Exception as exc:
+                C.log(f"  FAILED: {exc}")
+                r = {"batch": k, "ok": False, "error": str(exc)[:2000]}
+            r["rep"] = rep
+            runs.append(r)
+            results["runs"].append(r)
+        ok = [r for r in runs if r.get("ok")]
+        results["by_batch"][str(k)] = {
+            "ok_reps": len(ok),
+            **{key: C.median([r[key] for r in ok]) for key in
+               ("rate", "tps", "pg_cpu_per_job_ms", "commits_per_job", "wal_bytes_per_job")},
+        }
+    C.drop_db(DB)
+    C.save_raw("ceiling", results)
+    return results
+
+
+if __name__ == "__main__":
+    main()
