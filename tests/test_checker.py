@@ -17,9 +17,9 @@ def ev(e: str, m: float, w: str = "w1", **kw: Any) -> dict[str, Any]:
 
 
 def run(events: list[dict[str, Any]], jobs: list[JobRow], attempts: list[AttemptRow],
-        enqueued: list[int] | None = None) -> CheckReport:
+        enqueued: list[int] | None = None, outages: list[tuple[float, float]] | None = None) -> CheckReport:
     return check(events, {j.id: j for j in jobs}, attempts, enqueued=enqueued or [j.id for j in jobs],
-                 lease_ttl=TTL, reaper_interval=REAPER, mono_to_wall=T0, slack=0.5)
+                 lease_ttl=TTL, reaper_interval=REAPER, mono_to_wall=T0, slack=0.5, outages=outages or [])
 
 
 def clean() -> tuple[list[dict[str, Any]], list[JobRow], list[AttemptRow]]:
@@ -128,3 +128,14 @@ def test_slow_recovery_is_flagged() -> None:
     ]
     report = run(events, jobs, attempts)
     assert "I5" in failing(report)
+
+
+def test_slow_recovery_during_a_database_outage_is_excused_by_the_outage_only() -> None:
+    events, jobs, _ = clean()
+    reaped = T0 + 1.5 + TTL + REAPER + 2.0  # 2 s late
+    attempts = [
+        AttemptRow(1, 1, "w1", T0 + 1.0, reaped, "lease_expired"),
+        AttemptRow(1, 2, "w2", reaped + 0.1, reaped + 1.0, "succeeded"),
+    ]
+    assert run(events, jobs, attempts, outages=[(T0 + 3.0, T0 + 4.0)]).ok  # 1 s down + reconnect grace
+    assert "I5" in failing(run(events, jobs, attempts, outages=[(T0 + 100, T0 + 101)]))  # outage elsewhere

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -139,6 +140,8 @@ class _Run:
         self.integrity_checks = 0
         self._heal_at: dict[int, float] = {}
         self._last_restart = 0.0
+        self._restarting: threading.Thread | None = None
+        self.outages: list[tuple[float, float]] = []  # server restarts, wall clock
 
     # -- set-up --------------------------------------------------------------------
     def _database(self) -> str:
@@ -194,15 +197,20 @@ class _Run:
             self._spawn(slot)
 
     # -- the fault schedule ------------------------------------------------------------
-    def _alive(self) -> list[_Slot]:
-        return [s for s in self.slots if s.proc is not None and s.proc.poll() is None and s.stopped_until is None]
+    def _healthy(self) -> list[_Slot]:
+        """Workers running, not stopped and not cut off. Faults never take the
+        last of these: I5 promises recovery by a healthy worker, so the
+        schedule keeps one (failpoints may still take it, briefly)."""
+        return [s for s in self.slots if s.proc is not None and s.proc.poll() is None
+                and s.stopped_until is None and s.index not in self._heal_at]
 
     def _fault(self) -> None:
         kinds = sorted(self.cfg.faults - {"skew"})
         if not kinds:
             return
         kind = self.rng.choice(kinds)
-        alive = self._alive()
+        healthy = self._healthy()
+        alive = healthy if len(healthy) > 1 else []
         ttl = self.cfg.lease_ttl
         if kind == "kill" and alive:
             slot = self.rng.choice(alive)
@@ -216,8 +224,8 @@ class _Run:
             slot.proc.send_signal(signal.SIGSTOP)
             slot.stopped_until = time.monotonic() + self.rng.uniform(1.2, 2.5) * ttl
             self._event("fault", kind="stop", slot=slot.index, pid=slot.proc.pid)
-        elif kind == "partition":
-            slot = self.rng.choice(self.slots)
+        elif kind == "partition" and alive:
+            slot = self.rng.choice(alive)
             assert slot.proxy is not None
             if self.rng.random() < 0.5:
                 slot.proxy.blackhole()
@@ -226,14 +234,24 @@ class _Run:
             else:
                 slot.proxy.reset()
                 self._event("fault", kind="partition", mode="reset", slot=slot.index)
-        elif kind == "restart" and self.pg is not None and time.monotonic() - self._last_restart > 8:
+        elif (kind == "restart" and self.pg is not None and time.monotonic() - self._last_restart > 8
+              and not (self._restarting and self._restarting.is_alive())):
             mode = self.rng.choice(["immediate", "fast"])
-            away = self.pg.restart(mode)
             self._last_restart = time.monotonic()
-            self._event("fault", kind="restart", mode=mode, away=away)
+            # On a thread of its own: the fault loop keeps healing and resuming
+            # workers on schedule while the server is away.
+            self._restarting = threading.Thread(target=self._restart, args=(mode,), daemon=True)
+            self._restarting.start()
         else:
             return
         self.faults[kind] += 1
+
+    def _restart(self, mode: str) -> None:
+        assert self.pg is not None
+        start = time.time()
+        away = self.pg.restart(mode)
+        self.outages.append((start, start + away))
+        self._event("fault", kind="restart", mode=mode, away=away)
 
     def _tend(self, *, faults_on: bool) -> None:
         """Resume stopped workers, heal partitions, restart dead workers."""
@@ -269,17 +287,13 @@ class _Run:
         end = t_start + cfg.duration
         produce_until = t_start + cfg.duration * 0.7
         next_fault = t_start + self.rng.uniform(0.5, 1.5) * cfg.lease_ttl
-        pending = cfg.jobs
         last_line = 0.0
+        # The producer runs on a thread of its own: an enqueue may wait on an
+        # unreachable server, and the fault loop must keep its schedule meanwhile.
+        producer = threading.Thread(target=self._producer, args=(t_start, produce_until, end), daemon=True)
+        producer.start()
         while time.monotonic() < end:
             now = time.monotonic()
-            if pending:
-                # A steady stream: by produce_until every job has been offered.
-                due = cfg.jobs * min(1.0, (now - t_start) / (produce_until - t_start))
-                batch = min(pending, int(due) - (cfg.jobs - pending))
-                if batch > 0:
-                    self._produce(batch)
-                pending = cfg.jobs - len(self.enqueued) - self._unacked
             if now >= next_fault:
                 self._fault()
                 next_fault = now + self.rng.uniform(0.3, 1.0) * cfg.lease_ttl
@@ -289,6 +303,9 @@ class _Run:
                          f"faults {dict(self.faults)}")
                 last_line = now
             time.sleep(0.05)
+        producer.join()
+        if self._restarting is not None:
+            self._restarting.join()
         self.say("faults off: resuming, healing and restarting workers; draining")
         drained = self._drain()
         self._stop_workers()
@@ -301,11 +318,25 @@ class _Run:
             history_dir=str(self.hist), integrity_checks=self.integrity_checks,
         )
 
-    def _produce(self, n: int) -> None:
+    def _producer(self, t_start: float, produce_until: float, end: float) -> None:
+        """A steady stream: by produce_until every job has been offered."""
+        cfg = self.cfg
+        rng = random.Random(self.rng.randrange(2**31))
+        while time.monotonic() < end:
+            offered = len(self.enqueued) + self._unacked
+            if offered >= cfg.jobs:
+                return
+            due = cfg.jobs * min(1.0, (time.monotonic() - t_start) / (produce_until - t_start))
+            batch = min(cfg.jobs - offered, int(due) - offered)
+            if batch > 0:
+                self._produce(batch, rng)
+            time.sleep(0.05)
+
+    def _produce(self, n: int, rng: random.Random) -> None:
         jobs = [
-            NewJob(task=self.rng.choice([SYNC_TASK, ASYNC_TASK]), queue=QUEUE,
-                   args_json=json.dumps({"ms": self.rng.randint(20, 600), "fail": self.rng.random() < 0.05}),
-                   max_attempts=self.rng.choice([4, 6, 10]), backoff_base=0.05)
+            NewJob(task=rng.choice([SYNC_TASK, ASYNC_TASK]), queue=QUEUE,
+                   args_json=json.dumps({"ms": rng.randint(20, 600), "fail": rng.random() < 0.05}),
+                   max_attempts=rng.choice([4, 6, 10]), backoff_base=0.05)
             for _ in range(n)
         ]
         try:
@@ -365,7 +396,7 @@ class _Run:
                 for a in job.attempts if a.finished_at is not None and a.outcome is not None
             )
         return check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
-                     reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset)
+                     reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages)
 
     def cleanup(self) -> None:
         for slot in self.slots:
