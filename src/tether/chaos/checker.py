@@ -221,6 +221,7 @@ def check(
 
     # I5: recovery of lapsed leases.
     reap_lag: list[float] = []
+    clear_lag: list[float] = []  # recoveries with no database outage in their window
     to_claim: list[float] = []
     for job_id, by_attempt in rows.items():
         for k, row in by_attempt.items():
@@ -237,6 +238,8 @@ def check(
             reap_lag.append(lag)
             excused = sum(min(e, row.finished_at) - max(b, last_alive) + RECONNECT_GRACE
                           for b, e in outage_list if b < row.finished_at and e > last_alive)
+            if not excused:
+                clear_lag.append(lag)
             following = by_attempt.get(k + 1)
             if following is not None:
                 to_claim.append(following.claimed_at - last_alive)
@@ -255,6 +258,9 @@ def check(
         recovery={
             "recoveries": len(reap_lag),
             "p50": _pct(reap_lag, 50), "p99": _pct(reap_lag, 99), "max": max(reap_lag, default=None),
+            "no_outage_recoveries": len(clear_lag), "no_outage_p50": _pct(clear_lag, 50),
+            "no_outage_p99": _pct(clear_lag, 99), "no_outage_max": max(clear_lag, default=None),
+            "outages": len(outage_list), "outage_s": round(sum(e - b for b, e in outage_list), 2),
             "to_next_claim_p50": _pct(to_claim, 50), "to_next_claim_p99": _pct(to_claim, 99),
             "to_next_claim_max": max(to_claim, default=None),
         },

@@ -42,6 +42,10 @@ def render(result: ChaosResult, console: Console) -> None:
                   f"p99 {s(rec['p99'])}, max {s(rec['max'])}; to the next claim: p50 "
                   f"{s(rec['to_next_claim_p50'])}, p99 {s(rec['to_next_claim_p99'])}, "
                   f"max {s(rec['to_next_claim_max'])}")
+    if rec["outages"]:
+        console.print(f"database outages (server restarts): {rec['outages']}, {rec['outage_s']}s in all; "
+                      f"recoveries with no outage in their window: {rec['no_outage_recoveries']}, p50 "
+                      f"{s(rec['no_outage_p50'])}, p99 {s(rec['no_outage_p99'])}, max {s(rec['no_outage_max'])}")
     console.print(f"final states: { {k[6:]: v for k, v in d['check']['counts'].items() if k.startswith('state_')} }  "
                   f"attempts {d['check']['counts']['attempts']}")
     if d["integrity"] != ["ok"]:
