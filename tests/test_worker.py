@@ -207,15 +207,14 @@ def test_embedded_worker_cancelled_releases_its_jobs(make_app: Callable[..., Tet
     assert (job.attempt, job.released) == (1, 1)
 
 
-def _pg_only(backend: str) -> None:
-    if backend != "postgresql":
-        pytest.skip("LISTEN/NOTIFY and network partitions are PostgreSQL's")
+# LISTEN/NOTIFY and network partitions are PostgreSQL's: these run on it alone.
+PG_ONLY = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 
 
+@PG_ONLY
 def test_notify_wakes_an_idle_worker_and_survives_a_dropped_listener(
     backend: str, make_app: Callable[..., Tether]
 ) -> None:
-    _pg_only(backend)
     app = make_app(**FAST)
 
     @app.task
@@ -244,10 +243,10 @@ def test_notify_wakes_an_idle_worker_and_survives_a_dropped_listener(
         assert w.counts["succeeded"] == 2
 
 
+@PG_ONLY
 def test_worker_fences_itself_when_the_database_goes_silent(
     backend: str, db_url: str, make_app: Callable[..., Tether]
 ) -> None:
-    _pg_only(backend)
     make_app()  # migrate this test's schema
     parts = urlsplit(db_url)
     proxy = TCPProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
