@@ -216,7 +216,9 @@ class PostgresStore(Store):
             "meta": [j.meta_json for j in jobs],
         }
         for _ in range(3):
-            rows = self._all("enqueue", params)
+            # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
+            # order is unspecified, so sort by id to get the input order back.
+            rows = sorted(self._all("enqueue", params))
             if len(rows) == len(jobs):
                 return [r[0] for r in rows]
             ids = assign_ids(jobs, rows, self._active_by_key)
