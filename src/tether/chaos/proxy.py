@@ -70,7 +70,7 @@ class TCPProxy:
                     if self.mode == "pass":
                         peers[s].sendall(data)
                     # blackhole: read and drop, so nothing errors on either side
-        except OSError:
+        except (OSError, ValueError):  # ValueError: reset() closed a socket under select()
             return
         finally:
             for s in (a, b):
