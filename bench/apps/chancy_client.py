@@ -6,11 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import random
 import time
 
-from _benchkit import emit, wait_for_lines
+from _benchkit import client_parser, emit, latency_loop
 from chancy import Chancy, Queue
 from chancy_app import JOBS, chancy
 
@@ -60,37 +58,12 @@ def _sync_enqueue(args: argparse.Namespace) -> None:
 
 async def _latency(args: argparse.Namespace) -> None:
     j = JOBS["latency"].job
-    path = os.environ["BENCH_RECORD"]
     async with chancy:
-        await chancy.push(j.with_kwargs(i=-1, t=time.time()))
-        wait_for_lines(path, 1, 30)
-        sent = []
-        for i in range(args.samples):
-            time.sleep(args.gap * (0.5 + random.random()))
-            t_before = time.time()
-            await chancy.push(j.with_kwargs(i=i, t=t_before))
-            t_after = time.time()
-            sent.append((i, t_before, t_after))
-            if not wait_for_lines(path, i + 2, args.timeout):
-                break
-    emit({"sent": sent})
+        await latency_loop(args, lambda i, t: chancy.push(j.with_kwargs(i=i, t=t)))
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("setup")
-    s.add_argument("--concurrency", type=int, default=10)
-    e = sub.add_parser("enqueue")
-    e.add_argument("--mode", choices=["bulk", "sync", "async"], required=True)
-    e.add_argument("--n", type=int, required=True)
-    e.add_argument("--batch", type=int, default=1000)
-    e.add_argument("--task", default="noop")
-    e.add_argument("--args", default="{}")
-    la = sub.add_parser("latency")
-    la.add_argument("--samples", type=int, default=100)
-    la.add_argument("--gap", type=float, default=0.1)
-    la.add_argument("--timeout", type=float, default=15.0)
+    p, _ = client_parser(setup_concurrency=True)
     a = p.parse_args()
     if a.cmd == "setup":
         asyncio.run(_setup(a))

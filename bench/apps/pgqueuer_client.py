@@ -7,12 +7,11 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import subprocess
 import sys
 import time
 
-from _benchkit import dsn, emit, wait_for_lines
+from _benchkit import client_parser, dsn, emit, latency_loop
 
 
 def setup(args: argparse.Namespace) -> None:
@@ -79,36 +78,12 @@ async def _latency(args: argparse.Namespace) -> None:
 
     conn = await asyncpg.connect(dsn())
     q = Queries(AsyncpgDriver(conn))
-    path = os.environ["BENCH_RECORD"]
-    await q.enqueue("latency", json.dumps({"i": -1, "t": time.time()}).encode())
-    wait_for_lines(path, 1, 30)
-    sent = []
-    for i in range(args.samples):
-        time.sleep(args.gap * (0.5 + random.random()))
-        t_before = time.time()
-        await q.enqueue("latency", json.dumps({"i": i, "t": t_before}).encode())
-        t_after = time.time()
-        sent.append((i, t_before, t_after))
-        if not wait_for_lines(path, i + 2, args.timeout):
-            break
+    await latency_loop(args, lambda i, t: q.enqueue("latency", json.dumps({"i": i, "t": t}).encode()))
     await conn.close()
-    emit({"sent": sent})
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("setup")
-    e = sub.add_parser("enqueue")
-    e.add_argument("--mode", choices=["bulk", "sync", "async"], required=True)
-    e.add_argument("--n", type=int, required=True)
-    e.add_argument("--batch", type=int, default=1000)
-    e.add_argument("--task", default="noop")
-    e.add_argument("--args", default="{}")
-    la = sub.add_parser("latency")
-    la.add_argument("--samples", type=int, default=100)
-    la.add_argument("--gap", type=float, default=0.1)
-    la.add_argument("--timeout", type=float, default=15.0)
+    p, _ = client_parser()
     a = p.parse_args()
     if a.cmd == "setup":
         setup(a)

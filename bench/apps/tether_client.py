@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import random
 import time
 
-from _benchkit import emit, wait_for_lines
+from _benchkit import client_parser, emit, latency_loop
 from tether_app import app
 
 
@@ -46,19 +44,11 @@ def enqueue(args: argparse.Namespace) -> None:
 
 def latency(args: argparse.Namespace) -> None:
     task = app.get_task("latency")
-    task.enqueue(i=-1, t=time.time())  # warm the connection and the worker
-    record_path = os.environ["BENCH_RECORD"]
-    wait_for_lines(record_path, 1, 30)
-    sent = []
-    for i in range(args.samples):
-        time.sleep(args.gap * (0.5 + random.random()))
-        t_before = time.time()
-        task.enqueue(i=i, t=t_before)
-        t_after = time.time()
-        sent.append((i, t_before, t_after))
-        if not wait_for_lines(record_path, i + 2, args.timeout):
-            break
-    emit({"sent": sent})
+
+    async def send(i: int, t: float) -> None:
+        task.enqueue(i=i, t=t)  # the sync path, as an application would call it
+
+    asyncio.run(latency_loop(args, send))
 
 
 def _explain(sql: str, params: dict) -> tuple[str, float | None]:
@@ -133,20 +123,8 @@ def dump_sql(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("setup")
-    e = sub.add_parser("enqueue")
-    e.add_argument("--mode", choices=["bulk", "sync", "async"], required=True)
-    e.add_argument("--n", type=int, required=True)
-    e.add_argument("--batch", type=int, default=1000)
-    e.add_argument("--task", default="noop")
-    e.add_argument("--args", default="{}", help="extra JSON args for every job")
-    e.add_argument("--start", type=int, default=0, help="first job's i")
-    la = sub.add_parser("latency")
-    la.add_argument("--samples", type=int, default=100)
-    la.add_argument("--gap", type=float, default=0.1)
-    la.add_argument("--timeout", type=float, default=15.0)
+    p, sub = client_parser()
+    sub.choices["enqueue"].add_argument("--start", type=int, default=0, help="first job's i")
     pr = sub.add_parser("probe")
     pr.add_argument("--backlog", type=int, default=2000)
     pr.add_argument("--claims", type=int, default=50)
