@@ -16,16 +16,11 @@ from tether.chaos.pgserver import ScratchPostgres
 pytestmark = pytest.mark.processes
 
 
-def _assert_clean(result_dict: dict[str, object], result_ok: bool) -> None:
-    assert result_ok, result_dict
-
-
 def test_chaos_sqlite_kill_and_stop(tmp_path: Path) -> None:
     cfg = ChaosConfig(workers=3, jobs=100, duration=12, faults=frozenset({"kill", "stop"}), seed=20261122,
                       out_dir=tmp_path)
     result = run(cfg, say=lambda _: None)
-    d = result.to_dict()
-    _assert_clean(d, result.ok)
+    assert result.ok, result.to_dict()
     assert result.faults["kill"] + result.faults["failpoint"] > 0 and result.faults["stop"] > 0
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
     assert result.integrity_checks > 1
@@ -46,7 +41,7 @@ def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
     cfg = ChaosConfig(scratch_postgres=True, workers=3, jobs=150, duration=20, faults=frozenset(faults),
                       seed=20261123, out_dir=tmp_path)
     result = run(cfg, say=lambda _: None)
-    _assert_clean(result.to_dict(), result.ok)
+    assert result.ok, result.to_dict()
     for kind in ("stop", "partition", "restart"):
         assert result.faults[kind] > 0, f"no {kind} fault was injected"
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"

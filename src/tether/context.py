@@ -9,7 +9,6 @@ idempotent, keyed on ``(job_id, attempt)`` or on ``job_id`` alone.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +52,6 @@ class JobContext:
         self._cancelled = threading.Event()
         self._reason: str | None = None
         self._lock = threading.Lock()
-        self.started = time.monotonic()
 
     # -- identity -------------------------------------------------------------------
     @property

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -91,7 +91,6 @@ class ChaosResult:
     drained: bool
     history_dir: str
     integrity_checks: int = 0
-    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -100,7 +99,7 @@ class ChaosResult:
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "config": self.config, "elapsed_s": round(self.elapsed, 1),
                 "enqueued": self.enqueued, "drained": self.drained, "faults": dict(self.faults),
-                "integrity": self.integrity or ["ok"], "integrity_checks": self.integrity_checks, "check": self.report.to_dict(), "notes": self.notes}
+                "integrity": self.integrity or ["ok"], "integrity_checks": self.integrity_checks, "check": self.report.to_dict()}
 
 
 class _Slot:

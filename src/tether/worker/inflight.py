@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..context import JobContext
 from ..model import ClaimedJob
@@ -25,7 +24,6 @@ class Running:
     handler: asyncio.Future[object] | None = None
     #: set when this attempt no longer owns the job; its report is skipped
     lost: bool = False
-    claimed_mono: float = field(default_factory=time.monotonic)
 
 
 class InFlight:
