@@ -139,3 +139,23 @@ def test_slow_recovery_during_a_database_outage_is_excused_by_the_outage_only() 
     ]
     assert run(events, jobs, attempts, outages=[(T0 + 3.0, T0 + 4.0)]).ok  # 1 s down + reconnect grace
     assert "I5" in failing(run(events, jobs, attempts, outages=[(T0 + 100, T0 + 101)]))  # outage elsewhere
+
+
+def test_slow_recovery_says_what_the_reapers_did() -> None:
+    """A violation names reaper ticks that ran after the lapse and missed the
+    row (a bug in the reap statement) apart from failed ticks and idle gaps."""
+    events, jobs, _ = clean()
+    reaped = T0 + 1.5 + TTL + REAPER + 2.0  # lease lapsed at m=3.5, recovered at m=6.5
+    attempts = [
+        AttemptRow(1, 1, "w1", T0 + 1.0, reaped, "lease_expired"),
+        AttemptRow(1, 2, "w2", reaped + 0.1, reaped + 1.0, "succeeded"),
+    ]
+    events += [
+        ev("reap", 4.1, "w2", started=4.0, ok=True, jobs=[]),        # ran after the lapse, missed it
+        ev("reap", 5.2, "w3", started=4.2, ok=False, error="down"),  # failed
+        ev("reap", 6.5, "w2", started=6.45, ok=True, jobs=[[1, 1]]),  # the one that took it
+    ]
+    report = run(events, jobs, attempts)
+    (message,) = report.invariants["I5"].violations
+    assert "1 ran and missed it, 1 failed" in message
+    assert "longest wait for a tick 2.25s" in message  # from m=4.2 to m=6.45

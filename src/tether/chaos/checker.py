@@ -128,6 +128,7 @@ def check(
     accepts: dict[tuple[int, int], list[Mapping[str, Any]]] = defaultdict(list)
     renewals: dict[tuple[int, int], list[float]] = defaultdict(list)
     reports: list[Mapping[str, Any]] = []
+    ticks: list[tuple[float, float, bool]] = []  # reaper ticks, wall clock: (started, ended, ok)
     for e in events:
         kind = e.get("e")
         if kind == "claimed":
@@ -135,6 +136,8 @@ def check(
         elif kind == "hb" and e.get("beat") in ("renewed", "cancel_requested"):
             accepts[(e["job"], e["attempt"])].append(e)
             renewals[(e["job"], e["attempt"])].append(float(e["m"]))
+        elif kind == "reap":
+            ticks.append((float(e["started"]) + mono_to_wall, float(e["m"]) + mono_to_wall, bool(e.get("ok"))))
         elif kind == "report":
             reports.append(e)
             if e.get("accepted"):
@@ -247,7 +250,8 @@ def check(
                 inv["I5"].violations.append(
                     f"job {job_id}: attempt {k}'s lease was recovered {lag:.2f}s after its last renewal "
                     f"(bound {bound:g}s + {slack:g}s slack" + (f" + {excused:.2f}s of database outage)"
-                                                              if excused else ")"))
+                                                              if excused else ")")
+                    + _reaper_activity(ticks, last_alive + lease_ttl, row.finished_at))
 
     states: dict[str, int] = defaultdict(int)
     for job in jobs.values():
@@ -268,3 +272,20 @@ def check(
                 "reports": len(reports)},
         bound=bound,
     )
+
+
+def _reaper_activity(ticks: list[tuple[float, float, bool]], due: float, reaped_at: float) -> str:
+    """What the reapers did between a lease's lapse and its recovery, so an I5
+    violation says whether the reapers were not running (starved, stopped,
+    cut off) or ran and missed the row (a bug in the reap statement)."""
+    if not ticks:
+        return ""
+    # A tick that started after the lapse and ended before the recovery ran its
+    # statement when the row was reapable: it should have taken it.
+    missed = sum(1 for b, e, ok in ticks if ok and b > due and e < reaped_at)
+    failed = sum(1 for b, e, ok in ticks if not ok and e > due and b < reaped_at)
+    starts = sorted(b for b, _, _ in ticks if due < b < reaped_at)
+    edges = [due, *starts, reaped_at]
+    gap = max(nxt - prev for prev, nxt in pairwise(edges))
+    return (f"; reaper ticks after the lapse: {missed} ran and missed it, {failed} failed; "
+            f"longest wait for a tick {gap:.2f}s")

@@ -517,11 +517,16 @@ class Worker:
         # Spread workers out so they do not all reap in the same instant.
         await asyncio.sleep(random.uniform(0, interval))
         while True:
+            started = time.monotonic()
             try:
                 reaped = await self._db(self.reaper.run_until_clear)
             except Exception as exc:
                 log.warning("reaper tick failed: %s", exc)
+                if self.history is not None:
+                    self.history.record("reap", started=started, ok=False, error=str(exc)[:200])
             else:
+                if self.history is not None:
+                    self.history.record("reap", started=started, ok=True, jobs=[[r.id, r.attempt] for r in reaped])
                 if reaped and self._nudge is not None:
                     self._nudge.set()  # recovered jobs are due now: claim them if we have room
             await asyncio.sleep(interval * random.uniform(0.9, 1.0))
