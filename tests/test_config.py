@@ -259,3 +259,35 @@ def test_one_dedup_key_for_many_jobs_is_refused(make_app: AppFactory) -> None:
     with pytest.raises(ConfigError):
         task.using(dedup_key="k").enqueue_many([{"x": 1}, {"x": 2}])
     assert no_jobs(app)
+
+
+def _h_plain(ctx: object, x: int, label: str = "") -> None: ...
+def _h_kwonly(ctx: object, *, x: int, y: int = 0) -> None: ...
+def _h_varkw(ctx: object, x: int, **rest: Any) -> None: ...
+def _h_varargs(ctx: object, *more: Any, x: int = 0) -> None: ...
+def _h_posonly(ctx: object, x: int, /, y: int = 0) -> None: ...
+def _h_posonly_default(ctx: object, x: int = 1, /, y: int = 0) -> None: ...
+
+
+@pytest.mark.parametrize("fn", [_h_plain, _h_kwonly, _h_varkw, _h_varargs, _h_posonly, _h_posonly_default])
+def test_check_args_agrees_with_signature_bind(fn: Any) -> None:
+    """check_args skips Signature.bind when it can tell the args fit; it must
+    accept and refuse exactly what bind does."""
+    import inspect
+    import itertools
+
+    task = Tether("sqlite:///unused.db").task(fn)
+    names = ["x", "y", "label", "ctx", "other"]
+    for n in range(len(names) + 1):
+        for keys in itertools.combinations(names, n):
+            kwargs = dict.fromkeys(keys, 1)
+            try:
+                inspect.signature(fn).bind(None, **kwargs)
+                fits = True
+            except TypeError:
+                fits = False
+            if fits:
+                task.check_args(kwargs)
+            else:
+                with pytest.raises(PayloadError):
+                    task.check_args(kwargs)

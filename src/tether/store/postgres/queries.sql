@@ -29,6 +29,21 @@ ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'run
 DO NOTHING
 RETURNING id, dedup_key
 
+-- name: enqueue_one
+-- The same insert for one job, with plain parameters: building and unnesting
+-- twelve one-element arrays cost more than the insert itself, and one job per
+-- call is how most producers enqueue.
+INSERT INTO {schema}.jobs
+    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
+     backoff_base, dedup_key, meta, created_at)
+VALUES (%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::int,
+        coalesce(%(run_at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)),
+        %(max_attempts)s::int, %(lease_ttl)s::float8, %(timeout)s::float8, %(backoff_base)s::float8,
+        %(dedup_key)s::text, %(meta)s::jsonb, {now})
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
+DO NOTHING
+RETURNING id, dedup_key
+
 -- name: active_by_dedup_key
 SELECT id, dedup_key FROM {schema}.jobs
 WHERE dedup_key = ANY(%(keys)s::text[]) AND state IN ('queued', 'running')

@@ -200,7 +200,33 @@ class PostgresStore(Store):
     def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
         if not jobs:
             return []
-        params: dict[str, Any] = {
+        if len(jobs) == 1:
+            (j,) = jobs
+            query = "enqueue_one"
+            params: dict[str, Any] = {
+                "now": now, "queue": j.queue, "task": j.task, "args": j.args_json, "priority": j.priority,
+                "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl,
+                "timeout": j.timeout, "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": j.meta_json,
+            }
+        else:
+            query = "enqueue"
+            params = self._enqueue_arrays(jobs, now)
+        for _ in range(3):
+            # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
+            # order is unspecified, so sort by id to get the input order back.
+            rows = sorted(self._all(query, params))
+            if len(rows) == len(jobs):
+                return [r[0] for r in rows]
+            ids = assign_ids(jobs, rows, self._active_by_key)
+            if ids is not None:
+                return ids
+            # The job holding a key finished between our insert and our lookup:
+            # its key is free now, so the next try inserts.
+        raise RuntimeError("enqueue: dedup key kept changing hands; try again")
+
+    @staticmethod
+    def _enqueue_arrays(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
+        return {
             "now": now,
             "queue": [j.queue for j in jobs],
             "task": [j.task for j in jobs],
@@ -215,18 +241,6 @@ class PostgresStore(Store):
             "dedup_key": [j.dedup_key for j in jobs],
             "meta": [j.meta_json for j in jobs],
         }
-        for _ in range(3):
-            # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
-            # order is unspecified, so sort by id to get the input order back.
-            rows = sorted(self._all("enqueue", params))
-            if len(rows) == len(jobs):
-                return [r[0] for r in rows]
-            ids = assign_ids(jobs, rows, self._active_by_key)
-            if ids is not None:
-                return ids
-            # The job holding a key finished between our insert and our lookup:
-            # its key is free now, so the next try inserts.
-        raise RuntimeError("enqueue: dedup key kept changing hands; try again")
 
     def _active_by_key(self, keys: list[str]) -> dict[str, int]:
         return {k: i for i, k in self._all("active_by_dedup_key", {"keys": keys})}
