@@ -298,7 +298,8 @@ class _Run:
                 next_fault = now + self.rng.uniform(0.3, 1.0) * cfg.lease_ttl
             self._tend(faults_on=True)
             if now - last_line > 5:
-                self.say(f"  +{now - t_start:5.0f}s  enqueued {len(self.enqueued)}/{cfg.jobs}  "
+                refused = f" ({self._unacked} refused by an unreachable database)" if self._unacked else ""
+                self.say(f"  +{now - t_start:5.0f}s  enqueued {len(self.enqueued)}/{cfg.jobs}{refused}  "
                          f"faults {dict(self.faults)}")
                 last_line = now
             time.sleep(0.05)
