@@ -9,6 +9,8 @@ such job, a finished job cannot be cancelled). ``--debug`` shows tracebacks.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -20,6 +22,7 @@ from click.core import ParameterSource
 from .. import __version__
 from ..config import DEFAULT_DATABASE_URL
 from ..errors import JobNotFound, PayloadError, TetherError
+from ..logs import JsonFormatter
 from ..model import JobState
 from . import render
 from .common import (
@@ -124,11 +127,20 @@ def migrate(state: CLIState) -> None:
 @click.option("--poll-interval", type=Seconds(), help="Idle poll interval (default: the backend's).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per line with job_id, attempt, task, queue and worker fields.")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
+              help="Serve Prometheus metrics on this port (needs the 'metrics' extra).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
+@click.option("--metrics-token", envvar="TETHER_METRICS_TOKEN",
+              help="Bearer token scrapers must send (env TETHER_METRICS_TOKEN).")
+@click.option("--metrics-no-auth", is_flag=True, help="Serve metrics without a token.")
 @click.pass_context
 def worker(
     ctx: click.Context, app_ref: str, concurrency: int, queues: tuple[str, ...], shutdown_timeout: float,
     lease_ttl: float | None, heartbeat_interval: float | None, reaper_interval: float | None,
-    poll_interval: float | None, log_level: str,
+    poll_interval: float | None, log_level: str, log_format: str, metrics_port: int | None, metrics_host: str,
+    metrics_token: str | None, metrics_no_auth: bool,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now)."""
     state: CLIState = ctx.obj
@@ -139,13 +151,28 @@ def worker(
                       heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval)
         require_database(app)
         app.store.check_schema()  # fail here, in one line, rather than inside the event loop
-        logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
-        logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
+        _configure_logging(log_level, log_format)
         logging.getLogger("tether").info("app %s: tasks %s", app_ref, ", ".join(sorted(app.tasks)) or "none")
-        app.run_worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
+        w = app.worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
                        poll_interval=poll_interval)
+        with contextlib.ExitStack() as stack:
+            if metrics_port is not None:
+                from ..metrics import Metrics, serve_metrics
+
+                metrics = Metrics().attach(app).watch_store(app.store).watch_worker(w)
+                server = serve_metrics(metrics, port=metrics_port, host=metrics_host, token=metrics_token,
+                                       no_auth=metrics_no_auth)
+                stack.callback(server.close)
+            asyncio.run(w.run(install_signal_handlers=True))
     finally:
         app.close()
+
+
+def _configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
 
 
 def _database_on_command_line(ctx: click.Context) -> bool:
