@@ -330,8 +330,10 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
 
 def _register_extras() -> None:
     from .chaos_cmd import chaos
+    from .dashboard_cmd import dashboard
 
     cli.add_command(chaos)
+    cli.add_command(dashboard)
 
 
 _register_extras()
