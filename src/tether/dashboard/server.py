@@ -58,7 +58,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
     def render(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
         html = env.get_template(name).render(
-            request=request, csrf=guard.csrf_token(session), auth=guard.auth_required,
+            request=request, csrf=guard.csrf_token(session), auth=guard.auth_required, in_=session.authenticated,
             notice=request.query_params.get("notice"), rel=fmt_rel, backend=tether.dsn.backend, **ctx)
         return _finish(HTMLResponse(html, status_code=status), guard, session)
 
@@ -174,7 +174,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             return _finish(PlainTextResponse(f"refused: {problem}\n", status_code=403), guard, session)
         new = guard.login(form.get("token", ""))
         if new is None:
-            return render(request, session, "login.html", status=401, next=target, failed=True)
+            return render(request, session, "login.html", status=401, next=safe_next(form.get("next")), failed=True)
         return _finish(RedirectResponse(safe_next(form.get("next")), 303), guard, new)
 
     async def logout(request: Request, session: Session, form: dict[str, str]) -> Response:
