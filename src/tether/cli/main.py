@@ -14,16 +14,19 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 import click
 from click.core import ParameterSource
+from rich.console import Group, RenderableType
+from rich.live import Live
 
 from .. import __version__
 from ..config import DEFAULT_DATABASE_URL
 from ..errors import JobNotFound, PayloadError, TetherError
 from ..logs import JsonFormatter
-from ..model import JobState
+from ..model import TERMINAL_STATES, Job, JobState
 from . import render
 from .common import (
     DRIVER_LOGGER,
@@ -252,18 +255,31 @@ def jobs(state: CLIState, state_filter: str | None, queue: str | None, task: str
 @click.argument("job_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--tracebacks", "-t", is_flag=True, help="Also print each failed attempt's traceback.")
+@click.option("--follow", "-f", is_flag=True, help="Keep the view live (progress bar, attempts) until the job ends.")
+@click.option("--interval", type=Seconds(), default=1.0, show_default=True, help="Refresh period for --follow.")
 @pass_state
-def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool) -> None:
+def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool, follow: bool, interval: float) -> None:
     """Show one job: its details, progress and attempts history."""
     with opened(state) as app:
-        found = app.get_job(job_id)
-        now = app.store.db_now()
-    if found is None:
-        raise JobNotFound(f"no job {job_id} in {mask_url(state.database)}")
-    if as_json:
-        click.echo(render.job_json(found))
-    else:
-        make_console().print(render.job_details(found, now, tracebacks=tracebacks))
+        def view() -> tuple[Job, RenderableType]:
+            found = app.get_job(job_id)
+            if found is None:
+                raise JobNotFound(f"no job {job_id} in {mask_url(state.database)}")
+            return found, render.job_details(found, app.store.db_now(), tracebacks=tracebacks)
+
+        found, shown = view()
+        if as_json:
+            click.echo(render.job_json(found))
+            return
+        console = make_console()
+        if not follow or found.state in TERMINAL_STATES:
+            console.print(shown)
+            return
+        with Live(shown, console=console, auto_refresh=False) as live, contextlib.suppress(KeyboardInterrupt):
+            while found.state not in TERMINAL_STATES:
+                time.sleep(interval)
+                found, shown = view()
+                live.update(shown, refresh=True)
 
 
 @cli.command()
@@ -294,23 +310,34 @@ def retry(state: CLIState, job_id: int) -> None:
 
 
 @cli.command()
+@click.option("--watch", "-w", is_flag=True, help="Keep the view live until Ctrl-C.")
+@click.option("--interval", type=Seconds(), default=2.0, show_default=True, help="Refresh period for --watch.")
 @pass_state
-def status(state: CLIState) -> None:
+def status(state: CLIState, watch: bool, interval: float) -> None:
     """Jobs by queue and state, the oldest due job per queue, and live workers."""
     with opened(state) as app:
-        stats = app.store.stats()
-    console = make_console()
-    console.print(f"[bold]{mask_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})")
-    if stats.counts:
-        console.print(render.queues_table(stats))
-    else:
-        console.print("no jobs yet")
-    if stats.workers:
-        console.print(render.workers_table(stats.workers, stats.now))
-        console.print("[dim]a worker silent for longer than its lease TTL is probably gone; "
-                      "the reaper recovers its jobs[/dim]")
-    else:
-        console.print("no live workers")
+        def view() -> RenderableType:
+            stats = app.store.stats()
+            parts: list[RenderableType] = [
+                f"[bold]{mask_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})",
+                render.queues_table(stats) if stats.counts else "no jobs yet",
+            ]
+            if stats.workers:
+                parts += [render.workers_table(stats.workers, stats.now),
+                          "[dim]a worker silent for longer than its lease TTL is probably gone; "
+                          "the reaper recovers its jobs[/dim]"]
+            else:
+                parts.append("no live workers")
+            return Group(*parts)
+
+        console = make_console()
+        if not watch:
+            console.print(view())
+            return
+        with Live(view(), console=console, auto_refresh=False) as live, contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(interval)
+                live.update(view(), refresh=True)
 
 
 # -- the demo -------------------------------------------------------------------------------
