@@ -112,7 +112,7 @@ def test_endpoint_requires_the_token(make_app: Callable[..., Tether]) -> None:
         status, body = _get(url, "s3cret")
         assert status == 200
         assert 'tether_queue_depth{queue="default",state="queued"} 1.0' in body
-        assert "# TYPE tether_jobs counter" in body
+        assert "# HELP tether_jobs_total Attempt and job endings" in body
     finally:
         server.close()
     open_server = serve_metrics(m, port=0, token=None, no_auth=True)
