@@ -25,6 +25,7 @@ from .config import (
     validate_queue,
 )
 from .errors import ConfigError, PayloadError, UnknownTask
+from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob
 from .store import Store, open_store
 
@@ -202,6 +203,8 @@ class Tether:
             raise ConfigError(f"max_payload_bytes must be positive, got {max_payload_bytes!r}")
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: lifecycle hooks (see ``on``)
+        self.events = Events()
         self._store: Store | None = None
         self._store_lock = threading.Lock()
 
@@ -253,6 +256,13 @@ class Tether:
 
         return register(fn) if fn is not None else register
 
+    def on(self, event: str) -> Callable[[EventHook], EventHook]:
+        """Subscribe a hook to a lifecycle event: ``@app.on("job.failed")``; it is
+        called with an ``Event``. ``"*"`` subscribes to every event. Hooks run
+        inline on the thread that made the change; one that raises is logged
+        and ignored."""
+        return self.events.on(event)
+
     def get_task(self, name: str) -> Task[Any, Any]:
         try:
             return self.tasks[name]
@@ -284,14 +294,25 @@ class Tether:
         return self.get_task(task).enqueue(**kwargs)
 
     def _enqueue(self, jobs: list[NewJob]) -> list[int]:
-        return self.store.enqueue(jobs)
+        ids = self.store.enqueue(jobs)
+        if self.events.active:
+            for job_id, job in zip(ids, jobs, strict=True):
+                self.events.emit(Event("job.enqueued", job_id=job_id, task=job.task, queue=job.queue,
+                                       state=JobState.QUEUED))
+        return ids
 
     # -- admin ------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job | None:
         return self.store.get_job(job_id)
 
     def cancel(self, job_id: int) -> JobState:
-        return self.store.cancel(job_id)
+        """Cancel a job; a queued one ends cancelled at once (``job.cancelled`` fires
+        here), a running one is told at its worker's next heartbeat (and the
+        worker's app fires ``job.cancelled`` when it ends)."""
+        state = self.store.cancel(job_id)
+        if state is JobState.CANCELLED and self.events.active:
+            self.events.emit(Event("job.cancelled", job_id=job_id, state=state))
+        return state
 
     def retry(self, job_id: int) -> None:
         self.store.retry(job_id)

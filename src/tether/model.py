@@ -88,6 +88,8 @@ class ClaimedJob:
     timeout: float | None
     claimed_at: datetime
     meta: dict[str, Any] | None = None
+    #: when the job was due (its queue wait is claimed_at - run_at)
+    run_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,18 +9,24 @@ such job, a finished job cannot be cancelled). ``--debug`` shows tracebacks.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 import click
 from click.core import ParameterSource
+from rich.console import Group, RenderableType
+from rich.live import Live
 
 from .. import __version__
 from ..config import DEFAULT_DATABASE_URL
 from ..errors import JobNotFound, PayloadError, TetherError
-from ..model import JobState
+from ..logs import JsonFormatter
+from ..model import TERMINAL_STATES, Job, JobState
 from . import render
 from .common import (
     DRIVER_LOGGER,
@@ -124,11 +130,20 @@ def migrate(state: CLIState) -> None:
 @click.option("--poll-interval", type=Seconds(), help="Idle poll interval (default: the backend's).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per line with job_id, attempt, task, queue and worker fields.")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
+              help="Serve Prometheus metrics on this port (needs the 'metrics' extra).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
+@click.option("--metrics-token", envvar="TETHER_METRICS_TOKEN",
+              help="Bearer token scrapers must send (env TETHER_METRICS_TOKEN).")
+@click.option("--metrics-no-auth", is_flag=True, help="Serve metrics without a token.")
 @click.pass_context
 def worker(
     ctx: click.Context, app_ref: str, concurrency: int, queues: tuple[str, ...], shutdown_timeout: float,
     lease_ttl: float | None, heartbeat_interval: float | None, reaper_interval: float | None,
-    poll_interval: float | None, log_level: str,
+    poll_interval: float | None, log_level: str, log_format: str, metrics_port: int | None, metrics_host: str,
+    metrics_token: str | None, metrics_no_auth: bool,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now)."""
     state: CLIState = ctx.obj
@@ -139,13 +154,28 @@ def worker(
                       heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval)
         require_database(app)
         app.store.check_schema()  # fail here, in one line, rather than inside the event loop
-        logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
-        logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
+        _configure_logging(log_level, log_format)
         logging.getLogger("tether").info("app %s: tasks %s", app_ref, ", ".join(sorted(app.tasks)) or "none")
-        app.run_worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
+        w = app.worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
                        poll_interval=poll_interval)
+        with contextlib.ExitStack() as stack:
+            if metrics_port is not None:
+                from ..metrics import Metrics, serve_metrics
+
+                metrics = Metrics().attach(app).watch_store(app.store).watch_worker(w)
+                server = serve_metrics(metrics, port=metrics_port, host=metrics_host, token=metrics_token,
+                                       no_auth=metrics_no_auth)
+                stack.callback(server.close)
+            asyncio.run(w.run(install_signal_handlers=True))
     finally:
         app.close()
+
+
+def _configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
 
 
 def _database_on_command_line(ctx: click.Context) -> bool:
@@ -225,18 +255,31 @@ def jobs(state: CLIState, state_filter: str | None, queue: str | None, task: str
 @click.argument("job_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--tracebacks", "-t", is_flag=True, help="Also print each failed attempt's traceback.")
+@click.option("--follow", "-f", is_flag=True, help="Keep the view live (progress bar, attempts) until the job ends.")
+@click.option("--interval", type=Seconds(), default=1.0, show_default=True, help="Refresh period for --follow.")
 @pass_state
-def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool) -> None:
+def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool, follow: bool, interval: float) -> None:
     """Show one job: its details, progress and attempts history."""
     with opened(state) as app:
-        found = app.get_job(job_id)
-        now = app.store.db_now()
-    if found is None:
-        raise JobNotFound(f"no job {job_id} in {mask_url(state.database)}")
-    if as_json:
-        click.echo(render.job_json(found))
-    else:
-        make_console().print(render.job_details(found, now, tracebacks=tracebacks))
+        def view() -> tuple[Job, RenderableType]:
+            found = app.get_job(job_id)
+            if found is None:
+                raise JobNotFound(f"no job {job_id} in {mask_url(state.database)}")
+            return found, render.job_details(found, app.store.db_now(), tracebacks=tracebacks)
+
+        found, shown = view()
+        if as_json:
+            click.echo(render.job_json(found))
+            return
+        console = make_console()
+        if not follow or found.state in TERMINAL_STATES:
+            console.print(shown)
+            return
+        with Live(shown, console=console, auto_refresh=False) as live, contextlib.suppress(KeyboardInterrupt):
+            while found.state not in TERMINAL_STATES:
+                time.sleep(interval)
+                found, shown = view()
+                live.update(shown, refresh=True)
 
 
 @cli.command()
@@ -267,23 +310,34 @@ def retry(state: CLIState, job_id: int) -> None:
 
 
 @cli.command()
+@click.option("--watch", "-w", is_flag=True, help="Keep the view live until Ctrl-C.")
+@click.option("--interval", type=Seconds(), default=2.0, show_default=True, help="Refresh period for --watch.")
 @pass_state
-def status(state: CLIState) -> None:
+def status(state: CLIState, watch: bool, interval: float) -> None:
     """Jobs by queue and state, the oldest due job per queue, and live workers."""
     with opened(state) as app:
-        stats = app.store.stats()
-    console = make_console()
-    console.print(f"[bold]{mask_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})")
-    if stats.counts:
-        console.print(render.queues_table(stats))
-    else:
-        console.print("no jobs yet")
-    if stats.workers:
-        console.print(render.workers_table(stats.workers, stats.now))
-        console.print("[dim]a worker silent for longer than its lease TTL is probably gone; "
-                      "the reaper recovers its jobs[/dim]")
-    else:
-        console.print("no live workers")
+        def view() -> RenderableType:
+            stats = app.store.stats()
+            parts: list[RenderableType] = [
+                f"[bold]{mask_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})",
+                render.queues_table(stats) if stats.counts else "no jobs yet",
+            ]
+            if stats.workers:
+                parts += [render.workers_table(stats.workers, stats.now),
+                          "[dim]a worker silent for longer than its lease TTL is probably gone; "
+                          "the reaper recovers its jobs[/dim]"]
+            else:
+                parts.append("no live workers")
+            return Group(*parts)
+
+        console = make_console()
+        if not watch:
+            console.print(view())
+            return
+        with Live(view(), console=console, auto_refresh=False) as live, contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(interval)
+                live.update(view(), refresh=True)
 
 
 # -- the demo -------------------------------------------------------------------------------
@@ -303,8 +357,10 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
 
 def _register_extras() -> None:
     from .chaos_cmd import chaos
+    from .dashboard_cmd import dashboard
 
     cli.add_command(chaos)
+    cli.add_command(dashboard)
 
 
 _register_extras()

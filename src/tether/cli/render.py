@@ -18,6 +18,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..display import STATE_ORDER, fmt_age, fmt_rel, fmt_time
 from ..model import Attempt, Job, JobState, Outcome, Stats, WorkerInfo
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "workers_table",
 ]
 
-STATE_ORDER = [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED]
 STATE_STYLE = {
     JobState.QUEUED: "cyan",
     JobState.RUNNING: "yellow",
@@ -56,31 +56,6 @@ SILENT_AFTER = 30.0
 
 
 # -- small pieces ---------------------------------------------------------------------
-def fmt_time(dt: datetime | None) -> str:
-    if dt is None:
-        return "-"
-    return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def fmt_age(seconds: float) -> str:
-    """3.2s, 4m05s, 2h03m, 3d04h."""
-    s = abs(seconds)
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
-
-
-def fmt_rel(dt: datetime | None, now: datetime) -> str:
-    if dt is None:
-        return "-"
-    delta = (dt - now).total_seconds()
-    return f"in {fmt_age(delta)}" if delta > 0.05 else f"{fmt_age(delta)} ago"
-
-
 def state_text(state: JobState) -> Text:
     return Text(str(state), style=STATE_STYLE.get(state, ""))
 

@@ -23,7 +23,7 @@ import abc
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from ..model import Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ..model import Attempt, Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 
 __all__ = ["Listener", "Store"]
 
@@ -74,6 +74,10 @@ class Store(abc.ABC):
     def list_jobs(
         self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50
     ) -> list[Job]: ...
+
+    @abc.abstractmethod
+    def recent_attempts(self, outcomes: Sequence[Outcome], *, limit: int = 50) -> list[Attempt]:
+        """Finished attempts with one of these outcomes, the most recently finished first."""
 
     @abc.abstractmethod
     def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:

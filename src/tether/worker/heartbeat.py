@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..events import Event, Events
 from ..model import Beat
 from ..store import Store
 from . import failpoints
@@ -41,6 +42,7 @@ class Heartbeater:
         on_lost: Callable[[Running, str], None],
         on_cancel_requested: Callable[[Running], None],
         history: HistoryRecorder | None = None,
+        events: Events | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -50,6 +52,7 @@ class Heartbeater:
         self.on_lost = on_lost
         self.on_cancel_requested = on_cancel_requested
         self.history = history
+        self.events = events
         self.beats = 0
         self.failures = 0
         self.consecutive_failures = 0
@@ -68,7 +71,9 @@ class Heartbeater:
         except Exception as exc:
             self.failures += 1
             self.consecutive_failures += 1
-            log.warning("heartbeat failed (%s held): %s", len(held), exc)
+            log.warning("heartbeat failed (%s held): %s", len(held), exc, extra={"worker": self.worker_id})
+            if self.events is not None and self.events.active:
+                self.events.emit(Event("worker.heartbeat_error", worker=self.worker_id, error=str(exc)))
             beats = {}
         else:
             self.beats += 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from ..context import JobContext
 from ..model import ClaimedJob
@@ -24,6 +25,8 @@ class Running:
     handler: asyncio.Future[object] | None = None
     #: set when this attempt no longer owns the job; its report is skipped
     lost: bool = False
+    #: monotonic time the attempt started here (for its duration)
+    started: float = field(default_factory=time.monotonic)
 
 
 class InFlight:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 
 from ..config import DEFAULT_REAP_LIMIT
-from ..model import Reaped
+from ..events import Event, Events, after_attempt
+from ..model import Outcome, Reaped
 from ..store import Store
 
 __all__ = ["Reaper"]
@@ -16,11 +17,12 @@ log = logging.getLogger("tether.reaper")
 
 
 class Reaper:
-    def __init__(self, store: Store, *, limit: int = DEFAULT_REAP_LIMIT) -> None:
+    def __init__(self, store: Store, *, limit: int = DEFAULT_REAP_LIMIT, events: Events | None = None) -> None:
         if limit < 1:
             raise ValueError("reap limit must be >= 1")
         self.store = store
         self.limit = limit
+        self.events = events
         self.total = 0
 
     def run_once(self) -> list[Reaped]:
@@ -28,10 +30,24 @@ class Reaper:
         reaped = self.store.reap(self.limit)
         for r in reaped:
             log.warning(
-                "recovered job %s attempt %s from worker %s (%s) -> %s", r.id, r.attempt, r.worker, r.outcome, r.state
+                "recovered job %s attempt %s from worker %s (%s) -> %s", r.id, r.attempt, r.worker, r.outcome, r.state,
+                extra={"job_id": r.id, "attempt": r.attempt},
             )
+            if self.events is not None and self.events.active:
+                self._emit(r, self.events)
         self.total += len(reaped)
         return reaped
+
+    @staticmethod
+    def _emit(r: Reaped, events: Events) -> None:
+        what = "attempt timed out" if r.outcome is Outcome.TIMED_OUT else "worker lease expired"
+        error = f"{what} (worker {r.worker})"
+        events.emit(Event("job.recovered", job_id=r.id, attempt=r.attempt, worker=r.worker, state=r.state,
+                          outcome=r.outcome, error=error))
+        follow = after_attempt(r.state)
+        if follow is not None:
+            events.emit(Event(follow, job_id=r.id, attempt=r.attempt, worker=r.worker, state=r.state,
+                              outcome=r.outcome, error=error))
 
     def run_until_clear(self, max_rounds: int = 100) -> list[Reaped]:
         """Drain a backlog: keep reaping while a tick comes back full."""

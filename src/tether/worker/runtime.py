@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..config import DEFAULT_QUEUE, dump_json, validate_queue
 from ..context import CancelReason, JobCancelled, JobContext
 from ..errors import ConfigError, PayloadError, StaleAttempt
+from ..events import Event, after_attempt
+from ..logs import FieldsAdapter, job_fields
 from ..model import ClaimedJob, JobState, Outcome, WorkerInfo
 from ..store import Listener
 from . import failpoints
@@ -97,14 +99,17 @@ class Worker:
         self._min_claim = max(1, self.claim_batch // 4)
         self.host = host_name()
         self.id = make_worker_id(self.host)
+        self.log = FieldsAdapter(log, {"worker": self.id})
         self.inflight = InFlight()
         self.history = recorder_from_env(self.id)  # None unless a chaos run asks
-        self.reaper = Reaper(self.store)
+        self.events = app.events
+        self.reaper = Reaper(self.store, events=self.events)
         self.reconciler = Reconciler(self.store, worker_id=self.id, host=self.host, reaper=self.reaper)
         self.heartbeater = Heartbeater(
             self.store, self.id, self.inflight,
             interval=self.timers.heartbeat_interval, lease_ttl=self.timers.lease_ttl,
             on_lost=self._lost, on_cancel_requested=self._cancel_requested, history=self.history,
+            events=self.events,
         )
         self.counts: Counter[str] = Counter()
         self._busy = 0  # handlers running now; the concurrency limit applies to these
@@ -134,10 +139,10 @@ class Worker:
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping:
-            log.warning("second %s: stopping now, releasing %d job(s)", signal.Signals(signum).name, len(self.inflight))
+            self.log.warning("second %s: stopping now, releasing %d job(s)", signal.Signals(signum).name, len(self.inflight))
             self.stop(immediate=True)
         else:
-            log.warning(
+            self.log.warning(
                 "%s: no new claims; waiting up to %gs for %d job(s) (send again to stop now)",
                 signal.Signals(signum).name, self.shutdown_timeout, len(self.inflight),
             )
@@ -164,7 +169,7 @@ class Worker:
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        log.info("worker %s started: queues=%s concurrency=%d lease_ttl=%gs heartbeat=%gs reaper=%gs",
+        self.log.info("worker %s started: queues=%s concurrency=%d lease_ttl=%gs heartbeat=%gs reaper=%gs",
                  self.id, ",".join(self.queues), self.concurrency, self.timers.lease_ttl,
                  self.timers.heartbeat_interval, self.timers.reaper_interval)
         await self._serve(loop, listener, install_signal_handlers)
@@ -216,7 +221,7 @@ class Worker:
                 await asyncio.wait_for(self._db(self.store.stop_worker, self.id), STOP_GRACE)
             self._handlers.shutdown(wait=False)
             self._db_pool.shutdown(wait=False, cancel_futures=True)
-            log.info("worker %s stopped: %s", self.id, dict(self.counts))
+            self.log.info("worker %s stopped: %s", self.id, dict(self.counts))
             if self.history is not None:
                 self.history.record("stopped", counts=dict(self.counts))
                 self.history.close()
@@ -256,7 +261,7 @@ class Worker:
                         return  # stopping
                 except Exception as exc:
                     failures += 1
-                    log.warning("claim failed (%s); retrying", exc)
+                    self.log.warning("claim failed (%s); retrying", exc)
                     await asyncio.sleep(min(5.0, 0.2 * 2**failures))
                     continue
                 failures = 0
@@ -293,7 +298,7 @@ class Worker:
         try:
             jobs = await asyncio.wait_for(claim, STOP_GRACE)
         except Exception as exc:  # includes the timeout: the reaper owns whatever it took
-            log.warning("stopping with a claim still in flight (%s)", exc or type(exc).__name__)
+            self.log.warning("stopping with a claim still in flight (%s)", exc or type(exc).__name__)
             return None
         for job in jobs:
             with contextlib.suppress(Exception):
@@ -321,6 +326,10 @@ class Worker:
                          f"unknown task {job.task!r}: no handler is registered under that name in worker "
                          f"{self.id} (known: {known})", None, True)
             return
+        if self.events.active:
+            wait = (job.claimed_at - job.run_at).total_seconds() if job.run_at is not None else None
+            self.events.emit(Event("job.started", job_id=job.id, attempt=job.attempt, task=job.task, queue=job.queue,
+                                   worker=self.id, state=JobState.RUNNING, queue_wait=wait))
         fut: asyncio.Future[Any]
         if task.is_async:
             fut = self._loop.create_task(_call_async(task, ctx, job.args))
@@ -367,13 +376,17 @@ class Worker:
         self.counts["lost"] += 1
         if self.history is not None:
             self.history.record("lost", job=running.job.id, attempt=running.job.attempt, why=why)
-        log.warning("job %s attempt %s lost: %s; cancelling its handler", running.job.id, running.job.attempt, why)
+        self.log.warning("job %s attempt %s lost: %s; cancelling its handler", running.job.id, running.job.attempt, why,
+                    extra=job_fields(running.job, self.id))
+        if self.events.active:
+            self._emit("job.lost", running, error=why)
         if not running.ctx.cancel(CancelReason.LOST):
             self._on_ctx_cancel(running.ctx)  # already cancelled for another reason: interrupt anyway
 
     def _cancel_requested(self, running: Running) -> None:
         if running.ctx.cancel(CancelReason.REQUESTED):
-            log.info("job %s: cancel requested; telling its handler", running.job.id)
+            self.log.info("job %s: cancel requested; telling its handler", running.job.id,
+                     extra=job_fields(running.job, self.id))
 
     # -- outcomes --------------------------------------------------------------------------
     def _finished(self, running: Running, fut: asyncio.Future[Any]) -> None:
@@ -445,7 +458,7 @@ class Worker:
                 accepted = await self._db(self.store.complete, self.id, rows)
                 break
             except Exception as exc:
-                log.warning("completing %d job(s) failed (%s); retrying", len(rows), exc)
+                self.log.warning("completing %d job(s) failed (%s); retrying", len(rows), exc)
                 now = time.monotonic()
                 for r, _ in batch:
                     if r.lost or r.local_deadline <= now:
@@ -462,10 +475,13 @@ class Worker:
                                     accepted=r.job.id in accepted, sent=sent_at)
             if r.job.id in accepted:
                 self.counts["succeeded"] += 1
+                if self.events.active:
+                    self._emit("job.succeeded", r, state=JobState.SUCCEEDED, outcome=Outcome.SUCCEEDED)
             else:
                 self.counts["stale_reports"] += 1
-                log.warning("job %s attempt %s finished here but its success was refused: the attempt had "
-                            "lost the job (at-least-once: it may run again or already has)", r.job.id, r.job.attempt)
+                self.log.warning("job %s attempt %s finished here but its success was refused: the attempt had "
+                            "lost the job (at-least-once: it may run again or already has)", r.job.id, r.job.attempt,
+                            extra=job_fields(r.job, self.id))
             self._forget(r)
 
     def _report(self, running: Running, fn: Callable[..., Any], *args: Any) -> None:
@@ -486,7 +502,7 @@ class Worker:
                     return
                 except StaleAttempt as exc:
                     self.counts["stale_reports"] += 1
-                    log.warning("%s", exc)
+                    self.log.warning("%s", exc, extra=job_fields(running.job, self.id))
                     if self.history is not None:
                         self.history.record("report", job=running.job.id, attempt=running.job.attempt,
                                             op=fn.__name__.strip("_"), accepted=False, sent=sent_at)
@@ -495,7 +511,8 @@ class Worker:
                     if running.local_deadline <= time.monotonic():
                         self._lost(running, f"could not report before the lease lapsed ({exc})")
                         return
-                    log.warning("report for job %s failed (%s); retrying", running.job.id, exc)
+                    self.log.warning("report for job %s failed (%s); retrying", running.job.id, exc,
+                                extra=job_fields(running.job, self.id))
                     await asyncio.sleep(REPORT_RETRY)
         finally:
             self._forget(running)
@@ -505,7 +522,21 @@ class Worker:
                                 traceback=tb, retry=retry)
         self.counts[str(outcome)] += 1
         level = logging.WARNING if state in (JobState.DEAD,) else logging.INFO
-        log.log(level, "job %s attempt %s %s: %s -> %s", running.job.id, running.job.attempt, outcome, error, state)
+        self.log.log(level, "job %s attempt %s %s: %s -> %s", running.job.id, running.job.attempt, outcome, error, state,
+                extra=job_fields(running.job, self.id))
+        if self.events.active:
+            if outcome is not Outcome.CANCELLED:
+                self._emit("job.failed", running, state=state, outcome=outcome, error=error)
+            follow = after_attempt(state)
+            if follow is not None:
+                self._emit(follow, running, state=state, outcome=outcome, error=error)
+
+    def _emit(self, name: str, running: Running, *, state: JobState | None = None, outcome: Outcome | None = None,
+              error: str | None = None) -> None:
+        job = running.job
+        self.events.emit(Event(name, job_id=job.id, attempt=job.attempt, task=job.task, queue=job.queue,
+                               worker=self.id, state=state, outcome=outcome, error=error,
+                               duration=time.monotonic() - running.started))
 
     def _release(self, running: Running) -> None:
         self.store.release(self.id, running.job.id, running.job.attempt)
@@ -521,7 +552,7 @@ class Worker:
             try:
                 reaped = await self._db(self.reaper.run_until_clear)
             except Exception as exc:
-                log.warning("reaper tick failed: %s", exc)
+                self.log.warning("reaper tick failed: %s", exc)
                 if self.history is not None:
                     self.history.record("reap", started=started, ok=False, error=str(exc)[:200])
             else:
@@ -540,7 +571,7 @@ class Worker:
                 await asyncio.wait_for(self._nudge.wait(), min(0.5, max(0.01, deadline - time.monotonic())))
         leftovers = self.inflight.all()
         if leftovers:
-            log.warning("releasing %d job(s) still running at shutdown", len(leftovers))
+            self.log.warning("releasing %d job(s) still running at shutdown", len(leftovers), extra={"worker": self.id})
         for running in leftovers:
             # A pending cancel request keeps its reason (the job ends cancelled);
             # otherwise the job is released without spending its budget.

@@ -86,7 +86,7 @@ SET state = 'running',
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.attempt, j.task, j.args, j.queue, j.priority, j.max_attempts,
-          coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta
+          coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta, j.run_at
 
 -- name: heartbeat
 -- One statement per worker per tick, however many jobs it holds: the held
@@ -282,6 +282,16 @@ FROM {schema}.jobs WHERE id = %(id)s
 -- name: get_attempts
 SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
 FROM {schema}.attempts WHERE job_id = %(id)s ORDER BY attempt
+
+-- name: recent_attempts
+-- Finished attempts with one of these outcomes, newest first (the dashboard's
+-- recoveries: lease_expired rows are written by the reaper). A scan of the
+-- attempts table bounded by LIMIT; it is an operator's page, not a hot path.
+SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
+FROM {schema}.attempts
+WHERE outcome = ANY(%(outcomes)s::text[])
+ORDER BY finished_at DESC, job_id DESC
+LIMIT %(limit)s
 
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,

@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from ...config import DatabaseURL
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
-from ...model import Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ...model import Attempt, Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
 from ..rows import assign_ids, attempt_from_row, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
@@ -258,6 +258,10 @@ class PostgresStore(Store):
         rows = self._all("list_jobs", {"state": state, "queue": queue, "task": task, "limit": limit})
         return [job_from_row(r, []) for r in rows]
 
+    def recent_attempts(self, outcomes: Sequence[Outcome], *, limit: int = 50) -> list[Attempt]:
+        rows = self._all("recent_attempts", {"outcomes": [str(o) for o in outcomes], "limit": limit})
+        return [attempt_from_row(r) for r in rows]
+
     def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
         rows = self._all("cancel", {"id": job_id, "now": now})
         if rows:
@@ -300,7 +304,7 @@ class PostgresStore(Store):
         out = [
             ClaimedJob(
                 id=r[0], attempt=r[1], task=r[2], args=r[3], queue=r[4], priority=r[5], max_attempts=r[6],
-                lease_ttl=r[7], timeout=r[8], claimed_at=r[9], meta=r[10],
+                lease_ttl=r[7], timeout=r[8], claimed_at=r[9], meta=r[10], run_at=r[11],
             )
             for r in rows
         ]

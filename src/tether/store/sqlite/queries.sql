@@ -51,7 +51,7 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING id, attempt, task, args, queue, priority, max_attempts,
-          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta
+          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at
 
 -- name: touch_worker
 UPDATE tether_workers SET last_seen = {now} WHERE id = :worker
@@ -203,6 +203,16 @@ FROM tether_jobs WHERE id = :id
 -- name: get_attempts
 SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
 FROM tether_attempts WHERE job_id = :id ORDER BY attempt
+
+-- name: recent_attempts
+-- Finished attempts with one of these outcomes, newest first (the dashboard's
+-- recoveries: lease_expired rows are written by the reaper). A scan of the
+-- attempts table bounded by LIMIT; it is an operator's page, not a hot path.
+SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
+FROM tether_attempts
+WHERE outcome IN (SELECT value FROM json_each(:outcomes))
+ORDER BY finished_at DESC, job_id DESC
+LIMIT :limit
 
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...config import DatabaseURL
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
-from ...model import Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ...model import Attempt, Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Store
 from ..rows import assign_ids, attempt_from_row, epoch_to_dt, job_from_row, json_text, worker_from_row
 from ..sqlfile import load_migrations, load_queries
@@ -215,6 +215,10 @@ class SQLiteStore(Store):
         rows = self._all("list_jobs", {"state": state, "queue": queue, "task": task, "limit": limit})
         return [job_from_row(r, [], epoch_to_dt, json_text) for r in rows]
 
+    def recent_attempts(self, outcomes: Sequence[Outcome], *, limit: int = 50) -> list[Attempt]:
+        rows = self._all("recent_attempts", {"outcomes": json.dumps([str(o) for o in outcomes]), "limit": limit})
+        return [attempt_from_row(r, epoch_to_dt) for r in rows]
+
     def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
         rows = self._all("cancel", {"id": job_id, "now": _ts(now)})
         if rows:
@@ -262,6 +266,7 @@ class SQLiteStore(Store):
                 id=r[0], attempt=r[1], task=r[2], args=json.loads(r[3]), queue=r[4], priority=r[5],
                 max_attempts=r[6], lease_ttl=r[7], timeout=r[8],
                 claimed_at=epoch_to_dt(r[9]) or datetime.min, meta=json.loads(r[10]) if r[10] else None,
+                run_at=epoch_to_dt(r[11]),
             )
             for r in rows
         ]

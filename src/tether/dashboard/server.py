@@ -1,0 +1,240 @@
+"""The dashboard: a Starlette app over a tether database (either backend).
+
+Server-rendered HTML (Jinja2, autoescaped: job args and error text are user
+data), one small script for live refresh, no build step. Every page and
+``/metrics`` need authentication (see ``security``) unless built with
+``token=None``; every change is a CSRF-checked POST.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ..app import Tether
+from ..display import STATE_ORDER, fmt_age, fmt_rel, fmt_time
+from ..errors import TetherError
+from ..model import JobState, Outcome
+from .security import COOKIE, Guard, Session, safe_next
+
+__all__ = ["create_app"]
+
+Handler = Callable[[Request, Session], Awaitable[Response]]
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                               "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+STATIC = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
+JOBS_LIMIT = 100
+
+
+def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret: bytes | None = None,
+               silent_after: float | None = None) -> Starlette:
+    """The dashboard for ``tether``'s database. ``token=None`` serves without
+    authentication; ``metrics`` (a ``tether.metrics.Metrics``) is served at
+    ``/metrics``. A worker silent for ``silent_after`` seconds (default: the
+    app's lease TTL) is shown as probably gone."""
+    guard = Guard(token=token, secret=secret)
+    env = Environment(loader=PackageLoader("tether.dashboard", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env.filters.update(time=fmt_time, age=fmt_age, pretty=_pretty)
+    silent = silent_after if silent_after is not None else tether.timers.lease_ttl
+    store = tether.store
+
+    def render(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
+        html = env.get_template(name).render(
+            request=request, csrf=guard.csrf_token(session), auth=guard.auth_required, in_=session.authenticated,
+            notice=request.query_params.get("notice"), rel=fmt_rel, backend=tether.dsn.backend, **ctx)
+        return _finish(HTMLResponse(html, status_code=status), guard, session)
+
+    def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            session = guard.session(request)
+            if not session.authenticated:
+                if request.method != "GET":
+                    return _finish(PlainTextResponse("not logged in\n", status_code=401), guard, None)
+                return _finish(RedirectResponse("/login?" + urlencode({"next": _path(request)}), 303), guard, None)
+            return await handler(request, session)
+
+        return endpoint
+
+    def action(handler: Callable[[Request, Session, dict[str, str]], Awaitable[Response]]) -> Handler:
+        async def checked(request: Request, session: Session) -> Response:
+            form = await _form(request)
+            problem = guard.csrf_problem(request, session, form.get("csrf"))
+            if problem is not None:
+                return _finish(PlainTextResponse(f"refused: {problem}\n", status_code=403), guard, session)
+            return await handler(request, session, form)
+
+        return checked
+
+    # -- pages ---------------------------------------------------------------------------
+    async def overview(request: Request, session: Session) -> Response:
+        stats = await run_in_threadpool(store.stats)
+        recoveries = await run_in_threadpool(store.recent_attempts, [Outcome.LEASE_EXPIRED], limit=5)
+        queues = sorted({q for q, _ in stats.counts})
+        totals = {s: sum(n for (_, st), n in stats.counts.items() if st == s) for s in STATE_ORDER}
+        return render(request, session, "overview.html", stats=stats, queues=queues, states=STATE_ORDER,
+                      totals=totals, recoveries=recoveries, now=stats.now)
+
+    async def jobs(request: Request, session: Session) -> Response:
+        q = request.query_params
+        wanted = q.get("id", "").strip().lstrip("#")
+        if wanted:
+            if wanted.isdigit() and await run_in_threadpool(tether.get_job, int(wanted)) is not None:
+                return RedirectResponse(f"/jobs/{int(wanted)}", 303)
+            return RedirectResponse("/jobs?" + urlencode({"notice": f"no job with id {wanted}"}), 303)
+        state = q.get("state") or None
+        if state is not None and state not in {str(s) for s in JobState}:
+            state = None
+        queue, task = q.get("queue") or None, q.get("task") or None
+        found, stats = await run_in_threadpool(
+            lambda: (store.list_jobs(state=state, queue=queue, task=task, limit=JOBS_LIMIT), store.stats()))
+        queues = sorted({qu for qu, _ in stats.counts})
+        return render(request, session, "jobs.html", jobs=found, now=stats.now, states=STATE_ORDER, queues=queues,
+                      f_state=state or "", f_queue=queue or "", f_task=task or "", limit=JOBS_LIMIT)
+
+    async def job(request: Request, session: Session) -> Response:
+        job_id = int(request.path_params["job_id"])
+        found, now = await run_in_threadpool(lambda: (tether.get_job(job_id), store.db_now()))
+        if found is None:
+            return render(request, session, "error.html", status=404, message=f"no job {job_id}")
+        return render(request, session, "job.html", job=found, now=now,
+                      can_cancel=found.state in (JobState.QUEUED, JobState.RUNNING),
+                      can_retry=found.state in (JobState.DEAD, JobState.CANCELLED))
+
+    async def workers(request: Request, session: Session) -> Response:
+        found, now = await run_in_threadpool(lambda: (store.list_workers(), store.db_now()))
+        found.sort(key=lambda w: (w.stopped_at is not None, -w.last_seen.timestamp()))
+        return render(request, session, "workers.html", workers=found, now=now, silent=silent)
+
+    async def recoveries(request: Request, session: Session) -> Response:
+        found, now = await run_in_threadpool(
+            lambda: (store.recent_attempts([Outcome.LEASE_EXPIRED], limit=100), store.db_now()))
+        return render(request, session, "recoveries.html", recoveries=found, now=now)
+
+    # -- actions -----------------------------------------------------------------------------
+    async def do_cancel(request: Request, session: Session, form: dict[str, str]) -> Response:
+        job_id = int(request.path_params["job_id"])
+        try:
+            state = await run_in_threadpool(tether.cancel, job_id)
+            notice = (f"job {job_id}: cancel requested; its worker stops it at the next heartbeat"
+                      if state is JobState.RUNNING else f"job {job_id}: {state}")
+        except TetherError as exc:
+            notice = str(exc)
+        return RedirectResponse(f"/jobs/{job_id}?" + urlencode({"notice": notice}), 303)
+
+    async def do_retry(request: Request, session: Session, form: dict[str, str]) -> Response:
+        job_id = int(request.path_params["job_id"])
+        try:
+            await run_in_threadpool(tether.retry, job_id)
+            notice = f"job {job_id}: queued again"
+        except TetherError as exc:
+            notice = str(exc)
+        return RedirectResponse(f"/jobs/{job_id}?" + urlencode({"notice": notice}), 303)
+
+    async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
+        ids = [int(i) for i in form.get("ids", "").split(",") if i.strip().isdigit()]
+        done, problems = 0, []
+        for job_id in ids:
+            try:
+                await run_in_threadpool(tether.retry, job_id)
+                done += 1
+            except TetherError as exc:
+                problems.append(str(exc))
+        notice = f"{done} dead job(s) queued again" + (f"; {len(problems)} refused: {problems[0]}" if problems else "")
+        return RedirectResponse("/jobs?" + urlencode({"state": "dead", "notice": notice}), 303)
+
+    # -- login, metrics, static ----------------------------------------------------------------
+    async def login(request: Request) -> Response:
+        session = guard.session(request)
+        target = safe_next(request.query_params.get("next"))
+        if session.authenticated:
+            return RedirectResponse(target, 303)
+        if request.method == "GET":
+            return render(request, session, "login.html", next=target, failed=False)
+        form = await _form(request)
+        problem = guard.csrf_problem(request, session, form.get("csrf"))
+        if problem is not None:
+            return _finish(PlainTextResponse(f"refused: {problem}\n", status_code=403), guard, session)
+        new = guard.login(form.get("token", ""))
+        if new is None:
+            return render(request, session, "login.html", status=401, next=safe_next(form.get("next")), failed=True)
+        return _finish(RedirectResponse(safe_next(form.get("next")), 303), guard, new)
+
+    async def logout(request: Request, session: Session, form: dict[str, str]) -> Response:
+        response = RedirectResponse("/login", 303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    async def metrics_endpoint(request: Request) -> Response:
+        if not (guard.session(request).authenticated or guard.bearer_ok(request)):
+            return PlainTextResponse("unauthorized: log in or send Authorization: Bearer <token>\n", 401,
+                                     headers={"WWW-Authenticate": 'Bearer realm="tether"'})
+        if metrics is None:
+            return PlainTextResponse("metrics are off (install tether[metrics])\n", 404)
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        body = await run_in_threadpool(generate_latest, metrics.registry)
+        return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST, "Cache-Control": "no-store"})
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC:
+            return PlainTextResponse("not found\n", 404)
+        body = resources.files("tether.dashboard").joinpath("static", name).read_bytes()
+        return Response(body, headers={"Content-Type": STATIC[name], "X-Content-Type-Options": "nosniff"})
+
+    routes = [
+        Route("/", page(overview)),
+        Route("/jobs", page(jobs)),
+        Route("/jobs/retry-dead", page(action(do_retry_dead)), methods=["POST"]),
+        Route("/jobs/{job_id:int}", page(job)),
+        Route("/jobs/{job_id:int}/cancel", page(action(do_cancel)), methods=["POST"]),
+        Route("/jobs/{job_id:int}/retry", page(action(do_retry)), methods=["POST"]),
+        Route("/workers", page(workers)),
+        Route("/recoveries", page(recoveries)),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", page(action(logout)), methods=["POST"]),
+        Route("/metrics", metrics_endpoint),
+        Route("/static/{name}", static),
+    ]
+    return Starlette(routes=routes)
+
+
+def _finish(response: Response, guard: Guard, session: Session | None) -> Response:
+    response.headers.update(SECURITY_HEADERS)
+    if session is not None and session.fresh:
+        response.set_cookie(COOKIE, guard.cookie_value(session), httponly=True, samesite="strict", path="/")
+    return response
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A urlencoded form (the only kind the dashboard sends); first value wins."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        return {}
+    body = (await request.body())[:65536].decode("utf-8", "replace")
+    return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
+def _path(request: Request) -> str:
+    return request.url.path + (f"?{request.url.query}" if request.url.query else "")
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)

@@ -1,0 +1,37 @@
+// Live refresh: while the "live" box is ticked (remembered per browser), the
+// page's <main> is re-fetched every 2 s and swapped in. The server renders
+// (and escapes) everything; this only moves its HTML across.
+(function () {
+  "use strict";
+  var box = document.getElementById("live");
+  if (!box) { return; }
+  var key = "tether-live";
+  var timer = null;
+  function tick() {
+    if (document.hidden) { return; }
+    fetch(location.href, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (html === null) { return; }
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.getElementById("main");
+        var main = document.getElementById("main");
+        if (fresh && main && !main.contains(document.activeElement.closest("form.filters"))) {
+          var open = [];
+          main.querySelectorAll("details").forEach(function (d, i) { if (d.open) { open.push(i); } });
+          main.replaceWith(fresh);
+          var details = fresh.querySelectorAll("details");
+          open.forEach(function (i) { if (details[i]) { details[i].open = true; } });
+        }
+      })
+      .catch(function () {});
+  }
+  function apply() {
+    if (timer) { clearInterval(timer); timer = null; }
+    if (box.checked) { timer = setInterval(tick, 2000); }
+    try { localStorage.setItem(key, box.checked ? "1" : ""); } catch (e) {}
+  }
+  try { box.checked = localStorage.getItem(key) === "1"; } catch (e) {}
+  box.addEventListener("change", apply);
+  apply();
+}());

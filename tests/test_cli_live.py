@@ -1,0 +1,58 @@
+"""``tether job ID --follow`` and ``tether status --watch`` against real
+databases: the live views follow the database until the job ends (or Ctrl-C)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from click.testing import CliRunner
+
+from tether.cli.main import cli
+from tether.model import NewJob
+from tether.store import open_store
+
+
+def test_job_follow_tracks_progress_until_the_job_ends(db_url: str) -> None:
+    store = open_store(db_url)
+    store.migrate()
+    try:
+        [job_id] = store.enqueue([NewJob(task="render", args_json='{"frames": 10}')])
+        [claimed] = store.claim("worker-f", ["default"], 1, 30)
+        store.progress("worker-f", job_id, claimed.attempt, 0.3, "frame 3 of 10", 30)
+        result: list[object] = []
+        follower = threading.Thread(target=lambda: result.append(
+            CliRunner().invoke(cli, ["-d", db_url, "job", str(job_id), "--follow", "--interval", "0.1"])))
+        follower.start()
+        time.sleep(0.5)
+        assert follower.is_alive(), "--follow returned while the job was still running"
+        store.progress("worker-f", job_id, claimed.attempt, 0.9, "frame 9 of 10", 30)
+        time.sleep(0.3)
+        store.complete("worker-f", [(job_id, claimed.attempt, '"done"')])
+        follower.join(timeout=20)
+        assert not follower.is_alive(), "--follow did not stop when the job ended"
+    finally:
+        store.close()
+    [r] = result
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert "succeeded" in r.output  # type: ignore[attr-defined]
+
+
+def test_status_watch_refreshes_until_interrupted(db_url: str) -> None:
+    store = open_store(db_url)
+    store.migrate()
+    try:
+        store.enqueue([NewJob(task="t", args_json="{}", queue="watched")])
+    finally:
+        store.close()
+    proc = subprocess.Popen([sys.executable, "-m", "tether", "-d", db_url, "status", "--watch", "--interval", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "watched" in out and "no live workers" in out

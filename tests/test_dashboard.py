@@ -1,0 +1,161 @@
+"""The dashboard over both backends through Starlette's test client: every
+page renders, user data is escaped, unauthenticated and cross-site requests
+are refused, and the actions change the database."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+from tether import JobState, Tether
+from tether.dashboard import create_app
+from tether.metrics import Metrics
+
+from .dashboard_seed import XSS, Seeded, seed
+
+TOKEN = "test-token-123"
+ORIGIN = {"Origin": "http://testserver"}
+
+
+@pytest.fixture
+def seeded(make_app: Callable[..., Tether]) -> tuple[Tether, Seeded]:
+    app = make_app()
+    return app, seed(app)
+
+
+def _client(app: Tether, token: str | None = TOKEN) -> TestClient:
+    metrics = Metrics(depth_cache=0).attach(app).watch_store(app.store)
+    return TestClient(create_app(app, token=token, metrics=metrics), follow_redirects=False)
+
+
+@pytest.fixture
+def client(seeded: tuple[Tether, Seeded]) -> Iterator[TestClient]:
+    with _client(seeded[0]) as c:
+        yield c
+
+
+def login(c: TestClient, token: str = TOKEN) -> None:
+    page = c.get("/login")
+    r = c.post("/login", data={"token": token, "csrf": csrf_of(page.text), "next": "/"}, headers=ORIGIN)
+    assert r.status_code == 303, r.text
+
+
+def csrf_of(html: str) -> str:
+    m = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert m, "no CSRF field on the page"
+    return m.group(1)
+
+
+def test_unauthenticated_requests_are_refused(client: TestClient, seeded: tuple[Tether, Seeded]) -> None:
+    app, s = seeded
+    for path in ("/", "/jobs", f"/jobs/{s.dead}", "/workers", "/recoveries"):
+        r = client.get(path)
+        assert r.status_code == 303 and r.headers["location"].startswith("/login?next="), path
+        assert XSS not in r.text and "reports" not in r.text
+    assert client.post(f"/jobs/{s.queued}/cancel", headers=ORIGIN).status_code == 401
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong-token"}).status_code == 401
+    page = client.get("/login")
+    r = client.post("/login", data={"token": "wrong-token", "csrf": csrf_of(page.text)}, headers=ORIGIN)
+    assert r.status_code == 401 and "not the right one" in r.text
+    assert client.get("/").status_code == 303  # still out
+    assert app.get_job(s.queued).state is JobState.QUEUED  # type: ignore[union-attr]
+
+
+def test_bearer_token_reads_metrics(client: TestClient, seeded: tuple[Tether, Seeded]) -> None:
+    r = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200
+    assert 'tether_queue_depth{queue="reports",state="dead"} 1.0' in r.text
+    assert 'tether_queue_depth{queue="mail",state="cancelled"} 1.0' in r.text
+
+
+def test_pages_render_and_escape_user_data(client: TestClient, seeded: tuple[Tether, Seeded]) -> None:
+    _, s = seeded
+    login(client)
+    overview = client.get("/")
+    assert overview.status_code == 200
+    assert "reports" in overview.text and "worker-b@gone" in overview.text  # depth table and the recovery
+    assert "default-src 'none'" in overview.headers["content-security-policy"]
+    jobs = client.get("/jobs", params={"state": "dead"})
+    assert f"/jobs/{s.dead}" in jobs.text and f"/jobs/{s.succeeded}" not in jobs.text
+    job = client.get(f"/jobs/{s.dead}")
+    assert job.status_code == 200
+    for text in (job.text, jobs.text):
+        assert "<script>alert" not in text
+    escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
+    assert escaped in job.text  # in the args, the error and the traceback
+    assert job.text.count(escaped) >= 3
+    # the attempts timeline: three attempts, who ran each and how it ended
+    assert [m for m in re.findall(r"attempt (\d)</b>", job.text)] == ["1", "2", "3"]
+    assert "lease_expired" in job.text and "worker-b@gone" in job.text and "RuntimeError: still broken" in job.text
+    running = client.get(f"/jobs/{s.running}")
+    assert "page 16 of 40" in running.text and 'value="0.4"' in running.text
+    assert "worker-a@host" in client.get("/workers").text
+    assert "worker lease expired (worker worker-b@gone)" in client.get("/recoveries").text
+    assert client.get("/jobs", params={"id": str(s.dead)}).headers["location"] == f"/jobs/{s.dead}"
+    assert "no job with id" in client.get("/jobs", params={"id": "99999"}).headers["location"].replace("+", " ")
+    assert client.get("/jobs/99999").status_code == 404
+
+
+def test_cross_site_posts_are_refused(client: TestClient, seeded: tuple[Tether, Seeded]) -> None:
+    app, s = seeded
+    login(client)
+    token = csrf_of(client.get(f"/jobs/{s.queued}").text)
+    url = f"/jobs/{s.queued}/cancel"
+    refused = [
+        client.post(url, headers=ORIGIN),  # no CSRF token
+        client.post(url, data={"csrf": "0" * 64}, headers=ORIGIN),  # a wrong one
+        client.post(url, data={"csrf": token}, headers={"Origin": "http://evil.example"}),  # foreign origin
+        client.post(url, data={"csrf": token}, headers={"Origin": "null"}),
+        client.post(url, data={"csrf": token}, headers={"Referer": "http://evil.example/page"}),
+        client.post(url, data={"csrf": token}),  # neither Origin nor Referer
+    ]
+    assert [r.status_code for r in refused] == [403] * len(refused)
+    assert app.get_job(s.queued).state is JobState.QUEUED  # type: ignore[union-attr]
+    # another session's token is not this one's
+    with _client(app) as other:
+        login(other)
+        assert other.post(url, data={"csrf": token}, headers=ORIGIN).status_code == 403
+    ok = client.post(url, data={"csrf": token}, headers=ORIGIN)
+    assert ok.status_code == 303
+    assert app.get_job(s.queued).state is JobState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_actions_change_the_database(client: TestClient, seeded: tuple[Tether, Seeded]) -> None:
+    app, s = seeded
+    login(client)
+    token = csrf_of(client.get("/").text)
+    r = client.post(f"/jobs/{s.running}/cancel", data={"csrf": token}, headers=ORIGIN)
+    assert "cancel requested" in client.get(r.headers["location"]).text
+    assert app.get_job(s.running).cancel_requested  # type: ignore[union-attr]
+    client.post(f"/jobs/{s.retryable}/retry", data={"csrf": token}, headers=ORIGIN)
+    assert app.get_job(s.retryable).state is JobState.QUEUED  # type: ignore[union-attr]
+    r = client.post(f"/jobs/{s.succeeded}/retry", data={"csrf": token}, headers=ORIGIN)
+    assert "only dead or cancelled" in client.get(r.headers["location"]).text
+    r = client.post("/jobs/retry-dead", data={"csrf": token, "ids": f"{s.dead}"}, headers=ORIGIN)
+    assert r.status_code == 303
+    assert app.get_job(s.dead).state is JobState.QUEUED  # type: ignore[union-attr]
+    # logging out ends the session
+    client.post("/logout", data={"csrf": token}, headers=ORIGIN)
+    assert client.get("/").status_code == 303
+
+
+def test_no_auth_serves_pages_but_still_checks_csrf(seeded: tuple[Tether, Seeded]) -> None:
+    app, s = seeded
+    with _client(app, token=None) as c:
+        page = c.get(f"/jobs/{s.queued}")
+        assert page.status_code == 200
+        assert c.post(f"/jobs/{s.queued}/cancel", headers={"Origin": "http://evil.example"}).status_code == 403
+        assert c.post(f"/jobs/{s.queued}/cancel", data={"csrf": csrf_of(page.text)},
+                      headers=ORIGIN).status_code == 303
+    assert app.get_job(s.queued).state is JobState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_login_redirects_only_to_local_paths(client: TestClient) -> None:
+    page = client.get("/login")
+    r = client.post("/login", data={"token": TOKEN, "csrf": csrf_of(page.text), "next": "//evil.example/x"},
+                    headers=ORIGIN)
+    assert r.status_code == 303 and r.headers["location"] == "/"
