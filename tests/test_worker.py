@@ -279,3 +279,32 @@ def test_worker_fences_itself_when_the_database_goes_silent(
         app.close()
     finally:
         proxy.close()
+
+
+def test_a_job_its_own_worker_claims_again_tells_the_old_attempt_it_lost(make_app: Callable[..., Tether]) -> None:
+    """Attempt 1's lease lapses and is reaped; the same worker claims the job
+    again as attempt 2 before a heartbeat could tell it. The old handler must
+    still be told it lost the job, not run on unseen beside its successor."""
+    app = make_app(lease_ttl=30, heartbeat_interval=10, reaper_interval=10)  # no beat or reap of its own here
+    started = {1: threading.Event(), 2: threading.Event()}
+    ended: dict[int, str | None] = {}
+
+    @app.task(retry_backoff=0, max_attempts=3)
+    async def holds(ctx: JobContext) -> None:
+        started[ctx.attempt].set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            ended[ctx.attempt] = ctx.cancel_reason
+
+    holds.enqueue()
+    with running(app, concurrency=2, poll_interval=0.05) as w:
+        assert started[1].wait(10)
+        assert app.store.expire_leases([w.id]) == 1  # as if this worker had died
+        assert len(app.store.reap(10)) == 1
+        assert started[2].wait(10), "the worker did not claim the reaped job again"
+        deadline = time.monotonic() + 5
+        while 1 not in ended and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ended.get(1) == CancelReason.LOST
+        assert 2 not in ended  # the successor runs on

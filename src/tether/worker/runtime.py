@@ -314,6 +314,11 @@ class Worker:
         hard = sent_at + job.timeout if job.timeout else None
         local = sent_at + job.lease_ttl if hard is None else min(sent_at + job.lease_ttl, hard)
         running = Running(job=job, ctx=ctx, local_deadline=local, hard_deadline=hard)
+        earlier = self.inflight.get(job.id)
+        if earlier is not None and earlier.job.attempt < job.attempt:
+            # Our own older attempt's lease lapsed and was reaped, and we claimed
+            # the job again before a heartbeat could tell us: it has lost the job.
+            self._lost(earlier, f"its lease lapsed and this worker claimed the job again as attempt {job.attempt}")
         self.inflight.add(running)
         if self.history is not None:
             self.history.record("claimed", job=job.id, attempt=job.attempt, sent=sent_at, db=job.claimed_at)
