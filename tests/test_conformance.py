@@ -1344,6 +1344,8 @@ def test_due_unclaimed_returns_a_delayed_job_as_soon_as_it_is_due(store: Store) 
     job_id = enqueue_one(store, t0, delay=60.0)
     assert store.due_unclaimed(["default"], grace=GRACE, limit=10, now=t0 + sec(59)) == []
     assert [d.id for d in store.due_unclaimed(["default"], grace=GRACE, limit=10, now=t0 + sec(60.5))] == [job_id]
+    short = enqueue_one(store, t0, delay=0.5)  # however short the delay: nothing published it
+    assert short in [d.id for d in store.due_unclaimed(["default"], grace=GRACE, limit=10, now=t0 + sec(0.6))]
 
 
 def test_due_unclaimed_skips_running_finished_and_other_queues(store: Store) -> None:

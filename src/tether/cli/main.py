@@ -122,13 +122,16 @@ def migrate(state: CLIState) -> None:
 @click.option("--heartbeat-interval", type=Seconds(), help="Override the app's heartbeat interval (seconds).")
 @click.option("--reaper-interval", type=Seconds(), help="Override the app's reaper interval (seconds).")
 @click.option("--poll-interval", type=Seconds(), help="Idle poll interval (default: the backend's).")
+@click.option("--transport", metavar="notify|poll|nats://HOST:PORT", envvar="TETHER_TRANSPORT",
+              help="How job ids reach workers: the database (notify, the default; poll) or NATS JetStream, "
+                   "e.g. nats://127.0.0.1:4222?prefix=myapp (env TETHER_TRANSPORT).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
 @click.pass_context
 def worker(
     ctx: click.Context, app_ref: str, concurrency: int, queues: tuple[str, ...], shutdown_timeout: float,
     lease_ttl: float | None, heartbeat_interval: float | None, reaper_interval: float | None,
-    poll_interval: float | None, log_level: str,
+    poll_interval: float | None, transport: str | None, log_level: str,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now)."""
     state: CLIState = ctx.obj
@@ -136,7 +139,8 @@ def worker(
     qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
     try:
         configure_app(app, url=state.database if _database_on_command_line(ctx) else None, lease_ttl=lease_ttl,
-                      heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval)
+                      heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval,
+                      transport=transport)
         require_database(app)
         app.store.check_schema()  # fail here, in one line, rather than inside the event loop
         logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)

@@ -111,8 +111,8 @@ class Store(abc.ABC):
         self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
     ) -> list[DueJob]:
         """Queued jobs on ``queues`` that are due and that no delivery seems to
-        carry: due for more than ``grace`` seconds, or due more than ``grace``
-        after they were created (delayed jobs, retries). Up to ``limit``, in
+        carry: due for more than ``grace`` seconds, or due later than they
+        were created (delayed jobs, retries: nothing published them). Up to ``limit``, in
         claim order."""
 
     @abc.abstractmethod

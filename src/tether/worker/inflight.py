@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..context import JobContext
 from ..model import ClaimedJob
+from ..transport import Delivery
 
 __all__ = ["InFlight", "Running"]
 
@@ -24,6 +25,8 @@ class Running:
     handler: asyncio.Future[object] | None = None
     #: set when this attempt no longer owns the job; its report is skipped
     lost: bool = False
+    #: the transport message that led to this claim, acked once the outcome is written
+    delivery: Delivery | None = None
 
 
 class InFlight:

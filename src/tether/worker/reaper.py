@@ -5,9 +5,10 @@ safe: the first update moves a row out of 'running', so it is reaped once."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from ..config import DEFAULT_REAP_LIMIT
-from ..model import Reaped
+from ..model import JobState, Reaped
 from ..store import Store
 
 __all__ = ["Reaper"]
@@ -16,11 +17,16 @@ log = logging.getLogger("tether.reaper")
 
 
 class Reaper:
-    def __init__(self, store: Store, *, limit: int = DEFAULT_REAP_LIMIT) -> None:
+    def __init__(
+        self, store: Store, *, limit: int = DEFAULT_REAP_LIMIT,
+        on_requeued: Callable[[list[Reaped]], object] | None = None,
+    ) -> None:
         if limit < 1:
             raise ValueError("reap limit must be >= 1")
         self.store = store
         self.limit = limit
+        #: told about the jobs each tick sent back to queued (a transport republishes them)
+        self.on_requeued = on_requeued
         self.total = 0
 
     def run_once(self) -> list[Reaped]:
@@ -31,6 +37,9 @@ class Reaper:
                 "recovered job %s attempt %s from worker %s (%s) -> %s", r.id, r.attempt, r.worker, r.outcome, r.state
             )
         self.total += len(reaped)
+        requeued = [r for r in reaped if r.state is JobState.QUEUED]
+        if requeued and self.on_requeued is not None:
+            self.on_requeued(requeued)
         return reaped
 
     def run_until_clear(self, max_rounds: int = 100) -> list[Reaped]:

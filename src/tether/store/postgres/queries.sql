@@ -102,17 +102,17 @@ UPDATE {schema}.jobs AS j
 
 -- name: due_unclaimed
 -- The transport sweep: queued jobs that are due and that no delivery seems to
--- be carrying: due for longer than %(grace)s seconds (the publish after
--- enqueue failed, or the message was lost), or due later than that after they
--- were created (delayed jobs and retries, which nothing publishes until they
--- are due). One queue at a time over jobs_claim_idx, as claim does, bounded.
+-- be carrying: due for longer than the grace period (the publish after
+-- enqueue failed, or the message was lost), or due later than they were
+-- created (delayed jobs and retries, which nothing publishes until they are
+-- due; an immediate job's run_at is exactly its created_at, one now() in one
+-- transaction). One queue at a time over jobs_claim_idx, as claim does, bounded.
 SELECT c.id, c.queue, c.attempt, c.run_at
 FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN LATERAL (
     SELECT id, queue, attempt, run_at, priority FROM {schema}.jobs
     WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
-      AND (run_at <= {now} - make_interval(secs => %(grace)s)
-           OR run_at > created_at + make_interval(secs => %(grace)s))
+      AND (run_at <= {now} - make_interval(secs => %(grace)s) OR run_at > created_at)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
 ) AS c

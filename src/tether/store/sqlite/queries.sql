@@ -79,13 +79,14 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 -- name: due_unclaimed
 -- The transport sweep: queued jobs that are due and that no delivery seems to
 -- be carrying: due for longer than :grace seconds (the publish after enqueue
--- failed, or the message was lost), or due later than :grace after they were
--- created (delayed jobs and retries, which nothing publishes until they are
--- due). Walks tether_jobs_claim_idx in claim order, bounded per tick.
+-- failed, or the message was lost), or due later than they were created
+-- (delayed jobs and retries, which nothing publishes until they are due; an
+-- immediate job's run_at is exactly its created_at, one {now} in one statement).
+-- Walks tether_jobs_claim_idx in claim order, bounded per tick.
 SELECT id, queue, attempt, run_at
 FROM tether_jobs
 WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
-  AND (run_at <= {now} - :grace OR run_at > created_at + :grace)
+  AND (run_at <= {now} - :grace OR run_at > created_at)
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
 
