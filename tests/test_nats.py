@@ -364,3 +364,22 @@ def test_sigkill_mid_job_is_recovered_by_the_database_and_republished(
         assert f"republished 1 of 1 requeued job(s) as retries (ids {jid})" in log
     finally:
         workers.close()
+
+
+# -- tether chaos over NATS ----------------------------------------------------------------------
+
+
+@pytest.mark.processes
+def test_chaos_over_nats_keeps_the_contract(tmp_path: Path, nats_url: str, prefix: str) -> None:
+    from tether.chaos.driver import ChaosConfig, run
+
+    cfg = ChaosConfig(workers=3, jobs=100, duration=12, faults=frozenset({"kill", "stop"}), seed=20261124,
+                      out_dir=tmp_path, transport=f"{nats_url}?prefix={prefix}")
+    result = run(cfg, say=lambda _: None)
+    assert result.ok, result.to_dict()
+    assert result.config["transport"].startswith("nats://")
+    assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
+    logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
+    assert "deliveries_claimed" in logs  # jobs did come through NATS
+    with pytest.raises(nats.js.errors.NotFoundError):  # the run deleted its stream
+        backlog(nats_url, prefix)

@@ -91,6 +91,10 @@ class Transport:
     def nak(self, delivery: Delivery) -> None:
         """Hand this delivery back for another worker at once."""
 
+    def destroy(self) -> None:
+        """Remove what this transport created on its server (``tether chaos``
+        cleans up its scratch stream with it). Irreversible."""
+
     def close(self) -> None:
         """Stop and release connections; idempotent."""
 

@@ -427,6 +427,15 @@ class NatsTransport(Transport):
             asyncio.run_coroutine_threadsafe(_settle(delivery.handle, how), self._loop)
 
     # -- shutdown --------------------------------------------------------------------------
+    def destroy(self) -> None:
+        """Delete this transport's stream (and so its consumers and messages)."""
+        if not self.ready(CONNECT_TIMEOUT + 1.0):
+            raise ConfigError(f"NATS at {self.name} is unreachable: cannot delete stream {self.stream}")
+        js = self._js
+        assert js is not None and self._loop is not None
+        asyncio.run_coroutine_threadsafe(js.delete_stream(self.stream), self._loop).result(PUBLISH_TIMEOUT + 1.0)
+        self._ready.clear()
+
     def close(self) -> None:
         with self._lock:
             if self._closed:

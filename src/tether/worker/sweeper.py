@@ -43,6 +43,7 @@ class Sweeper:
             return 0
         sent = self.transport.publish_due(due)
         self.total += sent
-        log.info("sweep: republished %d of %d due job(s) no delivery carried (ids %s%s)", sent, len(due),
-                 ", ".join(str(d.id) for d in due[:10]), ", ..." if len(due) > 10 else "")
+        if sent:  # the rest were already in the stream (another sweep's copy)
+            log.info("sweep: published %d due job(s) that no delivery carried (of %d found: ids %s%s)", sent,
+                     len(due), ", ".join(str(d.id) for d in due[:10]), ", ..." if len(due) > 10 else "")
         return sent
