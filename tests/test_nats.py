@@ -210,6 +210,35 @@ def test_the_same_job_delivered_twice_runs_once(make_app: Callable[..., Tether],
         assert w1.counts["deliveries_claimed"] + w2.counts["deliveries_claimed"] == 20
 
 
+def test_workers_of_one_app_on_different_queues_take_only_their_own(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    """Two workers share the app's transport; each fetches only its queues'
+    messages (a message fetched for a queue the worker does not serve would
+    be refused and acked, and its job left to the sweep)."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+
+    @app.task(name="ta", queue="a")
+    def ta(ctx: JobContext) -> None:
+        seen["a"].append(ctx.job_id)
+
+    @app.task(name="tb", queue="b")
+    def tb(ctx: JobContext) -> None:
+        seen["b"].append(ctx.job_id)
+
+    with running(app, queues=["a"]) as wa, running(app, queues=["b"]) as wb:
+        wait_for(lambda: wa.transport.healthy and wa.counts["db_claims"] and wb.counts["db_claims"], 10,
+                 "workers start")
+        ids_a = ta.enqueue_many([{} for _ in range(15)])
+        ids_b = tb.enqueue_many([{} for _ in range(15)])
+        for job_id in ids_a + ids_b:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+        assert (wa.counts["deliveries_claimed"], wb.counts["deliveries_claimed"]) == (15, 15)
+        assert wa.counts["deliveries_refused"] == wb.counts["deliveries_refused"] == 0
+    assert sorted(seen["a"]) == ids_a and sorted(seen["b"]) == ids_b
+
+
 def test_a_publish_that_failed_after_commit_is_repaired_by_the_sweep(
     make_app: Callable[..., Tether], nats_url: str, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -79,10 +79,11 @@ class Transport:
         return 0
 
     def start(self, queues: Sequence[str]) -> None:
-        """Begin consuming these queues (a worker calls this once)."""
+        """Begin consuming these queues (each worker calls this once; workers
+        sharing an app share its transport, so the queues add up)."""
 
-    async def fetch(self, limit: int, timeout: float) -> list[Delivery]:
-        """Up to ``limit`` deliveries, waiting at most ``timeout`` seconds for the first."""
+    async def fetch(self, limit: int, timeout: float, queues: Sequence[str]) -> list[Delivery]:
+        """Up to ``limit`` deliveries for ``queues``, waiting at most ``timeout`` seconds for the first."""
         return []
 
     def ack(self, delivery: Delivery) -> None:

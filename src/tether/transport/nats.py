@@ -347,18 +347,20 @@ class NatsTransport(Transport):
 
     # -- consuming (the worker's event loop) ---------------------------------------------
     def start(self, queues: Sequence[str]) -> None:
-        self._queues = [validate_queue(q) for q in queues]
-        self._ready.clear()  # set up the consumers too
+        new = [validate_queue(q) for q in queues if q not in self._queues]
+        if new:
+            self._queues = [*self._queues, *new]
+            self._ready.clear()  # set up their consumers too
         self._running_loop()
 
-    async def fetch(self, limit: int, timeout: float) -> list[Delivery]:
+    async def fetch(self, limit: int, timeout: float, queues: Sequence[str]) -> list[Delivery]:
         if not self.healthy:
             return []
-        future = self._submit(self._fetch(limit, timeout))
+        future = self._submit(self._fetch(limit, timeout, list(queues)))
         return [] if future is None else await future
 
-    async def _fetch(self, limit: int, timeout: float) -> list[Delivery]:
-        subs = list(self._subs.values())
+    async def _fetch(self, limit: int, timeout: float, queues: list[str]) -> list[Delivery]:
+        subs = [sub for q, sub in self._subs.items() if q in queues]
         if not subs:
             await asyncio.sleep(min(timeout, WATCH_INTERVAL))
             return []

@@ -331,13 +331,14 @@ class Worker:
         """Up to ``want`` messages, then one fenced claim of exactly their jobs.
         A message whose job the claim refuses (held, finished, not due, a
         repeat) is acked at once: the database has already said no."""
-        deliveries = await self.transport.fetch(want, FETCH_WAIT)
+        deliveries = await self.transport.fetch(want, FETCH_WAIT, self.queues)
         if not deliveries:
             return []
         first: dict[int, Delivery] = {}
         for d in deliveries:
             if d.job_id in first:
                 self.transport.ack(d)  # the same job twice in one batch
+                self.counts["deliveries_refused"] += 1
             else:
                 first[d.job_id] = d
         try:
