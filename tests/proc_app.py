@@ -1,7 +1,7 @@
 """A worker app for the real-process tests, run as ``python tests/proc_app.py``.
 
 Configuration comes from the environment (the tests set it): the database URL,
-the three timers, concurrency and shutdown timeout. Handlers drop marker files
+the three timers, the transport, concurrency and shutdown timeout. Handlers drop marker files
 in ``T_MARK_DIR`` named ``<job>-<attempt>-<pid>.<event>`` so a test can see which
 process is running which attempt without touching the database.
 """
@@ -23,6 +23,7 @@ app = Tether(
     lease_ttl=float(os.environ.get("T_TTL", "2")),
     heartbeat_interval=float(os.environ.get("T_HB", "0.4")),
     reaper_interval=float(os.environ.get("T_REAPER", "0.5")),
+    transport=os.environ.get("T_TRANSPORT") or None,  # e.g. nats://127.0.0.1:4222?prefix=...
 )
 MARKS = Path(os.environ.get("T_MARK_DIR", "."))
 

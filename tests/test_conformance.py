@@ -771,7 +771,8 @@ def test_reap_requeues_at_once_while_budget_remains(store: Store) -> None:
     c = start_job(store, t0, max_attempts=3, backoff_base=600.0)
     tr = t0 + sec(TTL + 1)
     assert store.reap(100, now=tr) == [
-        Reaped(id=c.id, attempt=1, worker=W, outcome=Outcome.LEASE_EXPIRED, state=JobState.QUEUED)
+        Reaped(id=c.id, attempt=1, worker=W, outcome=Outcome.LEASE_EXPIRED, state=JobState.QUEUED,
+               queue="default")
     ]
     job = get(store, c.id)
     assert job.state is JobState.QUEUED
@@ -1215,3 +1216,164 @@ def test_a_running_row_always_holds_a_lease(store: Store) -> None:
         assert job.locked_by == W
         assert job.lease_until is not None and job.lease_until > t0
         assert job.claimed_at is not None
+
+
+# -- claim_ids: what a transport delivered; the database decides ----------------------
+# A transport may deliver any id at any time: twice, late, after the job ran,
+# before it is due, to a worker of another queue. Each case must take nothing
+# and change nothing; without the state, due or queue condition in the
+# statement, one of them would hand a job to a second owner.
+
+GRACE = 5.0
+
+
+def test_claim_ids_takes_a_queued_due_job_like_claim(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, queue="mail", priority=3, lease_ttl=45.0, timeout=100.0)
+    (c,) = store.claim_ids(W, [job_id], ["mail"], TTL, now=t0 + sec(1))
+    assert (c.id, c.attempt, c.queue, c.priority, c.lease_ttl, c.timeout) == (job_id, 1, "mail", 3, 45.0, 100.0)
+    job = get(store, job_id)
+    assert (job.state, job.attempt, job.locked_by) == (JobState.RUNNING, 1, W)
+    assert close_to(job.lease_until, t0 + sec(46))
+    assert close_to(job.claimed_at, t0 + sec(1))
+
+
+def test_claim_ids_refuses_a_job_someone_holds(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    before = get(store, c.id)
+    assert store.claim_ids(W2, [c.id], ["default"], TTL, now=t0 + sec(1)) == []
+    assert store.claim_ids(W, [c.id], ["default"], TTL, now=t0 + sec(1)) == []  # not even its owner
+    assert get(store, c.id) == before
+
+
+@pytest.mark.parametrize("end", ["complete", "dead", "cancelled"])
+def test_claim_ids_refuses_a_finished_job(store: Store, end: str) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    if end == "complete":
+        store.complete(W, [(c.id, c.attempt, None)], now=t0)
+    elif end == "dead":
+        store.fail(W, c.id, c.attempt, outcome=Outcome.FAILED, error="x", retry=False, now=t0)
+    else:
+        store.cancel(c.id, now=t0)
+        store.fail(W, c.id, c.attempt, outcome=Outcome.CANCELLED, error="x", retry=False, now=t0)
+    before = get(store, c.id)
+    assert before.state in (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
+    assert store.claim_ids(W2, [c.id], ["default"], TTL, now=t0 + sec(1)) == []
+    assert get(store, c.id) == before
+
+
+def test_claim_ids_refuses_a_job_not_yet_due(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, delay=60.0)
+    before = get(store, job_id)
+    assert store.claim_ids(W, [job_id], ["default"], TTL, now=t0 + sec(59)) == []
+    assert get(store, job_id) == before
+    assert [c.id for c in store.claim_ids(W, [job_id], ["default"], TTL, now=t0 + sec(61))] == [job_id]
+
+
+def test_claim_ids_refuses_a_job_of_another_queue(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, queue="mail")
+    before = get(store, job_id)
+    assert store.claim_ids(W, [job_id], ["default", "images"], TTL, now=t0) == []
+    assert get(store, job_id) == before
+
+
+def test_claim_ids_takes_only_what_it_may_from_a_mixed_batch(store: Store) -> None:
+    t0 = store.db_now()
+    held = start_job(store, t0)
+    free = [enqueue_one(store, t0) for _ in range(3)]
+    later = enqueue_one(store, t0, delay=600.0)
+    got = store.claim_ids(W2, [held.id, *free, later, UNKNOWN_ID], ["default"], TTL, now=t0 + sec(1))
+    assert sorted(c.id for c in got) == free
+    assert all(c.attempt == 1 for c in got)
+    assert get(store, held.id).locked_by == W
+
+
+def test_claim_ids_after_reap_is_the_next_attempt(store: Store) -> None:
+    """A message republished after the reaper requeued the job claims attempt 2;
+    the old attempt's fence then refuses the zombie."""
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    store.reap(100, now=t0 + sec(TTL + 1))
+    (c2,) = store.claim_ids(W2, [c.id], ["default"], TTL, now=t0 + sec(TTL + 2))
+    assert (c2.id, c2.attempt) == (c.id, 2)
+    assert store.complete(W, [(c.id, c.attempt, None)], now=t0 + sec(TTL + 3)) == set()
+    assert get(store, c.id).locked_by == W2
+
+
+def test_claim_ids_one_id_delivered_to_two_workers_runs_once(store: Store) -> None:
+    t0 = store.db_now()
+    for _ in range(20):  # many rounds: the race must never go both ways
+        job_id = enqueue_one(store, t0)
+        a, b = race(lambda j=job_id: store.claim_ids(W, [j], ["default"], TTL),  # type: ignore[misc]
+                    lambda j=job_id: store.claim_ids(W2, [j], ["default"], TTL))  # type: ignore[misc]
+        assert len(a) + len(b) == 1, (a, b)
+        job = get(store, job_id)
+        assert job.attempt == 1 and job.locked_by == (W if a else W2)
+
+
+def test_claim_ids_overlapping_batches_do_not_deadlock(store: Store) -> None:
+    t0 = store.db_now()
+    ids = [enqueue_one(store, t0) for _ in range(40)]
+    a, b = race(lambda: store.claim_ids(W, ids, ["default"], TTL),
+                lambda: store.claim_ids(W2, list(reversed(ids)), ["default"], TTL))
+    assert sorted(c.id for c in a + b) == ids  # every job claimed exactly once
+
+
+def test_claim_ids_of_nothing_is_nothing(store: Store) -> None:
+    assert store.claim_ids(W, [], ["default"], TTL) == []
+
+
+# -- the sweep's query --------------------------------------------------------------
+
+
+def test_due_unclaimed_waits_grace_for_a_job_its_enqueue_published(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0)
+    assert store.due_unclaimed(["default"], grace=GRACE, limit=10, now=t0 + sec(GRACE - 1)) == []
+    (d,) = store.due_unclaimed(["default"], grace=GRACE, limit=10, now=t0 + sec(GRACE + 1))
+    assert (d.id, d.queue, d.attempt) == (job_id, "default", 0)
+    assert close_to(d.run_at, t0)
+
+
+def test_due_unclaimed_returns_a_delayed_job_as_soon_as_it_is_due(store: Store) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, delay=60.0)
+    assert store.due_unclaimed(["default"], grace=GRACE, limit=10, now=t0 + sec(59)) == []
+    assert [d.id for d in store.due_unclaimed(["default"], grace=GRACE, limit=10, now=t0 + sec(60.5))] == [job_id]
+    short = enqueue_one(store, t0, delay=0.5)  # however short the delay: nothing published it
+    assert short in [d.id for d in store.due_unclaimed(["default"], grace=GRACE, limit=10, now=t0 + sec(0.6))]
+
+
+def test_due_unclaimed_skips_running_finished_and_other_queues(store: Store) -> None:
+    t0 = store.db_now()
+    running = start_job(store, t0)
+    done = start_job(store, t0)
+    store.complete(W, [(done.id, done.attempt, None)], now=t0)
+    enqueue_one(store, t0, queue="elsewhere")
+    waiting = enqueue_one(store, t0)
+    later = t0 + sec(GRACE + 1)
+    assert [d.id for d in store.due_unclaimed(["default"], grace=GRACE, limit=10, now=later)] == [waiting]
+    assert running.id != waiting
+
+
+def test_due_unclaimed_is_bounded_and_in_claim_order(store: Store) -> None:
+    t0 = store.db_now()
+    low = [enqueue_one(store, t0) for _ in range(3)]
+    high = enqueue_one(store, t0, priority=9)
+    got = store.due_unclaimed(["default"], grace=GRACE, limit=2, now=t0 + sec(GRACE + 1))
+    assert [d.id for d in got] == [high, low[0]]
+
+
+def test_due_unclaimed_sees_a_retry_when_its_backoff_ends(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, backoff_base=100.0)
+    store.fail(W, c.id, c.attempt, outcome=Outcome.FAILED, error="x", now=t0)
+    run_at = get(store, c.id).run_at
+    assert store.due_unclaimed(["default"], grace=GRACE, limit=10, now=run_at - sec(1)) == []
+    (d,) = store.due_unclaimed(["default"], grace=GRACE, limit=10, now=run_at + sec(0.5))
+    assert (d.id, d.attempt) == (c.id, 1)
+    assert claim_one(store, run_at + sec(1)).id == c.id

@@ -1,7 +1,7 @@
 """tether's benchmark app: the tasks every tether scenario runs.
 
-The database comes from ``TETHER_DATABASE_URL`` (PostgreSQL or SQLite), as for
-any tether app; workers run it with ``python -m tether worker --app tether_app:app``.
+The database comes from ``TETHER_DATABASE_URL`` (PostgreSQL or SQLite) and the
+transport from ``TETHER_TRANSPORT`` (default: the database's), as for any tether app; workers run it with ``python -m tether worker --app tether_app:app``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ app = Tether(
     lease_ttl=float(os.environ.get("BENCH_LEASE_TTL", 30)),
     heartbeat_interval=float(os.environ.get("BENCH_HEARTBEAT", 10)),
     reaper_interval=float(os.environ.get("BENCH_REAPER", 10)),
+    transport=os.environ.get("TETHER_TRANSPORT") or None,
 )
 
 

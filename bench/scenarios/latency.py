@@ -32,8 +32,12 @@ def system_for(variant: str) -> C.System:
     return C.SYSTEMS[variant]
 
 
-def run_one(variant: str, samples: int, gap: float) -> dict[str, Any]:
+def run_one(variant: str, samples: int, gap: float, *, env: dict[str, str] | None = None,
+            label: str | None = None) -> dict[str, Any]:
+    """``env`` reaches the worker and the client (e.g. TETHER_TRANSPORT); ``label``
+    names the run's files when one variant runs several ways."""
     system = system_for(variant)
+    label = label or variant
     if system.is_postgres:
         C.recreate_db(system.db)
     else:
@@ -41,14 +45,14 @@ def run_one(variant: str, samples: int, gap: float) -> dict[str, Any]:
             Path(system.dsn.removeprefix("sqlite:///") + suffix).unlink(missing_ok=True)
     setup_args = ["setup"] + (["--concurrency", "10"] if system.setup_takes_concurrency else [])
     C.run_client(system, setup_args, log_to=C.scratch() / "logs" / f"lat-{variant}-setup.log")
-    record = C.scratch() / f"latency-{variant}.txt"
+    record = C.scratch() / f"latency-{label}.txt"
     record.unlink(missing_ok=True)
-    env = {"BENCH_RECORD": str(record)}
-    w = C.spawn_workers(system, 1, 10, extra_env=env, tag=f"-lat-{variant}")
+    env = {**(env or {}), "BENCH_RECORD": str(record)}
+    w = C.spawn_workers(system, 1, 10, extra_env=env, tag=f"-lat-{label}")
     try:
         time.sleep(1.0)  # let the worker start listening
         r = C.run_client(system, ["latency", "--samples", str(samples), "--gap", str(gap)], extra_env=env,
-                         log_to=C.scratch() / "logs" / f"lat-{variant}.log", timeout=samples * 20 + 120)
+                         log_to=C.scratch() / "logs" / f"lat-{label}.log", timeout=samples * 20 + 120)
     finally:
         w.stop()
     handled: dict[int, float] = {}
@@ -60,7 +64,7 @@ def run_one(variant: str, samples: int, gap: float) -> dict[str, Any]:
         if i in handled:
             from_call.append(1000 * (handled[i] - t_before))
             from_commit.append(1000 * (handled[i] - t_after))
-    out: dict[str, Any] = {"system": variant, "samples": len(from_call), "sent": len(r["sent"]),
+    out: dict[str, Any] = {"system": label, "samples": len(from_call), "sent": len(r["sent"]),
                            "ok": len(from_call) == samples}
     for name, xs in (("from_call", from_call), ("from_commit", from_commit)):
         out[name] = {f"p{p}": C.percentile(xs, p) for p in (50, 90, 99)}

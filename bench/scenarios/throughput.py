@@ -37,19 +37,22 @@ def config_name(workers: int, concurrency: int) -> str:
     return f"{workers}w x c{concurrency}"
 
 
-def run_one(system: C.System, n: int, workers: int, concurrency: int, tag: str) -> dict[str, Any]:
+def run_one(system: C.System, n: int, workers: int, concurrency: int, tag: str,
+            env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``env`` reaches the workers and the client (e.g. TETHER_TRANSPORT)."""
     db = system.db
     C.recreate_db(db)
     setup_args = ["setup"] + (["--concurrency", str(concurrency)] if system.setup_takes_concurrency else [])
-    C.run_client(system, setup_args, log_to=C.scratch() / "logs" / f"{tag}-setup.log")
-    enq = C.run_client(system, ["enqueue", "--mode", "bulk", "--n", str(n), "--batch", "1000"],
+    C.run_client(system, setup_args, extra_env=env, log_to=C.scratch() / "logs" / f"{tag}-setup.log")
+    enq = C.run_client(system, ["enqueue", "--mode", "bulk", "--n", str(n), "--batch", "1000"], extra_env=env,
                        log_to=C.scratch() / "logs" / f"{tag}-prefill.log")
     C.settle_db(db)
     marks = C.fresh_dir(f"marks-{tag}")
     with C.connect() as admin, C.Sentinel() as sentinel:
         s0 = C.snapshot(db, admin)
         t_spawn = time.time()
-        w = C.spawn_workers(system, workers, concurrency, extra_env={"BENCH_MARK_DIR": str(marks)}, tag=f"-{tag}")
+        w = C.spawn_workers(system, workers, concurrency, extra_env={**(env or {}), "BENCH_MARK_DIR": str(marks)},
+                            tag=f"-{tag}")
         out: dict[str, Any] = {"system": system.name, "workers": workers, "concurrency": concurrency, "n": n,
                                "prefill_rate": n / enq["seconds"]}
         try:

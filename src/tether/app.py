@@ -28,6 +28,7 @@ from .errors import ConfigError, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob
 from .store import Store, open_store
+from .transport import Transport, open_transport
 
 if TYPE_CHECKING:
     from .worker.runtime import Worker
@@ -185,6 +186,10 @@ class Tether:
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the
     working directory. Nothing connects until the first call that needs to.
+    ``transport`` says how job ids reach workers: ``None`` (the database:
+    LISTEN/NOTIFY on PostgreSQL, polling on SQLite), ``"poll"``, or a NATS URL
+    (``"nats://127.0.0.1:4222"``, or a ``NatsTransport``), to which enqueue then
+    publishes each job after the database has committed it.
     """
 
     def __init__(
@@ -195,10 +200,13 @@ class Tether:
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         reaper_interval: float = DEFAULT_REAPER_INTERVAL,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        transport: str | Transport | None = None,
     ) -> None:
         self.dsn = parse_database_url(url)
         self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
                              reaper_interval=reaper_interval)
+        self.transport = open_transport(transport)
+        self.transport.check(self.timers)
         if max_payload_bytes < 1:
             raise ConfigError(f"max_payload_bytes must be positive, got {max_payload_bytes!r}")
         self.max_payload_bytes = max_payload_bytes
@@ -280,6 +288,7 @@ class Tether:
         return self._store
 
     def close(self) -> None:
+        self.transport.close()
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -299,6 +308,12 @@ class Tether:
             for job_id, job in zip(ids, jobs, strict=True):
                 self.events.emit(Event("job.enqueued", job_id=job_id, task=job.task, queue=job.queue,
                                        state=JobState.QUEUED))
+        if self.transport.delivers:
+            # After the commit: a job is announced only once it exists. Delayed
+            # jobs wait for the sweep, which publishes them when they are due;
+            # so does any job whose publish fails here (the enqueue still stands).
+            self.transport.publish([(i, j.queue) for i, j in zip(ids, jobs, strict=True)
+                                    if j.run_at is None and j.delay <= 0])
         return ids
 
     # -- admin ------------------------------------------------------------------------

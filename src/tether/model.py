@@ -139,6 +139,16 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class DueJob:
+    """A queued, due job that a transport sweep should (re)publish."""
+
+    id: int
+    queue: str
+    attempt: int
+    run_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Reaped:
     """One job the reaper took back from a lapsed lease."""
 
@@ -147,6 +157,7 @@ class Reaped:
     worker: str
     outcome: Outcome  # LEASE_EXPIRED or TIMED_OUT
     state: JobState  # where it went: queued (retry), dead or cancelled
+    queue: str = ""  # the job's queue, so a transport can republish it
 
 
 @dataclass(frozen=True, slots=True)

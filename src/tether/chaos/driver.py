@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from ..config import parse_database_url, validate_identifier
+from ..config import Timers, parse_database_url, validate_identifier
 from ..errors import ConfigError
 from ..model import JobState, NewJob
 from ..store import Store, open_store
+from ..transport import Transport, open_transport
 from ..worker.failpoints import NAMES as FAILPOINTS
 from .checker import AttemptRow, CheckReport, JobRow, check
 from .pgserver import ScratchPostgres
@@ -61,6 +62,15 @@ class ChaosConfig:
     drain_timeout: float = 120.0
     keep: bool = False
     out_dir: Path | None = None
+    #: how job ids reach the workers: None (the database), "poll", or a NATS URL;
+    #: a NATS URL without ?prefix= gets a stream of the run's own, tether_chaos_<seed>
+    transport: str | None = None
+
+    def transport_spec(self) -> str | None:
+        t = self.transport
+        if t is None or "://" not in t or "prefix=" in t:
+            return t
+        return t + ("&" if "?" in t else "?") + f"prefix=tether_chaos_{self.seed}"
 
     def validate(self) -> None:
         unknown = set(self.faults) - set(FAULTS)
@@ -76,6 +86,8 @@ class ChaosConfig:
                               "itself: add --scratch-postgres")
         if "skew" in self.faults and not os.path.exists(LIBFAKETIME):
             raise ConfigError(f"the skew fault needs libfaketime ({LIBFAKETIME}): apt-get install libfaketime")
+        open_transport(self.transport_spec()).check(Timers(self.lease_ttl, self.heartbeat_interval,
+                                                           self.reaper_interval))
         if self.workers < 1 or self.jobs < 1 or self.duration <= 0:
             raise ConfigError("workers, jobs and duration must be positive")
 
@@ -132,6 +144,8 @@ class _Run:
         self.url = self._database()
         self.store: Store = open_store(self.url)
         self.store.migrate()
+        # The producer announces what it enqueued, as Tether's enqueue does.
+        self.transport: Transport = open_transport(cfg.transport_spec())
         self.slots: list[_Slot] = []
         self.enqueued: list[int] = []
         self._unacked = 0
@@ -169,6 +183,7 @@ class _Run:
             "TETHER_CHAOS_TTL": str(self.cfg.lease_ttl), "TETHER_CHAOS_HB": str(self.cfg.heartbeat_interval),
             "TETHER_CHAOS_REAPER": str(self.cfg.reaper_interval),
             "TETHER_CHAOS_CONCURRENCY": str(self.cfg.concurrency),
+            "TETHER_CHAOS_TRANSPORT": self.cfg.transport_spec() or "",
             "TETHER_FAILPOINT_SEED": str(self.rng.randrange(2**31)),
         })
         if "kill" in self.cfg.faults:
@@ -347,6 +362,7 @@ class _Run:
             return
         self.enqueued.extend(ids)
         self._event("enqueued", jobs=ids)
+        self.transport.publish([(i, QUEUE) for i in ids])
 
     def _drain(self) -> bool:
         deadline = time.monotonic() + self.cfg.drain_timeout
@@ -409,6 +425,12 @@ class _Run:
             except Exception as exc:
                 self.say(f"could not remove the chaos tables: {exc}")
         self.store.close()
+        if not self.cfg.keep:
+            try:
+                self.transport.destroy()
+            except Exception as exc:
+                self.say(f"could not remove the chaos stream: {exc}")
+        self.transport.close()
         if self.pg is not None:
             self.pg.close()
         if self.sqlite_path and not self.cfg.keep:
@@ -434,6 +456,7 @@ def _config_dict(cfg: ChaosConfig, url: str) -> dict[str, Any]:
             "jobs": cfg.jobs, "duration_s": cfg.duration, "faults": sorted(cfg.faults), "seed": cfg.seed,
             "lease_ttl": cfg.lease_ttl, "heartbeat_interval": cfg.heartbeat_interval,
             "reaper_interval": cfg.reaper_interval, "concurrency": cfg.concurrency,
+            "transport": open_transport(cfg.transport_spec()).name,
             "failpoints": sorted(FAILPOINT_ODDS) if "kill" in cfg.faults else [], "known_failpoints": list(FAILPOINTS)}
 
 

@@ -29,6 +29,7 @@ def build_app() -> Tether:
         lease_ttl=float(os.environ["TETHER_CHAOS_TTL"]),
         heartbeat_interval=float(os.environ["TETHER_CHAOS_HB"]),
         reaper_interval=float(os.environ["TETHER_CHAOS_REAPER"]),
+        transport=os.environ.get("TETHER_CHAOS_TRANSPORT") or None,
     )
 
     @app.task(name=SYNC_TASK, queue=QUEUE)

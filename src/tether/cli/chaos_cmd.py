@@ -82,12 +82,15 @@ def render(result: ChaosResult, console: Console) -> None:
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON here ('-' for stdout).")
 @click.option("--keep", is_flag=True, help="Keep the chaos schema/file and the history for inspection.")
+@click.option("--transport", metavar="notify|poll|nats://HOST:PORT",
+              help="How job ids reach the workers (default: the database); a NATS URL without ?prefix= gets "
+                   "a stream of the run's own, deleted at the end.")
 @click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path),
               help="Copy the history and worker logs here.")
 def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int, duration: float, faults: str,
           seed: int | None, lease_ttl: float, heartbeat_interval: float, reaper_interval: float,
           concurrency: int, drain_timeout: float, json_out: Path | None, keep: bool,
-          artifacts: Path | None) -> None:
+          transport: str | None, artifacts: Path | None) -> None:
     """Run workers under faults and check the contract (I1-I5) held."""
     console = make_console()
     seed = random.randrange(2**31) if seed is None else seed
@@ -95,7 +98,7 @@ def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int,
         database=database, scratch_postgres=scratch_postgres, workers=workers, jobs=jobs, duration=duration,
         faults=_faults(faults), seed=seed, lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
         reaper_interval=reaper_interval, concurrency=concurrency, drain_timeout=drain_timeout, keep=keep,
-        out_dir=artifacts,
+        out_dir=artifacts, transport=transport,
     )
     console.print(f"tether chaos: seed {seed} (rerun with --seed {seed})")
     result = run(cfg, say=console.print)

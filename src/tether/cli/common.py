@@ -19,6 +19,7 @@ from rich.console import Console
 from ..app import Tether
 from ..config import Timers, parse_database_url
 from ..errors import ConfigError, PayloadError, SchemaMissing, TetherError, UnknownTask
+from ..transport import open_transport
 
 __all__ = [
     "DRIVER_LOGGER",
@@ -184,9 +185,10 @@ def configure_app(
     lease_ttl: float | None = None,
     heartbeat_interval: float | None = None,
     reaper_interval: float | None = None,
+    transport: str | None = None,
 ) -> None:
-    """Point the app at another database and/or override its timers, before
-    anything opens the store or builds a worker.
+    """Point the app at another database and/or override its timers or its
+    transport, before anything opens the store or builds a worker.
 
     Tasks stay registered on the user's app; new timers are validated (misordered
     ones raise ConfigError) and so is every task's own ``lease_ttl`` against them.
@@ -204,6 +206,10 @@ def configure_app(
         for task in app.tasks.values():
             task.options.checked(timers, f"task {task.name!r}")
         app.timers = timers
+    if transport is not None:
+        app.transport.close()
+        app.transport = open_transport(transport)
+    app.transport.check(app.timers)  # the timers may have changed under it
     if url is not None:
         dsn = parse_database_url(url)
         app.close()  # in case the app's module already opened its own database

@@ -128,6 +128,9 @@ def migrate(state: CLIState) -> None:
 @click.option("--heartbeat-interval", type=Seconds(), help="Override the app's heartbeat interval (seconds).")
 @click.option("--reaper-interval", type=Seconds(), help="Override the app's reaper interval (seconds).")
 @click.option("--poll-interval", type=Seconds(), help="Idle poll interval (default: the backend's).")
+@click.option("--transport", metavar="notify|poll|nats://HOST:PORT", envvar="TETHER_TRANSPORT",
+              help="How job ids reach workers: the database (notify, the default; poll) or NATS JetStream, "
+                   "e.g. nats://127.0.0.1:4222?prefix=myapp (env TETHER_TRANSPORT).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -142,8 +145,8 @@ def migrate(state: CLIState) -> None:
 def worker(
     ctx: click.Context, app_ref: str, concurrency: int, queues: tuple[str, ...], shutdown_timeout: float,
     lease_ttl: float | None, heartbeat_interval: float | None, reaper_interval: float | None,
-    poll_interval: float | None, log_level: str, log_format: str, metrics_port: int | None, metrics_host: str,
-    metrics_token: str | None, metrics_no_auth: bool,
+    poll_interval: float | None, transport: str | None, log_level: str, log_format: str,
+    metrics_port: int | None, metrics_host: str, metrics_token: str | None, metrics_no_auth: bool,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now)."""
     state: CLIState = ctx.obj
@@ -151,7 +154,8 @@ def worker(
     qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
     try:
         configure_app(app, url=state.database if _database_on_command_line(ctx) else None, lease_ttl=lease_ttl,
-                      heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval)
+                      heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval,
+                      transport=transport)
         require_database(app)
         app.store.check_schema()  # fail here, in one line, rather than inside the event loop
         _configure_logging(log_level, log_format)

@@ -23,7 +23,7 @@ import abc
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from ..model import Attempt, Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ..model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 
 __all__ = ["Listener", "Store"]
 
@@ -100,6 +100,24 @@ class Store(abc.ABC):
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
     ) -> list[ClaimedJob]:
         """Take up to ``limit`` due jobs in one statement: running, leased, attempt+1."""
+
+    @abc.abstractmethod
+    def claim_ids(
+        self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Claim these jobs (ids a transport delivered) as ``claim`` would, each
+        only if it is still queued, due and on one of ``queues``; ids left out
+        of the answer are owned by someone, finished, not due, or unknown."""
+
+    @abc.abstractmethod
+    def due_unclaimed(
+        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
+    ) -> list[DueJob]:
+        """Queued jobs on ``queues`` that are due and that no delivery seems to
+        carry: due for more than ``grace`` seconds, or due later than they
+        were created (delayed jobs, retries: nothing published them). Up to ``limit``, in
+        claim order."""
 
     @abc.abstractmethod
     def heartbeat(

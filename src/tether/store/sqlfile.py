@@ -4,6 +4,8 @@ A file holds several queries, each introduced by a ``-- name: NAME`` line; the
 comments between belong to the query and say why its WHERE clause is shaped as
 it is. Macros in braces (``{schema}``, ``{now}``) are filled once, at load time,
 with values the backend has validated; parameters stay driver placeholders.
+A query whose name starts with ``_`` is a fragment: other queries include it
+as ``{_name}`` (two statements that must grant a lease the same way share it).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 def load_queries(package: str, filename: str, macros: dict[str, str]) -> dict[str, str]:
     text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
     parts = _NAME.split(text)
-    queries: dict[str, str] = {}
+    raw: dict[str, str] = {}
     # parts = [preamble, name1, body1, name2, body2, ...]
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
+        if name in raw:
             raise RuntimeError(f"{filename}: query {name!r} defined twice")
-        queries[name] = _fill(body.strip(), macros)
-    return queries
+        raw[name] = body.strip()
+    fragments = {name: body for name, body in raw.items() if name.startswith("_")}
+    return {name: _fill(_fill(body, fragments, check=False), macros)
+            for name, body in raw.items() if not name.startswith("_")}
 
 
 def load_migrations(package: str, macros: dict[str, str]) -> list[tuple[int, str, str]]:
@@ -42,9 +46,11 @@ def load_migrations(package: str, macros: dict[str, str]) -> list[tuple[int, str
     return found
 
 
-def _fill(sql: str, macros: dict[str, str]) -> str:
+def _fill(sql: str, macros: dict[str, str], *, check: bool = True) -> str:
     for key, value in macros.items():
         sql = sql.replace("{" + key + "}", value)
+    if not check:
+        return sql
     leftover = re.search(r"\{[a-z_]+\}", sql)
     if leftover:
         raise RuntimeError(f"unfilled macro {leftover.group(0)} in SQL")

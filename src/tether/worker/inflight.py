@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..context import JobContext
 from ..model import ClaimedJob
+from ..transport import Delivery
 
 __all__ = ["InFlight", "Running"]
 
@@ -27,6 +28,8 @@ class Running:
     lost: bool = False
     #: monotonic time the attempt started here (for its duration)
     started: float = field(default_factory=time.monotonic)
+    #: the transport message that led to this claim, acked once the outcome is written
+    delivery: Delivery | None = None
 
 
 class InFlight:

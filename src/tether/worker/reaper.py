@@ -5,10 +5,11 @@ safe: the first update moves a row out of 'running', so it is reaped once."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from ..config import DEFAULT_REAP_LIMIT
 from ..events import Event, Events, after_attempt
-from ..model import Outcome, Reaped
+from ..model import JobState, Outcome, Reaped
 from ..store import Store
 
 __all__ = ["Reaper"]
@@ -17,12 +18,17 @@ log = logging.getLogger("tether.reaper")
 
 
 class Reaper:
-    def __init__(self, store: Store, *, limit: int = DEFAULT_REAP_LIMIT, events: Events | None = None) -> None:
+    def __init__(
+        self, store: Store, *, limit: int = DEFAULT_REAP_LIMIT, events: Events | None = None,
+        on_requeued: Callable[[list[Reaped]], object] | None = None,
+    ) -> None:
         if limit < 1:
             raise ValueError("reap limit must be >= 1")
         self.store = store
         self.limit = limit
         self.events = events
+        #: told about the jobs each tick sent back to queued (a transport republishes them)
+        self.on_requeued = on_requeued
         self.total = 0
 
     def run_once(self) -> list[Reaped]:
@@ -36,6 +42,9 @@ class Reaper:
             if self.events is not None and self.events.active:
                 self._emit(r, self.events)
         self.total += len(reaped)
+        requeued = [r for r in reaped if r.state is JobState.QUEUED]
+        if requeued and self.on_requeued is not None:
+            self.on_requeued(requeued)
         return reaped
 
     @staticmethod

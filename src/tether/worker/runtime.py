@@ -9,7 +9,15 @@ Threads and their jobs:
 - ``tether-heartbeat``: renews leases and fences the worker off lost ones, on a
   thread of its own so a handler that hogs the loop or the CPU cannot starve it;
 - ``tether-handler-*``: ``def`` handlers;
-- ``tether-listen``: PostgreSQL LISTEN, when the backend has it.
+- ``tether-listen``: PostgreSQL LISTEN, when the backend has it;
+- ``tether-nats``: the NATS link, when the transport is NATS JetStream.
+
+How job ids reach the claimer is the transport's business
+(``tether.transport``): the database itself (polling, woken by NOTIFY), or NATS,
+whose messages each lead to a fenced claim of that one job by id
+(``Store.claim_ids``); while NATS is unreachable the worker polls the database,
+and even while it is up it claims from the database every
+``fallback_interval``. Either way the database decides who owns a job.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import random
 import signal
@@ -33,8 +42,9 @@ from ..context import CancelReason, JobCancelled, JobContext
 from ..errors import ConfigError, PayloadError, StaleAttempt
 from ..events import Event, after_attempt
 from ..logs import FieldsAdapter, job_fields
-from ..model import ClaimedJob, JobState, Outcome, WorkerInfo
+from ..model import ClaimedJob, JobState, Outcome, Reaped, WorkerInfo
 from ..store import Listener
+from ..transport import Delivery
 from . import failpoints
 from .heartbeat import Heartbeater
 from .history import recorder_from_env
@@ -43,6 +53,7 @@ from .inflight import InFlight, Running
 from .pool import DaemonPool
 from .reaper import Reaper
 from .reconcile import Reconciler
+from .sweeper import Sweeper
 
 if TYPE_CHECKING:
     from ..app import Task, Tether
@@ -65,6 +76,10 @@ REPORT_RETRY = 0.5
 RELEASE_GRACE = 10.0
 #: how long the final "worker stopped" write may take before we exit without it
 STOP_GRACE = 3.0
+#: how long one transport fetch waits for a first message
+FETCH_WAIT = 1.0
+#: how long a worker waits at start for its transport to come up before polling
+TRANSPORT_START_WAIT = 3.0
 
 
 class Worker:
@@ -103,7 +118,12 @@ class Worker:
         self.inflight = InFlight()
         self.history = recorder_from_env(self.id)  # None unless a chaos run asks
         self.events = app.events
-        self.reaper = Reaper(self.store, events=self.events)
+        self.transport = app.transport
+        self.transport.check(self.timers)
+        self.reaper = Reaper(self.store, events=self.events, on_requeued=self._republish)
+        self.sweeper = Sweeper(self.store, self.transport, self.queues)
+        self._transport_ok: bool | None = None
+        self._last_db_claim = -math.inf  # the first round claims from the database
         self.reconciler = Reconciler(self.store, worker_id=self.id, host=self.host, reaper=self.reaper)
         self.heartbeater = Heartbeater(
             self.store, self.id, self.inflight,
@@ -164,14 +184,17 @@ class Worker:
             self._handlers.shutdown(wait=False)
             self._db_pool.shutdown(wait=False, cancel_futures=True)
             raise
-        listener = self.store.listen(self._on_notify)
+        listener = self.transport.wake(self.store, self._on_notify)
+        if self.transport.delivers:
+            self.transport.start(self.queues)
+            await asyncio.to_thread(self.transport.ready, TRANSPORT_START_WAIT)
         self.heartbeater.start()
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        self.log.info("worker %s started: queues=%s concurrency=%d lease_ttl=%gs heartbeat=%gs reaper=%gs",
+        self.log.info("worker %s started: queues=%s concurrency=%d lease_ttl=%gs heartbeat=%gs reaper=%gs transport=%s",
                  self.id, ",".join(self.queues), self.concurrency, self.timers.lease_ttl,
-                 self.timers.heartbeat_interval, self.timers.reaper_interval)
+                 self.timers.heartbeat_interval, self.timers.reaper_interval, self.transport.name)
         await self._serve(loop, listener, install_signal_handlers)
 
     async def _start_up(self) -> None:
@@ -196,7 +219,9 @@ class Worker:
         reporter = loop.create_task(self._report_loop(), name="tether-reporter")
         reaper = loop.create_task(self._reap_loop(), name="tether-reaper")
         assert self._stop_waiter is not None
-        background = (reaper, reporter, self._stop_waiter)
+        background: tuple[asyncio.Task[Any], ...] = (reaper, reporter, self._stop_waiter)
+        if self.transport.delivers:
+            background += (loop.create_task(self._sweep_loop(), name="tether-sweeper"),)
         cancelled = False
         try:
             await self._claim_loop()
@@ -251,13 +276,14 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._batch_gather(), COALESCE_WAIT)
                 free = self._free_slots()
-            full = False
+            full = fetched = False
             if free > 0:
                 want = min(free, self.claim_batch)
                 sent_at = time.monotonic()
+                fetched = self._via_transport()
                 try:
-                    jobs = await self._claim(want)
-                    if jobs is None:
+                    got = await (self._fetch_and_claim(want) if fetched else self._claim_any(want))
+                    if got is None:
                         return  # stopping
                 except Exception as exc:
                     failures += 1
@@ -265,11 +291,11 @@ class Worker:
                     await asyncio.sleep(min(5.0, 0.2 * 2**failures))
                     continue
                 failures = 0
-                for job in jobs:
-                    self._start(job, sent_at)
-                full = len(jobs) == want
-            if full and self._free_slots() > 0:
-                continue
+                for job, delivery in got:
+                    self._start(job, sent_at, delivery)
+                full = len(got) == want
+            if (full or fetched) and self._free_slots() > 0:
+                continue  # a fetch has already waited for work
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._nudge.wait(), self.poll_interval)
 
@@ -285,13 +311,75 @@ class Worker:
         the concurrency when the database is slow to take reports."""
         return min(self.concurrency - self._busy, LEASES_PER_SLOT * self.concurrency - len(self.inflight))
 
-    async def _claim(self, want: int) -> list[ClaimedJob] | None:
-        """One claim, raced against stop(): a worker asked to stop while its
-        claim hangs on an unreachable database must still stop. Jobs a late
-        claim returns are released at once (fenced, budget untouched)."""
+    def _via_transport(self) -> bool:
+        """Take this round's jobs from the transport (True) or claim from the
+        database (False): always the database without a delivering transport,
+        while it is unreachable, and once every ``fallback_interval`` anyway."""
+        t = self.transport
+        if not t.delivers:
+            return False
+        ok = t.healthy
+        if ok != self._transport_ok:
+            if ok:
+                log.warning("transport %s is up: taking job ids from it", t.name)
+            else:
+                log.warning("transport %s is unreachable: polling the database every %gs until it is back",
+                            t.name, self.poll_interval)
+            self._transport_ok = ok
+        now = time.monotonic()
+        if not ok or now - self._last_db_claim >= t.fallback_interval:
+            self._last_db_claim = now
+            return False
+        return True
+
+    async def _fetch_and_claim(self, want: int) -> list[tuple[ClaimedJob, Delivery | None]] | None:
+        """Up to ``want`` messages, then one fenced claim of exactly their jobs.
+        A message whose job the claim refuses (held, finished, not due, a
+        repeat) is acked at once: the database has already said no."""
+        deliveries = await self.transport.fetch(want, FETCH_WAIT, self.queues)
+        if not deliveries:
+            return []
+        first: dict[int, Delivery] = {}
+        for d in deliveries:
+            if d.job_id in first:
+                self.transport.ack(d)  # the same job twice in one batch
+                self.counts["deliveries_refused"] += 1
+            else:
+                first[d.job_id] = d
+        try:
+            jobs = None if self._stopping else await self._claim(want, ids=list(first))
+        except Exception:
+            for d in first.values():
+                self.transport.nak(d)
+            raise
+        if jobs is None:  # stopping: anything claimed was released again
+            for d in first.values():
+                self.transport.nak(d)
+            return None
+        claimed = {j.id for j in jobs}
+        for job_id, d in first.items():
+            if job_id not in claimed:
+                self.transport.ack(d)
+                self.counts["deliveries_refused"] += 1
+        self.counts["deliveries_claimed"] += len(jobs)
+        return [(j, first[j.id]) for j in jobs]
+
+    async def _claim_any(self, want: int) -> list[tuple[ClaimedJob, Delivery | None]] | None:
+        self.counts["db_claims"] += 1
+        jobs = await self._claim(want)
+        return None if jobs is None else [(j, None) for j in jobs]
+
+    async def _claim(self, want: int, *, ids: list[int] | None = None) -> list[ClaimedJob] | None:
+        """One claim (of any due jobs, or of exactly ``ids``), raced against
+        stop(): a worker asked to stop while its claim hangs on an unreachable
+        database must still stop. Jobs a late claim returns are released at
+        once (fenced, budget untouched)."""
         assert self._stop_waiter is not None
-        claim = asyncio.ensure_future(
-            self._db(self.store.claim, self.id, self.queues, want, self.timers.lease_ttl))
+        if ids is None:
+            call = partial(self.store.claim, self.id, self.queues, want, self.timers.lease_ttl)
+        else:
+            call = partial(self.store.claim_ids, self.id, ids, self.queues, self.timers.lease_ttl)
+        claim = asyncio.ensure_future(self._db(call))
         done, _ = await asyncio.wait({claim, self._stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
         if claim in done:
             return claim.result()
@@ -306,14 +394,14 @@ class Worker:
         return None
 
     # -- running handlers ----------------------------------------------------------------
-    def _start(self, job: ClaimedJob, sent_at: float) -> None:
+    def _start(self, job: ClaimedJob, sent_at: float, delivery: Delivery | None = None) -> None:
         assert self._loop is not None
         self.counts["claimed"] += 1
         ctx = JobContext(job, worker_id=self.id, report_progress=partial(self._progress, job),
                          on_cancel=self._on_ctx_cancel)
         hard = sent_at + job.timeout if job.timeout else None
         local = sent_at + job.lease_ttl if hard is None else min(sent_at + job.lease_ttl, hard)
-        running = Running(job=job, ctx=ctx, local_deadline=local, hard_deadline=hard)
+        running = Running(job=job, ctx=ctx, local_deadline=local, hard_deadline=hard, delivery=delivery)
         earlier = self.inflight.get(job.id)
         if earlier is not None and earlier.job.attempt < job.attempt:
             # Our own older attempt's lease lapsed and was reaped, and we claimed
@@ -440,6 +528,11 @@ class Worker:
         self._report_wake.set()
 
     def _forget(self, running: Running) -> None:
+        """The attempt is over here: its outcome is written (or it was lost, and
+        the database's recovery owns the job). Only now is its message acked."""
+        if running.delivery is not None:
+            self.transport.ack(running.delivery)
+            running.delivery = None
         self.inflight.remove(running)
         if self._nudge is not None:
             self._nudge.set()
@@ -544,8 +637,19 @@ class Worker:
                                duration=time.monotonic() - running.started))
 
     def _release(self, running: Running) -> None:
-        self.store.release(self.id, running.job.id, running.job.attempt)
+        state = self.store.release(self.id, running.job.id, running.job.attempt)
         self.counts["released"] += 1
+        if state is JobState.QUEUED:
+            self.transport.publish([(running.job.id, running.job.queue)], retry=True)
+
+    def _republish(self, requeued: list[Reaped]) -> None:
+        """Database thread: the reaper (or start-up reconciliation) sent these
+        back to queued; announce them again, marked as retries."""
+        sent = self.transport.publish([(r.id, r.queue) for r in requeued], retry=True)
+        self.counts["republished"] += sent
+        if self.transport.delivers:
+            log.info("republished %d of %d requeued job(s) as retries (ids %s)", sent, len(requeued),
+                     ", ".join(str(r.id) for r in requeued[:10]))
 
     # -- maintenance and shutdown ------------------------------------------------------------
     async def _reap_loop(self) -> None:
@@ -566,6 +670,15 @@ class Worker:
                 if reaped and self._nudge is not None:
                     self._nudge.set()  # recovered jobs are due now: claim them if we have room
             await asyncio.sleep(interval * random.uniform(0.9, 1.0))
+
+    async def _sweep_loop(self) -> None:
+        interval = self.transport.sweep_interval
+        while True:
+            await asyncio.sleep(interval * random.uniform(0.9, 1.0))
+            try:
+                self.counts["swept"] += await self._db(self.sweeper.run_once)
+            except Exception as exc:
+                log.warning("transport sweep failed: %s", exc)
 
     async def _drain(self) -> None:
         assert self._nudge is not None

@@ -48,6 +48,26 @@ RETURNING id, dedup_key
 SELECT id, dedup_key FROM {schema}.jobs
 WHERE dedup_key = ANY(%(keys)s::text[]) AND state IN ('queued', 'running')
 
+-- name: _grant_lease
+-- The lease grant that claim and claim_ids share (UPDATE jobs AS j ... FROM
+-- picked): running, attempt + 1 (the fencing token), owner, lease_until capped
+-- at the attempt's deadline so one partial index finds both lapsed leases and
+-- timed-out attempts.
+SET state = 'running',
+    attempt = j.attempt + 1,
+    locked_by = %(worker)s,
+    claimed_at = {now},
+    deadline = {now} + make_interval(secs => j.timeout),
+    lease_until = LEAST({now} + make_interval(secs => coalesce(j.lease_ttl, %(lease_ttl)s)),
+                        {now} + make_interval(secs => j.timeout)),
+    cancel_requested = false,
+    progress = NULL,
+    progress_message = NULL
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.attempt, j.task, j.args, j.queue, j.priority, j.max_attempts,
+          coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta, j.run_at
+
 -- name: claim
 -- One queue at a time (LATERAL over the worker's queues), because only an
 -- equality on queue lets jobs_claim_idx (queue, priority DESC, run_at, id) hand
@@ -73,20 +93,46 @@ WITH candidates AS (
     SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 UPDATE {schema}.jobs AS j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    locked_by = %(worker)s,
-    claimed_at = {now},
-    deadline = {now} + make_interval(secs => j.timeout),
-    lease_until = LEAST({now} + make_interval(secs => coalesce(j.lease_ttl, %(lease_ttl)s)),
-                        {now} + make_interval(secs => j.timeout)),
-    cancel_requested = false,
-    progress = NULL,
-    progress_message = NULL
-FROM picked
-WHERE j.id = picked.id
-RETURNING j.id, j.attempt, j.task, j.args, j.queue, j.priority, j.max_attempts,
-          coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta, j.run_at
+{_grant_lease}
+
+-- name: claim_ids
+-- A transport (NATS) delivered these ids; the database decides who owns them.
+-- The same grant as claim, for the named rows only, and only while each is
+-- still queued, due and on one of the worker's queues: a job someone else
+-- holds (running), a finished one, or one not due yet matches nothing, and
+-- the caller skips it. Two workers handed the same id: the second's FOR UPDATE
+-- waits for the first, re-checks the WHERE on the new row version (running
+-- now) and takes nothing. Rows are locked in id order, so two claims over
+-- overlapping id sets cannot deadlock; no SKIP LOCKED, because a skipped row
+-- would be a delivered job nobody claimed.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = 'queued'
+      AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE {schema}.jobs AS j
+{_grant_lease}
+
+-- name: due_unclaimed
+-- The transport sweep: queued jobs that are due and that no delivery seems to
+-- be carrying: due for longer than the grace period (the publish after
+-- enqueue failed, or the message was lost), or due later than they were
+-- created (delayed jobs and retries, which nothing publishes until they are
+-- due; an immediate job's run_at is exactly its created_at, one now() in one
+-- transaction). One queue at a time over jobs_claim_idx, as claim does, bounded.
+SELECT c.id, c.queue, c.attempt, c.run_at
+FROM unnest(%(queues)s::text[]) AS q(name)
+CROSS JOIN LATERAL (
+    SELECT id, queue, attempt, run_at, priority FROM {schema}.jobs
+    WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
+      AND (run_at <= {now} - make_interval(secs => %(grace)s) OR run_at > created_at)
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+) AS c
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT %(limit)s
 
 -- name: heartbeat
 -- One statement per worker per tick, however many jobs it holds: the held

