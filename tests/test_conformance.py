@@ -1,7 +1,8 @@
 """The store conformance suite: every operation and every fence, on every backend.
 
-Each test runs against a real SQLite file and a real PostgreSQL schema (the
-``store`` fixture is parametrized over both). Nothing sleeps: every
+Each test runs against a real SQLite file and a real PostgreSQL schema, and
+over HTTP against a ``tether server`` in front of each (``http-sqlite``,
+``http-postgresql``: the ``store`` fixture is parametrized over all four). Nothing sleeps: every
 time-dependent call gets ``now=`` from a base of ``store.db_now()`` plus a
 timedelta, so "the lease lapsed" is a clock we move, not a wait.
 
@@ -35,6 +36,8 @@ from tether.model import (
 )
 from tether.store import Store
 
+from .conftest import STORE_BACKENDS, backend_param
+
 TTL = 30.0
 W = "host-a:111:w1"
 W2 = "host-b:222:w2"
@@ -44,6 +47,11 @@ TOLERANCE = timedelta(milliseconds=5)
 
 A = TypeVar("A")
 B = TypeVar("B")
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return backend_param(request)
 
 
 # -- helpers --------------------------------------------------------------------

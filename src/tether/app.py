@@ -171,6 +171,8 @@ class Tether:
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the
     working directory. Nothing connects until the first call that needs to.
+    ``Tether("http://host:port", token=...)`` talks to a ``tether server``
+    instead of a database (the token may also come from ``TETHER_TOKEN``).
     """
 
     def __init__(
@@ -181,8 +183,10 @@ class Tether:
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         reaper_interval: float = DEFAULT_REAPER_INTERVAL,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        token: str | None = None,
     ) -> None:
         self.dsn = parse_database_url(url)
+        self.token = token  # for a tether server URL (http/https); else TETHER_TOKEN
         self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
                              reaper_interval=reaper_interval)
         if max_payload_bytes < 1:
@@ -253,7 +257,7 @@ class Tether:
         if self._store is None:
             with self._store_lock:
                 if self._store is None:
-                    self._store = open_store(self.dsn)
+                    self._store = open_store(self.dsn, token=self.token)
         return self._store
 
     def close(self) -> None:
