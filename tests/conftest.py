@@ -82,7 +82,7 @@ def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def served(db_url: str, *, client_clock: bool = True, tokens: str | None = None) -> Iterator[str]:
+def served(db_url: str, *, client_clock: bool = True, tokens: str | None = None, **options: float) -> Iterator[str]:
     """A tether server over ``db_url`` (migrated) on a thread; yields its URL."""
     from tether.server import create_app, parse_tokens
     from tether.server.run import ServerThread
@@ -91,7 +91,7 @@ def served(db_url: str, *, client_clock: bool = True, tokens: str | None = None)
     local.migrate()
     table = parse_tokens(tokens or f"{TEST_TOKEN} admin", "test tokens")
     try:
-        with ServerThread(create_app(local, table, client_clock=client_clock)) as server:
+        with ServerThread(create_app(local, table, client_clock=client_clock, **options)) as server:  # type: ignore[arg-type]
             yield server.url
     finally:
         local.close()

@@ -124,18 +124,27 @@ def migrate(state: CLIState) -> None:
 @click.option("--poll-interval", type=Seconds(), help="Idle poll interval (default: the backend's).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
+@click.option("--server", metavar="URL",
+              help="Work through a `tether server` (http://host:port) instead of the database.")
+@click.option("--token", envvar="TETHER_TOKEN", metavar="TOKEN",
+              help="The server's bearer token, scope worker (env TETHER_TOKEN).")
 @click.pass_context
 def worker(
     ctx: click.Context, app_ref: str, concurrency: int, queues: tuple[str, ...], shutdown_timeout: float,
     lease_ttl: float | None, heartbeat_interval: float | None, reaper_interval: float | None,
-    poll_interval: float | None, log_level: str,
+    poll_interval: float | None, log_level: str, server: str | None, token: str | None,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now)."""
     state: CLIState = ctx.obj
     app = load_app(app_ref)
     qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
+    if server is not None and not server.lower().startswith(("http://", "https://")):
+        raise BadUsage(f"--server {server!r} is not an http:// or https:// URL")
+    url = server if server is not None else state.database if _database_on_command_line(ctx) else None
+    if token:
+        app.token = token
     try:
-        configure_app(app, url=state.database if _database_on_command_line(ctx) else None, lease_ttl=lease_ttl,
+        configure_app(app, url=url, lease_ttl=lease_ttl,
                       heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval)
         require_database(app)
         app.store.check_schema()  # fail here, in one line, rather than inside the event loop
@@ -303,8 +312,10 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
 
 def _register_extras() -> None:
     from .chaos_cmd import chaos
+    from .server_cmd import server
 
     cli.add_command(chaos)
+    cli.add_command(server)
 
 
 _register_extras()

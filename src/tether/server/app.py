@@ -84,6 +84,7 @@ class _Server:
     client_clock: bool
     max_body: int
     max_payload: int
+    max_wait: float
     wakeups: _Wakeups = field(default_factory=_Wakeups)
 
 
@@ -278,8 +279,7 @@ async def _arguments(s: _Server, request: Request, op: wire.Op) -> Args:
     args: Args = {}
     try:
         for name in op.path_params:
-            args[name] = _query_value(request.path_params[name], wire.JOB_ID, name)
-            validate(args[name], wire.JOB_ID, name)
+            args[name] = validate(_query_value(request.path_params[name], wire.JOB_ID, name), wire.JOB_ID, name)
         for key in request.query_params:
             if key not in op.query:
                 raise SchemaViolation(f"unknown query parameter {key!r} (known: {', '.join(op.query) or 'none'})")
@@ -288,9 +288,7 @@ async def _arguments(s: _Server, request: Request, op: wire.Op) -> Args:
             if len(values) > 1:
                 raise SchemaViolation(f"query parameter {name} given {len(values)} times")
             if values:
-                args[name] = _query_value(values[0], schema, name)
-                _check_text(args[name])
-                validate(args[name], schema, name)
+                args[name] = validate(_query_value(values[0], schema, name), schema, name)
         body = await _read_body(s, request) if op.body is not None else None
         if body is None:
             body = {}
@@ -298,9 +296,9 @@ async def _arguments(s: _Server, request: Request, op: wire.Op) -> Args:
             raise ApiError(400, "client_clock_refused",
                            "this server does not accept a client-supplied 'now' (only a server started with "
                            "--unsafe-client-clock, for tests, does); leave it out")
-        body_schema = wire.request_schema(op, client_clock=s.client_clock)
+        body_schema = wire.request_schema(op, client_clock=s.client_clock, max_wait=s.max_wait)
         if body_schema is not None:
-            validate(body, body_schema)
+            body = validate(body, body_schema)
     except SchemaViolation as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
     args.update(body)
@@ -367,14 +365,16 @@ def create_app(
     client_clock: bool = False,
     max_body: int = DEFAULT_MAX_BODY,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    max_claim_wait: float = wire.MAX_CLAIM_WAIT,
 ) -> Starlette:
     """The API over ``store``. ``client_clock`` honours a request's ``now``:
     for conformance tests only, never in production (any worker could move
-    the clock its leases are judged by)."""
+    the clock its leases are judged by). ``max_claim_wait`` caps how long a
+    claim may long-poll."""
     if max_body < 1024:
         raise ConfigError(f"max_body must be at least 1024 bytes, got {max_body}")
-    s = _Server(store, tokens, client_clock, max_body, max_payload_bytes)
-    document = build_document(client_clock=client_clock, max_body=max_body)
+    s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait)
+    document = build_document(client_clock=client_clock, max_body=max_body, max_wait=max_claim_wait)
 
     async def openapi(request: Request) -> Response:
         try:

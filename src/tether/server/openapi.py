@@ -30,7 +30,7 @@ def _error_response(status: int) -> dict[str, Any]:
             "content": {"application/json": {"schema": wire.ERROR_RECORD}}}
 
 
-def build_document(*, client_clock: bool, max_body: int) -> dict[str, Any]:
+def build_document(*, client_clock: bool, max_body: int, max_wait: float) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for op in wire.OPS:
         statuses = sorted({*_COMMON, *op.errors, *((413, 415) if op.body is not None else ())})
@@ -48,7 +48,7 @@ def build_document(*, client_clock: bool, max_body: int) -> dict[str, Any]:
                    for name, schema in op.query.items()]
         if params:
             operation["parameters"] = params
-        body = wire.request_schema(op, client_clock=client_clock)
+        body = wire.request_schema(op, client_clock=client_clock, max_wait=max_wait)
         if body is not None:
             operation["requestBody"] = {"required": bool(body.get("required")),
                                         "content": {"application/json": {"schema": body}}}

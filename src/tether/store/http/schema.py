@@ -5,12 +5,15 @@ dicts it publishes in ``/openapi.json``, so the document cannot drift from
 what the server accepts. Supported keywords: ``type`` (one or a list),
 ``properties``, ``required``, ``additionalProperties`` (false or a schema),
 ``items``, ``minItems``/``maxItems``, ``minimum``/``maximum``/``exclusiveMinimum``,
-``minLength``/``maxLength``, ``enum`` and ``format: date-time``.
+``minLength``/``maxLength``, ``pattern``, ``enum`` and ``format: date-time``.
+An integral number (``60.0``) is an integer, as JSON Schema says; ``validate``
+returns the value with such numbers turned into ``int``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +39,8 @@ INT53_MAX = 2**53 - 1  # ids: exact in every JSON parser
 
 ANY_JSON: Schema = {}  # any JSON value
 DATETIME: Schema = {"type": "string", "format": "date-time", "maxLength": 64}
+#: no NUL characters: PostgreSQL cannot store them
+NO_NUL = "^[^\\u0000]*$"
 
 
 class SchemaViolation(ValueError):
@@ -53,8 +58,8 @@ def nullable(schema: Schema) -> Schema:
     return {**schema, "type": [*(t if isinstance(t, list) else [t]), "null"]}
 
 
-def string(max_length: int = 1000, min_length: int = 0) -> Schema:
-    return {"type": "string", "minLength": min_length, "maxLength": max_length}
+def string(max_length: int = 1000, min_length: int = 0, pattern: str = NO_NUL) -> Schema:
+    return {"type": "string", "minLength": min_length, "maxLength": max_length, "pattern": pattern}
 
 
 def integer(minimum: int = 0, maximum: int = INT32_MAX) -> Schema:
@@ -93,7 +98,8 @@ def _type_ok(value: Any, t: str) -> bool:
     if t == "boolean":
         return isinstance(value, bool)
     if t == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and math.isfinite(value) and value.is_integer())
     if t == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if t == "string":
@@ -105,14 +111,17 @@ def _type_ok(value: Any, t: str) -> bool:
     raise AssertionError(f"unsupported schema type {t}")
 
 
-def validate(value: Any, schema: Schema, where: str = "body") -> None:
-    """Raise SchemaViolation naming the first place ``value`` leaves ``schema``."""
+def validate(value: Any, schema: Schema, where: str = "body") -> Any:
+    """``value`` with integral numbers of integer fields as ``int``; raise
+    SchemaViolation naming the first place it leaves ``schema``."""
     if "type" in schema:
         types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         if not any(_type_ok(value, t) for t in types):
             raise SchemaViolation(f"{where} must be {' or '.join(types)}, got {_kind(value)}")
+        if isinstance(value, float) and "integer" in types:
+            value = int(value)
     if value is None:
-        return
+        return value
     if "enum" in schema and value not in schema["enum"]:
         raise SchemaViolation(f"{where} must be one of {', '.join(map(str, schema['enum']))}, got {value!r}")
     if isinstance(value, str):
@@ -125,10 +134,10 @@ def validate(value: Any, schema: Schema, where: str = "body") -> None:
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             raise SchemaViolation(f"{where} has {len(value)} items, more than the {schema['maxItems']} allowed")
         if "items" in schema:
-            for i, item in enumerate(value):
-                validate(item, schema["items"], f"{where}[{i}]")
+            value = [validate(item, schema["items"], f"{where}[{i}]") for i, item in enumerate(value)]
     elif isinstance(value, dict):
-        _check_object(value, schema, where)
+        value = _check_object(value, schema, where)
+    return value
 
 
 def _check_string(value: str, schema: Schema, where: str) -> None:
@@ -137,6 +146,9 @@ def _check_string(value: str, schema: Schema, where: str) -> None:
                               f"{where} must be at least {schema['minLength']} characters")
     if "maxLength" in schema and len(value) > schema["maxLength"]:
         raise SchemaViolation(f"{where} is {len(value)} characters, more than the {schema['maxLength']} allowed")
+    if "pattern" in schema and not _regex(schema["pattern"]).search(value):
+        raise SchemaViolation(f"{where} {value!r} does not match {schema['pattern']}" if schema["pattern"] != NO_NUL
+                              else f"{where} contains a NUL (\\u0000) character, which cannot be stored")
     if schema.get("format") == "date-time":
         try:
             parse_datetime(value)
@@ -153,19 +165,32 @@ def _check_number(value: float, schema: Schema, where: str) -> None:
         raise SchemaViolation(f"{where} must be <= {schema['maximum']}, got {value!r}")
 
 
-def _check_object(value: dict[str, Any], schema: Schema, where: str) -> None:
+def _check_object(value: dict[str, Any], schema: Schema, where: str) -> dict[str, Any]:
     props: dict[str, Schema] = schema.get("properties", {})
     for key in schema.get("required", []):
         if key not in value:
             raise SchemaViolation(f"{where}.{key} is required")
     extra = schema.get("additionalProperties", True)
+    out: dict[str, Any] = {}
     for key, item in value.items():
         if key in props:
-            validate(item, props[key], f"{where}.{key}")
+            out[key] = validate(item, props[key], f"{where}.{key}")
         elif extra is False:
             raise SchemaViolation(f"{where} has an unknown field {key!r} (known: {', '.join(props) or 'none'})")
         elif isinstance(extra, dict):
-            validate(item, extra, f"{where}.{key}")
+            out[key] = validate(item, extra, f"{where}.{key}")
+        else:
+            out[key] = item
+    return out
+
+
+_REGEX_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    if pattern not in _REGEX_CACHE:
+        _REGEX_CACHE[pattern] = re.compile(pattern)
+    return _REGEX_CACHE[pattern]
 
 
 def _kind(value: Any) -> str:

@@ -65,7 +65,7 @@ MAX_CLAIM_WAIT = 30.0
 JOB_ID = integer(1, INT53_MAX)
 ATTEMPT = integer(0)
 WORKER_ID = string(200, 1)
-QUEUE = string(63, 1)
+QUEUE = string(63, 1, "^[A-Za-z0-9_][A-Za-z0-9_.\\-]{0,62}$")  # config.validate_queue
 TASK = string(200, 1)
 TTL = number(0, 1e6, exclusive_min=True)
 STATE = {"type": "string", "enum": [str(s) for s in JobState]}
@@ -230,13 +230,17 @@ OPS: list[Op] = [
 OPS_BY_NAME = {op.name: op for op in OPS}
 
 
-def request_schema(op: Op, *, client_clock: bool) -> Schema | None:
-    """The body schema a server accepts: ``now`` only when it honours client clocks."""
+def request_schema(op: Op, *, client_clock: bool, max_wait: float = MAX_CLAIM_WAIT) -> Schema | None:
+    """The body schema a server accepts: ``now`` only when it honours client
+    clocks; a claim's ``wait`` up to the server's own cap."""
     if op.body is None:
         return None
-    if not (op.takes_now and client_clock):
-        return op.body
-    return {**op.body, "properties": {**op.body["properties"], "now": DATETIME}}
+    props = dict(op.body["properties"])
+    if "wait" in props:
+        props["wait"] = number(0, max_wait)
+    if op.takes_now and client_clock:
+        props["now"] = DATETIME
+    return {**op.body, "properties": props}
 
 
 # -- errors -------------------------------------------------------------------------------
