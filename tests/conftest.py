@@ -1,6 +1,11 @@
 """Shared fixtures: every backend test runs against a real SQLite file and a real
 PostgreSQL server (its own schema per test, dropped afterwards).
 
+The ``store`` fixture also serves ``http-sqlite`` and ``http-postgresql`` to
+modules that ask for them (``test_conformance.py`` overrides ``backend`` with
+``STORE_BACKENDS``): a ``tether server`` on a free loopback port, on a thread
+of this process, over a fresh database, and the HTTP store talking to it.
+
 PostgreSQL comes from ``TETHER_TEST_PG_URL`` (default: the local server on
 127.0.0.1:5432, database ``test``). Without a server the PostgreSQL half is
 skipped locally, but under ``CI=true`` it fails: CI must prove both backends.
@@ -8,6 +13,7 @@ skipped locally, but under ``CI=true`` it fails: CI must prove both backends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Iterator
@@ -21,6 +27,10 @@ from tether.store import Store, open_store
 
 PG_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", "postgresql"]
+HTTP_BACKENDS = ["http-sqlite", "http-postgresql"]
+STORE_BACKENDS = BACKENDS + HTTP_BACKENDS
+#: an admin token for the in-process test servers
+TEST_TOKEN = secrets.token_urlsafe(24)
 
 
 def _pg_available() -> str | None:
@@ -46,17 +56,23 @@ def _with_schema(url: str, schema: str) -> str:
     return url + ("&" if "?" in url else "?") + f"schema={schema}"
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    if request.param == "postgresql":
+def backend_param(request: pytest.FixtureRequest) -> str:
+    """The backend fixture's body, for modules that parametrize it over more backends."""
+    if str(request.param).removeprefix("http-") == "postgresql":
         _require_pg()
     return str(request.param)
 
 
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return backend_param(request)
+
+
 @pytest.fixture
 def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database URL for this test (not yet migrated)."""
-    if backend == "sqlite":
+    """A fresh, empty database URL for this test (not yet migrated); for an
+    ``http-*`` backend, the database behind the server."""
+    if backend.removeprefix("http-") == "sqlite":
         yield f"sqlite:///{tmp_path / 'tether.db'}"
         return
     schema = f"t_{secrets.token_hex(6)}"
@@ -65,8 +81,30 @@ def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@contextlib.contextmanager
+def served(db_url: str, *, client_clock: bool = True, tokens: str | None = None, **options: float) -> Iterator[str]:
+    """A tether server over ``db_url`` (migrated) on a thread; yields its URL."""
+    from tether.server import create_app, parse_tokens
+    from tether.server.run import ServerThread
+
+    local = open_store(db_url)
+    local.migrate()
+    table = parse_tokens(tokens or f"{TEST_TOKEN} admin", "test tokens")
+    try:
+        with ServerThread(create_app(local, table, client_clock=client_clock, **options)) as server:  # type: ignore[arg-type]
+            yield server.url
+    finally:
+        local.close()
+
+
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
+def store(backend: str, db_url: str) -> Iterator[Store]:
+    if backend.startswith("http-"):
+        with served(db_url) as url:
+            s = open_store(url, token=TEST_TOKEN)
+            yield s
+            s.close()
+        return
     s = open_store(db_url)
     s.migrate()
     yield s

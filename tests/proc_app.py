@@ -19,7 +19,7 @@ from typing import Any
 from tether import JobContext, Tether
 
 app = Tether(
-    os.environ["TETHER_DATABASE_URL"],
+    os.environ["TETHER_DATABASE_URL"],  # or a tether server's URL, with TETHER_TOKEN
     lease_ttl=float(os.environ.get("T_TTL", "2")),
     heartbeat_interval=float(os.environ.get("T_HB", "0.4")),
     reaper_interval=float(os.environ.get("T_REAPER", "0.5")),
@@ -39,6 +39,20 @@ def sleepy(ctx: JobContext, seconds: float) -> dict[str, Any]:
     while time.monotonic() < end:
         time.sleep(0.05)
     mark(ctx, "end")  # the side effect, done before complete
+    return {"pid": os.getpid(), "attempt": ctx.attempt}
+
+
+@app.task(name="coop")
+def coop(ctx: JobContext, seconds: float) -> dict[str, Any]:
+    """Like sleepy, but stops as soon as the worker cancels it (lost lease, cancel, shutdown)."""
+    mark(ctx, "start")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if ctx.cancelled:
+            mark(ctx, "stopped")
+            ctx.raise_if_cancelled()
+        time.sleep(0.05)
+    mark(ctx, "end")
     return {"pid": os.getpid(), "attempt": ctx.attempt}
 
 

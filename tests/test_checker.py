@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tether.chaos.checker import AttemptRow, CheckReport, JobRow, check
 
 TTL, REAPER = 2.0, 1.0
@@ -159,3 +161,23 @@ def test_slow_recovery_says_what_the_reapers_did() -> None:
     (message,) = report.invariants["I5"].violations
     assert "1 ran and missed it, 1 failed" in message
     assert "longest wait for a tick 2.25s" in message  # from m=4.2 to m=6.45
+
+
+def test_recovery_is_timed_from_the_database_s_last_renewal_even_one_the_worker_never_heard() -> None:
+    """w1's last recorded renewal is at m=1.5, but a later renewal (its answer
+    lost) reached the database: the reaper reports the lapsed lease_until, and
+    recovery is timed from lease_until - ttl, not from what w1 heard."""
+    events, jobs, _ = clean()
+    lease_until = T0 + 5.0  # renewed by the database at m=3.0
+    reaped = lease_until + 0.8
+    attempts = [
+        AttemptRow(1, 1, "w1", T0 + 1.0, reaped, "lease_expired"),
+        AttemptRow(1, 2, "w2", reaped + 0.1, reaped + 1.0, "succeeded"),
+    ]
+    without = run(events, jobs, attempts)
+    assert "I5" in failing(without)  # 4.3 s after the last renewal w1 heard of
+    events.append(ev("reap", reaped - T0, "w2", started=reaped - T0 - 0.01, ok=True, jobs=[[1, 1, lease_until]]))
+    report = run(events, jobs, attempts)
+    assert report.ok
+    assert report.recovery["renewals_unheard"] == 1
+    assert report.recovery["max"] == pytest.approx(2.8)

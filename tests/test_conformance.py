@@ -1,7 +1,8 @@
 """The store conformance suite: every operation and every fence, on every backend.
 
-Each test runs against a real SQLite file and a real PostgreSQL schema (the
-``store`` fixture is parametrized over both). Nothing sleeps: every
+Each test runs against a real SQLite file and a real PostgreSQL schema, and
+over HTTP against a ``tether server`` in front of each (``http-sqlite``,
+``http-postgresql``: the ``store`` fixture is parametrized over all four). Nothing sleeps: every
 time-dependent call gets ``now=`` from a base of ``store.db_now()`` plus a
 timedelta, so "the lease lapsed" is a clock we move, not a wait.
 
@@ -35,6 +36,8 @@ from tether.model import (
 )
 from tether.store import Store
 
+from .conftest import STORE_BACKENDS, backend_param
+
 TTL = 30.0
 W = "host-a:111:w1"
 W2 = "host-b:222:w2"
@@ -44,6 +47,11 @@ TOLERANCE = timedelta(milliseconds=5)
 
 A = TypeVar("A")
 B = TypeVar("B")
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return backend_param(request)
 
 
 # -- helpers --------------------------------------------------------------------
@@ -770,10 +778,10 @@ def test_reap_requeues_at_once_while_budget_remains(store: Store) -> None:
     t0 = store.db_now()
     c = start_job(store, t0, max_attempts=3, backoff_base=600.0)
     tr = t0 + sec(TTL + 1)
-    assert store.reap(100, now=tr) == [
-        Reaped(id=c.id, attempt=1, worker=W, outcome=Outcome.LEASE_EXPIRED, state=JobState.QUEUED,
-               queue="default")
-    ]
+    (r,) = store.reap(100, now=tr)
+    assert r == Reaped(id=c.id, attempt=1, worker=W, outcome=Outcome.LEASE_EXPIRED, state=JobState.QUEUED,
+                       queue="default", lease_until=r.lease_until)
+    assert r.lease_until is not None and close_to(r.lease_until, t0 + sec(TTL))  # the lease that lapsed
     job = get(store, c.id)
     assert job.state is JobState.QUEUED
     assert (job.locked_by, job.lease_until, job.finished_at) == (None, None, None)

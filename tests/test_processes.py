@@ -118,10 +118,16 @@ def finished(store: Store, job_id: int) -> Job | None:
 
 
 def test_sigkill_mid_job_is_recovered_by_a_sibling_within_the_bound(workers: Workers, store: Store) -> None:
+    sigkill_mid_job_is_recovered_by_a_sibling(workers, store)
+
+
+def sigkill_mid_job_is_recovered_by_a_sibling(workers: Workers, store: Store, **env: str) -> None:
+    """SIGKILL the worker running a job while a live sibling runs; the sibling
+    must finish it, with recovery (kill to re-claim) within TTL + reaper."""
     jid = enqueue(store, "sleepy", seconds=3)
-    a = workers.start()
+    a = workers.start(**env)
     wait_for(lambda: workers.started(jid), 15, "worker A to start the job")
-    b = workers.start()  # a live sibling: recovery must come from the lease, not start-up reconciliation
+    b = workers.start(**env)  # a live sibling: recovery must come from the lease, not start-up reconciliation
     workers.wait_started(b)
     a.kill()
     killed_at = datetime.now(UTC)

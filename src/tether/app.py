@@ -190,6 +190,9 @@ class Tether:
     LISTEN/NOTIFY on PostgreSQL, polling on SQLite), ``"poll"``, or a NATS URL
     (``"nats://127.0.0.1:4222"``, or a ``NatsTransport``), to which enqueue then
     publishes each job after the database has committed it.
+
+    ``Tether("http://host:port", token=...)`` talks to a ``tether server``
+    instead of a database (the token may also come from ``TETHER_TOKEN``).
     """
 
     def __init__(
@@ -201,8 +204,10 @@ class Tether:
         reaper_interval: float = DEFAULT_REAPER_INTERVAL,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         transport: str | Transport | None = None,
+        token: str | None = None,
     ) -> None:
         self.dsn = parse_database_url(url)
+        self.token = token  # for a tether server URL (http/https); else TETHER_TOKEN
         self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
                              reaper_interval=reaper_interval)
         self.transport = open_transport(transport)
@@ -284,7 +289,7 @@ class Tether:
         if self._store is None:
             with self._store_lock:
                 if self._store is None:
-                    self._store = open_store(self.dsn)
+                    self._store = open_store(self.dsn, token=self.token)
         return self._store
 
     def close(self) -> None:

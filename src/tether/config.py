@@ -117,8 +117,8 @@ class Timers:
 
 @dataclass(frozen=True, slots=True)
 class DatabaseURL:
-    backend: str  # "sqlite" or "postgresql"
-    url: str  # what the driver gets (for sqlite: the file path)
+    backend: str  # "sqlite", "postgresql" or "http" (a tether server)
+    url: str  # what the driver gets (for sqlite: the file path; for http: the base URL)
     schema: str  # postgresql schema holding tether's tables
     options: dict[str, str]
 
@@ -169,10 +169,39 @@ def parse_database_url(url: str | None) -> DatabaseURL:
         rest = "&".join(f"{k}={v}" for k, v in query.items())
         driver_url = f"postgresql://{netloc}{parts.path}" + (f"?{rest}" if rest else "")
         return DatabaseURL("postgresql", driver_url, schema, query)
+    if scheme in ("http", "https"):
+        return _server_url(url, parts.netloc, scheme, query)
     raise InvalidDSN(
-        f"unsupported database URL {url!r}: tether speaks sqlite:///path.db and "
-        "postgresql://user@host:port/dbname"
+        f"unsupported database URL {url!r}: tether speaks sqlite:///path.db, "
+        "postgresql://user@host:port/dbname and http(s)://host:port (a tether server)"
     )
+
+
+def _server_url(url: str, netloc: str, scheme: str, query: dict[str, str]) -> DatabaseURL:
+    """``http(s)://host:port[/prefix]``: a tether server. The token never goes in
+    the URL (URLs end up in logs): pass ``token=`` or set TETHER_TOKEN."""
+    if "@" in netloc:
+        raise InvalidDSN("a tether server URL must not carry credentials: pass the token with token=..., "
+                         "--token or TETHER_TOKEN instead")
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise InvalidDSN(f"malformed server URL {url!r}: the port is not a number") from None
+    if not host:
+        raise InvalidDSN(f"server URL {url!r} names no host: use http://host:port")
+    for key in query:
+        if key not in ("timeout", "wait"):
+            raise InvalidDSN(f"server URL {url!r}: unknown option {key!r} (known: timeout, wait)")
+        try:
+            value = float(query[key])
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (key == "timeout" and value == 0):
+            raise InvalidDSN(f"server URL {url!r}: {key} must be a non-negative number of seconds")
+    base = f"{scheme}://{netloc}{parts.path.rstrip('/')}"
+    del port
+    return DatabaseURL("http", base, "", query)
 
 
 def dump_json(value: Any, what: str, cap: int) -> str:

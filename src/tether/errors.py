@@ -4,28 +4,33 @@ The hierarchy::
 
     TetherError
     ├── ConfigError            bad settings: misordered timers, a bad queue name
-    │   └── InvalidDSN         a database URL tether cannot use
+    │   ├── InvalidDSN         a database URL tether cannot use
+    │   └── AccessDenied       a tether server refused the token (missing, unknown, wrong scope)
     ├── PayloadError           args or a result that is not JSON, or too large
     ├── UnknownTask            a task name no registered handler carries
     ├── SchemaMissing          the database has no (or an older) tether schema
     ├── JobNotFound            no job with that id
     ├── InvalidTransition      the job is not in a state that allows the request
+    ├── ServerUnavailable      a tether server could not be reached, or failed (5xx)
     └── StaleAttempt           a fenced write whose (id, attempt, worker) no longer
                                owns the job: the lease was reaped and the job moved on
 
-``PayloadError`` is also a ``ValueError`` and ``UnknownTask`` a ``LookupError`` so
+``PayloadError`` is also a ``ValueError``, ``UnknownTask`` a ``LookupError`` and
+``ServerUnavailable`` a ``ConnectionError`` so
 that callers who catch the builtin families keep working.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
     "ConfigError",
     "InvalidDSN",
     "InvalidTransition",
     "JobNotFound",
     "PayloadError",
     "SchemaMissing",
+    "ServerUnavailable",
     "StaleAttempt",
     "TetherError",
     "UnknownTask",
@@ -42,6 +47,16 @@ class ConfigError(TetherError, ValueError):
 
 class InvalidDSN(ConfigError):
     """A database URL that tether cannot use."""
+
+
+class AccessDenied(ConfigError):
+    """A tether server refused the request's token: none, unknown, or without the scope."""
+
+
+class ServerUnavailable(TetherError, ConnectionError):
+    """A tether server could not be reached, timed out, or failed (5xx); the
+    request may or may not have taken effect. Workers retry and, past a lease's
+    local deadline, fence themselves off the job."""
 
 
 class PayloadError(TetherError, ValueError):

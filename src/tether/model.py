@@ -158,6 +158,8 @@ class Reaped:
     outcome: Outcome  # LEASE_EXPIRED or TIMED_OUT
     state: JobState  # where it went: queued (retry), dead or cancelled
     queue: str = ""  # the job's queue, so a transport can republish it
+    #: the lease that lapsed: the database's last renewal was lease_until - ttl
+    lease_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,6 +129,7 @@ def check(
     renewals: dict[tuple[int, int], list[float]] = defaultdict(list)
     reports: list[Mapping[str, Any]] = []
     ticks: list[tuple[float, float, bool]] = []  # reaper ticks, wall clock: (started, ended, ok)
+    lapsed_at: dict[tuple[int, int], float] = {}  # lease_until of the leases reapers took, database clock
     for e in events:
         kind = e.get("e")
         if kind == "claimed":
@@ -138,6 +139,9 @@ def check(
             renewals[(e["job"], e["attempt"])].append(float(e["m"]))
         elif kind == "reap":
             ticks.append((float(e["started"]) + mono_to_wall, float(e["m"]) + mono_to_wall, bool(e.get("ok"))))
+            for job_id, attempt, *rest in e.get("jobs", []):
+                if rest and rest[0] is not None:
+                    lapsed_at[(job_id, attempt)] = float(rest[0])
         elif kind == "report":
             reports.append(e)
             if e.get("accepted"):
@@ -224,6 +228,7 @@ def check(
 
     # I5: recovery of lapsed leases.
     reap_lag: list[float] = []
+    unheard = 0  # recoveries whose last renewal the worker applied but never recorded
     clear_lag: list[float] = []  # recoveries with no database outage in their window
     to_claim: list[float] = []
     for job_id, by_attempt in rows.items():
@@ -237,6 +242,13 @@ def check(
                 last_alive = max(beats + [float(c["m"]) for c in claim_ev]) + mono_to_wall
             else:
                 last_alive = row.claimed_at  # killed before it could record anything
+            # The database's own last renewal, lease_until - ttl, counts even when
+            # the worker never heard back (an answer lost to a partition, a kill
+            # or stop between the write and its record).
+            lapse = lapsed_at.get((job_id, k))
+            if lapse is not None and lapse - lease_ttl > last_alive:
+                last_alive = lapse - lease_ttl
+                unheard += 1
             lag = row.finished_at - last_alive
             reap_lag.append(lag)
             excused = sum(min(e, row.finished_at) - max(b, last_alive) + RECONNECT_GRACE
@@ -267,6 +279,7 @@ def check(
             "outages": len(outage_list), "outage_s": round(sum(e - b for b, e in outage_list), 2),
             "to_next_claim_p50": _pct(to_claim, 50), "to_next_claim_p99": _pct(to_claim, 99),
             "to_next_claim_max": max(to_claim, default=None),
+            "renewals_unheard": unheard,
         },
         counts={"jobs": len(jobs), "attempts": n_attempts, **{f"state_{k}": v for k, v in sorted(states.items())},
                 "reports": len(reports)},

@@ -42,6 +42,9 @@ def render(result: ChaosResult, console: Console) -> None:
                   f"p99 {s(rec['p99'])}, max {s(rec['max'])}; to the next claim: p50 "
                   f"{s(rec['to_next_claim_p50'])}, p99 {s(rec['to_next_claim_p99'])}, "
                   f"max {s(rec['to_next_claim_max'])}")
+    if rec.get("renewals_unheard"):
+        console.print(f"  of which {rec['renewals_unheard']} last renewed by a write the worker never heard back "
+                      "about (timed from the database's lease_until - ttl)")
     if rec["outages"]:
         console.print(f"database outages (server restarts): {rec['outages']}, {rec['outage_s']}s in all; "
                       f"recoveries with no outage in their window: {rec['no_outage_recoveries']}, p50 "

@@ -141,19 +141,29 @@ def migrate(state: CLIState) -> None:
 @click.option("--metrics-token", envvar="TETHER_METRICS_TOKEN",
               help="Bearer token scrapers must send (env TETHER_METRICS_TOKEN).")
 @click.option("--metrics-no-auth", is_flag=True, help="Serve metrics without a token.")
+@click.option("--server", metavar="URL",
+              help="Work through a `tether server` (http://host:port) instead of the database.")
+@click.option("--token", envvar="TETHER_TOKEN", metavar="TOKEN",
+              help="The server's bearer token, scope worker (env TETHER_TOKEN).")
 @click.pass_context
 def worker(
     ctx: click.Context, app_ref: str, concurrency: int, queues: tuple[str, ...], shutdown_timeout: float,
     lease_ttl: float | None, heartbeat_interval: float | None, reaper_interval: float | None,
     poll_interval: float | None, transport: str | None, log_level: str, log_format: str,
     metrics_port: int | None, metrics_host: str, metrics_token: str | None, metrics_no_auth: bool,
+    server: str | None, token: str | None,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now)."""
     state: CLIState = ctx.obj
     app = load_app(app_ref)
     qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
+    if server is not None and not server.lower().startswith(("http://", "https://")):
+        raise BadUsage(f"--server {server!r} is not an http:// or https:// URL")
+    url = server if server is not None else state.database if _database_on_command_line(ctx) else None
+    if token:
+        app.token = token
     try:
-        configure_app(app, url=state.database if _database_on_command_line(ctx) else None, lease_ttl=lease_ttl,
+        configure_app(app, url=url, lease_ttl=lease_ttl,
                       heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval,
                       transport=transport)
         require_database(app)
@@ -167,9 +177,9 @@ def worker(
                 from ..metrics import Metrics, serve_metrics
 
                 metrics = Metrics().attach(app).watch_store(app.store).watch_worker(w)
-                server = serve_metrics(metrics, port=metrics_port, host=metrics_host, token=metrics_token,
+                metrics_server = serve_metrics(metrics, port=metrics_port, host=metrics_host, token=metrics_token,
                                        no_auth=metrics_no_auth)
-                stack.callback(server.close)
+                stack.callback(metrics_server.close)
             asyncio.run(w.run(install_signal_handlers=True))
     finally:
         app.close()
@@ -362,9 +372,11 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
 def _register_extras() -> None:
     from .chaos_cmd import chaos
     from .dashboard_cmd import dashboard
+    from .server_cmd import server
 
     cli.add_command(chaos)
     cli.add_command(dashboard)
+    cli.add_command(server)
 
 
 _register_extras()

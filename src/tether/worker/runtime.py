@@ -438,6 +438,8 @@ class Worker:
         sent_at = time.monotonic()
         cancel = self.store.progress(self.id, job.id, job.attempt, fraction, message, self.timers.lease_ttl)
         self.inflight.renewed(job.id, job.attempt, sent_at)
+        if self.history is not None:  # a progress report renews the lease as a heartbeat does
+            self.history.record("hb", job=job.id, attempt=job.attempt, beat="renewed", sent=sent_at, via="progress")
         return cancel
 
     def _timed_out(self, running: Running) -> None:
@@ -666,7 +668,8 @@ class Worker:
                     self.history.record("reap", started=started, ok=False, error=str(exc)[:200])
             else:
                 if self.history is not None:
-                    self.history.record("reap", started=started, ok=True, jobs=[[r.id, r.attempt] for r in reaped])
+                    self.history.record("reap", started=started, ok=True, jobs=[
+                        [r.id, r.attempt, r.lease_until.timestamp() if r.lease_until else None] for r in reaped])
                 if reaped and self._nudge is not None:
                     self._nudge.set()  # recovered jobs are due now: claim them if we have room
             await asyncio.sleep(interval * random.uniform(0.9, 1.0))

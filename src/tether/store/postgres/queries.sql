@@ -250,7 +250,7 @@ SELECT state, queue FROM back
 -- is claimable within lease_ttl + reaper_interval, and a crash is no sign that a
 -- dependency needs a rest. The lapse still counts against max_attempts.
 WITH expired AS (
-    SELECT id, attempt, locked_by, claimed_at,
+    SELECT id, attempt, locked_by, claimed_at, lease_until,
            (deadline IS NOT NULL AND deadline <= {now}) AS timed_out
     FROM {schema}.jobs
     WHERE state = 'running' AND lease_until < {now}
@@ -274,14 +274,15 @@ WITH expired AS (
         deadline = NULL
     FROM expired AS e
     WHERE j.id = e.id
-    RETURNING j.id, e.attempt, e.locked_by, e.claimed_at, e.timed_out, j.state, j.last_error, j.queue
+    RETURNING j.id, e.attempt, e.locked_by, e.claimed_at, e.timed_out, j.state, j.last_error, j.queue,
+              e.lease_until
 ), audit AS (
     INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
     SELECT id, attempt, locked_by, claimed_at, {now},
            CASE WHEN timed_out THEN 'timed_out' ELSE 'lease_expired' END, last_error
     FROM moved
 )
-SELECT id, attempt, locked_by, timed_out, state, queue FROM moved
+SELECT id, attempt, locked_by, timed_out, state, queue, lease_until FROM moved
 
 -- name: expire_leases
 -- Start-up reconciliation: the listed workers are provably dead (same host,

@@ -417,7 +417,7 @@ class PostgresStore(Store):
             Reaped(
                 id=r[0], attempt=r[1], worker=r[2],
                 outcome=Outcome.TIMED_OUT if r[3] else Outcome.LEASE_EXPIRED, state=JobState(r[4]),
-                queue=r[5],
+                queue=r[5], lease_until=r[6],
             )
             for r in rows
         ]

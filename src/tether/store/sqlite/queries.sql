@@ -174,7 +174,7 @@ RETURNING id, attempt, claimed_at, state, {now}
 -- Reaper, step 1 (inside BEGIN IMMEDIATE, so nothing moves under us): the
 -- oldest lapsed leases over tether_jobs_reap_idx, bounded per tick.
 SELECT id, attempt, locked_by, claimed_at,
-       (deadline IS NOT NULL AND deadline <= {now}) AS timed_out, queue
+       (deadline IS NOT NULL AND deadline <= {now}) AS timed_out, queue, lease_until
 FROM tether_jobs
 WHERE state = 'running' AND lease_until < {now}
 ORDER BY lease_until

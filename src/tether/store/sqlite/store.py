@@ -374,7 +374,7 @@ class SQLiteStore(Store):
         out: list[Reaped] = []
         with self._write() as conn:
             expired = conn.execute(self.q["expired"], {"limit": limit, "now": _ts(now)}).fetchall()
-            for job_id, attempt, worker, claimed_at, timed_out, queue in expired:
+            for job_id, attempt, worker, claimed_at, timed_out, queue, lease_until in expired:
                 row = conn.execute(
                     self.q["reap_one"], {"id": job_id, "attempt": attempt, "timed_out": timed_out, "now": _ts(now)}
                 ).fetchone()
@@ -387,7 +387,7 @@ class SQLiteStore(Store):
                      "finished_at": row[2], "outcome": str(outcome), "error": row[1], "traceback": None},
                 )
                 out.append(Reaped(id=job_id, attempt=attempt, worker=worker, outcome=outcome, state=JobState(row[0]),
-                                  queue=queue))
+                                  queue=queue, lease_until=epoch_to_dt(lease_until)))
         return out
 
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:

@@ -1,0 +1,70 @@
+"""``tether server``: the HTTP API for remote workers and producers (the
+``server`` extra). TLS belongs to a reverse proxy in front of it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES
+from ..errors import ConfigError
+from .common import BadUsage, CLIState, mask_url, opened, quiet_driver_logs
+
+__all__ = ["server"]
+
+TOKENS_ENV = "TETHER_SERVER_TOKENS"
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              help=f"Lines of 'TOKEN SCOPE[,SCOPE]' (scopes: worker, producer, admin); else env {TOKENS_ENV} "
+                   "with entries separated by newlines or ';'.")
+@click.option("--max-body", type=click.IntRange(min=1024), default=8 * 1024 * 1024, show_default=True,
+              help="Largest request body in bytes (larger ones get 413).")
+@click.option("--max-payload", type=click.IntRange(min=1), default=DEFAULT_MAX_PAYLOAD_BYTES, show_default=True,
+              help="Largest args, meta or result of one job, in bytes of JSON.")
+@click.option("--unsafe-client-clock", is_flag=True,
+              help="UNSAFE, for conformance tests only: honour a client-supplied 'now', so any worker "
+                   "token can move the clock that leases are judged by.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              default="info", show_default=True)
+@click.pass_obj
+def server(state: CLIState, host: str, port: int, token_file: Path | None, max_body: int, max_payload: int,
+           unsafe_client_clock: bool, log_level: str) -> None:
+    """Serve the database (--database) over HTTP to workers and producers that hold
+    no database credentials: `tether worker --server http://HOST:PORT --token T`."""
+    try:
+        from ..server import create_app, parse_tokens
+        from ..server.run import serve
+    except ImportError as exc:
+        raise BadUsage(f"tether server needs the server extra: pip install 'tether[server]' ({exc})") from None
+    if token_file is not None:
+        try:
+            text, where = token_file.read_text(), str(token_file)
+        except OSError as exc:
+            raise BadUsage(f"--token-file {token_file}: {exc.strerror or exc}") from None
+    elif os.environ.get(TOKENS_ENV):
+        text, where = os.environ[TOKENS_ENV], TOKENS_ENV
+    else:
+        raise BadUsage(f"no tokens: give --token-file or set {TOKENS_ENV} (every request needs a token)")
+    tokens = parse_tokens(text, where)
+    if state.database.lower().startswith(("http://", "https://")):
+        raise ConfigError("tether server serves a database: point --database at sqlite:/// or postgresql://")
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, force=True,
+                        format="%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s")
+    with quiet_driver_logs(), opened(state) as app:
+        app.store.check_schema()
+    with opened(state) as app:
+        store = app.store
+        if unsafe_client_clock:
+            logging.getLogger("tether.server").warning(
+                "--unsafe-client-clock: requests may set the store's clock; never use this in production")
+        logging.getLogger("tether.server").info("serving %s on http://%s:%d", mask_url(state.database), host, port)
+        serve(create_app(store, tokens, client_clock=unsafe_client_clock, max_body=max_body,
+                         max_payload_bytes=max_payload), host, port, log_level=log_level.lower())

@@ -1,0 +1,434 @@
+"""The HTTP API over a Store: a Starlette app built from ``wire.OPS``.
+
+Every request needs a bearer token whose scopes cover the operation. Bodies
+are JSON, capped in size, and validated against the schema published at
+``/openapi.json`` before the store sees them. The store's own fenced
+operations do the work, so a stale report is refused exactly as it is for a
+local worker (409 ``stale_attempt``). tether's errors map to 4xx; anything
+else is a 500 whose details stay in the server's log.
+
+A client-supplied ``now`` (the store's test clock) is honoured only when the
+app is built with ``client_clock=True``; otherwise it is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json, validate_queue
+from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
+from ..model import NewJob, Outcome, WorkerInfo
+from ..store import Listener, Store
+from ..store.http import wire
+from ..store.http.schema import SchemaViolation, parse_datetime, validate
+from .auth import TokenTable
+from .openapi import build_document
+
+__all__ = ["DEFAULT_MAX_BODY", "create_app"]
+
+log = logging.getLogger("tether.server")
+
+DEFAULT_MAX_BODY = 8 * 1024 * 1024
+#: while a claim long-polls, how often it looks again without a wake-up
+LONG_POLL_TICK = 0.2
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers, self.extra = status, code, message, headers, extra
+
+
+class _Wakeups:
+    """Wakes long-polling claims when jobs may have become due."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self) -> None:
+        self._loop = asyncio.get_running_loop()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    def notify_threadsafe(self, _queue: str = "*") -> None:
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self.notify)
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+
+
+@dataclass
+class _Server:
+    store: Store
+    tokens: TokenTable
+    client_clock: bool
+    max_body: int
+    max_payload: int
+    max_wait: float
+    wakeups: _Wakeups = field(default_factory=_Wakeups)
+
+
+Args = dict[str, Any]
+
+
+# -- the operations ----------------------------------------------------------------------
+def _new_job(j: Args, cap: int) -> NewJob:
+    run_at = None if j.get("run_at") is None else parse_datetime(j["run_at"])
+    if run_at is not None and j.get("delay"):
+        raise ConfigError("give either delay or run_at, not both")
+    meta = j.get("meta")
+    return NewJob(
+        task=j["task"], args_json=dump_json(j["args"], f"args of task {j['task']!r}", cap),
+        queue=validate_queue(j.get("queue", "default")), priority=j.get("priority", 0), run_at=run_at,
+        delay=float(j.get("delay", 0.0)), max_attempts=j.get("max_attempts", 3), lease_ttl=j.get("lease_ttl"),
+        timeout=j.get("timeout"), backoff_base=float(j.get("backoff_base", 2.0)), dedup_key=j.get("dedup_key"),
+        meta_json=None if meta is None else dump_json(meta, "meta", cap),
+    )
+
+
+def _enqueue(s: _Server, a: Args) -> Args:
+    ids = s.store.enqueue([_new_job(j, s.max_payload) for j in a["jobs"]], now=a["now"])
+    return {"ids": ids}
+
+
+def _get_job(s: _Server, a: Args) -> Args:
+    job = s.store.get_job(a["job_id"])
+    if job is None:
+        raise JobNotFound(f"no job {a['job_id']}")
+    return wire.encode_job(job)
+
+
+def _list_jobs(s: _Server, a: Args) -> Args:
+    jobs = s.store.list_jobs(state=a.get("state"), queue=a.get("queue"), task=a.get("task"),
+                             limit=a.get("limit", 50))
+    return {"jobs": [wire.encode_job(j) for j in jobs]}
+
+
+def _claim_once(s: _Server, a: Args) -> list[Any]:
+    queues = [validate_queue(q) for q in a["queues"]]
+    return s.store.claim(a["worker"], queues, a["limit"], a["lease_ttl"], now=a["now"])
+
+
+def _claim_ids(s: _Server, a: Args) -> Args:
+    queues = [validate_queue(q) for q in a["queues"]]
+    jobs = s.store.claim_ids(a["worker"], a["ids"], queues, a["lease_ttl"], now=a["now"])
+    return {"jobs": [wire.encode_claimed(j) for j in jobs]}
+
+
+def _due_unclaimed(s: _Server, a: Args) -> Args:
+    queues = [validate_queue(q) for q in a["queues"]]
+    jobs = s.store.due_unclaimed(queues, grace=a["grace"], limit=a["limit"], now=a["now"])
+    return {"jobs": [wire.encode_due(j) for j in jobs]}
+
+
+def _recent_attempts(s: _Server, a: Args) -> Args:
+    try:
+        outcomes = [Outcome(o) for o in a["outcomes"].split(",")] if "outcomes" in a else list(Outcome)
+    except ValueError as exc:
+        raise PayloadError(f"outcomes: {exc}") from None
+    return {"attempts": [wire.encode_attempt(x) for x in s.store.recent_attempts(outcomes, limit=a.get("limit", 50))]}
+
+
+def _complete(s: _Server, a: Args) -> Args:
+    rows = [(r["id"], r["attempt"], dump_json(r["result"], "result", s.max_payload) if "result" in r else None)
+            for r in a["done"]]
+    return {"accepted": sorted(s.store.complete(a["worker"], rows, now=a["now"]))}
+
+
+def _fail(s: _Server, a: Args) -> Args:
+    state = s.store.fail(a["worker"], a["job_id"], a["attempt"], outcome=Outcome(a["outcome"]), error=a["error"],
+                         traceback=a.get("traceback"), retry=a.get("retry", True), now=a["now"])
+    return {"state": str(state)}
+
+
+def _register(s: _Server, a: Args) -> Args:
+    s.store.register_worker(WorkerInfo(
+        id=a["id"], host=a["host"], pid=a["pid"], proc_start=a["proc_start"], started_at=None,  # type: ignore[arg-type]
+        last_seen=None, queues=[validate_queue(q) for q in a["queues"]], concurrency=a["concurrency"],  # type: ignore[arg-type]
+    ))
+    return {}
+
+
+def _destroy(s: _Server, a: Args) -> Args:
+    s.store.destroy()
+    return {}
+
+
+#: every operation but claim, which long-polls (``_claim``)
+HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
+    "enqueue": _enqueue,
+    "get_job": _get_job,
+    "list_jobs": _list_jobs,
+    "cancel": lambda s, a: {"state": str(s.store.cancel(a["job_id"], now=a["now"]))},
+    "retry": lambda s, a: s.store.retry(a["job_id"], now=a["now"]) or {},
+    "stats": lambda s, a: wire.encode_stats(s.store.stats()),
+    "recent_attempts": _recent_attempts,
+    "claim_ids": _claim_ids,
+    "due_unclaimed": _due_unclaimed,
+    "heartbeat": lambda s, a: {"beats": [
+        {"id": i, "beat": str(b)} for i, b in sorted(s.store.heartbeat(
+            a["worker"], [(h["id"], h["attempt"]) for h in a["held"]], a["lease_ttl"], now=a["now"]).items())]},
+    "progress": lambda s, a: {"cancel_requested": s.store.progress(
+        a["worker"], a["job_id"], a["attempt"], a["fraction"], a["message"], a["lease_ttl"], now=a["now"])},
+    "complete": _complete,
+    "fail": _fail,
+    "release": lambda s, a: {"state": str(s.store.release(a["worker"], a["job_id"], a["attempt"], now=a["now"]))},
+    "reap": lambda s, a: {"reaped": [wire.encode_reaped(r) for r in s.store.reap(a["limit"], now=a["now"])]},
+    "expire_leases": lambda s, a: {"expired": s.store.expire_leases(a["workers"], now=a["now"])},
+    "register_worker": _register,
+    "stop_worker": lambda s, a: s.store.stop_worker(a["worker"], now=a["now"]) or {},
+    "list_workers": lambda s, a: {"workers": [wire.encode_worker(w) for w in s.store.list_workers(
+        host=a.get("host"), live_only=a.get("live_only", False))]},
+    "db_now": lambda s, a: {"now": s.store.db_now().isoformat()},
+    "check_schema": lambda s, a: s.store.check_schema() or {},
+    "migrate": lambda s, a: {"applied": s.store.migrate()},
+    "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},
+    "integrity_check": lambda s, a: {"problems": s.store.integrity_check()},
+    "destroy": _destroy,
+}
+#: operations after which queued jobs may be due: wake long-polling claims
+WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases"})
+
+
+# -- request handling -------------------------------------------------------------------------
+def _authorize(s: _Server, request: Request, op: wire.Op) -> None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "unauthorized", "this server needs a bearer token: send 'Authorization: Bearer TOKEN'",
+                       {"WWW-Authenticate": "Bearer"})
+    scopes = s.tokens.scopes_of(token.strip())
+    if scopes is None:
+        raise ApiError(401, "unauthorized", "the bearer token is not one this server knows",
+                       {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+    if not s.tokens.allows(scopes, op.scopes):
+        raise ApiError(403, "forbidden", f"{op.name} needs a token with scope {' or '.join(op.scopes)} "
+                                         f"(or admin); this token has {', '.join(sorted(scopes))}")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_text(value: Any) -> None:
+    """Strings the databases cannot store: NUL characters and lone surrogates."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if "\x00" in v:
+                raise SchemaViolation("strings may not contain NUL (\\u0000) characters")
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SchemaViolation("strings must be valid Unicode (a lone surrogate escape was sent)") from None
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
+async def _read_body(s: _Server, request: Request) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise ApiError(400, "bad_request", "Content-Length is not a number")
+        if int(length) > s.max_body:
+            raise _too_large(s, int(length))
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > s.max_body:
+            raise _too_large(s, len(body))
+    if not body.strip():
+        return None
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise ApiError(415, "unsupported_media_type",
+                       f"the body must be JSON with Content-Type: application/json (got {ctype or 'none'})")
+    try:
+        value = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+        _check_text(value)
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "bad_request", f"the body is not UTF-8: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, "bad_request", f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "bad_request", "the body nests JSON too deeply") from None
+    except (ValueError, SchemaViolation) as exc:
+        raise ApiError(400, "bad_request", f"the body is not acceptable JSON: {exc}") from None
+    return value
+
+
+def _too_large(s: _Server, size: int) -> ApiError:
+    return ApiError(413, "too_large", f"the request body is {size} bytes or more, over this server's limit of "
+                                      f"{s.max_body} bytes: send fewer jobs per request or smaller payloads")
+
+
+def _query_value(raw: str, schema: dict[str, Any], name: str) -> Any:
+    if schema.get("type") == "integer":
+        if not raw.lstrip("-").isdigit() or len(raw) > 20:
+            raise SchemaViolation(f"query parameter {name} must be an integer, got {raw!r}")
+        return int(raw)
+    if schema.get("type") == "boolean":
+        if raw not in ("true", "false"):
+            raise SchemaViolation(f"query parameter {name} must be true or false, got {raw!r}")
+        return raw == "true"
+    return raw
+
+
+async def _arguments(s: _Server, request: Request, op: wire.Op) -> Args:
+    args: Args = {}
+    try:
+        for name in op.path_params:
+            args[name] = validate(_query_value(request.path_params[name], wire.JOB_ID, name), wire.JOB_ID, name)
+        for key in request.query_params:
+            if key not in op.query:
+                raise SchemaViolation(f"unknown query parameter {key!r} (known: {', '.join(op.query) or 'none'})")
+        for name, schema in op.query.items():
+            values = request.query_params.getlist(name)
+            if len(values) > 1:
+                raise SchemaViolation(f"query parameter {name} given {len(values)} times")
+            if values:
+                args[name] = validate(_query_value(values[0], schema, name), schema, name)
+        body = await _read_body(s, request) if op.body is not None else None
+        if body is None:
+            body = {}
+        if isinstance(body, dict) and "now" in body and not (op.takes_now and s.client_clock):
+            raise ApiError(400, "client_clock_refused",
+                           "this server does not accept a client-supplied 'now' (only a server started with "
+                           "--unsafe-client-clock, for tests, does); leave it out")
+        body_schema = wire.request_schema(op, client_clock=s.client_clock, max_wait=s.max_wait)
+        if body_schema is not None:
+            body = validate(body, body_schema)
+    except SchemaViolation as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    args.update(body)
+    args["now"] = parse_datetime(body["now"]) if "now" in body else None
+    return args
+
+
+def _error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                    **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message, **extra}, status_code=status, headers=headers)
+
+
+def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
+    handler = HANDLERS.get(op.name)
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            _authorize(s, request, op)
+            args = await _arguments(s, request, op)
+            if handler is None:  # claim: it may long-poll
+                result: Args = await _claim(s, request, args)
+            else:
+                result = await run_in_threadpool(handler, s, args)
+            if op.name in WAKES:
+                s.wakeups.notify()
+            return JSONResponse(result)
+        except ApiError as exc:
+            return _error_response(exc.status, exc.code, exc.message, exc.headers, **exc.extra)
+        except StaleAttempt as exc:
+            return _error_response(409, "stale_attempt", str(exc), job_id=exc.job_id, attempt=exc.attempt,
+                                   worker=exc.worker, op=exc.op)
+        except TetherError as exc:
+            code = wire.error_code(exc)
+            return _error_response(wire.ERRORS[code][0], code, str(exc))
+        except Exception as exc:
+            unavailable = isinstance(exc, OSError) or type(exc).__name__ in ("OperationalError", "PoolTimeout")
+            log.exception("%s failed", op.name)
+            if unavailable:
+                return _error_response(503, "database_unavailable",
+                                       f"the database did not answer ({type(exc).__name__}); try again")
+            return _error_response(500, "internal", f"{op.name} failed on the server ({type(exc).__name__}); "
+                                                    "the details are in the server's log")
+
+    endpoint.__name__ = op.name
+    return endpoint
+
+
+async def _claim(s: _Server, request: Request, args: Args) -> Args:
+    """Claim; with ``wait``, hold the request until jobs are due or the wait ends."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + float(args.get("wait", 0.0))
+    while True:
+        jobs = await run_in_threadpool(_claim_once, s, args)
+        left = deadline - loop.time()
+        if jobs or args["now"] is not None or left <= 0 or await request.is_disconnected():
+            return {"jobs": [wire.encode_claimed(j) for j in jobs]}
+        await s.wakeups.wait(min(LONG_POLL_TICK, left))
+
+
+def create_app(
+    store: Store,
+    tokens: TokenTable,
+    *,
+    client_clock: bool = False,
+    max_body: int = DEFAULT_MAX_BODY,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    max_claim_wait: float = wire.MAX_CLAIM_WAIT,
+) -> Starlette:
+    """The API over ``store``. ``client_clock`` honours a request's ``now``:
+    for conformance tests only, never in production (any worker could move
+    the clock its leases are judged by). ``max_claim_wait`` caps how long a
+    claim may long-poll."""
+    if max_body < 1024:
+        raise ConfigError(f"max_body must be at least 1024 bytes, got {max_body}")
+    s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait)
+    document = build_document(client_clock=client_clock, max_body=max_body, max_wait=max_claim_wait)
+
+    async def openapi(request: Request) -> Response:
+        try:
+            header = request.headers.get("authorization", "")
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or s.tokens.scopes_of(token.strip()) is None:
+                raise ApiError(401, "unauthorized", "this server needs a bearer token: send "
+                                                    "'Authorization: Bearer TOKEN'", {"WWW-Authenticate": "Bearer"})
+        except ApiError as exc:
+            return _error_response(exc.status, exc.code, exc.message, exc.headers)
+        return JSONResponse(document)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+        return _error_response(exc.status_code, code, str(exc.detail), dict(exc.headers or {}))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        s.wakeups.bind()
+        listener: Listener | None = None
+        try:
+            listener = await run_in_threadpool(store.listen, s.wakeups.notify_threadsafe)
+        except Exception as exc:  # polling still works
+            log.warning("no push channel from the database (%s); long-polling claims poll", exc)
+        try:
+            yield
+        finally:
+            if listener is not None:
+                listener.close()
+
+    routes = [Route("/openapi.json", openapi, methods=["GET"])]
+    routes += [Route(op.path, _endpoint(s, op), methods=[op.method]) for op in wire.OPS]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)

@@ -1,0 +1,78 @@
+"""Bearer tokens with scopes, configured by the operator.
+
+A token line is ``TOKEN SCOPE[,SCOPE...]`` (``#`` starts a comment). Scopes:
+``worker`` (claim, heartbeat, report, reap), ``producer`` (enqueue, inspect,
+cancel, retry) and ``admin`` (everything, plus migrate and destroy). Tokens
+are kept only as SHA-256 digests and compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..store.http.wire import SCOPES
+
+__all__ = ["MIN_TOKEN_LENGTH", "TokenTable", "parse_tokens"]
+
+MIN_TOKEN_LENGTH = 16
+_TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenTable:
+    entries: tuple[tuple[bytes, frozenset[str]], ...]
+
+    def scopes_of(self, presented: str) -> frozenset[str] | None:
+        """The scopes of a presented token, or None. Every entry is compared,
+        whatever matched, so the time taken says nothing about the tokens."""
+        digest = _digest(presented)
+        found: frozenset[str] | None = None
+        for known, scopes in self.entries:
+            if hmac.compare_digest(digest, known):
+                found = scopes
+        return found
+
+    @staticmethod
+    def allows(scopes: frozenset[str], wanted: Iterable[str]) -> bool:
+        return "admin" in scopes or any(s in scopes for s in wanted)
+
+
+def parse_tokens(text: str, where: str) -> TokenTable:
+    """Lines (or ``;``-separated entries) of ``TOKEN SCOPE[,SCOPE]``."""
+    entries: list[tuple[bytes, frozenset[str]]] = []
+    seen: set[bytes] = set()
+    for n, raw in enumerate(re.split(r"[\n;]", text), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise ConfigError(f"{where}: entry {n} is not 'TOKEN SCOPE[,SCOPE]' (scopes: {', '.join(SCOPES)})")
+        token, scope_text = parts
+        if len(token) < MIN_TOKEN_LENGTH or not _TOKEN.match(token):
+            raise ConfigError(f"{where}: entry {n}: a token must be at least {MIN_TOKEN_LENGTH} characters of "
+                              "letters, digits and ._~+/=- (e.g. from `python -c 'import secrets; "
+                              "print(secrets.token_urlsafe(32))'`)")
+        scopes = frozenset(s.strip() for s in scope_text.split(",") if s.strip())
+        unknown = scopes - set(SCOPES)
+        if unknown or not scopes:
+            raise ConfigError(f"{where}: entry {n}: unknown scope(s) {sorted(unknown) or '(none)'}; "
+                              f"use {', '.join(SCOPES)}")
+        digest = _digest(token)
+        if digest in seen:
+            raise ConfigError(f"{where}: entry {n}: the same token is listed twice")
+        seen.add(digest)
+        entries.append((digest, scopes))
+    if not entries:
+        raise ConfigError(f"{where}: no tokens configured; the server refuses to run without any "
+                          "(every request needs one)")
+    return TokenTable(tuple(entries))

@@ -1,0 +1,62 @@
+"""Running the API with uvicorn: in the foreground (``tether server``) or on a
+background thread (tests, embedding)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+
+__all__ = ["ServerThread", "serve"]
+
+#: uvicorn closes idle keep-alive connections after this long; clients reuse
+#: a connection only while it has been idle for well under it
+KEEP_ALIVE = 5
+
+
+def _config(app: Starlette, **kwargs: Any) -> uvicorn.Config:
+    return uvicorn.Config(app, lifespan="on", access_log=False, timeout_keep_alive=KEEP_ALIVE,
+                          timeout_graceful_shutdown=5, **kwargs)
+
+
+def serve(app: Starlette, host: str, port: int, *, log_level: str = "info") -> None:
+    """Run until SIGTERM/SIGINT."""
+    uvicorn.Server(_config(app, host=host, port=port, log_level=log_level)).run()
+
+
+class ServerThread:
+    """The API on a free loopback port, on a daemon thread; ``url`` once started."""
+
+    def __init__(self, app: Starlette, host: str = "127.0.0.1") -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, 0))
+        self.port: int = self._sock.getsockname()[1]
+        self.url = f"http://{host}:{self.port}"
+        self._server = uvicorn.Server(_config(app, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                        name="tether-server", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the tether server thread did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        self._sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,309 @@
+"""The Store interface over a tether server's HTTP API (``http://host:port``).
+
+Standard library only (``http.client``): one keep-alive connection per thread,
+like the database backends' connection per thread, so the heartbeat thread
+never queues behind a claim. Errors come back as the same exceptions a local
+store raises (``StaleAttempt`` for a refused fenced write, ``JobNotFound``,
+...); a server that cannot be reached, times out or fails raises
+``ServerUnavailable``, which the worker runtime treats like an unreachable
+database: it retries, and fences itself off a job once the lease's local
+deadline passes.
+
+Requests are never retried here: a request whose answer was lost may have
+taken effect (an enqueue would be duplicated), so the caller decides.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+from ...config import DatabaseURL
+from ...errors import (
+    AccessDenied,
+    ConfigError,
+    PayloadError,
+    ServerUnavailable,
+    StaleAttempt,
+    TetherError,
+)
+from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ..base import Store
+from . import wire
+
+__all__ = ["HttpStore"]
+
+DEFAULT_TIMEOUT = 10.0
+#: how long a claim may wait on the server for jobs (capped at a quarter of the lease TTL)
+DEFAULT_CLAIM_WAIT = 1.0
+#: reuse a keep-alive connection only while it has been idle for less than this
+#: (the server closes idle ones after 5 s; a request must not race that close)
+REUSE_IDLE = 2.0
+
+
+class _Conn:
+    def __init__(self, conn: http.client.HTTPConnection) -> None:
+        self.conn = conn
+        self.last_used = time.monotonic()
+
+
+class HttpStore(Store):
+    backend = "http"
+    default_poll_interval = 0.05  # claims long-poll on the server; this is only the gap between them
+
+    def __init__(self, dsn: DatabaseURL, *, token: str | None = None) -> None:
+        token = token or os.environ.get("TETHER_TOKEN")
+        if not token:
+            raise ConfigError(f"the tether server at {dsn.url} needs a token: pass token=..., --token, "
+                              "or set TETHER_TOKEN")
+        parts = urlsplit(dsn.url)
+        self.url = dsn.url
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or "localhost"
+        self._port = parts.port or (443 if self._https else 80)
+        self._prefix = parts.path.rstrip("/")
+        self._auth = f"Bearer {token}"
+        self.timeout = float(dsn.options.get("timeout", DEFAULT_TIMEOUT))
+        self.claim_wait = float(dsn.options.get("wait", DEFAULT_CLAIM_WAIT))
+        self._local = threading.local()
+        self._all: list[_Conn] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<HttpStore {self.url}>"
+
+    # -- transport ------------------------------------------------------------------------
+    def _connection(self) -> _Conn:
+        c: _Conn | None = getattr(self._local, "conn", None)
+        if c is not None and time.monotonic() - c.last_used < REUSE_IDLE:
+            return c
+        if c is not None:
+            self._drop(c)
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        c = _Conn(cls(self._host, self._port, timeout=self.timeout))
+        self._local.conn = c
+        with self._lock:
+            self._all.append(c)
+        return c
+
+    def _drop(self, c: _Conn) -> None:
+        c.conn.close()
+        with self._lock:
+            if c in self._all:
+                self._all.remove(c)
+        if getattr(self._local, "conn", None) is c:
+            self._local.conn = None
+
+    def _call(self, name: str, body: dict[str, Any] | None = None, *, path: dict[str, Any] | None = None,
+              query: dict[str, Any] | None = None, timeout: float | None = None,
+              now: datetime | None = None) -> dict[str, Any]:
+        op = wire.OPS_BY_NAME[name]
+        target = self._prefix + op.path.format(**{k: quote(str(v)) for k, v in (path or {}).items()})
+        if query:
+            target += "?" + urlencode({k: (str(v).lower() if isinstance(v, bool) else v)
+                                       for k, v in query.items() if v is not None})
+        headers = {"Authorization": self._auth, "Accept": "application/json"}
+        payload: bytes | None = None
+        if op.body is not None:
+            data = dict(body or {})
+            if now is not None:
+                data["now"] = now.isoformat()
+            payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+            headers["Content-Type"] = "application/json"
+        c = self._connection()
+        try:
+            if c.conn.sock is not None:
+                c.conn.sock.settimeout(timeout or self.timeout)
+            else:
+                c.conn.timeout = timeout or self.timeout
+            c.conn.request(op.method, target, body=payload, headers=headers)
+            resp = c.conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop(c)
+            raise ServerUnavailable(f"tether server {self.url} unreachable during {name}: "
+                                    f"{type(exc).__name__}: {exc or 'no answer'}") from None
+        c.last_used = time.monotonic()
+        if resp.will_close:
+            self._drop(c)
+        try:
+            answer = json.loads(raw) if raw else {}
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise ServerUnavailable(f"tether server {self.url} answered {name} with HTTP {resp.status} "
+                                    "and no JSON: is this a tether server?")
+        if resp.status == 200:
+            return answer
+        raise _error(resp.status, answer, name, self.url)
+
+    # -- schema ---------------------------------------------------------------------------
+    def migrate(self) -> list[str]:
+        return list(self._call("migrate")["applied"])
+
+    def check_schema(self) -> None:
+        self._call("check_schema")
+
+    def schema_objects(self) -> dict[str, list[str]]:
+        return dict(self._call("schema_objects")["objects"])
+
+    # -- producers ------------------------------------------------------------------------
+    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+        if not jobs:
+            return []
+        return list(self._call("enqueue", {"jobs": [_encode_new(j) for j in jobs]}, now=now)["ids"])
+
+    def get_job(self, job_id: int) -> Job | None:
+        try:
+            return wire.decode_job(self._call("get_job", path={"job_id": job_id}))
+        except LookupError:
+            return None
+
+    def list_jobs(
+        self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        found = self._call("list_jobs", query={"state": state, "queue": queue, "task": task, "limit": limit})
+        return [wire.decode_job(j) for j in found["jobs"]]
+
+    def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
+        return JobState(self._call("cancel", {}, path={"job_id": job_id}, now=now)["state"])
+
+    def retry(self, job_id: int, *, now: datetime | None = None) -> None:
+        self._call("retry", {}, path={"job_id": job_id}, now=now)
+
+    def recent_attempts(self, outcomes: Sequence[Outcome], *, limit: int = 50) -> list[Attempt]:
+        found = self._call("recent_attempts", query={"outcomes": ",".join(str(o) for o in outcomes), "limit": limit})
+        return [wire.decode_attempt(a) for a in found["attempts"]]
+
+    def stats(self) -> Stats:
+        return wire.decode_stats(self._call("stats"))
+
+    # -- workers ----------------------------------------------------------------------------
+    def claim(
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        # A claim held on the server must return well inside the lease: the
+        # worker's local deadline counts from when the request was sent.
+        wait = 0.0 if now is not None else min(self.claim_wait, lease_ttl / 4)
+        body = {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "wait": wait}
+        found = self._call("claim", body, now=now, timeout=self.timeout + wait)
+        return [wire.decode_claimed(j) for j in found["jobs"]]
+
+    def claim_ids(
+        self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        if not ids:
+            return []
+        body = {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl}
+        return [wire.decode_claimed(j) for j in self._call("claim_ids", body, now=now)["jobs"]]
+
+    def due_unclaimed(
+        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
+    ) -> list[DueJob]:
+        body = {"queues": list(queues), "grace": grace, "limit": limit}
+        return [wire.decode_due(j) for j in self._call("due_unclaimed", body, now=now)["jobs"]]
+
+    def heartbeat(
+        self, worker: str, held: Sequence[tuple[int, int]], lease_ttl: float, *, now: datetime | None = None
+    ) -> dict[int, Beat]:
+        body = {"worker": worker, "held": [{"id": i, "attempt": a} for i, a in held], "lease_ttl": lease_ttl}
+        return {b["id"]: Beat(b["beat"]) for b in self._call("heartbeat", body, now=now)["beats"]}
+
+    def progress(
+        self, worker: str, job_id: int, attempt: int, fraction: float | None, message: str | None,
+        lease_ttl: float, *, now: datetime | None = None,
+    ) -> bool:
+        body = {"worker": worker, "job_id": job_id, "attempt": attempt, "fraction": fraction, "message": message,
+                "lease_ttl": lease_ttl}
+        return bool(self._call("progress", body, now=now)["cancel_requested"])
+
+    def complete(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], *, now: datetime | None = None
+    ) -> set[int]:
+        if not done:
+            return set()
+        rows = [{"id": i, "attempt": a, **({} if r is None else {"result": json.loads(r)})} for i, a, r in done]
+        return set(self._call("complete", {"worker": worker, "done": rows}, now=now)["accepted"])
+
+    def fail(
+        self, worker: str, job_id: int, attempt: int, *, outcome: Outcome, error: str,
+        traceback: str | None = None, retry: bool = True, now: datetime | None = None,
+    ) -> JobState:
+        body = {"worker": worker, "job_id": job_id, "attempt": attempt, "outcome": str(outcome), "error": error,
+                "traceback": traceback, "retry": retry}
+        return JobState(self._call("fail", body, now=now)["state"])
+
+    def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
+        body = {"worker": worker, "job_id": job_id, "attempt": attempt}
+        return JobState(self._call("release", body, now=now)["state"])
+
+    # -- maintenance --------------------------------------------------------------------------
+    def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
+        return [wire.decode_reaped(r) for r in self._call("reap", {"limit": limit}, now=now)["reaped"]]
+
+    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+        return int(self._call("expire_leases", {"workers": list(worker_ids)}, now=now)["expired"])
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        self._call("register_worker", {"id": info.id, "host": info.host, "pid": info.pid,
+                                       "proc_start": info.proc_start, "queues": list(info.queues),
+                                       "concurrency": info.concurrency})
+
+    def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None:
+        self._call("stop_worker", {"worker": worker_id}, now=now)
+
+    def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
+        found = self._call("list_workers", query={"host": host, "live_only": live_only})
+        return [wire.decode_worker(w) for w in found["workers"]]
+
+    def db_now(self) -> datetime:
+        return datetime.fromisoformat(self._call("db_now")["now"])
+
+    def destroy(self) -> None:
+        self._call("destroy", {"confirm": "destroy"})
+
+    def integrity_check(self) -> list[str]:
+        return list(self._call("integrity_check")["problems"])
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for c in conns:
+            c.conn.close()
+
+
+def _encode_new(j: NewJob) -> dict[str, Any]:
+    try:
+        args = json.loads(j.args_json)
+        meta = None if j.meta_json is None else json.loads(j.meta_json)
+    except ValueError as exc:
+        raise PayloadError(f"args of task {j.task!r} are not JSON: {exc}") from None
+    if not isinstance(args, dict):
+        raise PayloadError(f"args of task {j.task!r} must be a JSON object of keyword arguments")
+    return {"task": j.task, "args": args, "queue": j.queue, "priority": j.priority,
+            "run_at": None if j.run_at is None else j.run_at.isoformat(), "delay": j.delay,
+            "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl, "timeout": j.timeout,
+            "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": meta}
+
+
+def _error(status: int, answer: dict[str, Any], op: str, url: str) -> TetherError:
+    code, message = str(answer.get("error", "")), str(answer.get("message", f"HTTP {status}"))
+    if code == "stale_attempt":
+        return StaleAttempt(int(answer["job_id"]), int(answer["attempt"]), str(answer["worker"]), str(answer["op"]))
+    if code in wire.ERRORS:
+        return wire.ERRORS[code][1](message)
+    if status in (401, 403):
+        return AccessDenied(f"tether server {url} refused {op}: {message}")
+    if status >= 500:
+        return ServerUnavailable(f"tether server {url} failed {op} (HTTP {status}): {message}")
+    if code == "client_clock_refused":
+        return ConfigError(message)
+    return PayloadError(f"tether server {url} refused {op} (HTTP {status} {code}): {message}")

@@ -1,0 +1,170 @@
+"""Remote workers under real process faults: a `tether server` process holds
+the database; worker processes (``tests/proc_app.py``) reach it only over
+HTTP with a worker token. The same lease rules must hold as for local
+workers (``test_processes.py``, whose helpers these reuse): a SIGKILLed
+remote worker's job is recovered within the bound, and a remote worker cut
+off from the server past its lease stops its handler and has its late report
+refused once it can reach the server again.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tether import JobState, Outcome
+from tether.chaos.proxy import TCPProxy
+from tether.errors import StaleAttempt
+from tether.store import Store, open_store
+
+from .test_processes import (
+    ROOT,
+    SLACK,
+    TTL,
+    Workers,
+    enqueue,
+    finished,
+    job,
+    sigkill_mid_job_is_recovered_by_a_sibling,
+    wait_for,
+)
+
+pytestmark = pytest.mark.processes
+
+TOKEN = secrets.token_urlsafe(24)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """``python -m tether server`` over the test's database, with one worker token."""
+
+    def __init__(self, db_url: str, tmp: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        tokens = tmp / "tokens"
+        tokens.write_text(f"{TOKEN} worker,producer\n")
+        self.log = tmp / "server.log"
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        with self.log.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tether", "-d", db_url, "server", "--port", str(self.port),
+                 "--token-file", str(tokens), "--log-level", "warning"],
+                env=env, stdout=subprocess.DEVNULL, stderr=err)
+        client = open_store(self.url, token=TOKEN)
+        try:
+            wait_for(lambda: self._answers(client), 20, "the server to answer")
+        finally:
+            client.close()
+
+    def _answers(self, client: Store) -> bool:
+        assert self.proc.poll() is None, self.log.read_text()
+        try:
+            client.db_now()
+            return True
+        except ConnectionError:
+            return False
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+
+@pytest.fixture
+def server(db_url: str, store: Store, tmp_path: Path) -> Iterator[ServerProcess]:
+    s = ServerProcess(db_url, tmp_path)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def remote(server: ServerProcess, tmp_path: Path) -> Iterator[Workers]:
+    """Worker processes whose 'database URL' is the server (plus TETHER_TOKEN)."""
+    w = Workers(server.url, tmp_path)
+    yield w
+    w.close()
+
+
+def test_sigkilled_remote_worker_is_recovered_by_a_remote_sibling_within_the_bound(
+    remote: Workers, store: Store
+) -> None:
+    sigkill_mid_job_is_recovered_by_a_sibling(remote, store, TETHER_TOKEN=TOKEN)
+
+
+def test_remote_worker_cut_off_past_its_lease_stops_and_its_late_report_is_refused(
+    server: ServerProcess, tmp_path: Path, store: Store
+) -> None:
+    port = int(server.url.rsplit(":", 1)[1])
+    proxy = TCPProxy("127.0.0.1", port)
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "direct").mkdir()
+    cut = Workers(f"http://127.0.0.1:{proxy.port}", tmp_path / "cut")  # A reaches the server through the proxy
+    direct = Workers(server.url, tmp_path / "direct")
+    try:
+        jid = enqueue(store, "coop", seconds=4)
+        a = cut.start(TETHER_TOKEN=TOKEN)
+        wait_for(lambda: cut.started(jid), 15, "remote worker A to start the job")
+        b = direct.start(TETHER_TOKEN=TOKEN)
+        direct.wait_started(b)
+
+        proxy.blackhole()  # packets vanish; A's sockets stay half-open
+        cut_at = time.monotonic()
+        stopped = wait_for(lambda: list(cut.marks.glob(f"{jid}-1-{a.pid}.stopped")), TTL + SLACK + 2,
+                           "A to fence itself and stop its handler")
+        assert stopped
+        assert time.monotonic() - cut_at <= TTL + SLACK + 2
+        assert "lease could not be renewed" in cut.log(a)
+
+        done = wait_for(lambda: finished(store, jid), 25, "B to recover and finish the job")
+        assert done.state is JobState.SUCCEEDED and done.result["pid"] == b.pid
+        assert not list(cut.marks.glob(f"{jid}-1-*.end")), "A's handler ran to the end despite losing the lease"
+
+        proxy.heal()  # A can reach the server again; its attempt's late report must change nothing
+        late = open_store(f"http://127.0.0.1:{proxy.port}", token=TOKEN)
+        try:
+            a_worker = done.attempts[0].worker
+            assert late.complete(a_worker, [(jid, 1, '{"late": true}')]) == set()
+            with pytest.raises(StaleAttempt):
+                late.fail(a_worker, jid, 1, outcome=Outcome.FAILED, error="late")
+            assert late.heartbeat(a_worker, [(jid, 1)], TTL)[jid] == "lost"
+        finally:
+            late.close()
+        after = job(store, jid)
+        assert after == done, "a late report from the cut-off attempt changed the job"
+        assert [(x.attempt, x.outcome) for x in after.attempts] == [(1, Outcome.LEASE_EXPIRED),
+                                                                     (2, Outcome.SUCCEEDED)]
+        assert a.poll() is None, "A should survive the cut and keep serving"
+    finally:
+        for w in (cut, direct):
+            w.close()
+        proxy.close()
+
+
+def test_sigterm_on_a_remote_worker_releases_its_job(remote: Workers, store: Store) -> None:
+    jid = enqueue(store, "sleepy", max_attempts=1, seconds=3)
+    w = remote.start(TETHER_TOKEN=TOKEN, T_SHUTDOWN=0.3)
+    wait_for(lambda: remote.started(jid), 15, "the remote worker to start the job")
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(timeout=15) == 0
+    released = job(store, jid)
+    assert released.state is JobState.QUEUED
+    assert (released.attempt, released.released) == (1, 1)
+    assert [a.outcome for a in released.attempts] == [Outcome.RELEASED]

@@ -1,0 +1,255 @@
+"""The tether server's edges: tokens and scopes, size limits, malformed bodies,
+the client clock, stale reports as 409, and the HTTP store's error mapping.
+
+Backend-independent, so these run over SQLite only; the conformance suite
+runs every store operation over the server on both backends.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tether import Tether
+from tether.errors import AccessDenied, ConfigError, InvalidDSN, ServerUnavailable, StaleAttempt
+from tether.server import parse_tokens
+from tether.store import open_store
+from tether.store.http import wire
+
+from .conftest import served
+
+WORKER, PRODUCER, ADMIN = (secrets.token_urlsafe(20) for _ in range(3))
+TOKENS = f"{WORKER} worker\n{PRODUCER} producer # a comment\n{ADMIN} admin"
+
+
+class Client:
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "", parts.port or 80
+
+    def request(self, method: str, path: str, body: bytes | str | dict[str, Any] | None = None,
+                token: str | None = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        h = dict(headers or {})
+        if token is not None:
+            h["Authorization"] = f"Bearer {token}"
+        if isinstance(body, dict):
+            body = json.dumps(body)
+            h.setdefault("Content-Type", "application/json")
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers=h)
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        assert resp.getheader("content-type", "").startswith("application/json"), data
+        return resp.status, json.loads(data)
+
+
+@pytest.fixture
+def server_url(tmp_path: Path) -> Iterator[str]:
+    with served(f"sqlite:///{tmp_path / 't.db'}", client_clock=False, tokens=TOKENS) as url:
+        yield url
+
+
+@pytest.fixture
+def client(server_url: str) -> Client:
+    return Client(server_url)
+
+
+JOB = {"jobs": [{"task": "t", "args": {"x": 1}}]}
+
+
+def test_no_token_or_an_unknown_one_is_refused(client: Client) -> None:
+    for token, headers in [(None, None), ("x" * 30, None), (None, {"Authorization": f"Basic {WORKER}"})]:
+        status, body = client.request("GET", "/v1/now", token=token, headers=headers)
+        assert status == 401 and body["error"] == "unauthorized", body
+    status, body = client.request("GET", "/openapi.json")
+    assert status == 401
+    status, body = client.request("POST", "/v1/jobs", JOB)
+    assert status == 401
+    # Nothing was enqueued by the refused request.
+    status, body = client.request("GET", "/v1/jobs", token=PRODUCER)
+    assert (status, body["jobs"]) == (200, [])
+
+
+def test_scopes_are_enforced(client: Client) -> None:
+    assert client.request("POST", "/v1/jobs", JOB, token=WORKER)[0] == 403
+    status, body = client.request("POST", "/v1/jobs", JOB, token=PRODUCER)
+    assert status == 200 and len(body["ids"]) == 1
+    claim = {"worker": "w1", "queues": ["default"], "limit": 1, "lease_ttl": 30}
+    status, body = client.request("POST", "/v1/claim", claim, token=PRODUCER)
+    assert status == 403 and "scope worker" in body["message"]
+    status, body = client.request("POST", "/v1/claim", claim, token=WORKER)
+    assert status == 200 and len(body["jobs"]) == 1
+    for token in (WORKER, PRODUCER):
+        assert client.request("POST", "/v1/migrate", {}, token=token)[0] == 403
+        assert client.request("POST", "/v1/destroy", {"confirm": "destroy"}, token=token)[0] == 403
+    assert client.request("POST", "/v1/migrate", {}, token=ADMIN) == (200, {"applied": []})
+    assert client.request("GET", "/v1/stats", token=ADMIN)[0] == 200  # admin may call everything
+
+
+def test_http_store_maps_refusals_to_access_denied(server_url: str) -> None:
+    producer = open_store(server_url, token=PRODUCER)
+    with pytest.raises(AccessDenied, match="scope worker"):
+        producer.claim("w1", ["default"], 1, 30.0)
+    stranger = open_store(server_url, token="y" * 32)
+    with pytest.raises(AccessDenied, match="not one this server knows"):
+        stranger.db_now()
+    producer.close()
+    stranger.close()
+
+
+def test_oversized_bodies_get_413_with_a_clear_message(client: Client, server_url: str) -> None:
+    big = {"jobs": [{"task": "t", "args": {"blob": "x" * (9 * 1024 * 1024)}}]}
+    status, body = client.request("POST", "/v1/jobs", big, token=PRODUCER)
+    assert status == 413 and body["error"] == "too_large" and "over this server's limit" in body["message"]
+    # A lying Content-Length is cut off by the streamed count as well.
+    conn = http.client.HTTPConnection(client.host, client.port, timeout=10)
+    conn.putrequest("POST", "/v1/jobs")
+    conn.putheader("Authorization", f"Bearer {PRODUCER}")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    chunk = b"x" * (1024 * 1024)
+    try:
+        for _ in range(9):
+            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        conn.send(b"0\r\n\r\n")
+    except OSError:
+        pass  # the server may answer and close before reading it all
+    resp = conn.getresponse()
+    assert resp.status == 413 and json.loads(resp.read())["error"] == "too_large"
+    conn.close()
+    # Through the store: a PayloadError-family refusal, nothing enqueued.
+    s = open_store(server_url, token=PRODUCER)
+    assert s.list_jobs() == []
+    s.close()
+
+
+@pytest.mark.parametrize(("raw", "fragment"), [
+    (b"{not json", "not valid JSON"),
+    (b'{"jobs": [{"task": "t", "args": {"x": NaN}}]}', "NaN is not JSON"),
+    (b'{"jobs": [{"task": "t", "args": {"x": "a\\u0000b"}}]}', "NUL"),
+    (b'{"jobs": [{"task": "t", "args": {"x": "\\ud800"}}]}', "surrogate"),
+    (b'{"jobs": [{"task": "t"}]}', "body.jobs[0].args is required"),
+    (b'{"jobs": [{"task": "t", "args": {}, "priority": "high"}]}', "priority must be integer"),
+    (b'{"jobs": [{"task": "t", "args": {}, "color": 1}]}', "unknown field 'color'"),
+    (b'[' * 100_000 + b']' * 100_000, "nests JSON too deeply"),
+    (b'\xff\xfe', "not UTF-8"),
+])
+def test_malformed_bodies_get_400_with_a_clear_message(client: Client, raw: bytes, fragment: str) -> None:
+    status, body = client.request("POST", "/v1/jobs", raw, token=PRODUCER,
+                                  headers={"Content-Type": "application/json"})
+    assert status == 400 and body["error"] == "bad_request", body
+    assert fragment in body["message"]
+    assert client.request("GET", "/v1/jobs", token=PRODUCER)[1]["jobs"] == []
+
+
+def test_other_refusals_are_json(client: Client) -> None:
+    status, body = client.request("POST", "/v1/jobs", b"task=t", token=PRODUCER,
+                                  headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert (status, body["error"]) == (415, "unsupported_media_type")
+    bad_queue = {"jobs": [{"task": "t", "args": {}, "queue": "no spaces"}]}
+    status, body = client.request("POST", "/v1/jobs", bad_queue, token=PRODUCER)
+    assert (status, body["error"]) == (400, "bad_request") and "queue 'no spaces' does not match" in body["message"]
+    too_big = {"jobs": [{"task": "t", "args": {"blob": "x" * 300_000}}]}  # under the body limit, over the payload cap
+    status, body = client.request("POST", "/v1/jobs", too_big, token=PRODUCER)
+    assert (status, body["error"]) == (422, "payload_error") and "over the cap" in body["message"]
+    assert client.request("GET", "/v1/jobs/12345", token=PRODUCER)[1]["error"] == "job_not_found"
+    assert client.request("GET", "/v1/jobs/abc", token=PRODUCER)[0] == 400
+    assert client.request("GET", "/v1/jobs?limit=0", token=PRODUCER)[0] == 400
+    assert client.request("GET", "/v1/jobs?color=red", token=PRODUCER)[0] == 400
+    assert client.request("GET", "/v1/nothing", token=PRODUCER)[1]["error"] == "not_found"
+    assert client.request("DELETE", "/v1/jobs", token=PRODUCER)[0] == 405
+
+
+def test_client_clock_is_refused_unless_the_server_allows_it(client: Client, server_url: str) -> None:
+    body = {**JOB, "now": "2030-01-01T00:00:00+00:00"}
+    status, answer = client.request("POST", "/v1/jobs", body, token=PRODUCER)
+    assert (status, answer["error"]) == (400, "client_clock_refused")
+    s = open_store(server_url, token=ADMIN)
+    with pytest.raises(ConfigError, match="unsafe-client-clock"):
+        s.reap(10, now=s.db_now())
+    s.close()
+    # ... and the document this server publishes says so: no 'now' anywhere.
+    doc = client.request("GET", "/openapi.json", token=WORKER)[1]
+    assert '"now"' not in json.dumps(doc["paths"]["/v1/claim"]["post"]["requestBody"])
+
+
+def test_stale_report_is_409_with_the_fence_details(client: Client, server_url: str) -> None:
+    client.request("POST", "/v1/jobs", JOB, token=PRODUCER)
+    claim = {"worker": "w1", "queues": ["default"], "limit": 1, "lease_ttl": 30}
+    (job,) = client.request("POST", "/v1/claim", claim, token=WORKER)[1]["jobs"]
+    stale = {"worker": "w1", "job_id": job["id"], "attempt": job["attempt"] + 1, "outcome": "failed",
+             "error": "boom"}
+    status, body = client.request("POST", "/v1/fail", stale, token=WORKER)
+    assert status == 409 and body["error"] == "stale_attempt"
+    assert (body["job_id"], body["attempt"], body["worker"], body["op"]) == (job["id"], job["attempt"] + 1,
+                                                                             "w1", "fail")
+    s = open_store(server_url, token=WORKER)
+    with pytest.raises(StaleAttempt) as info:
+        s.release("someone-else", job["id"], job["attempt"])
+    assert (info.value.job_id, info.value.worker) == (job["id"], "someone-else")
+    assert s.complete("w2", [(job["id"], job["attempt"], None)]) == set()
+    assert s.complete("w1", [(job["id"], job["attempt"], '"ok"')]) == {job["id"]}
+    s.close()
+
+
+def test_openapi_document_lists_every_operation(client: Client) -> None:
+    doc = client.request("GET", "/openapi.json", token=WORKER)[1]
+    ops = {o["operationId"] for path in doc["paths"].values() for o in path.values()}
+    assert ops == {op.name for op in wire.OPS}
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+def test_unreachable_server_raises_server_unavailable() -> None:
+    s = open_store("http://127.0.0.1:9/?timeout=2", token=WORKER)  # port 9 (discard): nothing listens
+    with pytest.raises(ServerUnavailable, match="unreachable") as info:
+        s.heartbeat("w1", [], 30.0)
+    assert isinstance(info.value, ConnectionError)
+    s.close()
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("", "no tokens configured"),
+    ("short worker", "at least 16 characters"),
+    (f"{WORKER} root", "unknown scope"),
+    (f"{WORKER} worker extra", "TOKEN SCOPE"),
+    (f"{WORKER} worker;{WORKER} admin", "listed twice"),
+])
+def test_bad_token_configuration_is_refused_at_start(text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        parse_tokens(text, "tokens")
+
+
+def test_token_table_scopes() -> None:
+    table = parse_tokens(TOKENS, "tokens")
+    assert table.scopes_of(WORKER) == {"worker"}
+    assert table.scopes_of(WORKER + "x") is None
+    assert table.allows(frozenset({"admin"}), ("worker",))
+    assert not table.allows(frozenset({"producer"}), ("worker",))
+
+
+@pytest.mark.parametrize(("url", "fragment"), [
+    ("http://user:pw@host:1", "must not carry credentials"),
+    ("http://:80", "names no host"),
+    ("http://host:1?wait=-1", "non-negative"),
+    ("http://host:1?color=red", "unknown option"),
+])
+def test_bad_server_urls(url: str, fragment: str) -> None:
+    with pytest.raises(InvalidDSN, match=fragment):
+        Tether(url)
+
+
+def test_a_server_url_needs_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TETHER_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="needs a token"):
+        Tether("http://127.0.0.1:1").store.db_now()
