@@ -262,7 +262,7 @@ async def _read_body(s: _Server, request: Request) -> Any:
         if len(body) > s.max_body:
             raise _too_large(s, len(body))
     if not body.strip():
-        return None
+        return {}  # no body: the operation's defaults (a JSON null is another matter: refused below)
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise ApiError(415, "unsupported_media_type",
@@ -312,9 +312,7 @@ async def _arguments(s: _Server, request: Request, op: wire.Op) -> Args:
                 raise SchemaViolation(f"query parameter {name} given {len(values)} times")
             if values:
                 args[name] = validate(_query_value(values[0], schema, name), schema, name)
-        body = await _read_body(s, request) if op.body is not None else None
-        if body is None:
-            body = {}
+        body = await _read_body(s, request) if op.body is not None else {}
         if isinstance(body, dict) and "now" in body and not (op.takes_now and s.client_clock):
             raise ApiError(400, "client_clock_refused",
                            "this server does not accept a client-supplied 'now' (only a server started with "
