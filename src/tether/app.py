@@ -31,6 +31,7 @@ from .store import Store, open_store
 from .transport import Transport, open_transport
 
 if TYPE_CHECKING:
+    from .otel import Tracing
     from .worker.runtime import Worker
 
 __all__ = ["Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
@@ -218,6 +219,8 @@ class Tether:
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: lifecycle hooks (see ``on``)
         self.events = Events()
+        #: OpenTelemetry tracing, set by ``tether.otel.instrument(app)``
+        self.tracing: Tracing | None = None
         self._store: Store | None = None
         self._store_lock = threading.Lock()
 
@@ -308,6 +311,11 @@ class Tether:
         return self.get_task(task).enqueue(**kwargs)
 
     def _enqueue(self, jobs: list[NewJob]) -> list[int]:
+        if self.tracing is not None:
+            return self.tracing.enqueue(jobs, self._write)
+        return self._write(jobs)
+
+    def _write(self, jobs: list[NewJob]) -> list[int]:
         ids = self.store.enqueue(jobs)
         if self.events.active:
             for job_id, job in zip(ids, jobs, strict=True):

@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..context import JobContext
 from ..model import ClaimedJob
@@ -30,6 +31,10 @@ class Running:
     started: float = field(default_factory=time.monotonic)
     #: the transport message that led to this claim, acked once the outcome is written
     delivery: Delivery | None = None
+    #: the attempt's OpenTelemetry span, when the app is instrumented (tether.otel)
+    span: Any = None
+    #: how the attempt ended here, for its span: (outcome, error, job state); first one wins
+    ended: tuple[str, str | None, str | None] | None = None
 
 
 class InFlight:

@@ -412,6 +412,9 @@ class Worker:
             self.history.record("claimed", job=job.id, attempt=job.attempt, sent=sent_at, db=job.claimed_at)
         if failpoints.ARMED:
             failpoints.hit("after_claim")
+        tracing = self.app.tracing
+        if tracing is not None:
+            running.span = tracing.start_attempt(job, self.id)
         task = self.app.tasks.get(job.task)
         if task is None:
             known = ", ".join(sorted(self.app.tasks)) or "none"
@@ -424,7 +427,13 @@ class Worker:
             self.events.emit(Event("job.started", job_id=job.id, attempt=job.attempt, task=job.task, queue=job.queue,
                                    worker=self.id, state=JobState.RUNNING, queue_wait=wait))
         fut: asyncio.Future[Any]
-        if task.is_async:
+        if tracing is not None:  # the attempt's span is current while the handler runs
+            if task.is_async:
+                fut = self._loop.create_task(tracing.call_async(running.span, task.fn, ctx, job.args))
+            else:
+                fut = self._loop.run_in_executor(self._handlers, tracing.call_sync, running.span, task.fn, ctx,
+                                                 job.args)
+        elif task.is_async:
             fut = self._loop.create_task(_call_async(task, ctx, job.args))
         else:
             fut = self._loop.run_in_executor(self._handlers, _call_sync, task, ctx, job.args)
@@ -469,6 +478,8 @@ class Worker:
             return
         running.lost = True
         self.counts["lost"] += 1
+        if running.span is not None:
+            _ended(running, "lost", why)
         if self.history is not None:
             self.history.record("lost", job=running.job.id, attempt=running.job.attempt, why=why)
         self.log.warning("job %s attempt %s lost: %s; cancelling its handler", running.job.id, running.job.attempt, why,
@@ -535,6 +546,8 @@ class Worker:
         if running.delivery is not None:
             self.transport.ack(running.delivery)
             running.delivery = None
+        if running.span is not None:
+            self._end_span(running)
         self.inflight.remove(running)
         if self._nudge is not None:
             self._nudge.set()
@@ -573,6 +586,9 @@ class Worker:
             if self.history is not None:
                 self.history.record("report", job=r.job.id, attempt=r.job.attempt, op="complete",
                                     accepted=r.job.id in accepted, sent=sent_at)
+            if r.span is not None:
+                _ended(r, *(("succeeded", None, "succeeded") if r.job.id in accepted else
+                            ("lost", "its success was refused: the attempt had lost the job", None)))
             if r.job.id in accepted:
                 self.counts["succeeded"] += 1
                 if self.events.active:
@@ -601,6 +617,8 @@ class Worker:
                                             op=fn.__name__.strip("_"), accepted=True, sent=sent_at)
                     return
                 except StaleAttempt as exc:
+                    if running.span is not None:
+                        _ended(running, "lost", str(exc))
                     self.counts["stale_reports"] += 1
                     self.log.warning("%s", exc, extra=job_fields(running.job, self.id))
                     if self.history is not None:
@@ -621,6 +639,8 @@ class Worker:
         state = self.store.fail(self.id, running.job.id, running.job.attempt, outcome=outcome, error=error,
                                 traceback=tb, retry=retry)
         self.counts[str(outcome)] += 1
+        if running.span is not None:
+            _ended(running, outcome, error, state)
         level = logging.WARNING if state in (JobState.DEAD,) else logging.INFO
         self.log.log(level, "job %s attempt %s %s: %s -> %s", running.job.id, running.job.attempt, outcome, error, state,
                 extra=job_fields(running.job, self.id))
@@ -638,9 +658,18 @@ class Worker:
                                worker=self.id, state=state, outcome=outcome, error=error,
                                duration=time.monotonic() - running.started))
 
+    def _end_span(self, running: Running) -> None:
+        outcome, error, state = running.ended or ("lost", None, None)
+        from ..otel import Tracing  # only ever imported when the app is instrumented
+
+        Tracing.end_attempt(running.span, outcome, error, state)
+        running.span = None
+
     def _release(self, running: Running) -> None:
         state = self.store.release(self.id, running.job.id, running.job.attempt)
         self.counts["released"] += 1
+        if running.span is not None:
+            _ended(running, Outcome.RELEASED, None, state)
         if state is JobState.QUEUED:
             self.transport.publish([(running.job.id, running.job.queue)], retry=True)
 
@@ -710,6 +739,12 @@ async def _call_async(task: Task[Any, Any], ctx: JobContext, args: dict[str, Any
 
 def _call_sync(task: Task[Any, Any], ctx: JobContext, args: dict[str, Any]) -> Any:
     return task.fn(ctx, **args)
+
+
+def _ended(running: Running, outcome: str, error: str | None = None, state: str | None = None) -> None:
+    """Note how the attempt ended, for its span (ended in ``_forget``)."""
+    if running.ended is None:
+        running.ended = (str(outcome), error, None if state is None else str(state))
 
 
 def _tb(exc: BaseException | None) -> str | None:

@@ -1,0 +1,143 @@
+"""OpenTelemetry tracing (extra ``otel``): ``instrument(app)``.
+
+Enqueue runs in a ``tether.enqueue <task>`` span (kind PRODUCER, a child of
+whatever span is current in the producer) whose W3C trace context
+(``traceparent``/``tracestate``, through the configured propagator) is stored
+in each job's meta under ``"trace"``. A worker runs each attempt in a
+``tether.job <task>`` span (kind CONSUMER) parented on that context: it starts
+when the worker starts the handler, is the current span while the handler
+runs (so the handler's own spans are its children, for ``async def`` and
+``def`` handlers alike), and ends once the attempt's outcome is written
+(succeeded, failed, timed_out, cancelled, released) or the worker learns it
+lost the job (lost). Failures set status ERROR with the error text.
+
+Without ``instrument(app)`` none of this runs: ``app.tracing`` is None and
+every site in the enqueue path and the worker checks just that.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+
+from .model import ClaimedJob, NewJob, Outcome
+
+if TYPE_CHECKING:
+    from .app import Tether
+
+__all__ = ["META_KEY", "Tracing", "instrument", "uninstrument"]
+
+#: the key in a job's meta that holds the producer's trace context
+META_KEY = "trace"
+#: outcomes whose span status is ERROR
+_ERRORS = frozenset({Outcome.FAILED.value, Outcome.TIMED_OUT.value, "lost"})
+
+
+def instrument(app: Tether, *, tracer_provider: TracerProvider | None = None) -> Tracing:
+    """Trace ``app``'s enqueues and its workers' attempts. ``tracer_provider``
+    defaults to the global one (``opentelemetry.trace.set_tracer_provider``).
+    Call it where the app is defined, so producers and workers both get it."""
+    from . import __version__
+
+    app.tracing = Tracing(trace.get_tracer("tether", __version__, tracer_provider=tracer_provider))
+    return app.tracing
+
+
+def uninstrument(app: Tether) -> None:
+    app.tracing = None
+
+
+class Tracing:
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self.tracer = tracer
+
+    # -- producer ------------------------------------------------------------------
+    def enqueue(self, jobs: list[NewJob], write: Callable[[list[NewJob]], list[int]]) -> list[int]:
+        """Run ``write`` (the store's enqueue) in a producer span whose context
+        each job carries in its meta."""
+        first = jobs[0] if jobs else None
+        name = f"tether.enqueue {first.task}" if first is not None else "tether.enqueue"
+        with self.tracer.start_as_current_span(name, kind=SpanKind.PRODUCER) as span:
+            if first is not None and span.is_recording():
+                span.set_attributes({"messaging.system": "tether", "messaging.operation.type": "send",
+                                     "messaging.destination.name": first.queue, "tether.task": first.task,
+                                     "tether.queue": first.queue, "messaging.batch.message_count": len(jobs)})
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            if carrier:
+                jobs = [replace(j, meta_json=_with_trace(j.meta_json, carrier)) for j in jobs]
+            ids = write(jobs)
+            if len(ids) == 1 and span.is_recording():
+                span.set_attribute("tether.job.id", ids[0])
+            return ids
+
+    # -- worker --------------------------------------------------------------------
+    def start_attempt(self, job: ClaimedJob, worker: str) -> Span:
+        """The attempt's span, parented on the context the producer stored."""
+        return self.tracer.start_span(
+            f"tether.job {job.task}", context=_extract(job.meta), kind=SpanKind.CONSUMER,
+            attributes={"messaging.system": "tether", "messaging.operation.type": "process",
+                        "messaging.destination.name": job.queue, "messaging.message.id": str(job.id),
+                        "tether.job.id": job.id, "tether.job.attempt": job.attempt, "tether.task": job.task,
+                        "tether.queue": job.queue, "tether.worker": worker},
+        )
+
+    @staticmethod
+    def end_attempt(span: Span, outcome: str, error: str | None = None, state: str | None = None) -> None:
+        span.set_attribute("tether.outcome", outcome)
+        if state is not None:
+            span.set_attribute("tether.job.state", state)
+        if outcome in _ERRORS:
+            span.set_status(Status(StatusCode.ERROR, error or outcome))
+        span.end()
+
+    @staticmethod
+    async def call_async(span: Span, fn: Callable[..., Coroutine[Any, Any, Any]], ctx: object,
+                         args: dict[str, Any]) -> Any:
+        """Await the handler with its attempt span current (in the task's own
+        context, so nothing leaks to the loop)."""
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            return await fn(ctx, **args)
+        except Exception as exc:
+            span.record_exception(exc)
+            raise
+        finally:
+            otel_context.detach(token)
+
+    @staticmethod
+    def call_sync(span: Span, fn: Callable[..., Any], ctx: object, args: dict[str, Any]) -> Any:
+        """Call the handler (on its own thread) with its attempt span current."""
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            return fn(ctx, **args)
+        except Exception as exc:
+            span.record_exception(exc)
+            raise
+        finally:
+            otel_context.detach(token)
+
+
+def _with_trace(meta_json: str | None, carrier: dict[str, str]) -> str:
+    meta = json.loads(meta_json) if meta_json is not None else {}
+    if not isinstance(meta, dict):  # not ours to reshape: leave it as it is
+        return meta_json  # type: ignore[return-value]
+    meta[META_KEY] = carrier
+    return json.dumps(meta, separators=(",", ":"))
+
+
+def _extract(meta: dict[str, Any] | None) -> otel_context.Context:
+    """The producer's context from the job's meta; an empty one (a new trace)
+    when it has none or it is malformed (meta may come from any client of a
+    server). Never the worker's own current context."""
+    carrier = meta.get(META_KEY) if isinstance(meta, dict) else None
+    if not isinstance(carrier, dict):
+        return otel_context.Context()
+    clean = {k: v for k, v in carrier.items() if isinstance(k, str) and isinstance(v, str)}
+    return propagate.extract(clean, context=otel_context.Context())
