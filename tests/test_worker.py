@@ -308,3 +308,53 @@ def test_a_job_its_own_worker_claims_again_tells_the_old_attempt_it_lost(make_ap
             time.sleep(0.02)
         assert ended.get(1) == CancelReason.LOST
         assert 2 not in ended  # the successor runs on
+
+
+class _AnswerLostOnce:
+    """The app's real store, except that the first call of each named method
+    is carried out and then raises, as when the database commits a write and
+    the connection drops before its answer arrives."""
+
+    def __init__(self, real: Any, *names: str) -> None:
+        self._real = real
+        self._pending = set(names)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._real, name)
+        if name not in self._pending:
+            return attr
+
+        def once(*args: Any, **kwargs: Any) -> Any:
+            self._pending.discard(name)
+            attr(*args, **kwargs)
+            raise ConnectionError(f"connection lost after {name} was sent")
+        return once
+
+
+def test_a_report_whose_answer_was_lost_is_not_taken_for_a_refusal(make_app: Callable[..., Tether]) -> None:
+    """complete and fail are written, their answers lost, and retried: the
+    retry finds the job no longer running. The worker must see in the attempts
+    audit that its own first try was recorded, not log a refused report."""
+    app = make_app(**FAST)
+    app._store = _AnswerLostOnce(app.store, "complete", "fail")  # type: ignore[assignment]
+
+    @app.task
+    def ok(ctx: JobContext) -> str:
+        return "done"
+
+    @app.task(max_attempts=1)
+    def broken(ctx: JobContext) -> None:
+        raise ValueError("no")
+
+    good, bad = ok.enqueue(), broken.enqueue()
+    with running(app) as w:
+        wait_job(app, good, is_final)
+        wait_job(app, bad, is_final)
+        deadline = time.monotonic() + 5
+        while (w.counts["succeeded"] < 1 or w.counts["failed"] < 1) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert w.counts["stale_reports"] == 0
+    assert (w.counts["succeeded"], w.counts["failed"]) == (1, 1)
+    job = app.get_job(good)
+    assert job is not None and job.state is JobState.SUCCEEDED and job.result == "done"
+    assert [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]

@@ -126,7 +126,7 @@ class Heartbeater:
     def _fence_loop(self) -> None:
         while not self._stop.is_set():
             self.fence_overdue()
-            deadlines = [r.local_deadline for r in self.inflight.all() if not r.lost]
+            deadlines = [r.local_deadline for r in self.inflight.all() if not r.lost and not r.reporting]
             wake = min(deadlines, default=time.monotonic() + FENCE_IDLE_CHECK)
             # Claims may add earlier deadlines while we sleep: never sleep long.
             self._stop.wait(max(0.01, min(wake - time.monotonic(), FENCE_IDLE_CHECK)))

@@ -27,6 +27,10 @@ class Running:
     handler: asyncio.Future[object] | None = None
     #: set when this attempt no longer owns the job; its report is skipped
     lost: bool = False
+    #: set when the handler has finished: from then on its outcome's report,
+    #: not the heartbeat, decides whether the attempt lost the job (a "lost"
+    #: beat may be that report's own write, whose answer never arrived)
+    reporting: bool = False
     #: monotonic time the attempt started here (for its duration)
     started: float = field(default_factory=time.monotonic)
     #: the transport message that led to this claim, acked once the outcome is written
@@ -80,4 +84,4 @@ class InFlight:
 
     def overdue(self, now: float) -> list[Running]:
         with self._lock:
-            return [r for r in self._jobs.values() if not r.lost and r.local_deadline <= now]
+            return [r for r in self._jobs.values() if not r.lost and not r.reporting and r.local_deadline <= now]

@@ -128,7 +128,7 @@ class Worker:
         self.heartbeater = Heartbeater(
             self.store, self.id, self.inflight,
             interval=self.timers.heartbeat_interval, lease_ttl=self.timers.lease_ttl,
-            on_lost=self._lost, on_cancel_requested=self._cancel_requested, history=self.history,
+            on_lost=self._beat_lost, on_cancel_requested=self._cancel_requested, history=self.history,
             events=self.events,
         )
         self.counts: Counter[str] = Counter()
@@ -489,6 +489,12 @@ class Worker:
         if not running.ctx.cancel(CancelReason.LOST):
             self._on_ctx_cancel(running.ctx)  # already cancelled for another reason: interrupt anyway
 
+    def _beat_lost(self, running: Running, why: str) -> None:
+        """Heartbeat thread. Once the handler has finished, its report decides:
+        the write that ended the lease may be that report's own."""
+        if not running.reporting:
+            self._lost(running, why)
+
     def _cancel_requested(self, running: Running) -> None:
         if running.ctx.cancel(CancelReason.REQUESTED):
             self.log.info("job %s: cancel requested; telling its handler", running.job.id,
@@ -497,6 +503,7 @@ class Worker:
     # -- outcomes --------------------------------------------------------------------------
     def _finished(self, running: Running, fut: asyncio.Future[Any]) -> None:
         job, ctx = running.job, running.ctx
+        running.reporting = True
         self._busy -= 1
         if self._nudge is not None:
             self._nudge.set()  # a handler slot is free: claim while this report is written
@@ -565,12 +572,14 @@ class Worker:
 
     async def _complete(self, batch: list[tuple[Running, str | None]]) -> None:
         rows = [(r.job.id, r.job.attempt, res) for r, res in batch]
+        retried = False
         while True:
             sent_at = time.monotonic()
             try:
-                accepted = await self._db(self.store.complete, self.id, rows)
+                accepted = set(await self._db(self.store.complete, self.id, rows))
                 break
             except Exception as exc:
+                retried = True
                 self.log.warning("completing %d job(s) failed (%s); retrying", len(rows), exc)
                 now = time.monotonic()
                 for r, _ in batch:
@@ -582,6 +591,13 @@ class Worker:
                 if not batch:
                     return
                 await asyncio.sleep(REPORT_RETRY)
+        if retried:
+            # A try whose answer was lost may have been written: the retry then
+            # finds the job no longer running. Ask the attempts audit, rather
+            # than report a recorded success as refused.
+            for r, _ in batch:
+                if r.job.id not in accepted and await self._db(self._recorded, r, {Outcome.SUCCEEDED}) is not None:
+                    accepted.add(r.job.id)
         for r, _ in batch:
             if self.history is not None:
                 self.history.record("report", job=r.job.id, attempt=r.job.attempt, op="complete",
@@ -607,6 +623,7 @@ class Worker:
         t.add_done_callback(self._reports.discard)
 
     async def _report_one(self, running: Running, fn: Callable[..., Any], *args: Any) -> None:
+        tried = False
         try:
             while not running.lost:
                 sent_at = time.monotonic()
@@ -617,6 +634,16 @@ class Worker:
                                             op=fn.__name__.strip("_"), accepted=True, sent=sent_at)
                     return
                 except StaleAttempt as exc:
+                    # After a try whose answer was lost, the refusal may be our own
+                    # earlier write: the attempts audit says whether it was.
+                    wrote = {args[0]} if fn == self._fail else {Outcome.RELEASED}
+                    state = await self._db(self._recorded, running, wrote) if tried else None
+                    if state is not None:
+                        await self._db(partial(fn, running, *args, recorded=state))
+                        if self.history is not None:
+                            self.history.record("report", job=running.job.id, attempt=running.job.attempt,
+                                                op=fn.__name__.strip("_"), accepted=True, sent=sent_at)
+                        return
                     if running.span is not None:
                         _ended(running, "lost", str(exc))
                     self.counts["stale_reports"] += 1
@@ -626,6 +653,7 @@ class Worker:
                                             op=fn.__name__.strip("_"), accepted=False, sent=sent_at)
                     return
                 except Exception as exc:
+                    tried = True
                     if running.local_deadline <= time.monotonic():
                         self._lost(running, f"could not report before the lease lapsed ({exc})")
                         return
@@ -635,9 +663,21 @@ class Worker:
         finally:
             self._forget(running)
 
-    def _fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool) -> None:
-        state = self.store.fail(self.id, running.job.id, running.job.attempt, outcome=outcome, error=error,
-                                traceback=tb, retry=retry)
+    def _recorded(self, running: Running, outcomes: set[Outcome]) -> JobState | None:
+        """Database thread: whether this attempt's outcome (one of ``outcomes``)
+        is in the attempts audit, written by us; if so, the state it left the
+        job in (queued if the job has been claimed again since)."""
+        job = self.store.get_job(running.job.id)
+        if job is None or not any(a.attempt == running.job.attempt and a.worker == self.id and a.outcome in outcomes
+                                  for a in job.attempts):
+            return None
+        return JobState.QUEUED if job.state is JobState.RUNNING else job.state
+
+    def _fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool, *,
+              recorded: JobState | None = None) -> None:
+        """Write a failed attempt (``recorded``: an earlier try already did) and tell the world."""
+        state = recorded or self.store.fail(self.id, running.job.id, running.job.attempt, outcome=outcome,
+                                            error=error, traceback=tb, retry=retry)
         self.counts[str(outcome)] += 1
         if running.span is not None:
             _ended(running, outcome, error, state)
@@ -665,8 +705,8 @@ class Worker:
         Tracing.end_attempt(running.span, outcome, error, state)
         running.span = None
 
-    def _release(self, running: Running) -> None:
-        state = self.store.release(self.id, running.job.id, running.job.attempt)
+    def _release(self, running: Running, *, recorded: JobState | None = None) -> None:
+        state = recorded or self.store.release(self.id, running.job.id, running.job.attempt)
         self.counts["released"] += 1
         if running.span is not None:
             _ended(running, Outcome.RELEASED, None, state)
