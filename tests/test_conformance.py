@@ -151,6 +151,24 @@ def test_enqueue_many_returns_ids_in_input_order_from_one_statement(store: Store
     assert len(created) == 1
 
 
+def test_enqueue_many_that_share_their_options_keep_order_args_and_options(store: Store) -> None:
+    """The common bulk case (enqueue_many: one task, one set of options); a
+    batch that differs in one option only must keep each job's own."""
+    t0 = store.db_now()
+    opts: dict[str, Any] = {"queue": "bulk", "priority": 7, "max_attempts": 5, "lease_ttl": 12.5, "timeout": 60.0,
+                            "backoff_base": 0.5, "delay": 30.0, "meta_json": json.dumps({"m": 1})}
+    ids = store.enqueue([new_job(task="same", args={"i": i, "s": "a,b\"{c}"}, **opts) for i in range(300)], now=t0)
+    assert len(ids) == 300 and ids == sorted(ids) and len(set(ids)) == 300
+    for i in (0, 1, 150, 299):
+        job = get(store, ids[i])
+        assert job.args == {"i": i, "s": "a,b\"{c}"}
+        assert (job.task, job.queue, job.priority, job.max_attempts, job.lease_ttl, job.timeout, job.meta) == (
+            "same", "bulk", 7, 5, 12.5, 60.0, {"m": 1})
+        assert close_to(job.run_at, t0 + sec(30))
+    mixed = store.enqueue([new_job(task="same", args={"i": i}, **{**opts, "priority": i}) for i in range(3)], now=t0)
+    assert [get(store, j).priority for j in mixed] == [0, 1, 2]
+
+
 def test_enqueue_empty_batch_inserts_nothing(store: Store) -> None:
     assert store.enqueue([]) == []
     assert store.list_jobs() == []

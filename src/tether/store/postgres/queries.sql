@@ -44,6 +44,22 @@ ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'run
 DO NOTHING
 RETURNING id, dedup_key
 
+-- name: enqueue_uniform
+-- Many jobs that share every option and have no dedup key (what enqueue_many
+-- sends): the options go once, as plain parameters, and the args as one JSON
+-- array, instead of twelve arrays whose elements the driver escapes one by one
+-- (most of a bulk enqueue's client CPU). Ids follow the array's order.
+INSERT INTO {schema}.jobs
+    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
+     backoff_base, meta, created_at)
+SELECT %(queue)s::text, %(task)s::text, a.value, %(priority)s::int,
+       coalesce(%(run_at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)),
+       %(max_attempts)s::int, %(lease_ttl)s::float8, %(timeout)s::float8, %(backoff_base)s::float8,
+       %(meta)s::jsonb, {now}
+FROM jsonb_array_elements(%(args)s::jsonb) WITH ORDINALITY AS a(value, ord)
+ORDER BY a.ord
+RETURNING id, dedup_key
+
 -- name: active_by_dedup_key
 SELECT id, dedup_key FROM {schema}.jobs
 WHERE dedup_key = ANY(%(keys)s::text[]) AND state IN ('queued', 'running')

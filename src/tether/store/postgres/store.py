@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -207,6 +208,14 @@ class PostgresStore(Store):
                 "now": now, "queue": j.queue, "task": j.task, "args": j.args_json, "priority": j.priority,
                 "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl,
                 "timeout": j.timeout, "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": j.meta_json,
+            }
+        elif _uniform(jobs):
+            j = jobs[0]
+            query = "enqueue_uniform"
+            params = {
+                "now": now, "queue": j.queue, "task": j.task, "args": "[" + ",".join(x.args_json for x in jobs) + "]",
+                "priority": j.priority, "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts,
+                "lease_ttl": j.lease_ttl, "timeout": j.timeout, "backoff_base": j.backoff_base, "meta": j.meta_json,
             }
         else:
             query = "enqueue"
@@ -444,6 +453,16 @@ class PostgresStore(Store):
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         return _NotifyListener(self.dsn.url, self.channel, on_enqueue)
+
+
+#: every field of a NewJob but its args (derived, so a new field cannot be missed)
+_options = attrgetter(*(f for f in NewJob.__dataclass_fields__ if f != "args_json"))
+
+
+def _uniform(jobs: Sequence[NewJob]) -> bool:
+    """Whether these jobs differ only in their args, and none has a dedup key."""
+    first = _options(jobs[0])
+    return jobs[0].dedup_key is None and all(_options(j) == first for j in jobs[1:])
 
 
 def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
