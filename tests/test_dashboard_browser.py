@@ -147,6 +147,10 @@ def test_dashboard_in_chromium(make_app: Callable[..., Tether], browser_page: ob
         page.goto(f"{srv.url}/")
         expect(page.locator("table.depth")).to_contain_text("reports")
         expect(page.locator("main")).to_contain_text("worker-b@gone")
+        # throughput: a bar a minute for the last hour; the seed's attempts are in it
+        expect(page.locator("svg.tp g.tp-bar")).to_have_count(60)
+        expect(page.locator("#tp-summary")).to_contain_text("Last hour: 1 succeeded, 4 failed")
+        assert page.locator("svg.tp rect.tp-ok").count() >= 1 and page.locator("svg.tp rect.tp-bad").count() >= 1
         shot("overview")
         page.goto(f"{srv.url}/jobs")
         page.select_option("select[name=state]", "dead")

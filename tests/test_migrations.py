@@ -213,6 +213,7 @@ OPERATIONS: dict[str, Callable[[Store], object]] = {
     "list_jobs": lambda s: s.list_jobs(),
     "cancel": lambda s: s.cancel(1),
     "stats": lambda s: s.stats(),
+    "throughput": lambda s: s.throughput(buckets=60, bucket_seconds=60),
 }
 
 

@@ -350,8 +350,8 @@ LIMIT %(limit)s
 -- finished_at order and the index keeps one min/max summary per 128 pages.
 -- The window is the table's tail: a bitmap scan reads the few page ranges
 -- whose summary overlaps it (and the not yet summarised last ones), not the
--- whole history. Rows a prune deleted and later inserts refilled loosen the
--- summaries; the answer stays exact, only more pages are read.
+-- whole history. Should old attempts ever be deleted and their space refilled
+-- by new ones, the summaries loosen: the answer stays exact, more pages are read.
 SELECT floor((extract(epoch FROM finished_at) - %(start)s) / %(bucket)s)::integer AS bucket, outcome, count(*)
 FROM {schema}.attempts
 WHERE finished_at >= to_timestamp(%(start)s) AND finished_at < to_timestamp(%(end)s)
