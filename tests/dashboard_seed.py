@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 from tether import JobContext, Tether
-from tether.model import Outcome, WorkerInfo
+from tether.model import NewJob, Outcome, WorkerInfo
+from tether.store import Store
 
 XSS = "<script>alert('x')</script>"
 
@@ -62,3 +64,23 @@ def seed(app: Tether) -> Seeded:
     queued = build.using(delay=3600).enqueue(title="Q4 report", pages=12)
     return Seeded(queued=queued, running=running, succeeded=succeeded, dead=dead, cancelled=cancelled,
                   retryable=retryable)
+
+
+def seed_history(store: Store, minutes: int = 50) -> tuple[int, int]:
+    """Jobs finished over the last ``minutes`` minutes (2 to 6 a minute, an
+    attempt failing every seventh minute and retried later), at past times
+    through ``now=``: the throughput chart's picture. Returns how many
+    attempts succeeded and failed."""
+    now, ok, bad = store.db_now(), 0, 0
+    for k in range(minutes, 0, -1):
+        at = now - timedelta(minutes=k)
+        n = 2 + (k * 7) % 5
+        store.enqueue([NewJob(task="reports.build", args_json="{}", queue="history") for _ in range(n)], now=at)
+        claimed = store.claim("worker-a@host", ["history"], n, 30, now=at + timedelta(seconds=1))
+        failing, done = (claimed[:1], claimed[1:]) if k % 7 == 0 else ([], claimed)
+        for c in failing:
+            store.fail("worker-a@host", c.id, c.attempt, outcome=Outcome.FAILED, error="S3 timed out",
+                       now=at + timedelta(seconds=2))
+        store.complete("worker-a@host", [(c.id, c.attempt, None) for c in done], now=at + timedelta(seconds=20))
+        ok, bad = ok + len(done), bad + len(failing)
+    return ok, bad

@@ -17,13 +17,13 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
 import pytest
 
-from tether.errors import InvalidTransition, JobNotFound, StaleAttempt
+from tether.errors import ConfigError, InvalidTransition, JobNotFound, StaleAttempt
 from tether.model import (
     Beat,
     ClaimedJob,
@@ -35,6 +35,7 @@ from tether.model import (
     WorkerInfo,
 )
 from tether.store import Store
+from tether.store.buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
 
 from .conftest import STORE_BACKENDS, backend_param
 
@@ -1403,3 +1404,84 @@ def test_due_unclaimed_sees_a_retry_when_its_backoff_ends(store: Store) -> None:
     (d,) = store.due_unclaimed(["default"], grace=GRACE, limit=10, now=run_at + sec(0.5))
     assert (d.id, d.attempt) == (c.id, 1)
     assert claim_one(store, run_at + sec(1)).id == c.id
+
+
+# -- throughput -----------------------------------------------------------------
+
+
+def minute_before(store: Store, minutes: int) -> datetime:
+    """A minute boundary (UTC) ``minutes`` before the database clock's minute."""
+    now = store.db_now()
+    return datetime.fromtimestamp((int(now.timestamp()) // 60 - minutes) * 60, tz=UTC)
+
+
+def no_outcomes(**counts: int) -> dict[Outcome, int]:
+    return {**dict.fromkeys(Outcome, 0), **{Outcome(k): n for k, n in counts.items()}}
+
+
+def test_throughput_counts_each_finished_attempt_in_its_bucket_by_outcome(store: Store) -> None:
+    m = minute_before(store, 60)
+    runs = iter(range(100))
+
+    def run(at: datetime) -> ClaimedJob:  # a job of its own queue, claimed at ``at``
+        return start_job(store, at, queue=f"q{next(runs)}")
+
+    def succeed(at: datetime) -> None:
+        c = run(at)
+        assert store.complete(W, [(c.id, c.attempt, None)], now=at) == {c.id}
+
+    succeed(m - sec(0.001))  # just before the window
+    succeed(m + sec(5))
+    succeed(m + sec(59.999))
+    succeed(m + sec(60))  # on the edge: the later bucket
+    c = run(m + sec(61))
+    store.fail(W, c.id, c.attempt, outcome=Outcome.FAILED, error="x", retry=False, now=m + sec(61))
+    c = run(m + sec(90))  # lease until m + 120; the reaper finds it at m + 125
+    assert [r.outcome for r in store.reap(10, now=m + sec(125))] == [Outcome.LEASE_EXPIRED]
+    c = run(m + sec(130))
+    store.fail(W, c.id, c.attempt, outcome=Outcome.CANCELLED, error="stop", now=m + sec(130))
+    c = run(m + sec(170))
+    store.release(W, c.id, c.attempt, now=m + sec(179.5))
+    succeed(m + sec(240))  # the first instant after the window
+
+    got = store.throughput(buckets=4, bucket_seconds=60, now=m + sec(190))
+
+    assert [b.start for b in got] == [m, m + sec(60), m + sec(120), m + sec(180)]
+    assert {b.seconds for b in got} == {60}
+    assert [b.counts for b in got] == [
+        no_outcomes(succeeded=2),
+        no_outcomes(succeeded=1, failed=1),
+        no_outcomes(lease_expired=1, cancelled=1, released=1),
+        no_outcomes(),
+    ]
+
+
+def test_throughput_of_an_empty_window_is_every_bucket_at_zero(store: Store) -> None:
+    m = minute_before(store, 10)
+    got = store.throughput(buckets=3, bucket_seconds=60, now=m + sec(30))
+    assert [b.start for b in got] == [m - sec(120), m - sec(60), m]
+    assert all(b.counts == no_outcomes() for b in got)
+
+
+def test_throughput_buckets_are_aligned_to_the_epoch_and_end_with_now(store: Store) -> None:
+    m = minute_before(store, 60)
+    five = datetime.fromtimestamp(int(m.timestamp()) // 300 * 300, tz=UTC)
+    got = store.throughput(buckets=2, bucket_seconds=300, now=five + sec(299.5))
+    assert [b.start for b in got] == [five - sec(300), five]
+    on_edge = store.throughput(buckets=2, bucket_seconds=300, now=five + sec(300))
+    assert [b.start for b in on_edge] == [five, five + sec(300)]
+
+
+def test_throughput_reads_the_database_clock_without_now(store: Store) -> None:
+    c = start_job(store, store.db_now())
+    store.complete(W, [(c.id, c.attempt, None)])
+    got = store.throughput(buckets=2, bucket_seconds=3600)  # the attempt is in the last two hours
+    assert sum(b.counts[Outcome.SUCCEEDED] for b in got) == 1
+    assert got[-1].start <= store.db_now() < got[-1].start + sec(3600)
+
+
+@pytest.mark.parametrize(("buckets", "bucket_seconds"), [(0, 60), (MAX_BUCKETS + 1, 60), (1, 0),
+                                                         (1, MAX_BUCKET_SECONDS + 1)])
+def test_throughput_refuses_sizes_out_of_bounds(store: Store, buckets: int, bucket_seconds: int) -> None:
+    with pytest.raises(ConfigError, match="throughput"):
+        store.throughput(buckets=buckets, bucket_seconds=bucket_seconds)

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from starlette.testclient import TestClient
 
 from tether import JobState, Tether
 from tether.dashboard import create_app
+from tether.dashboard.chart import chart
 from tether.metrics import Metrics
+from tether.model import NewJob, Outcome, Throughput
 
 from .dashboard_seed import XSS, Seeded, seed
 
@@ -159,3 +162,50 @@ def test_login_redirects_only_to_local_paths(client: TestClient) -> None:
     r = client.post("/login", data={"token": TOKEN, "csrf": csrf_of(page.text), "next": "//evil.example/x"},
                     headers=ORIGIN)
     assert r.status_code == 303 and r.headers["location"] == "/"
+
+
+def chart_bars(html: str) -> list[tuple[int, int]]:
+    """(succeeded, failed) of each bar of the overview's throughput chart."""
+    return [(int(ok), int(bad)) for ok, bad in
+            re.findall(r'<g class="tp-bar" data-start="[^"]+" data-succeeded="(\d+)" data-failed="(\d+)">', html)]
+
+
+def test_overview_charts_the_attempts_finished_in_the_last_hour(client: TestClient,
+                                                                seeded: tuple[Tether, Seeded]) -> None:
+    app, _ = seeded
+    login(client)
+    page = client.get("/").text
+    bars = chart_bars(page)
+    assert len(bars) == 60
+    # the seed ended one attempt succeeded, three failed and one by a lapsed lease
+    assert (sum(ok for ok, _ in bars), sum(bad for _, bad in bars)) == (1, 4)
+    assert "Last hour: <b>1</b> succeeded, <b>4</b> failed (0 timed out, 1 lost with their worker)" in page
+    assert 'role="img" aria-labelledby="tp-title tp-summary"' in page
+    # three more succeed and one fails: the next render counts them
+    store = app.store
+    ids = store.enqueue([NewJob(task="mail.send", args_json="{}", queue="chart") for _ in range(4)])
+    claimed = store.claim("worker-a@host", ["chart"], 4, 30)
+    assert sorted(c.id for c in claimed) == sorted(ids)
+    store.complete("worker-a@host", [(c.id, c.attempt, None) for c in claimed[:3]])
+    store.fail("worker-a@host", claimed[3].id, claimed[3].attempt, outcome=Outcome.FAILED, error="no")
+    bars = chart_bars(client.get("/").text)
+    assert (sum(ok for ok, _ in bars), sum(bad for _, bad in bars)) == (4, 5)
+
+
+def test_chart_stacks_failed_on_succeeded_scaled_to_the_tallest_bar() -> None:
+    t0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+    def bucket(minute: int, **counts: int) -> Throughput:
+        return Throughput(start=t0 + timedelta(minutes=minute), seconds=60,
+                          counts={**dict.fromkeys(Outcome, 0), **{Outcome(k): n for k, n in counts.items()}})
+
+    c = chart([bucket(0, succeeded=3, failed=1), bucket(1, succeeded=1, timed_out=1, lease_expired=1, cancelled=5),
+               bucket(2)])
+    first, second, empty = c.bars
+    assert c.peak == 4 and c.height == 100
+    assert (first.ok_y, first.ok_h, first.bad_y, first.bad_h) == (25, 75, 0, 25)
+    assert (second.succeeded, second.failed, second.ok_h, second.bad_h) == (1, 2, 25, 50)
+    assert (empty.ok_h, empty.bad_h) == (0, 0)
+    assert c.last == second  # the newest bar is the minute still running
+    assert c.failed_total == 3 and c.totals[Outcome.CANCELLED] == 5
+    assert [b.x for b in c.bars] == [0, 10, 20]

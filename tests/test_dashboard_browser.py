@@ -21,7 +21,7 @@ import uvicorn
 from tether import JobState, Tether
 from tether.dashboard import create_app
 
-from .dashboard_seed import XSS, Seeded, seed
+from .dashboard_seed import XSS, Seeded, seed, seed_history
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -147,7 +147,10 @@ def test_dashboard_in_chromium(make_app: Callable[..., Tether], browser_page: ob
         page.goto(f"{srv.url}/")
         expect(page.locator("table.depth")).to_contain_text("reports")
         expect(page.locator("main")).to_contain_text("worker-b@gone")
-        shot("overview")
+        # throughput: a bar a minute for the last hour; the seed's attempts are in it
+        expect(page.locator("svg.tp g.tp-bar")).to_have_count(60)
+        expect(page.locator("#tp-summary")).to_contain_text("Last hour: 1 succeeded, 4 failed")
+        assert page.locator("svg.tp rect.tp-ok").count() >= 1 and page.locator("svg.tp rect.tp-bad").count() >= 1
         page.goto(f"{srv.url}/jobs")
         page.select_option("select[name=state]", "dead")
         page.click("text=Filter")
@@ -168,6 +171,13 @@ def test_dashboard_in_chromium(make_app: Callable[..., Tether], browser_page: ob
         page.goto(f"{srv.url}/recoveries")
         expect(page.locator("main table")).to_contain_text("worker lease expired (worker worker-b@gone)")
         shot("recoveries")
+
+        # Fifty minutes of finished jobs: the chart draws them, and the overview's picture is taken.
+        ok, bad = seed_history(app.store)
+        page.goto(f"{srv.url}/")
+        expect(page.locator("#tp-summary")).to_contain_text(f"Last hour: {1 + ok} succeeded, {4 + bad} failed")
+        assert page.locator("svg.tp rect.tp-ok").count() >= 50
+        shot("overview")
 
         # A cross-site page that auto-submits a form to the dashboard, in the
         # same logged-in browser: refused, and the job is untouched.

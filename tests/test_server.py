@@ -180,9 +180,14 @@ def test_client_clock_is_refused_unless_the_server_allows_it(client: Client, ser
     with pytest.raises(ConfigError, match="unsafe-client-clock"):
         s.reap(10, now=s.db_now())
     s.close()
+    # a read that takes a clock takes it as a query parameter, refused the same way
+    status, answer = client.request("GET", "/v1/throughput?now=2030-01-01T00:00:00%2B00:00", token=WORKER)
+    assert (status, answer["error"]) == (400, "client_clock_refused")
+    assert client.request("GET", "/v1/throughput?buckets=2&bucket_seconds=60", token=WORKER)[0] == 200
     # ... and the document this server publishes says so: no 'now' anywhere.
     doc = client.request("GET", "/openapi.json", token=WORKER)[1]
     assert '"now"' not in json.dumps(doc["paths"]["/v1/claim"]["post"]["requestBody"])
+    assert '"now"' not in json.dumps(doc["paths"]["/v1/throughput"]["get"]["parameters"])
 
 
 def test_stale_report_is_409_with_the_fence_details(client: Client, server_url: str) -> None:

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from .model import JobState
 
-__all__ = ["STATE_ORDER", "fmt_age", "fmt_rel", "fmt_time"]
+__all__ = ["STATE_ORDER", "fmt_age", "fmt_clock", "fmt_rel", "fmt_time"]
 
 STATE_ORDER = [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED]
 
@@ -16,6 +16,11 @@ def fmt_time(dt: datetime | None) -> str:
     if dt is None:
         return "-"
     return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_clock(dt: datetime) -> str:
+    """Hours and minutes, local time: 14:05."""
+    return dt.astimezone().strftime("%H:%M")
 
 
 def fmt_age(seconds: float) -> str:

@@ -20,6 +20,7 @@ __all__ = [
     "Outcome",
     "Reaped",
     "Stats",
+    "Throughput",
     "WorkerInfo",
 ]
 
@@ -181,3 +182,13 @@ class Stats:
     oldest_queued: dict[str, datetime]  # queue -> run_at of the oldest due job
     workers: list[WorkerInfo]
     now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Attempts that ended in one time bucket ``[start, start + seconds)``, by
+    outcome; every outcome is a key, zero or not."""
+
+    start: datetime
+    seconds: int
+    counts: dict[Outcome, int]

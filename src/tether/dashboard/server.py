@@ -22,9 +22,10 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from ..app import Tether
-from ..display import STATE_ORDER, fmt_age, fmt_rel, fmt_time
+from ..display import STATE_ORDER, fmt_age, fmt_clock, fmt_rel, fmt_time
 from ..errors import TetherError
 from ..model import JobState, Outcome
+from .chart import chart
 from .security import COOKIE, Guard, Session, safe_next
 
 __all__ = ["create_app"]
@@ -41,6 +42,8 @@ SECURITY_HEADERS = {
 }
 STATIC = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
 JOBS_LIMIT = 100
+#: the overview's throughput chart: the last hour, a bar a minute
+CHART_BUCKETS, CHART_SECONDS = 60, 60
 
 
 def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret: bytes | None = None,
@@ -52,7 +55,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
     guard = Guard(token=token, secret=secret)
     env = Environment(loader=PackageLoader("tether.dashboard", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
-    env.filters.update(time=fmt_time, age=fmt_age, pretty=_pretty)
+    env.filters.update(time=fmt_time, age=fmt_age, clock=fmt_clock, pretty=_pretty)
     silent = silent_after if silent_after is not None else tether.timers.lease_ttl
     store = tether.store
 
@@ -85,12 +88,13 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
     # -- pages ---------------------------------------------------------------------------
     async def overview(request: Request, session: Session) -> Response:
-        stats = await run_in_threadpool(store.stats)
-        recoveries = await run_in_threadpool(store.recent_attempts, [Outcome.LEASE_EXPIRED], limit=5)
+        stats, recoveries, throughput = await run_in_threadpool(lambda: (
+            store.stats(), store.recent_attempts([Outcome.LEASE_EXPIRED], limit=5),
+            store.throughput(buckets=CHART_BUCKETS, bucket_seconds=CHART_SECONDS)))
         queues = sorted({q for q, _ in stats.counts})
         totals = {s: sum(n for (_, st), n in stats.counts.items() if st == s) for s in STATE_ORDER}
         return render(request, session, "overview.html", stats=stats, queues=queues, states=STATE_ORDER,
-                      totals=totals, recoveries=recoveries, now=stats.now)
+                      totals=totals, recoveries=recoveries, now=stats.now, chart=chart(throughput))
 
     async def jobs(request: Request, session: Session) -> Response:
         q = request.query_params

@@ -149,6 +149,12 @@ def _recent_attempts(s: _Server, a: Args) -> Args:
     return {"attempts": [wire.encode_attempt(x) for x in s.store.recent_attempts(outcomes, limit=a.get("limit", 50))]}
 
 
+def _throughput(s: _Server, a: Args) -> Args:
+    found = s.store.throughput(buckets=a.get("buckets", 60), bucket_seconds=a.get("bucket_seconds", 60),
+                               now=a["now"])
+    return {"buckets": [wire.encode_throughput(t) for t in found]}
+
+
 def _complete(s: _Server, a: Args) -> Args:
     rows = [(r["id"], r["attempt"], dump_json(r["result"], "result", s.max_payload) if "result" in r else None)
             for r in a["done"]]
@@ -183,6 +189,7 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "retry": lambda s, a: s.store.retry(a["job_id"], now=a["now"]) or {},
     "stats": lambda s, a: wire.encode_stats(s.store.stats()),
     "recent_attempts": _recent_attempts,
+    "throughput": _throughput,
     "claim_ids": _claim_ids,
     "due_unclaimed": _due_unclaimed,
     "heartbeat": lambda s, a: {"beats": [
@@ -303,28 +310,36 @@ async def _arguments(s: _Server, request: Request, op: wire.Op) -> Args:
     try:
         for name in op.path_params:
             args[name] = validate(_query_value(request.path_params[name], wire.JOB_ID, name), wire.JOB_ID, name)
+        query = wire.request_query(op, client_clock=s.client_clock)
         for key in request.query_params:
-            if key not in op.query:
-                raise SchemaViolation(f"unknown query parameter {key!r} (known: {', '.join(op.query) or 'none'})")
-        for name, schema in op.query.items():
+            if key == "now" and op.takes_now:
+                _refuse_client_clock(s, op)
+            if key not in query:
+                raise SchemaViolation(f"unknown query parameter {key!r} (known: {', '.join(query) or 'none'})")
+        for name, schema in query.items():
             values = request.query_params.getlist(name)
             if len(values) > 1:
                 raise SchemaViolation(f"query parameter {name} given {len(values)} times")
             if values:
                 args[name] = validate(_query_value(values[0], schema, name), schema, name)
         body = await _read_body(s, request) if op.body is not None else {}
-        if isinstance(body, dict) and "now" in body and not (op.takes_now and s.client_clock):
-            raise ApiError(400, "client_clock_refused",
-                           "this server does not accept a client-supplied 'now' (only a server started with "
-                           "--unsafe-client-clock, for tests, does); leave it out")
+        if isinstance(body, dict) and "now" in body:
+            _refuse_client_clock(s, op)
         body_schema = wire.request_schema(op, client_clock=s.client_clock, max_wait=s.max_wait)
         if body_schema is not None:
             body = validate(body, body_schema)
     except SchemaViolation as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
     args.update(body)
-    args["now"] = parse_datetime(body["now"]) if "now" in body else None
+    args["now"] = parse_datetime(args["now"]) if "now" in args else None
     return args
+
+
+def _refuse_client_clock(s: _Server, op: wire.Op) -> None:
+    if not (op.takes_now and s.client_clock):
+        raise ApiError(400, "client_clock_refused",
+                       "this server does not accept a client-supplied 'now' (only a server started with "
+                       "--unsafe-client-clock, for tests, does); leave it out")
 
 
 def _error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,

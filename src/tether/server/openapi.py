@@ -45,7 +45,7 @@ def build_document(*, client_clock: bool, max_body: int, max_wait: float) -> dic
         }
         params = [{"name": name, "in": "path", "required": True, "schema": wire.JOB_ID} for name in op.path_params]
         params += [{"name": name, "in": "query", "required": False, "schema": schema}
-                   for name, schema in op.query.items()]
+                   for name, schema in wire.request_query(op, client_clock=client_clock).items()]
         if params:
             operation["parameters"] = params
         body = wire.request_schema(op, client_clock=client_clock, max_wait=max_wait)

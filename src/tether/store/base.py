@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from ..model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from .buckets import Buckets
 
 __all__ = ["Listener", "Store"]
 
@@ -78,6 +79,17 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def recent_attempts(self, outcomes: Sequence[Outcome], *, limit: int = 50) -> list[Attempt]:
         """Finished attempts with one of these outcomes, the most recently finished first."""
+
+    @abc.abstractmethod
+    def throughput(self, *, buckets: int, bucket_seconds: int, now: datetime | None = None) -> Buckets:
+        """Finished attempts by outcome in each of ``buckets`` buckets of
+        ``bucket_seconds``, oldest first, every bucket present (zeros too).
+
+        Buckets are aligned to the epoch (a minute bucket starts on the
+        minute) and the last is the one ``now`` falls in; an attempt counts
+        in the bucket its ``finished_at`` falls in, an edge in the later one.
+        At most ``buckets.MAX_BUCKETS`` buckets of at most a day (ConfigError).
+        """
 
     @abc.abstractmethod
     def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:

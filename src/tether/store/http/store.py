@@ -36,6 +36,7 @@ from ...errors import (
 )
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Store
+from ..buckets import Buckets, check_sizes
 from . import wire
 
 __all__ = ["HttpStore"]
@@ -181,6 +182,12 @@ class HttpStore(Store):
     def recent_attempts(self, outcomes: Sequence[Outcome], *, limit: int = 50) -> list[Attempt]:
         found = self._call("recent_attempts", query={"outcomes": ",".join(str(o) for o in outcomes), "limit": limit})
         return [wire.decode_attempt(a) for a in found["attempts"]]
+
+    def throughput(self, *, buckets: int, bucket_seconds: int, now: datetime | None = None) -> Buckets:
+        check_sizes(buckets, bucket_seconds)  # the error a local store raises, not the server's 400
+        query = {"buckets": buckets, "bucket_seconds": bucket_seconds,
+                 "now": None if now is None else now.isoformat()}
+        return [wire.decode_throughput(t) for t in self._call("throughput", query=query)["buckets"]]
 
     def stats(self) -> Stats:
         return wire.decode_stats(self._call("stats"))

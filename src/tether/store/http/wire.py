@@ -24,7 +24,8 @@ from ...errors import (
     TetherError,
     UnknownTask,
 )
-from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, Outcome, Reaped, Stats, WorkerInfo
+from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, Outcome, Reaped, Stats, Throughput, WorkerInfo
+from ..buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
 from .schema import (
     ANY_JSON,
     DATETIME,
@@ -50,6 +51,7 @@ __all__ = [
     "decode_job",
     "decode_reaped",
     "decode_stats",
+    "decode_throughput",
     "decode_worker",
     "encode_attempt",
     "encode_claimed",
@@ -57,8 +59,10 @@ __all__ = [
     "encode_job",
     "encode_reaped",
     "encode_stats",
+    "encode_throughput",
     "encode_worker",
     "error_code",
+    "request_query",
     "request_schema",
 ]
 
@@ -115,6 +119,10 @@ STATS_RECORD = obj({
     "oldest_queued": {"type": "object", "additionalProperties": DATETIME},
     "workers": array(WORKER_RECORD, 10**6),
     "now": DATETIME,
+})
+THROUGHPUT_RECORD = obj({
+    "start": DATETIME, "seconds": integer(1, MAX_BUCKET_SECONDS),
+    "counts": obj({str(o): integer(0, 2**63 - 1) for o in Outcome}),
 })
 NEW_JOB = obj(
     {
@@ -176,6 +184,13 @@ OPS: list[Op] = [
        "finished first",
        obj({"attempts": array(ATTEMPT_RECORD, 10_000)}),
        query={"outcomes": OUTCOME_LIST, "limit": integer(1, 10_000)}, errors=(422,)),
+    Op("throughput", "GET", "/v1/throughput", ANY,
+       "Finished attempts by outcome in each of the last `buckets` buckets of `bucket_seconds` (default 60 x 60 "
+       "s), oldest first; buckets start on multiples of their size since the epoch, the last holds the "
+       "server's now",
+       obj({"buckets": array(THROUGHPUT_RECORD, MAX_BUCKETS)}),
+       query={"buckets": integer(1, MAX_BUCKETS), "bucket_seconds": integer(1, MAX_BUCKET_SECONDS)},
+       takes_now=True, errors=(422,)),
     Op("stats", "GET", "/v1/stats", P, "Counts by queue and state, oldest due job per queue, live workers",
        STATS_RECORD),
     # workers: claim, heartbeat, report (all fenced)
@@ -264,6 +279,14 @@ def request_schema(op: Op, *, client_clock: bool, max_wait: float = MAX_CLAIM_WA
     if op.takes_now and client_clock:
         props["now"] = DATETIME
     return {**op.body, "properties": props}
+
+
+def request_query(op: Op, *, client_clock: bool) -> dict[str, Schema]:
+    """The query parameters a server accepts: a GET that takes ``now`` takes
+    it here, and only when the server honours client clocks."""
+    if op.takes_now and op.body is None and client_clock:
+        return {**op.query, "now": DATETIME}
+    return op.query
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -369,6 +392,15 @@ def encode_due(j: DueJob) -> dict[str, Any]:
 
 def decode_due(d: dict[str, Any]) -> DueJob:
     return DueJob(id=d["id"], queue=d["queue"], attempt=d["attempt"], run_at=_req_dt(d["run_at"]))
+
+
+def encode_throughput(t: Throughput) -> dict[str, Any]:
+    return {"start": _dt(t.start), "seconds": t.seconds, "counts": {str(o): n for o, n in t.counts.items()}}
+
+
+def decode_throughput(d: dict[str, Any]) -> Throughput:
+    return Throughput(start=_req_dt(d["start"]), seconds=d["seconds"],
+                      counts={Outcome(o): n for o, n in d["counts"].items()})
 
 
 def encode_worker(w: WorkerInfo) -> dict[str, Any]:

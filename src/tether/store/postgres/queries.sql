@@ -356,6 +356,23 @@ WHERE outcome = ANY(%(outcomes)s::text[])
 ORDER BY finished_at DESC, job_id DESC
 LIMIT %(limit)s
 
+-- name: throughput
+-- Finished attempts per time bucket and outcome in [start, end), epoch
+-- seconds the caller aligned to the bucket size (store/buckets.py); the
+-- bucket index is the offset from start divided by the size, floored
+-- (extract(epoch ...) is numeric: exact at a bucket's edge).
+-- Cost: attempts_finished_idx (migration 0002) is a BRIN index on
+-- finished_at: attempts are appended as they end, so the heap is in
+-- finished_at order and the index keeps one min/max summary per 128 pages.
+-- The window is the table's tail: a bitmap scan reads the few page ranges
+-- whose summary overlaps it (and the not yet summarised last ones), not the
+-- whole history. Should old attempts ever be deleted and their space refilled
+-- by new ones, the summaries loosen: the answer stays exact, more pages are read.
+SELECT floor((extract(epoch FROM finished_at) - %(start)s) / %(bucket)s)::integer AS bucket, outcome, count(*)
+FROM {schema}.attempts
+WHERE finished_at >= to_timestamp(%(start)s) AND finished_at < to_timestamp(%(end)s)
+GROUP BY 1, 2
+
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,

@@ -251,6 +251,20 @@ WHERE outcome IN (SELECT value FROM json_each(:outcomes))
 ORDER BY finished_at DESC, job_id DESC
 LIMIT :limit
 
+-- name: throughput
+-- Finished attempts per time bucket and outcome in [:start, :end), epoch
+-- seconds the caller aligned to the bucket size (store/buckets.py); the
+-- bucket index is the offset from :start divided by the size, truncated.
+-- Cost: a range scan of tether_attempts_finished_idx (migration 0002), which
+-- holds (finished_at, outcome), so only the window's entries are read and the
+-- table never is: an hour of a busy queue is its rows in that hour, however
+-- long the history. Without the index this is a scan of every attempt ever
+-- recorded, on every render of the overview (every 2 s in live mode).
+SELECT CAST((finished_at - :start) / :bucket AS INTEGER) AS bucket, outcome, count(*)
+FROM tether_attempts
+WHERE finished_at >= :start AND finished_at < :end
+GROUP BY bucket, outcome
+
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,

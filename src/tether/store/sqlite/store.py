@@ -19,6 +19,7 @@ from ...config import DatabaseURL
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Store
+from ..buckets import Buckets, fill, window
 from ..rows import assign_ids, attempt_from_row, epoch_to_dt, job_from_row, json_text, worker_from_row
 from ..sqlfile import load_migrations, load_queries
 
@@ -218,6 +219,10 @@ class SQLiteStore(Store):
     def recent_attempts(self, outcomes: Sequence[Outcome], *, limit: int = 50) -> list[Attempt]:
         rows = self._all("recent_attempts", {"outcomes": json.dumps([str(o) for o in outcomes]), "limit": limit})
         return [attempt_from_row(r, epoch_to_dt) for r in rows]
+
+    def throughput(self, *, buckets: int, bucket_seconds: int, now: datetime | None = None) -> Buckets:
+        w = window(now or self.db_now(), buckets, bucket_seconds)
+        return fill(w, self._all("throughput", {"start": w.start, "end": w.end, "bucket": w.seconds}))
 
     def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
         rows = self._all("cancel", {"id": job_id, "now": _ts(now)})

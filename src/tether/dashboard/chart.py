@@ -1,0 +1,68 @@
+"""The overview's throughput chart: ``Store.throughput`` buckets turned into
+the numbers an inline SVG bar chart and its text summary need (the template
+draws them; no script, so the strict CSP holds).
+
+Each bar stacks the attempts that succeeded under those that failed; failed
+counts every attempt that ended badly (failed, timed out, or recovered after
+its worker's lease lapsed). Cancelled and released attempts are in the
+summary, not the bars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..model import Outcome, Throughput
+
+__all__ = ["BAR_GAP", "BAR_WIDTH", "FAILED", "HEIGHT", "Bar", "Chart", "chart"]
+
+FAILED = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LEASE_EXPIRED)
+#: drawing units of the SVG's viewBox (it scales to the page's width)
+BAR_WIDTH, BAR_GAP, HEIGHT = 8, 2, 100
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    start: datetime
+    succeeded: int
+    failed: int
+    x: int
+    ok_y: float  # the succeeded part, from the baseline up
+    ok_h: float
+    bad_y: float  # the failed part, on top of it
+    bad_h: float
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    bars: list[Bar]
+    bar_width: int
+    width: int
+    height: int
+    peak: int  # the tallest bar's attempts
+    seconds: int  # one bar's span
+    last: Bar | None  # the newest complete bucket: "now"
+    totals: dict[Outcome, int]  # over the whole window
+    failed_total: int
+
+
+def _bad(t: Throughput) -> int:
+    return sum(t.counts[o] for o in FAILED)
+
+
+def chart(buckets: Sequence[Throughput]) -> Chart:
+    peak = max((t.counts[Outcome.SUCCEEDED] + _bad(t) for t in buckets), default=0)
+    scale = HEIGHT / max(peak, 1)
+    bars = []
+    for i, t in enumerate(buckets):
+        ok, bad = t.counts[Outcome.SUCCEEDED], _bad(t)
+        ok_h, bad_h = round(ok * scale, 2), round(bad * scale, 2)
+        bars.append(Bar(start=t.start, succeeded=ok, failed=bad, x=i * (BAR_WIDTH + BAR_GAP),
+                        ok_y=round(HEIGHT - ok_h, 2), ok_h=ok_h, bad_y=round(HEIGHT - ok_h - bad_h, 2), bad_h=bad_h))
+    totals = {o: sum(t.counts[o] for t in buckets) for o in Outcome}
+    return Chart(bars=bars, bar_width=BAR_WIDTH, width=len(bars) * (BAR_WIDTH + BAR_GAP) - BAR_GAP, height=HEIGHT, peak=peak,
+                 seconds=buckets[0].seconds if buckets else 60,
+                 last=bars[-2] if len(bars) >= 2 else None,  # the last bar is the minute still running
+                 totals=totals, failed_total=sum(totals[o] for o in FAILED))

@@ -1,0 +1,14 @@
+-- tether schema, version 2 (PostgreSQL): attempts by the time they ended.
+-- {schema} is a validated, quoted identifier filled in at load time.
+--
+-- For Store.throughput (the dashboard's chart of the last hour): without an
+-- index the query reads every attempt ever recorded, on every refresh.
+-- BRIN, not B-tree: attempts are appended when they end, with the database's
+-- clock, so finished_at follows the heap's order and a min/max summary per
+-- range of 128 pages finds the window. The index is a few pages for millions
+-- of rows, and the hot-path cost (every complete, fail, release and reap writes
+-- an attempt row) is at most widening one range's summary, usually nothing: a
+-- B-tree would add an index entry, and its WAL, to every attempt written.
+-- autosummarize asks autovacuum to summarise each range as it fills; until
+-- then a range is always read, which is the newest one: the window's own.
+CREATE INDEX attempts_finished_idx ON {schema}.attempts USING brin (finished_at) WITH (autosummarize = on);

@@ -1,0 +1,11 @@
+-- tether schema, version 2 (SQLite): attempts by the time they ended.
+--
+-- For Store.throughput (the dashboard's chart of the last hour): without it the
+-- query reads every attempt ever recorded. Covering (finished_at, outcome), so
+-- the chart reads only the window's index entries and never the table.
+-- The cost is on the hot path: one more index entry (some 30 bytes: the two columns and the key) for every
+-- attempt written (complete, fail, release, reap), in the same transaction as
+-- the attempt row. finished_at only grows, so each entry lands on the index's
+-- last page, which the previous write just touched: one more B-tree append per
+-- transaction, not a random page write.
+CREATE INDEX tether_attempts_finished_idx ON tether_attempts (finished_at, outcome);
