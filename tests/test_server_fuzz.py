@@ -68,6 +68,13 @@ def test_api_answers_generated_requests_within_its_schema(api_url: str, label: s
     @given(operation.as_strategy(generation_mode=mode))
     @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     def check(case: Any) -> None:
-        case.call_and_validate(base_url=api_url, headers=AUTH, excluded_checks=EXCLUDED.get(label, []))
+        response = case.call(base_url=api_url, headers=AUTH)
+        if response.status_code == 413 and mode is GenerationMode.NEGATIVE:
+            # Invalid data can be bigger than the body cap (a million escaped
+            # characters is 12 MB): refused for its size before its shape,
+            # which schemathesis does not count among the rejections it expects.
+            assert response.json()["error"] == "too_large"
+            return
+        case.validate_response(response, excluded_checks=EXCLUDED.get(label, []))
 
     check()
