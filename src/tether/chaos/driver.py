@@ -155,6 +155,7 @@ class _Run:
         self._last_restart = 0.0
         self._restarting: threading.Thread | None = None
         self.outages: list[tuple[float, float]] = []  # server restarts, wall clock
+        self._round: list[str] = []  # fault kinds still to inject in this round
 
     # -- set-up --------------------------------------------------------------------
     def _database(self) -> str:
@@ -219,10 +220,20 @@ class _Run:
                 and s.stopped_until is None and s.index not in self._heal_at]
 
     def _fault(self) -> None:
-        kinds = sorted(self.cfg.faults - {"skew"})
-        if not kinds:
-            return
-        kind = self.rng.choice(kinds)
+        """Inject the next fault. Faults come in rounds, each switched-on kind
+        once per round in a seeded order, so that a short run exercises every
+        kind; a kind that cannot be injected now (no spare healthy worker, a
+        restart too soon after the last) waits its turn while the others go."""
+        if not self._round:
+            self._round = sorted(self.cfg.faults - {"skew"})
+            self.rng.shuffle(self._round)
+        for kind in list(self._round):
+            if self._inject(kind):
+                self._round.remove(kind)
+                self.faults[kind] += 1
+                return
+
+    def _inject(self, kind: str) -> bool:
         healthy = self._healthy()
         alive = healthy if len(healthy) > 1 else []
         ttl = self.cfg.lease_ttl
@@ -257,8 +268,8 @@ class _Run:
             self._restarting = threading.Thread(target=self._restart, args=(mode,), daemon=True)
             self._restarting.start()
         else:
-            return
-        self.faults[kind] += 1
+            return False
+        return True
 
     def _restart(self, mode: str) -> None:
         assert self.pg is not None
