@@ -25,6 +25,7 @@ __all__ = [
     "DRIVER_LOGGER",
     "EXIT_FAILURE",
     "EXIT_USAGE",
+    "POOL_LOGGER",
     "BadUsage",
     "CLIError",
     "CLIState",
@@ -123,6 +124,7 @@ def require_database(app: Tether) -> None:
 
 
 DRIVER_LOGGER = "psycopg"
+POOL_LOGGER = "psycopg.pool"
 
 
 @contextmanager

@@ -32,6 +32,7 @@ from .common import (
     DRIVER_LOGGER,
     EXIT_FAILURE,
     EXIT_USAGE,
+    POOL_LOGGER,
     BadUsage,
     CLIError,
     CLIState,
@@ -190,6 +191,10 @@ def _configure_logging(level: str, fmt: str) -> None:
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(LOG_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
+    # ...but not every connection the pool lends and takes back: psycopg_pool
+    # logs each at INFO, two lines per store call (a quarter of a database
+    # thread's CPU at INFO). Its connection failures are warnings and still show.
+    logging.getLogger(POOL_LOGGER).setLevel(logging.NOTSET if level.upper() == "DEBUG" else logging.WARNING)
 
 
 def _database_on_command_line(ctx: click.Context) -> bool:
