@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import sys
@@ -181,9 +182,22 @@ def worker(
                 metrics_server = serve_metrics(metrics, port=metrics_port, host=metrics_host, token=metrics_token,
                                        no_auth=metrics_no_auth)
                 stack.callback(metrics_server.close)
+            _settle_gc()
             asyncio.run(w.run(install_signal_handlers=True))
     finally:
         app.close()
+
+
+def _settle_gc() -> None:
+    """This process is now a worker: what start-up built (modules, the app, the
+    pool) lives as long as it does. Freeze it, so full collections stop walking
+    it, and collect the young generation a tenth as often: a job's objects die
+    by reference counting, yet their allocations kept triggering collections
+    (about 7% of a no-op worker's time at concurrency 100, mostly full ones)."""
+    gc.collect()
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, 7000), middle, old)
 
 
 def _configure_logging(level: str, fmt: str) -> None:
