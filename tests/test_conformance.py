@@ -523,6 +523,57 @@ def test_complete_with_nothing_is_a_no_op(store: Store) -> None:
     assert store.complete(W, []) == set()
 
 
+def test_complete_and_claim_fences_each_completion_and_claims_the_next_jobs(store: Store) -> None:
+    t0 = store.db_now()
+    store.enqueue([new_job(args={"n": n}) for n in range(4)], now=t0)
+    a, b = store.claim(W, ["default"], 2, TTL, now=t0)
+    b_before = get(store, b.id)
+    accepted, claimed = store.complete_and_claim(
+        W, [(a.id, a.attempt, '{"ok": 1}'), (b.id, b.attempt + 1, '"stale"'), (UNKNOWN_ID, 1, None)],
+        ["default"], 5, TTL, now=t0 + sec(2),
+    )
+    assert accepted == {a.id}
+    # the rest of the backlog, in order, each a fresh attempt 1 leased to W from the same now
+    assert [c.args["n"] for c in claimed] == [2, 3]
+    assert all(c.attempt == 1 and close_to(c.claimed_at, t0 + sec(2)) and c.lease_ttl == TTL for c in claimed)
+    assert all(get(store, c.id).state is JobState.RUNNING and get(store, c.id).locked_by == W for c in claimed)
+    assert get(store, b.id) == b_before  # the stale completion changed nothing
+    done = get(store, a.id)
+    assert done.state is JobState.SUCCEEDED and done.result == {"ok": 1}
+    assert [(x.attempt, x.worker, x.outcome) for x in done.attempts] == [(1, W, Outcome.SUCCEEDED)]
+    # the same successes again (a retried round trip whose answer was lost): refused, written once
+    again, more = store.complete_and_claim(W, [(a.id, a.attempt, '"again"')], ["default"], 5, TTL,
+                                           now=t0 + sec(3))
+    assert (again, more) == (set(), [])
+    assert get(store, a.id).result == {"ok": 1} and len(get(store, a.id).attempts) == 1
+
+
+def test_complete_and_claim_with_one_side_empty_is_the_other_alone(store: Store) -> None:
+    t0 = store.db_now()
+    enqueue_one(store, t0)
+    assert store.complete_and_claim(W, [], ["default"], 3, TTL, now=t0 + sec(1))[0] == set()
+    (c,) = get_running(store)
+    accepted, claimed = store.complete_and_claim(W, [(c.id, c.attempt, None)], ["default"], 3, TTL,
+                                                 now=t0 + sec(2))
+    assert (accepted, claimed) == ({c.id}, [])
+    assert get(store, c.id).state is JobState.SUCCEEDED
+
+
+def test_complete_and_claim_refuses_another_workers_success_but_still_claims(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)  # W holds it
+    later = enqueue_one(store, t0)
+    accepted, claimed = store.complete_and_claim(W2, [(c.id, c.attempt, '"not mine"')], ["default"], 1, TTL,
+                                                 now=t0 + sec(1))
+    assert accepted == set() and [j.id for j in claimed] == [later]
+    assert get(store, c.id).state is JobState.RUNNING and get(store, c.id).locked_by == W
+    assert get(store, later).locked_by == W2
+
+
+def get_running(store: Store) -> list[Job]:
+    return [j for j in store.list_jobs(limit=100) if j.state is JobState.RUNNING]
+
+
 # -- fail ----------------------------------------------------------------------------
 
 

@@ -168,6 +168,17 @@ class Store(abc.ABC):
         Returns the ids accepted; an id missing from the answer failed its fence.
         """
 
+    def complete_and_claim(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
+        lease_ttl: float, *, now: datetime | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        """``complete(done)`` and then ``claim(...)``: a worker's usual round
+        trip. A backend that can does both in one statement (PostgreSQL) or one
+        transaction (SQLite); the completions are fenced exactly as ``complete``
+        fences them. Returns (ids accepted, jobs claimed)."""
+        accepted = self.complete(worker, done, now=now) if done else set()
+        return accepted, self.claim(worker, queues, limit, lease_ttl, now=now)
+
     @abc.abstractmethod
     def fail(
         self,

@@ -84,7 +84,9 @@ WHERE j.id = picked.id
 RETURNING j.id, j.attempt, j.task, j.args, j.queue, j.priority, j.max_attempts,
           coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta, j.run_at
 
--- name: claim
+-- name: _claim_picked
+-- The choice of jobs that claim and complete_and_claim share (two CTEs,
+-- candidates and picked, for a WITH list).
 -- One queue at a time (LATERAL over the worker's queues), because only an
 -- equality on queue lets jobs_claim_idx (queue, priority DESC, run_at, id) hand
 -- rows over already in order, so the scan stops after `limit` rows however long
@@ -92,10 +94,8 @@ RETURNING j.id, j.attempt, j.task, j.args, j.queue, j.priority, j.max_attempts,
 -- SKIP LOCKED lets concurrent claimers pass over rows another claim is taking
 -- instead of queueing behind it. With several queues each may lock up to
 -- `limit` rows; only the best `limit` are taken, the rest are unlocked when the
--- statement ends. The same UPDATE grants the lease (locked_by, lease_until) and
--- bumps attempt, the fencing token. lease_until is capped at the attempt's
--- deadline so one partial index finds both lapsed leases and timed-out attempts.
-WITH candidates AS (
+-- statement ends.
+candidates AS (
     SELECT c.id, c.priority, c.run_at
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
@@ -108,6 +108,13 @@ WITH candidates AS (
 ), picked AS (
     SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
+
+-- name: claim
+-- The jobs _claim_picked chooses; the same UPDATE grants the lease (locked_by,
+-- lease_until) and bumps attempt, the fencing token. lease_until is capped at
+-- the attempt's deadline so one partial index finds both lapsed leases and
+-- timed-out attempts.
+WITH {_claim_picked}
 UPDATE {schema}.jobs AS j
 {_grant_lease}
 
@@ -175,25 +182,52 @@ SET progress = %(fraction)s,
 WHERE id = %(id)s AND attempt = %(attempt)s AND locked_by = %(worker)s AND state = 'running'
 RETURNING cancel_requested
 
+-- name: _complete_done
+-- The fenced success that complete and complete_and_claim share (the body of
+-- a `done` CTE): each row matches only while it is still running under this
+-- worker and this attempt, so a zombie's late success changes nothing.
+UPDATE {schema}.jobs AS j
+SET state = 'succeeded',
+    result = c.result::jsonb,
+    finished_at = {now},
+    locked_by = NULL,
+    lease_until = NULL,
+    deadline = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS c(id, attempt, result)
+WHERE j.id = c.id AND j.attempt = c.attempt
+  AND j.locked_by = %(worker)s AND j.state = 'running'
+RETURNING j.id, j.attempt, j.claimed_at, j.finished_at
+
 -- name: complete
 -- Many completions, one statement, each row still fenced on its own attempt.
 -- The attempt's audit row is written here, once, from the rows that matched.
 WITH done AS (
-    UPDATE {schema}.jobs AS j
-    SET state = 'succeeded',
-        result = c.result::jsonb,
-        finished_at = {now},
-        locked_by = NULL,
-        lease_until = NULL,
-        deadline = NULL
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS c(id, attempt, result)
-    WHERE j.id = c.id AND j.attempt = c.attempt
-      AND j.locked_by = %(worker)s AND j.state = 'running'
-    RETURNING j.id, j.attempt, j.claimed_at, j.finished_at
+{_complete_done}
 )
 INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
 SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
 RETURNING job_id
+
+-- name: complete_and_claim
+-- A worker's usual round trip: the successes since its last claim, and its
+-- next claim, in one statement and one commit rather than two. The two UPDATEs
+-- never touch the same row (done matches rows running under this worker, the
+-- claim only queued ones), which is what lets them share a statement. Answer:
+-- one row per claimed job (kind 0, as claim returns them) and one per accepted
+-- completion (kind 1, its id); an id sent but not answered failed its fence.
+WITH done AS (
+{_complete_done}
+), audit AS (
+    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
+    SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
+    RETURNING job_id
+), {_claim_picked}, claimed AS (
+    UPDATE {schema}.jobs AS j
+    {_grant_lease}
+)
+SELECT 0 AS kind, claimed.* FROM claimed
+UNION ALL
+SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM audit
 
 -- name: fail
 -- The retry-or-dead choice: a cancelled attempt, or any attempt of a job with a

@@ -375,17 +375,19 @@ class PostgresStore(Store):
     ) -> set[int]:
         if not done:
             return set()
-        rows = self._all(
-            "complete",
-            {
-                "worker": worker,
-                "ids": [d[0] for d in done],
-                "attempts": [d[1] for d in done],
-                "results": [d[2] for d in done],
-                "now": now,
-            },
-        )
+        rows = self._all("complete", {**_done_params(worker, done), "now": now})
         return {r[0] for r in rows}
+
+    def complete_and_claim(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
+        lease_ttl: float, *, now: datetime | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        if not done:
+            return set(), self.claim(worker, queues, limit, lease_ttl, now=now)
+        rows = self._all("complete_and_claim", {
+            **_done_params(worker, done), "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now,
+        })
+        return {r[1] for r in rows if r[0] == 1}, _claimed([r[1:] for r in rows if r[0] == 0])
 
     def fail(
         self,
@@ -468,6 +470,16 @@ def _uniform(jobs: Sequence[NewJob]) -> bool:
     """Whether these jobs differ only in their args, and none has a dedup key."""
     first = _options(jobs[0])
     return jobs[0].dedup_key is None and all(_options(j) == first for j in jobs[1:])
+
+
+def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
+    """complete's rows as the three parallel arrays _complete_done unnests."""
+    return {
+        "worker": worker,
+        "ids": [d[0] for d in done],
+        "attempts": [d[1] for d in done],
+        "results": [d[2] for d in done],
+    }
 
 
 def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:

@@ -261,11 +261,14 @@ class SQLiteStore(Store):
     def claim(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
     ) -> list[ClaimedJob]:
-        return _claimed(self._all(
-            "claim",
-            {"worker": worker, "queues": json.dumps(list(queues)), "limit": limit,
-             "lease_ttl": lease_ttl, "now": _ts(now)},
-        ))
+        return _claimed(self._all("claim", self._claim_params(worker, queues, limit, lease_ttl, now)))
+
+    @staticmethod
+    def _claim_params(
+        worker: str, queues: Sequence[str], limit: int, lease_ttl: float, now: datetime | None,
+    ) -> dict[str, Any]:
+        return {"worker": worker, "queues": json.dumps(list(queues)), "limit": limit, "lease_ttl": lease_ttl,
+                "now": _ts(now)}
 
     def claim_ids(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
@@ -327,17 +330,34 @@ class SQLiteStore(Store):
         if not done:
             return set()
         with self._write() as conn:
-            rows = conn.execute(
-                self.q["complete"], {"worker": worker, "done": json.dumps([list(d) for d in done]), "now": _ts(now)}
-            ).fetchall()
-            conn.executemany(
-                self.q["audit"],
-                [
-                    {"job_id": r[0], "attempt": r[1], "worker": worker, "claimed_at": r[2], "finished_at": r[3],
-                     "outcome": "succeeded", "error": None, "traceback": None}
-                    for r in rows
-                ],
-            )
+            return self._complete_in(conn, worker, done, now)
+
+    def complete_and_claim(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
+        lease_ttl: float, *, now: datetime | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        # One write transaction (one commit) for both, as PostgreSQL's one statement.
+        if not done:
+            return set(), self.claim(worker, queues, limit, lease_ttl, now=now)
+        with self._write() as conn:
+            accepted = self._complete_in(conn, worker, done, now)
+            rows = conn.execute(self.q["claim"], self._claim_params(worker, queues, limit, lease_ttl, now)).fetchall()
+        return accepted, _claimed(rows)
+
+    def _complete_in(
+        self, conn: sqlite3.Connection, worker: str, done: Sequence[tuple[int, int, str | None]], now: datetime | None,
+    ) -> set[int]:
+        rows = conn.execute(
+            self.q["complete"], {"worker": worker, "done": json.dumps([list(d) for d in done]), "now": _ts(now)}
+        ).fetchall()
+        conn.executemany(
+            self.q["audit"],
+            [
+                {"job_id": r[0], "attempt": r[1], "worker": worker, "claimed_at": r[2], "finished_at": r[3],
+                 "outcome": "succeeded", "error": None, "traceback": None}
+                for r in rows
+            ],
+        )
         return {r[0] for r in rows}
 
     def fail(
