@@ -358,3 +358,56 @@ def test_a_report_whose_answer_was_lost_is_not_taken_for_a_refusal(make_app: Cal
     job = app.get_job(good)
     assert job is not None and job.state is JobState.SUCCEEDED and job.result == "done"
     assert [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]
+
+
+def test_successes_ride_with_the_next_claim_and_each_is_written_once(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+
+    @app.task
+    def quick(ctx: JobContext, n: int) -> int:
+        return n * 2
+
+    ids = quick.enqueue_many([{"n": n} for n in range(40)])
+    with running(app, concurrency=4) as w:
+        for job_id in ids:
+            wait_job(app, job_id, is_final)
+    assert w.counts["succeeded"] == 40 and w.counts["stale_reports"] == 0
+    assert w.counts["successes_carried"] > 0  # complete_and_claim did carry some
+    for n, job_id in enumerate(ids):
+        job = app.get_job(job_id)
+        assert job is not None and job.state is JobState.SUCCEEDED and job.result == n * 2
+        assert [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]
+
+
+def test_a_claim_whose_answer_was_lost_still_reports_the_successes_it_carried(
+    make_app: Callable[..., Tether],
+) -> None:
+    """The first complete_and_claim commits (successes written, new jobs
+    leased) and its answer is lost. The carried successes are written again,
+    refused, and found in the attempts audit: counted as successes, not as
+    refusals. The jobs it claimed were never seen here: their leases lapse and
+    the reaper sends them round again (at-least-once)."""
+    app = make_app(**FAST)
+    app._store = _AnswerLostOnce(app.store, "complete_and_claim")  # type: ignore[assignment]
+
+    @app.task
+    def quick(ctx: JobContext, n: int) -> int:
+        return n
+
+    ids = quick.enqueue_many([{"n": n} for n in range(12)])
+    with running(app, concurrency=4) as w:
+        for job_id in ids:
+            wait_job(app, job_id, is_final, timeout=20)
+        deadline = time.monotonic() + 5
+        while w.counts["succeeded"] < 12 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert "complete_and_claim" not in app.store._pending  # type: ignore[attr-defined]  # the fault fired
+    assert (w.counts["succeeded"], w.counts["stale_reports"]) == (12, 0)
+    orphaned = 0
+    for job_id in ids:
+        job = app.get_job(job_id)
+        assert job is not None and job.state is JobState.SUCCEEDED
+        outcomes = [a.outcome for a in job.attempts]
+        assert outcomes[-1] is Outcome.SUCCEEDED and outcomes.count(Outcome.SUCCEEDED) == 1
+        orphaned += len(outcomes) > 1
+    assert orphaned >= 1  # what the lost answer had claimed ran again after its lease lapsed

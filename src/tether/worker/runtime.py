@@ -80,6 +80,9 @@ STOP_GRACE = 3.0
 FETCH_WAIT = 1.0
 #: how long a worker waits at start for its transport to come up before polling
 TRANSPORT_START_WAIT = 3.0
+#: how long finished jobs' successes wait for the claimer to carry them in its
+#: next claim (one statement, one commit) before the reporter writes them alone
+CARRY_WAIT = 0.05
 
 
 class Worker:
@@ -143,6 +146,9 @@ class Worker:
         self._stop_now = False
         self._done: list[tuple[Running, str | None]] = []
         self._report_wake: asyncio.Event | None = None
+        #: set while the claimer waits for work: successes have no claim to ride
+        #: with, so the reporter writes them at once
+        self._claimer_idle: asyncio.Event | None = None
         self._reports: set[asyncio.Task[None]] = set()
 
     # -- control ----------------------------------------------------------------------
@@ -174,6 +180,7 @@ class Worker:
         self._loop = loop
         self._nudge = asyncio.Event()
         self._report_wake = asyncio.Event()
+        self._claimer_idle = asyncio.Event()
         self._stop_event = asyncio.Event()
         if self._stopping:
             self._stop_event.set()
@@ -265,7 +272,14 @@ class Worker:
                 self._loop.call_soon_threadsafe(self._nudge.set)
 
     async def _claim_loop(self) -> None:
-        assert self._nudge is not None
+        try:
+            await self._claim_rounds()
+        finally:
+            assert self._claimer_idle is not None
+            self._claimer_idle.set()  # no more claims: the reporter writes every success itself
+
+    async def _claim_rounds(self) -> None:
+        assert self._nudge is not None and self._claimer_idle is not None
         failures = 0
         while not self._stopping:
             self._nudge.clear()  # before the claim: a nudge during it is not lost
@@ -296,8 +310,11 @@ class Worker:
                 full = len(got) == want
             if (full or fetched) and self._free_slots() > 0:
                 continue  # a fetch has already waited for work
+            self._claimer_idle.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._nudge.wait(), self.poll_interval)
+            if self._nudge.is_set():
+                self._claimer_idle.clear()
 
     async def _batch_gather(self) -> None:
         assert self._nudge is not None
@@ -375,23 +392,50 @@ class Worker:
         database must still stop. Jobs a late claim returns are released at
         once (fenced, budget untouched)."""
         assert self._stop_waiter is not None
-        if ids is None:
-            call = partial(self.store.claim, self.id, self.queues, want, self.timers.lease_ttl)
-        else:
+        carried: list[tuple[Running, str | None]] = []
+        call: Callable[[], Any]
+        if ids is not None:
             call = partial(self.store.claim_ids, self.id, ids, self.queues, self.timers.lease_ttl)
+        elif self._done:
+            # Successes waiting to be written ride with the claim: one round trip, one commit.
+            carried, self._done = self._done, []
+            call = partial(self.store.complete_and_claim, self.id, _rows(carried), self.queues, want,
+                           self.timers.lease_ttl)
+        else:
+            call = partial(self.store.claim, self.id, self.queues, want, self.timers.lease_ttl)
+        sent_at = time.monotonic()
         claim = asyncio.ensure_future(self._db(call))
-        done, _ = await asyncio.wait({claim, self._stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if claim in done:
-            return claim.result()
         try:
-            jobs = await asyncio.wait_for(claim, STOP_GRACE)
-        except Exception as exc:  # includes the timeout: the reaper owns whatever it took
-            self.log.warning("stopping with a claim still in flight (%s)", exc or type(exc).__name__)
-            return None
+            done, _ = await asyncio.wait({claim, self._stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if claim in done:
+                return self._claimed(claim.result(), carried, sent_at)
+            try:
+                jobs = self._claimed(await asyncio.wait_for(claim, STOP_GRACE), carried, sent_at)
+            except Exception as exc:  # includes the timeout: the reaper owns whatever it took
+                self.log.warning("stopping with a claim still in flight (%s)", exc or type(exc).__name__)
+                if carried:
+                    self._complete_later(carried)
+                return None
+        except BaseException:
+            if carried:
+                # Their fate is unknown (the statement may have committed): write
+                # them again; a refusal is then checked against the audit.
+                self._complete_later(carried)
+            raise
         for job in jobs:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._db(self.store.release, self.id, job.id, job.attempt), STOP_GRACE)
         return None
+
+    def _claimed(self, answer: Any, carried: list[tuple[Running, str | None]], sent_at: float) -> list[ClaimedJob]:
+        """A claim's jobs; when it carried successes, tell their handlers' story first."""
+        if not carried:
+            return list(answer)
+        accepted, jobs = answer
+        self.counts["successes_carried"] += len(carried)
+        self._completed(carried, accepted, sent_at)
+        carried.clear()  # written: an exception from here on must not write them again
+        return list(jobs)
 
     # -- running handlers ----------------------------------------------------------------
     def _start(self, job: ClaimedJob, sent_at: float, delivery: Delivery | None = None) -> None:
@@ -543,8 +587,10 @@ class Worker:
             # Retrying cannot make a result JSON: the job ends dead with the reason.
             self._report(running, self._fail, Outcome.FAILED, str(perr), None, False)
             return
-        assert self._report_wake is not None
+        assert self._report_wake is not None and self._claimer_idle is not None
         self._done.append((running, result_json))
+        if self._free_slots() > 0 and not self._stopping:
+            self._claimer_idle.clear()  # the nudge above wakes the claimer, which will carry this success
         self._report_wake.set()
 
     def _forget(self, running: Running) -> None:
@@ -561,18 +607,36 @@ class Worker:
 
     async def _report_loop(self) -> None:
         """Write successes in batches: one fenced statement for all that finished
-        since the last write."""
-        assert self._report_wake is not None
+        since the last write. Usually the claimer's next claim carries them
+        (``complete_and_claim``); this writes what no claim is about to carry."""
+        assert self._report_wake is not None and self._claimer_idle is not None and self._loop is not None
         while True:
             await self._report_wake.wait()
             self._report_wake.clear()
+            if not self.transport.delivers:
+                # Leave them to the claimer while it is claiming or about to;
+                # waking to find it active again (more jobs finished meanwhile),
+                # keep leaving them, up to CARRY_WAIT.
+                deadline = self._loop.time() + CARRY_WAIT
+                while self._done and not self._claimer_idle.is_set():
+                    remaining = deadline - self._loop.time()
+                    if remaining <= 0:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._claimer_idle.wait(), remaining)
             batch, self._done = self._done, []
             if batch:
                 await self._complete(batch)
 
-    async def _complete(self, batch: list[tuple[Running, str | None]]) -> None:
-        rows = [(r.job.id, r.job.attempt, res) for r, res in batch]
-        retried = False
+    def _complete_later(self, batch: list[tuple[Running, str | None]]) -> None:
+        """Write these successes again, in the background, as a retry."""
+        assert self._loop is not None
+        t = self._loop.create_task(self._complete(batch, retried=True))
+        self._reports.add(t)
+        t.add_done_callback(self._reports.discard)
+
+    async def _complete(self, batch: list[tuple[Running, str | None]], *, retried: bool = False) -> None:
+        rows = _rows(batch)
         while True:
             sent_at = time.monotonic()
             try:
@@ -587,7 +651,7 @@ class Worker:
                         self._lost(r, "could not report success before the lease lapsed")
                         self._forget(r)
                 batch = [(r, res) for r, res in batch if not r.lost]
-                rows = [(r.job.id, r.job.attempt, res) for r, res in batch]
+                rows = _rows(batch)
                 if not batch:
                     return
                 await asyncio.sleep(REPORT_RETRY)
@@ -598,6 +662,10 @@ class Worker:
             for r, _ in batch:
                 if r.job.id not in accepted and await self._db(self._recorded, r, {Outcome.SUCCEEDED}) is not None:
                     accepted.add(r.job.id)
+        self._completed(batch, accepted, sent_at)
+
+    def _completed(self, batch: list[tuple[Running, str | None]], accepted: set[int], sent_at: float) -> None:
+        """The answer to a write of these successes: ``accepted`` passed their fence."""
         for r, _ in batch:
             if self.history is not None:
                 self.history.record("report", job=r.job.id, attempt=r.job.attempt, op="complete",
@@ -771,6 +839,11 @@ class Worker:
         grace = time.monotonic() + RELEASE_GRACE
         while len(self.inflight) and time.monotonic() < grace:
             await asyncio.sleep(0.02)
+
+
+def _rows(batch: list[tuple[Running, str | None]]) -> list[tuple[int, int, str | None]]:
+    """Finished attempts as the (id, attempt, result JSON) rows complete takes."""
+    return [(r.job.id, r.job.attempt, res) for r, res in batch]
 
 
 async def _call_async(task: Task[Any, Any], ctx: JobContext, args: dict[str, Any]) -> Any:
