@@ -68,7 +68,10 @@ WHERE dedup_key = ANY(%(keys)s::text[]) AND state IN ('queued', 'running')
 -- The lease grant that claim and claim_ids share (UPDATE jobs AS j ... FROM
 -- picked): running, attempt + 1 (the fencing token), owner, lease_until capped
 -- at the attempt's deadline so one partial index finds both lapsed leases and
--- timed-out attempts.
+-- timed-out attempts. `j.id = ANY(ARRAY(SELECT id FROM picked))` hands the
+-- planner the ids as an index condition on the primary key; joined on
+-- picked alone, it seq-scanned and hashed the whole table whenever the table
+-- was small enough (0.6 ms of a 2.6 ms claim of 100 among 5,000 rows).
 SET state = 'running',
     attempt = j.attempt + 1,
     locked_by = %(worker)s,
@@ -80,7 +83,7 @@ SET state = 'running',
     progress = NULL,
     progress_message = NULL
 FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.id = picked.id
 RETURNING j.id, j.attempt, j.task, j.args, j.queue, j.priority, j.max_attempts,
           coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta, j.run_at
 
@@ -185,7 +188,9 @@ RETURNING cancel_requested
 -- name: _complete_done
 -- The fenced success that complete and complete_and_claim share (the body of
 -- a `done` CTE): each row matches only while it is still running under this
--- worker and this attempt, so a zombie's late success changes nothing.
+-- worker and this attempt, so a zombie's late success changes nothing. The
+-- ids again as `= ANY(...)`: an index condition on the primary key, so the
+-- rows are found by id rather than by walking every running job's lease.
 UPDATE {schema}.jobs AS j
 SET state = 'succeeded',
     result = c.result::jsonb,
@@ -194,7 +199,7 @@ SET state = 'succeeded',
     lease_until = NULL,
     deadline = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS c(id, attempt, result)
-WHERE j.id = c.id AND j.attempt = c.attempt
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempt = c.attempt
   AND j.locked_by = %(worker)s AND j.state = 'running'
 RETURNING j.id, j.attempt, j.claimed_at, j.finished_at
 
