@@ -213,18 +213,23 @@ def sqlite_md(sq: dict[str, Any]) -> str:
 
 
 def ceiling_md(ce: dict[str, Any], tp: dict[str, Any] | None) -> str:
-    rows = [[f"claim {k} then complete", f(r.get("rate")), f(r.get("tps")), f(r.get("pg_cpu_per_job_ms"), 3),
+    def script(k: str) -> str:
+        return f"complete {k.removeprefix('carry-')} and claim as many" if k.startswith("carry-") else \
+            f"claim {k} then complete"
+
+    rows = [[script(k), f(r.get("rate")), f(r.get("tps")), f(r.get("pg_cpu_per_job_ms"), 3),
              f(r.get("commits_per_job"), 3), f(r.get("wal_bytes_per_job"))] for k, r in ce["by_batch"].items()]
-    text = (f"pgbench, {ce['clients']} clients, prepared statements, tether's own claim and complete SQL.\n\n"
+    text = (f"pgbench, {ce['clients']} clients, prepared statements, tether's own SQL: claim then complete "
+            "(two statements), and complete_and_claim (one: what a worker sends now).\n\n"
             + table(["script", "jobs/s", "tps", "PG CPU ms/job", "commits/job", "WAL B/job"], rows))
     if tp and "tether" in tp["systems"]:
         frac = []
         for cfg, r in tp["systems"]["tether"]["configs"].items():
             c = int(cfg.split("c")[-1])
             k = "10" if c <= 10 else "100"
-            ceil = ce["by_batch"].get(k, {}).get("rate")
+            ceil = (ce["by_batch"].get(f"carry-{k}") or ce["by_batch"].get(k, {})).get("rate")
             if r.get("rate") and ceil:
-                frac.append(f"{cfg}: {100 * r['rate'] / ceil:.0f}% of the claim-{k} ceiling")
+                frac.append(f"{cfg}: {100 * r['rate'] / ceil:.0f}% of the batch-{k} ceiling")
         if frac:
             text += "\n\ntether's worker as a fraction of the ceiling: " + "; ".join(frac) + "."
     return text

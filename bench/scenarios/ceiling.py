@@ -7,8 +7,13 @@ run by pgbench in prepared mode (tether's store prepares its statements too):
     claim K jobs   (tether's claim; the ids and attempts \\gset into variables)
     complete them  (tether's fenced batch complete, which writes the attempt rows)
 
-two autocommit statements per transaction, as a worker sends them, with no
-Python in the loop. Jobs are pre-filled with one INSERT ... SELECT
+two autocommit statements per transaction, as a worker sent them before its
+successes rode with its claims; and the script a worker runs now ("carry"):
+
+    complete_and_claim  (the previous transaction's K jobs completed and the
+                         next K claimed, one statement; the last K stay running)
+
+with no Python in the loop. Jobs are pre-filled with one INSERT ... SELECT
 generate_series (the backlog starts at the run's job count and drains to
 zero; a claim whose plan sorts the due backlog gets slower with its size).
 Reported: jobs/s (tps x K, checked against the succeeded count), PostgreSQL
@@ -40,44 +45,68 @@ FROM generate_series(1, %(n)s::bigint) AS g
 
 
 def pgbench_script(claim: str, complete: str, k: int) -> str:
-    def bind(sql: str, values: dict[str, str]) -> str:
-        def sub(m: re.Match[str]) -> str:
-            name = m.group(1)
-            if name not in values:
-                raise KeyError(f"no pgbench value for %({name})s")
-            return values[name]
-        return re.sub(r"%\((\w+)\)s", sub, sql)
-
     common = {"worker": "'pgbench'", "now": "NULL", "lease_ttl": "30.0"}
-    claim_sql = bind(claim, {**common, "queues": "ARRAY['default']", "limit": str(k)})
-    complete_sql = bind(complete, {**common, "ids": ":ids", "attempts": ":atts", "results": "NULL"})
-    one_line = lambda s: " ".join(line.split("--")[0].strip() for line in s.splitlines() if line.strip())  # noqa: E731
+    claim_sql = _bind(claim, {**common, "queues": "ARRAY['default']", "limit": str(k)})
+    complete_sql = _bind(complete, {**common, "ids": ":ids", "attempts": ":atts", "results": "NULL"})
     return (
-        f"WITH claimed AS ({one_line(claim_sql)}) "
+        f"WITH claimed AS ({_one_line(claim_sql)}) "
         "SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempt), '{}') AS atts FROM claimed\n"
         "\\gset\n"
-        f"{one_line(complete_sql)};\n"
+        f"{_one_line(complete_sql)};\n"
     )
 
 
-def run_one(system: C.System, sql: dict[str, str], k: int, clients: int, tx: int) -> dict[str, Any]:
+def carry_script(complete_and_claim: str, k: int) -> str:
+    """complete_and_claim with the previous transaction's claim carried in
+    :ids/:atts (pgbench -D starts them empty). Its answer is one row per job, and
+    \\gset needs one row, so the final SELECT is swapped for one that aggregates
+    the claimed ids; the audit CTE modifies data, so it runs all the same."""
+    common = {"worker": "'pgbench'", "now": "NULL", "lease_ttl": "30.0", "queues": "ARRAY['default']",
+              "limit": str(k), "ids": ":ids", "attempts": ":atts", "results": "NULL"}
+    body = _bind(complete_and_claim, common)
+    head, sep, _ = body.rpartition("SELECT 0 AS kind")
+    if not sep:
+        raise ValueError("complete_and_claim no longer ends with its 'SELECT 0 AS kind' answer")
+    tail = ("SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempt), '{}') AS atts, "
+            "(SELECT count(*) FROM audit) AS n FROM claimed")
+    return f"{_one_line(head + tail)}\n\\gset\n"
+
+
+def _bind(sql: str, values: dict[str, str]) -> str:
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in values:
+            raise KeyError(f"no pgbench value for %({name})s")
+        return values[name]
+    return re.sub(r"%\((\w+)\)s", sub, sql)
+
+
+def _one_line(sql: str) -> str:
+    return " ".join(line.split("--")[0].strip() for line in sql.splitlines() if line.strip())
+
+
+def run_one(system: C.System, sql: dict[str, str], k: int, clients: int, tx: int, *, carry: bool = False,
+            ) -> dict[str, Any]:
     C.recreate_db(DB)
     C.run_client(system, ["setup"])
     jobs = clients * tx * k
     with C.connect(DB) as c:
         c.execute(PREFILL, {"n": jobs})
     C.settle_db(DB)
-    script = C.scratch() / f"ceiling-k{k}.sql"
-    script.write_text(pgbench_script(sql["claim"], sql["complete"], k))
+    name = f"ceiling-{'carry-' if carry else ''}k{k}"
+    script = C.scratch() / f"{name}.sql"
+    script.write_text(carry_script(sql["complete_and_claim"], k) if carry
+                      else pgbench_script(sql["claim"], sql["complete"], k))
     argv = [str(C.PGBIN / "pgbench"), "-h", C.PG_HOST, "-p", str(C.PG_PORT), "-U", C.PG_USER, "-n",
-            "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)), "-t", str(tx), "-f", str(script), DB]
+            "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)), "-t", str(tx), "-f", str(script),
+            *(["-D", "ids={}", "-D", "atts={}"] if carry else []), DB]
     with C.connect() as admin:
         s0 = C.snapshot(DB, admin)
         p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
         C.wait_no_backends(DB)
         s1 = C.snapshot(DB, admin)
     (C.scratch() / "logs").mkdir(parents=True, exist_ok=True)
-    (C.scratch() / "logs" / f"ceiling-k{k}.log").write_text(f"$ {' '.join(argv)}\n{p.stdout}\n{p.stderr}")
+    (C.scratch() / "logs" / f"{name}.log").write_text(f"$ {' '.join(argv)}\n{p.stdout}\n{p.stderr}")
     if p.returncode != 0:
         raise RuntimeError(f"pgbench failed: {p.stderr[-2000:]}")
     m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", p.stdout)
@@ -86,12 +115,15 @@ def run_one(system: C.System, sql: dict[str, str], k: int, clients: int, tx: int
     tps = float(m.group(1))
     with C.connect(DB) as c:
         (done,) = c.execute("SELECT count(*) FROM tether.jobs WHERE state = 'succeeded'").fetchone()  # type: ignore[misc]
+    # carry: each client's first transaction completes nothing and its last claim stays running
+    expect = clients * (tx - 1) * k if carry else jobs
     return {
-        "batch": k, "clients": clients, "transactions": clients * tx, "jobs": jobs, "done": int(done),
-        "ok": int(done) == jobs, "tps": tps, "rate": tps * k,
-        "pg_cpu_per_job_ms": 1000 * (s1.pg_cpu - s0.pg_cpu) / jobs,
-        "commits_per_job": (s1.commits - s0.commits) / jobs,
-        "wal_bytes_per_job": C.wal_bytes(s0, s1) / jobs,
+        "batch": k, "mode": "carry" if carry else "claim-then-complete", "clients": clients,
+        "transactions": clients * tx, "jobs": jobs, "done": int(done), "ok": int(done) == expect,
+        "tps": tps, "rate": tps * k * expect / jobs,
+        "pg_cpu_per_job_ms": 1000 * (s1.pg_cpu - s0.pg_cpu) / expect,
+        "commits_per_job": (s1.commits - s0.commits) / expect,
+        "wal_bytes_per_job": C.wal_bytes(s0, s1) / expect,
     }
 
 
@@ -108,27 +140,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = C.SYSTEMS["tether"]
     system = C.System(base.name, base.venv, DB, base.worker_argv, base.pending_sql, base.done_sql, env=base.env)
     C.recreate_db(DB)
-    sql = C.run_client(system, ["dump-sql", "claim", "complete"])
+    sql = C.run_client(system, ["dump-sql", "claim", "complete", "complete_and_claim"])
     base_jobs = args.jobs or (4000 if args.quick else 20000)
     results: dict[str, Any] = {"clients": args.clients, "statements": sql, "by_batch": {}, "runs": []}
-    for k in args.batch or BATCHES:
+    for k, carry in [(k, carry) for k in args.batch or BATCHES for carry in (False, True)]:
         scale = {1: 1, 10: 2.5}.get(k, 5)
-        tx = max(1, int(base_jobs * scale) // (k * args.clients))
+        tx = max(2, int(base_jobs * scale) // (k * args.clients))
         runs = []
+        key = f"carry-{k}" if carry else str(k)
         for rep in range(C.reps(args)):
-            C.log(f"ceiling: pgbench claim-{k}-then-complete, {args.clients} clients x {tx} transactions, rep {rep + 1}")
+            what = f"complete-and-claim-{k}" if carry else f"claim-{k}-then-complete"
+            C.log(f"ceiling: pgbench {what}, {args.clients} clients x {tx} transactions, rep {rep + 1}")
             try:
-                r = run_one(system, sql, k, args.clients, tx)
+                r = run_one(system, sql, k, args.clients, tx, carry=carry)
                 C.log(f"  {r['rate']:.0f} jobs/s ({r['tps']:.0f} tps), pg {r['pg_cpu_per_job_ms']:.3f} ms/job, "
                       f"{r['commits_per_job']:.3f} commits/job, {r['wal_bytes_per_job']:.0f} WAL B/job")
             except Exception as exc:
                 C.log(f"  FAILED: {exc}")
-                r = {"batch": k, "ok": False, "error": str(exc)[:2000]}
+                r = {"batch": k, "mode": "carry" if carry else "claim-then-complete", "ok": False,
+                     "error": str(exc)[:2000]}
             r["rep"] = rep
             runs.append(r)
             results["runs"].append(r)
         ok = [r for r in runs if r.get("ok")]
-        results["by_batch"][str(k)] = {
+        results["by_batch"][key] = {
             "ok_reps": len(ok),
             **{key: C.median([r[key] for r in ok]) for key in
                ("rate", "tps", "pg_cpu_per_job_ms", "commits_per_job", "wal_bytes_per_job")},
