@@ -27,6 +27,7 @@ from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
 from ..rows import assign_ids, attempt_from_row, job_from_row, missing_keys, worker_from_row
 from ..sqlfile import load_migrations, load_queries
+from .loop_connections import LoopConnections
 
 __all__ = ["PostgresStore"]
 
@@ -62,6 +63,9 @@ POOL_TIMEOUT = 10.0
 #: its reaper with it (found by `tether chaos`: leases recovered 35 s late).
 #: Giving up early makes the next request start a fresh attempt, 1 s apart.
 RECONNECT_TIMEOUT = 2.0
+#: connections per event loop for async calls (``enqueue_async``): each is
+#: busy only for one statement's round trip, and a loop is one thread
+ASYNC_CONNECTIONS = 4
 
 Rows = list[tuple[Any, ...]]
 
@@ -104,16 +108,19 @@ class PostgresStore(Store):
             psycopg.conninfo.conninfo_to_dict(dsn.url)
         except psycopg.ProgrammingError as exc:
             raise InvalidDSN(f"malformed PostgreSQL URL: {exc}") from None
+        kwargs = {"autocommit": True, "prepare_threshold": 0, **_net_defaults(dsn.url)}
         self.pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
             dsn.url,
             min_size=1,
             max_size=pool_size,
             timeout=POOL_TIMEOUT,
             reconnect_timeout=RECONNECT_TIMEOUT,
-            kwargs={"autocommit": True, "prepare_threshold": 0, **_net_defaults(dsn.url)},
+            kwargs=kwargs,
             open=False,
             name=f"tether-{dsn.schema}",
         )
+        #: for async calls, each event loop's own
+        self.async_connections = LoopConnections(dsn.url, size=ASYNC_CONNECTIONS, **kwargs)
         # One direct connection first: it fails fast and says why (refused,
         # unknown database, bad password), where the pool would only time out.
         try:
@@ -133,12 +140,23 @@ class PostgresStore(Store):
             try:
                 cur = conn.execute(self.q[name], params or {})
             except pg_errors.UndefinedTable:
-                raise SchemaMissing(
-                    f"tether's tables are missing from schema {self.schema!r}: run `tether migrate`"
-                ) from None
+                raise self._no_tables() from None
             return cur.fetchall() if cur.description else []
 
+    async def _all_async(self, name: str, params: dict[str, Any]) -> Rows:
+        """``_all`` on a connection of the running event loop's."""
+        async with self.async_connections.connection() as conn:
+            try:
+                cur = await conn.execute(self.q[name], params)
+            except pg_errors.UndefinedTable:
+                raise self._no_tables() from None
+            return await cur.fetchall() if cur.description else []
+
+    def _no_tables(self) -> SchemaMissing:
+        return SchemaMissing(f"tether's tables are missing from schema {self.schema!r}: run `tether migrate`")
+
     def close(self) -> None:
+        self.async_connections.close()
         self.pool.close()
 
     def db_now(self) -> datetime:
@@ -206,6 +224,14 @@ class PostgresStore(Store):
         step = steps.send(None)
         while step is not None:
             step = steps.send(self._all(*step))
+        return steps.ids
+
+    async def enqueue_async(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+        """``enqueue`` on the running event loop's own connections: no thread hop."""
+        steps = _Enqueue(jobs, now)
+        step = steps.send(None)
+        while step is not None:
+            step = steps.send(await self._all_async(*step))
         return steps.ids
 
     def get_job(self, job_id: int) -> Job | None:
@@ -414,9 +440,9 @@ class PostgresStore(Store):
 
 
 class _Enqueue:
-    """One enqueue, as the statements it needs, without doing any I/O, so that
-    a sync and an async caller can both drive it (the plan, the dedup lookup
-    and the retry exist once). ``send(None)`` gives the first statement (query name,
+    """One enqueue, as the statements it needs, without doing any I/O: the sync
+    and the async enqueue both drive it, so the plan, the dedup lookup and the
+    retry exist once. ``send(None)`` gives the first statement (query name,
     params); ``send(its rows)`` the next, or None once ``ids`` is the answer."""
 
     def __init__(self, jobs: Sequence[NewJob], now: datetime | None) -> None:
