@@ -13,6 +13,8 @@ write must change *nothing*: the tests compare the whole ``Job`` record
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -173,6 +175,65 @@ def test_enqueue_many_that_share_their_options_keep_order_args_and_options(store
 def test_enqueue_empty_batch_inserts_nothing(store: Store) -> None:
     assert store.enqueue([]) == []
     assert store.list_jobs() == []
+
+
+def test_enqueue_async_inserts_what_enqueue_does(store: Store) -> None:
+    """One job, a batch sharing its options and a mixed batch: the three
+    inserts the sync enqueue chooses between, awaited."""
+    t0 = store.db_now()
+
+    async def produce() -> tuple[list[int], list[int], list[int], list[int]]:
+        return (
+            await store.enqueue_async([new_job(task="one", args={"n": 1}, queue="q", priority=3, delay=5.0)], now=t0),
+            await store.enqueue_async([new_job(task="same", args={"i": i}, queue="q") for i in range(20)], now=t0),
+            await store.enqueue_async([new_job(task=f"t{i}", args={"i": i}, priority=i) for i in range(5)], now=t0),
+            await store.enqueue_async([], now=t0),
+        )
+
+    (one,), uniform, mixed, nothing = asyncio.run(produce())
+    job = get(store, one)
+    assert (job.state, job.task, job.queue, job.priority, job.args) == (JobState.QUEUED, "one", "q", 3, {"n": 1})
+    assert close_to(job.run_at, t0 + sec(5))
+    assert len(set(uniform)) == 20 and uniform == sorted(uniform)
+    assert [get(store, j).args for j in uniform] == [{"i": i} for i in range(20)]
+    assert [(get(store, j).task, get(store, j).priority) for j in mixed] == [(f"t{i}", i) for i in range(5)]
+    assert nothing == []
+    assert all_ids(store) == {one, *uniform, *mixed}
+
+
+def test_enqueue_async_dedup_key_returns_the_active_job(store: Store) -> None:
+    t0 = store.db_now()
+    held = enqueue_one(store, t0, dedup_key="report:42", args={"n": 1})
+
+    async def produce() -> tuple[list[int], list[int]]:
+        return (
+            await store.enqueue_async([new_job(dedup_key="report:42", args={"n": 2})], now=t0),
+            await store.enqueue_async([new_job(dedup_key="report:42"), new_job(), new_job(dedup_key="new"),
+                                       new_job(dedup_key="new")], now=t0),
+        )
+
+    again, batch = asyncio.run(produce())
+    assert again == [held] and batch[0] == held
+    assert batch[2] == batch[3] and len({held, batch[1], batch[2]}) == 3
+    assert all_ids(store) == {held, batch[1], batch[2]}
+    assert get(store, held).args == {"n": 1}
+
+
+def test_enqueue_async_from_one_event_loop_after_another(store: Store) -> None:
+    """Each ``asyncio.run`` is a new loop. The second one enqueues eight jobs
+    at once: connections (and the tasks that open more of them) kept from the
+    first loop, which has ended, could not serve it."""
+
+    async def at_once(n: int, run: int) -> list[int]:
+        batches = await asyncio.gather(*(store.enqueue_async([new_job(args={"run": run, "i": i})])
+                                         for i in range(n)))
+        return [job_id for ids in batches for job_id in ids]
+
+    first = asyncio.run(at_once(1, 1))
+    second = asyncio.run(at_once(8, 2))
+    assert len({*first, *second}) == 9
+    assert sorted(get(store, j).args["i"] for j in second) == list(range(8))
+    gc.collect()  # whatever the first loop left behind is finalized here, inside the test
 
 
 def test_args_round_trip_through_enqueue_get_and_claim(store: Store) -> None:

@@ -3,6 +3,7 @@ database says so plainly (``SchemaMissing``: run ``tether migrate``)."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -196,6 +197,7 @@ def test_check_schema_on_an_unmigrated_database_says_run_migrate(db_url: str) ->
 _T = datetime(2024, 1, 1, tzinfo=UTC)
 OPERATIONS: dict[str, Callable[[Store], object]] = {
     "enqueue": lambda s: s.enqueue([NewJob(task="t", args_json="{}")]),
+    "enqueue_async": lambda s: asyncio.run(s.enqueue_async([NewJob(task="t", args_json="{}")])),
     "claim": lambda s: s.claim("w", ["default"], 10, 30.0),
     "heartbeat": lambda s: s.heartbeat("w", [(1, 1)], 30.0),
     "complete": lambda s: s.complete("w", [(1, 1, None)]),
@@ -224,6 +226,19 @@ def test_operations_on_an_unmigrated_database_say_run_migrate(db_url: str, op: s
         with pytest.raises(SchemaMissing) as info:
             OPERATIONS[op](s)
         _assert_says_run_migrate(info.value)
+    finally:
+        s.close()
+
+
+def test_async_enqueue_on_an_unmigrated_database_fails_as_the_sync_one_does(db_url: str) -> None:
+    s = open_store(db_url)
+    try:
+        for jobs in ([NewJob(task="t", args_json="{}")], [NewJob(task="t", args_json="{}", dedup_key="k")] * 2):
+            with pytest.raises(SchemaMissing) as sync:
+                s.enqueue(jobs)
+            with pytest.raises(SchemaMissing) as async_:
+                asyncio.run(s.enqueue_async(jobs))
+            assert str(async_.value) == str(sync.value)
     finally:
         s.close()
 

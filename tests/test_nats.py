@@ -182,6 +182,27 @@ def test_jobs_flow_end_to_end(make_app: Callable[..., Tether], nats_url: str, pr
     wait_for(lambda: backlog(nats_url, prefix, "math.int") == (0, 0), 10, "every message acked")
 
 
+def test_async_enqueue_publishes_after_the_commit(make_app: Callable[..., Tether], nats_url: str, prefix: str) -> None:
+    """enqueue_async and enqueue_many_async publish too (the publish waits for
+    JetStream's acknowledgement, off the caller's event loop)."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+
+    @app.task(name="add")
+    def add(ctx: JobContext, a: int) -> int:
+        return a + 1
+
+    async def produce() -> list[int]:
+        return [await add.enqueue_async(a=0), *await add.enqueue_many_async([{"a": i} for i in range(1, 10)])]
+
+    with running(app) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        ids = asyncio.run(produce())
+        for i, job_id in enumerate(ids):
+            assert wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED).result == i + 1
+        assert w.counts["deliveries_claimed"] == 10  # every one by its message
+    wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "every message acked")
+
+
 def test_the_same_job_delivered_twice_runs_once(make_app: Callable[..., Tether], nats_url: str, prefix: str) -> None:
     """Every job is published three times and two workers consume the queue;
     the fenced claim lets each run once, and every copy is acked."""

@@ -92,6 +92,38 @@ def test_attempt_span_continues_the_producers_trace(make_app: Callable[..., Teth
     assert (enqueue.attributes or {})["tether.job.id"] == jid
 
 
+def test_enqueue_async_runs_in_a_producer_span_the_job_carries(make_app: Callable[..., Tether], spans: tuple[
+        TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = spans
+    tracer = provider.get_tracer("test")
+    app = make_app(**FAST)
+    instrument(app, tracer_provider=provider)
+    task = app.task(name="work", queue="q1")(lambda ctx, n: n)
+
+    async def produce() -> tuple[int, list[int]]:
+        with tracer.start_as_current_span("producer"):
+            return await task.enqueue_async(n=1), await task.enqueue_many_async([{"n": 2}, {"n": 3}])
+
+    one, many = asyncio.run(produce())
+    (producer,) = finished(exporter, "producer")
+    single, batch = sorted(finished(exporter, "tether.enqueue work", 2), key=lambda s: s.start_time or 0)
+    assert producer.context is not None and single.context is not None and batch.context is not None
+    for span in (single, batch):
+        assert span.kind is SpanKind.PRODUCER and span.parent is not None
+        assert span.parent.span_id == producer.context.span_id
+    assert (single.attributes or {})["tether.job.id"] == one
+    assert (batch.attributes or {})["messaging.batch.message_count"] == 2
+    for job_id, span in ((one, single), *((i, batch) for i in many)):
+        job = app.get_job(job_id)
+        assert job is not None and job.meta is not None
+        assert f"{span.context.span_id:016x}" in job.meta[META_KEY]["traceparent"]  # type: ignore[union-attr]
+    with running(app, queues=["q1"]):
+        attempts = {(s.attributes or {})["tether.job.id"]: s for s in finished(exporter, "tether.job work", 3)}
+    for job_id, span in ((one, single), *((i, batch) for i in many)):
+        parent = attempts[job_id].parent
+        assert parent is not None and parent.span_id == span.context.span_id
+
+
 def test_failing_job_has_one_error_span_per_attempt(make_app: Callable[..., Tether], spans: tuple[
         TracerProvider, InMemorySpanExporter]) -> None:
     provider, exporter = spans

@@ -45,6 +45,13 @@ def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _due_now(jobs: list[NewJob], ids: list[int]) -> list[tuple[int, str]]:
+    """What an enqueue publishes, after the commit: a job is announced only once
+    it exists. Delayed jobs wait for the sweep, which publishes them when they
+    are due; so does any job whose publish fails (the enqueue still stands)."""
+    return [(i, j.queue) for i, j in zip(ids, jobs, strict=True) if j.run_at is None and j.delay <= 0]
+
+
 class WorkerOptions(TypedDict, total=False):
     concurrency: int
     queues: Iterable[str] | None
@@ -99,16 +106,19 @@ class TaskCall:
         return self.task.app._enqueue([self.task._new_job(kwargs, self.options)])[0]
 
     async def enqueue_async(self, **kwargs: Any) -> int:
-        return await asyncio.to_thread(self.enqueue, **kwargs)
+        return (await self.task.app._enqueue_async([self.task._new_job(kwargs, self.options)]))[0]
 
     def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        return self.task.app._enqueue(self._many(many))
+
+    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        return await self.task.app._enqueue_async(self._many(many))
+
+    def _many(self, many: Iterable[Mapping[str, Any]]) -> list[NewJob]:
         jobs = [self.task._new_job(dict(kw), self.options) for kw in many]
         if self.options.dedup_key is not None and len(jobs) > 1:
             raise ConfigError("one dedup_key for many jobs would collapse them into one; give each job its own")
-        return self.task.app._enqueue(jobs)
-
-    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
-        return await asyncio.to_thread(self.enqueue_many, list(many))
+        return jobs
 
 
 class Task(Generic[P, R]):
@@ -301,6 +311,13 @@ class Tether:
             self._store.close()
             self._store = None
 
+    async def aclose(self) -> None:
+        """``close`` from a coroutine, without blocking its event loop."""
+        await asyncio.to_thread(self.transport.close)
+        if self._store is not None:
+            store, self._store = self._store, None
+            await store.aclose()
+
     def migrate(self) -> list[str]:
         """Create or upgrade tether's tables; returns the migrations applied."""
         return self.store.migrate()
@@ -317,17 +334,33 @@ class Tether:
 
     def _write(self, jobs: list[NewJob]) -> list[int]:
         ids = self.store.enqueue(jobs)
+        self._enqueued(jobs, ids)
+        if self.transport.delivers:
+            self.transport.publish(_due_now(jobs, ids))
+        return ids
+
+    async def _enqueue_async(self, jobs: list[NewJob]) -> list[int]:
+        if self.tracing is not None:
+            return await self.tracing.enqueue_async(jobs, self._write_async)
+        return await self._write_async(jobs)
+
+    async def _write_async(self, jobs: list[NewJob]) -> list[int]:
+        store = self._store
+        if store is None:  # opening it connects and waits: not on the event loop
+            store = await asyncio.to_thread(lambda: self.store)
+        ids = await store.enqueue_async(jobs)
+        self._enqueued(jobs, ids)
+        if self.transport.delivers:
+            # publish waits for the broker's acknowledgement (NATS: on its own
+            # thread and loop): off this loop.
+            await asyncio.to_thread(self.transport.publish, _due_now(jobs, ids))
+        return ids
+
+    def _enqueued(self, jobs: list[NewJob], ids: list[int]) -> None:
         if self.events.active:
             for job_id, job in zip(ids, jobs, strict=True):
                 self.events.emit(Event("job.enqueued", job_id=job_id, task=job.task, queue=job.queue,
                                        state=JobState.QUEUED))
-        if self.transport.delivers:
-            # After the commit: a job is announced only once it exists. Delayed
-            # jobs wait for the sweep, which publishes them when they are due;
-            # so does any job whose publish fails here (the enqueue still stands).
-            self.transport.publish([(i, j.queue) for i, j in zip(ids, jobs, strict=True)
-                                    if j.run_at is None and j.delay <= 0])
-        return ids
 
     # -- admin ------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job | None:

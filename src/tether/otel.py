@@ -18,7 +18,8 @@ every site in the enqueue path and the worker checks just that.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,18 @@ class Tracing:
     def enqueue(self, jobs: list[NewJob], write: Callable[[list[NewJob]], list[int]]) -> list[int]:
         """Run ``write`` (the store's enqueue) in a producer span whose context
         each job carries in its meta."""
+        with self._producer(jobs) as (span, traced):
+            return _sent(span, write(traced))
+
+    async def enqueue_async(self, jobs: list[NewJob],
+                            write: Callable[[list[NewJob]], Awaitable[list[int]]]) -> list[int]:
+        """``enqueue`` for a coroutine: awaits ``write`` in the producer span."""
+        with self._producer(jobs) as (span, traced):
+            return _sent(span, await write(traced))
+
+    @contextmanager
+    def _producer(self, jobs: list[NewJob]) -> Iterator[tuple[Span, list[NewJob]]]:
+        """The current producer span, and the jobs carrying its context."""
         first = jobs[0] if jobs else None
         name = f"tether.enqueue {first.task}" if first is not None else "tether.enqueue"
         with self.tracer.start_as_current_span(name, kind=SpanKind.PRODUCER) as span:
@@ -72,10 +85,7 @@ class Tracing:
             propagate.inject(carrier)
             if carrier:
                 jobs = [replace(j, meta_json=_with_trace(j.meta_json, carrier)) for j in jobs]
-            ids = write(jobs)
-            if len(ids) == 1 and span.is_recording():
-                span.set_attribute("tether.job.id", ids[0])
-            return ids
+            yield span, jobs
 
     # -- worker --------------------------------------------------------------------
     def start_attempt(self, job: ClaimedJob, worker: str) -> Span:
@@ -122,6 +132,12 @@ class Tracing:
             raise
         finally:
             otel_context.detach(token)
+
+
+def _sent(span: Span, ids: list[int]) -> list[int]:
+    if len(ids) == 1 and span.is_recording():
+        span.set_attribute("tether.job.id", ids[0])
+    return ids
 
 
 def _with_trace(meta_json: str | None, carrier: dict[str, str]) -> str:

@@ -15,11 +15,13 @@ optional ``now`` so tests can move the clock without sleeping; production code
 never passes it.
 
 Methods are thread-safe: each backend gives every thread its own connection.
+``enqueue_async`` may be awaited on any event loop, one after another or at once.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -67,6 +69,11 @@ class Store(abc.ABC):
         A job whose ``dedup_key`` matches an active (queued or running) job is not
         inserted; the active job's id is returned in its place.
         """
+
+    async def enqueue_async(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+        """``enqueue`` for a coroutine. This default runs it on a worker thread;
+        PostgreSQL talks to the database from the event loop itself."""
+        return await asyncio.to_thread(self.enqueue, jobs, now=now)
 
     @abc.abstractmethod
     def get_job(self, job_id: int) -> Job | None: ...
@@ -237,3 +244,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+    async def aclose(self) -> None:
+        """``close`` for a coroutine, off its event loop (closing may wait on
+        a backend's threads)."""
+        await asyncio.to_thread(self.close)

@@ -11,13 +11,15 @@ change it (``"123"`` into 123).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..model import Attempt, Job, JobState, NewJob, Outcome, WorkerInfo
 
-__all__ = ["assign_ids", "attempt_from_row", "epoch_to_dt", "job_from_row", "json_text", "worker_from_row"]
+__all__ = [
+    "assign_ids", "attempt_from_row", "epoch_to_dt", "job_from_row", "json_text", "missing_keys", "worker_from_row",
+]
 
 Row = Sequence[Any]
 
@@ -66,20 +68,23 @@ def worker_from_row(r: Row, ts: Callable[[Any], Any] = _same, js: Callable[[Any]
     )
 
 
-def assign_ids(
-    jobs: Sequence[NewJob], rows: Sequence[Row], lookup: Callable[[list[str]], dict[str, int]]
-) -> list[int] | None:
+def missing_keys(jobs: Sequence[NewJob], rows: Sequence[Row]) -> list[str]:
+    """The dedup keys an enqueue's returned ``(id, dedup_key)`` rows lack: the
+    active jobs already holding them are what those jobs map to (look them up)."""
+    inserted = {row[1] for row in rows if row[1] is not None}
+    return sorted({j.dedup_key for j in jobs if j.dedup_key is not None and j.dedup_key not in inserted})
+
+
+def assign_ids(jobs: Sequence[NewJob], rows: Sequence[Row], held: Mapping[str, int]) -> list[int] | None:
     """Map an enqueue's returned ``(id, dedup_key)`` rows back to the input order.
 
     Key-less jobs are always inserted, in order. A keyed job maps to the row
-    inserted for its key, or (a dedup hit) to the active job already holding it.
-    Returns None when a key's holder finished between the insert and the lookup.
+    inserted for its key, or (a dedup hit) to the active job holding it, from
+    ``held`` (the lookup of ``missing_keys``). Returns None when a key's holder
+    finished between the insert and the lookup.
     """
     keyless = iter([row[0] for row in rows if row[1] is None])
-    by_key: dict[str, int] = {row[1]: row[0] for row in rows if row[1] is not None}
-    missing = sorted({j.dedup_key for j in jobs if j.dedup_key is not None and j.dedup_key not in by_key})
-    if missing:
-        by_key.update(lookup(missing))
+    by_key: dict[str, int] = {**held, **{row[1]: row[0] for row in rows if row[1] is not None}}
     ids: list[int] = []
     for job in jobs:
         if job.dedup_key is None:

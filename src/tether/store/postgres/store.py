@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
@@ -25,8 +25,9 @@ from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing,
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
-from ..rows import assign_ids, attempt_from_row, job_from_row, worker_from_row
+from ..rows import assign_ids, attempt_from_row, job_from_row, missing_keys, worker_from_row
 from ..sqlfile import load_migrations, load_queries
+from .loop_connections import LoopConnections
 
 __all__ = ["PostgresStore"]
 
@@ -62,6 +63,11 @@ POOL_TIMEOUT = 10.0
 #: its reaper with it (found by `tether chaos`: leases recovered 35 s late).
 #: Giving up early makes the next request start a fresh attempt, 1 s apart.
 RECONNECT_TIMEOUT = 2.0
+#: connections per event loop for async calls (``enqueue_async``): each is
+#: busy only for one statement's round trip, and a loop is one thread
+ASYNC_CONNECTIONS = 4
+
+Rows = list[tuple[Any, ...]]
 
 
 def _net_defaults(url: str) -> dict[str, Any]:
@@ -102,16 +108,19 @@ class PostgresStore(Store):
             psycopg.conninfo.conninfo_to_dict(dsn.url)
         except psycopg.ProgrammingError as exc:
             raise InvalidDSN(f"malformed PostgreSQL URL: {exc}") from None
+        kwargs = {"autocommit": True, "prepare_threshold": 0, **_net_defaults(dsn.url)}
         self.pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
             dsn.url,
             min_size=1,
             max_size=pool_size,
             timeout=POOL_TIMEOUT,
             reconnect_timeout=RECONNECT_TIMEOUT,
-            kwargs={"autocommit": True, "prepare_threshold": 0, **_net_defaults(dsn.url)},
+            kwargs=kwargs,
             open=False,
             name=f"tether-{dsn.schema}",
         )
+        #: for async calls, each event loop's own
+        self.async_connections = LoopConnections(dsn.url, size=ASYNC_CONNECTIONS, **kwargs)
         # One direct connection first: it fails fast and says why (refused,
         # unknown database, bad password), where the pool would only time out.
         try:
@@ -131,12 +140,23 @@ class PostgresStore(Store):
             try:
                 cur = conn.execute(self.q[name], params or {})
             except pg_errors.UndefinedTable:
-                raise SchemaMissing(
-                    f"tether's tables are missing from schema {self.schema!r}: run `tether migrate`"
-                ) from None
+                raise self._no_tables() from None
             return cur.fetchall() if cur.description else []
 
+    async def _all_async(self, name: str, params: dict[str, Any]) -> Rows:
+        """``_all`` on a connection of the running event loop's."""
+        async with self.async_connections.connection() as conn:
+            try:
+                cur = await conn.execute(self.q[name], params)
+            except pg_errors.UndefinedTable:
+                raise self._no_tables() from None
+            return await cur.fetchall() if cur.description else []
+
+    def _no_tables(self) -> SchemaMissing:
+        return SchemaMissing(f"tether's tables are missing from schema {self.schema!r}: run `tether migrate`")
+
     def close(self) -> None:
+        self.async_connections.close()
         self.pool.close()
 
     def db_now(self) -> datetime:
@@ -200,60 +220,19 @@ class PostgresStore(Store):
 
     # -- producers ----------------------------------------------------------------
     def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
-        if not jobs:
-            return []
-        if len(jobs) == 1:
-            (j,) = jobs
-            query = "enqueue_one"
-            params: dict[str, Any] = {
-                "now": now, "queue": j.queue, "task": j.task, "args": j.args_json, "priority": j.priority,
-                "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl,
-                "timeout": j.timeout, "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": j.meta_json,
-            }
-        elif _uniform(jobs):
-            j = jobs[0]
-            query = "enqueue_uniform"
-            params = {
-                "now": now, "queue": j.queue, "task": j.task, "args": "[" + ",".join(x.args_json for x in jobs) + "]",
-                "priority": j.priority, "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts,
-                "lease_ttl": j.lease_ttl, "timeout": j.timeout, "backoff_base": j.backoff_base, "meta": j.meta_json,
-            }
-        else:
-            query = "enqueue"
-            params = self._enqueue_arrays(jobs, now)
-        for _ in range(3):
-            # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
-            # order is unspecified, so sort by id to get the input order back.
-            rows = sorted(self._all(query, params))
-            if len(rows) == len(jobs):
-                return [r[0] for r in rows]
-            ids = assign_ids(jobs, rows, self._active_by_key)
-            if ids is not None:
-                return ids
-            # The job holding a key finished between our insert and our lookup:
-            # its key is free now, so the next try inserts.
-        raise RuntimeError("enqueue: dedup key kept changing hands; try again")
+        steps = _Enqueue(jobs, now)
+        step = steps.send(None)
+        while step is not None:
+            step = steps.send(self._all(*step))
+        return steps.ids
 
-    @staticmethod
-    def _enqueue_arrays(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
-        return {
-            "now": now,
-            "queue": [j.queue for j in jobs],
-            "task": [j.task for j in jobs],
-            "args": [j.args_json for j in jobs],
-            "priority": [j.priority for j in jobs],
-            "run_at": [j.run_at for j in jobs],
-            "delay": [j.delay for j in jobs],
-            "max_attempts": [j.max_attempts for j in jobs],
-            "lease_ttl": [j.lease_ttl for j in jobs],
-            "timeout": [j.timeout for j in jobs],
-            "backoff_base": [j.backoff_base for j in jobs],
-            "dedup_key": [j.dedup_key for j in jobs],
-            "meta": [j.meta_json for j in jobs],
-        }
-
-    def _active_by_key(self, keys: list[str]) -> dict[str, int]:
-        return {k: i for i, k in self._all("active_by_dedup_key", {"keys": keys})}
+    async def enqueue_async(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+        """``enqueue`` on the running event loop's own connections: no thread hop."""
+        steps = _Enqueue(jobs, now)
+        step = steps.send(None)
+        while step is not None:
+            step = steps.send(await self._all_async(*step))
+        return steps.ids
 
     def get_job(self, job_id: int) -> Job | None:
         rows = self._all("get_job", {"id": job_id})
@@ -460,6 +439,85 @@ class PostgresStore(Store):
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         return _NotifyListener(self.dsn.url, self.channel, on_enqueue)
+
+
+class _Enqueue:
+    """One enqueue, as the statements it needs, without doing any I/O: the sync
+    and the async enqueue both drive it, so the plan, the dedup lookup and the
+    retry exist once. ``send(None)`` gives the first statement (query name,
+    params); ``send(its rows)`` the next, or None once ``ids`` is the answer."""
+
+    def __init__(self, jobs: Sequence[NewJob], now: datetime | None) -> None:
+        self._steps = _enqueue_steps(jobs, now) if jobs else None
+        self.ids: list[int] = []
+
+    def send(self, rows: Rows | None) -> tuple[str, dict[str, Any]] | None:
+        if self._steps is None:
+            return None
+        try:
+            return next(self._steps) if rows is None else self._steps.send(rows)
+        except StopIteration as done:
+            self.ids = done.value
+            return None
+
+
+def _enqueue_steps(
+    jobs: Sequence[NewJob], now: datetime | None
+) -> Generator[tuple[str, dict[str, Any]], Rows, list[int]]:
+    """The insert, and for dedup hits the lookup of the active jobs holding
+    their keys; yields each statement and is sent its rows."""
+    query, params = _enqueue_plan(jobs, now)
+    for _ in range(3):
+        # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
+        # order is unspecified, so sort by id to get the input order back.
+        rows = sorted((yield query, params))
+        if len(rows) == len(jobs):
+            return [r[0] for r in rows]
+        keys = missing_keys(jobs, rows)
+        held = {k: i for i, k in (yield "active_by_dedup_key", {"keys": keys})} if keys else {}
+        ids = assign_ids(jobs, rows, held)
+        if ids is not None:
+            return ids
+        # The job holding a key finished between our insert and our lookup:
+        # its key is free now, so the next try inserts.
+    raise RuntimeError("enqueue: dedup key kept changing hands; try again")
+
+
+def _enqueue_plan(jobs: Sequence[NewJob], now: datetime | None) -> tuple[str, dict[str, Any]]:
+    """The insert for these jobs: one job, many sharing their options, or any mix."""
+    if len(jobs) == 1:
+        (j,) = jobs
+        return "enqueue_one", {
+            "now": now, "queue": j.queue, "task": j.task, "args": j.args_json, "priority": j.priority,
+            "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl,
+            "timeout": j.timeout, "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": j.meta_json,
+        }
+    if _uniform(jobs):
+        j = jobs[0]
+        return "enqueue_uniform", {
+            "now": now, "queue": j.queue, "task": j.task, "args": "[" + ",".join(x.args_json for x in jobs) + "]",
+            "priority": j.priority, "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts,
+            "lease_ttl": j.lease_ttl, "timeout": j.timeout, "backoff_base": j.backoff_base, "meta": j.meta_json,
+        }
+    return "enqueue", _enqueue_arrays(jobs, now)
+
+
+def _enqueue_arrays(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
+    return {
+        "now": now,
+        "queue": [j.queue for j in jobs],
+        "task": [j.task for j in jobs],
+        "args": [j.args_json for j in jobs],
+        "priority": [j.priority for j in jobs],
+        "run_at": [j.run_at for j in jobs],
+        "delay": [j.delay for j in jobs],
+        "max_attempts": [j.max_attempts for j in jobs],
+        "lease_ttl": [j.lease_ttl for j in jobs],
+        "timeout": [j.timeout for j in jobs],
+        "backoff_base": [j.backoff_base for j in jobs],
+        "dedup_key": [j.dedup_key for j in jobs],
+        "meta": [j.meta_json for j in jobs],
+    }
 
 
 #: every field of a NewJob but its args (derived, so a new field cannot be missed)

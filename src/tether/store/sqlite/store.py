@@ -20,7 +20,15 @@ from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing,
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Store
 from ..buckets import Buckets, fill, window
-from ..rows import assign_ids, attempt_from_row, epoch_to_dt, job_from_row, json_text, worker_from_row
+from ..rows import (
+    assign_ids,
+    attempt_from_row,
+    epoch_to_dt,
+    job_from_row,
+    json_text,
+    missing_keys,
+    worker_from_row,
+)
 from ..sqlfile import load_migrations, load_queries
 
 __all__ = ["SQLiteStore"]
@@ -194,7 +202,8 @@ class SQLiteStore(Store):
                 rows = sorted(conn.execute(self.q["enqueue"], {"jobs": payload, "now": _ts(now)}).fetchall())
                 if len(rows) == len(jobs):
                     return [r[0] for r in rows]
-                ids = assign_ids(jobs, rows, lambda keys: self._active_by_key(conn, keys))
+                keys = missing_keys(jobs, rows)
+                ids = assign_ids(jobs, rows, self._active_by_key(conn, keys) if keys else {})
                 if ids is not None:
                     return ids
         raise RuntimeError("enqueue: dedup key kept changing hands; try again")

@@ -1,0 +1,130 @@
+"""Async connections to PostgreSQL: a few per event loop, and no tasks of their own.
+
+An asyncio connection is driven by the loop it is used in, while a tether
+app outlives any one loop (``asyncio.run`` twice, a worker's loop on its
+thread, a web server's loop). So each loop that calls gets connections of its
+own, which the calling task opens when none is idle; at most ``size`` per
+loop, and as many kept idle for the next call.
+
+Not psycopg_pool's ``AsyncConnectionPool``: it runs maintenance tasks on its
+loop (to grow, shrink and reconnect) that only an awaited ``close()`` stops,
+and its workers carry on through a cancellation. A loop that ends with one
+open (``asyncio.run`` returning after a burst of concurrent enqueues had it
+grow) then never finishes cancelling them: ``asyncio.run`` hung. tether
+cannot know when a caller's loop ends; with no tasks, a loop may end at any
+time.
+
+Closing needs no loop either: an idle connection is in no task's hands, so
+``close()`` closes it from any thread, as ``AsyncConnection.close()`` does
+(it only calls libpq's ``finish``), and one in use is closed when its task
+hands it back. A loop that ended leaves its idle connections behind; they are
+closed when the next loop opens its own, or by ``close()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
+from psycopg.rows import TupleRow
+from psycopg_pool import PoolClosed
+
+__all__ = ["LoopConnections"]
+
+Conn = AsyncConnection[TupleRow]
+
+
+class _Loop:
+    """One event loop's connections."""
+
+    __slots__ = ("closed", "idle", "lock", "slots")
+
+    def __init__(self, size: int) -> None:
+        self.idle: list[Conn] = []
+        self.slots = asyncio.Semaphore(size)  # binds to the loop that first waits on it
+        self.lock = threading.Lock()  # close() may come from another thread
+        self.closed = False
+
+    def take(self) -> Conn | None:
+        with self.lock:
+            return self.idle.pop() if self.idle else None
+
+    def give_back(self, conn: Conn) -> None:
+        # Autocommit, one statement a use: anything but idle means the use was
+        # cut short (cancelled mid-statement) or the connection broke.
+        if not conn.closed and conn.info.transaction_status is TransactionStatus.IDLE:
+            with self.lock:
+                if not self.closed:
+                    self.idle.append(conn)
+                    return
+        _finish(conn)
+
+    def close(self) -> list[Conn]:
+        """Refuse connections handed back from now on; the idle ones, to close."""
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        return idle
+
+
+class LoopConnections:
+    """``AsyncConnection.connect(conninfo, **kwargs)``, up to ``size`` per event loop."""
+
+    def __init__(self, conninfo: str, *, size: int, **kwargs: Any) -> None:
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self._size = size
+        self._lock = threading.Lock()
+        self._loops: dict[asyncio.AbstractEventLoop, _Loop] = {}
+        self._closed = False
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Conn]:
+        """A connection of the running loop's, for one statement."""
+        mine = self._mine()
+        async with mine.slots:
+            conn = mine.take() or await AsyncConnection.connect(self._conninfo, **self._kwargs)
+            try:
+                yield conn
+            finally:
+                mine.give_back(conn)
+
+    def _mine(self) -> _Loop:
+        loop = asyncio.get_running_loop()
+        mine = self._loops.get(loop)
+        if mine is not None:
+            return mine
+        with self._lock:
+            if self._closed:  # as the sync pool says once closed
+                raise PoolClosed("the store is closed: its async connections too")
+            ended = [self._loops.pop(other) for other in list(self._loops) if other.is_closed()]
+            mine = self._loops.setdefault(loop, _Loop(self._size))
+        for gone in ended:
+            _finish_all(gone.close())
+        return mine
+
+    def close(self) -> None:
+        """Close every loop's idle connections now, and the busy ones as they
+        come back; no new ones after this."""
+        with self._lock:
+            self._closed = True
+            loops = list(self._loops.values())
+            self._loops.clear()
+        for each in loops:
+            _finish_all(each.close())
+
+
+def _finish(conn: Conn) -> None:
+    """``await conn.close()`` without the await: what it does (for a connection
+    of no pool) but note that the close was asked for."""
+    conn.pgconn.finish()
+
+
+def _finish_all(conns: list[Conn]) -> None:
+    for conn in conns:
+        _finish(conn)
