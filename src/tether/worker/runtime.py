@@ -310,11 +310,10 @@ class Worker:
                 full = len(got) == want
             if (full or fetched) and self._free_slots() > 0:
                 continue  # a fetch has already waited for work
-            self._claimer_idle.set()
+            self._claimer_idle.set()  # idle exactly while waiting: every wake-up leads to a claim
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._nudge.wait(), self.poll_interval)
-            if self._nudge.is_set():
-                self._claimer_idle.clear()
+            self._claimer_idle.clear()
 
     async def _batch_gather(self) -> None:
         assert self._nudge is not None
