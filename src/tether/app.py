@@ -58,6 +58,7 @@ class WorkerOptions(TypedDict, total=False):
     shutdown_timeout: float
     poll_interval: float | None
     claim_batch: int | None
+    prefetch: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,7 +383,8 @@ class Tether:
     def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
         """A worker for this app (not started): ``concurrency`` (10), ``queues``
         (every registered task's queue), ``shutdown_timeout`` (30 s),
-        ``poll_interval`` (the backend's) and ``claim_batch`` (= concurrency)."""
+        ``poll_interval`` (the backend's), ``claim_batch`` (= concurrency) and
+        ``prefetch`` (True: claim a batch ahead while handlers are short)."""
         from .worker.runtime import Worker
 
         return Worker(self, **options)

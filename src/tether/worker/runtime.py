@@ -31,9 +31,10 @@ import random
 import signal
 import time
 import traceback
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -83,6 +84,15 @@ TRANSPORT_START_WAIT = 3.0
 #: how long finished jobs' successes wait for the claimer to carry them in its
 #: next claim (one statement, one commit) before the reporter writes them alone
 CARRY_WAIT = 0.05
+#: prefetch: while handlers finish within this (a running average, seconds),
+#: the claimer claims one batch ahead of its free slots, so that the next
+#: claim's statement runs while this batch's handlers do
+PREFETCH_BELOW = 0.025
+#: a prefetched job waits at most this long for a slot; then the buffer is
+#: released (fenced, budget untouched) and prefetching pauses
+PREFETCH_HOLD_MAX = 0.5
+#: weight of the newest handler duration in that running average
+PREFETCH_ALPHA = 0.2
 
 
 class Worker:
@@ -95,6 +105,7 @@ class Worker:
         shutdown_timeout: float = 30.0,
         poll_interval: float | None = None,
         claim_batch: int | None = None,
+        prefetch: bool = True,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
@@ -150,6 +161,12 @@ class Worker:
         #: with, so the reporter writes them at once
         self._claimer_idle: asyncio.Event | None = None
         self._reports: set[asyncio.Task[None]] = set()
+        #: claimed jobs waiting for a handler slot (prefetch), oldest first
+        self._ready: deque[Running] = deque()
+        #: prefetch only without a delivering transport: there each message
+        #: leads to a claim of its own job, and the transport holds the rest
+        self._prefetch = prefetch and not self.transport.delivers
+        self._avg_run = math.inf  # running average of handler durations, seconds
 
     # -- control ----------------------------------------------------------------------
     def stop(self, *, immediate: bool = False) -> None:
@@ -281,51 +298,105 @@ class Worker:
     async def _claim_rounds(self) -> None:
         assert self._nudge is not None and self._claimer_idle is not None
         failures = 0
-        while not self._stopping:
+        ahead: _Claim | None = None  # sent before the last claim's jobs were taken
+        claim: _Claim | None
+        while not self._stopping or ahead is not None:
             self._nudge.clear()  # before the claim: a nudge during it is not lost
-            free = self._free_slots()
-            if 0 < free < self._min_claim and self._busy:
-                # Only a few slots are free and more are about to be: wait a moment
-                # so one claim takes a batch instead of several claims taking one.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._batch_gather(), COALESCE_WAIT)
-                free = self._free_slots()
-            full = fetched = False
-            if free > 0:
+            if ahead is not None:
+                claim, ahead, fetched = ahead, None, False
+                want, sent_at = claim.want, claim.sent_at
+            else:
+                self._expire_held()
+                free = self._room()
+                if 0 < free < self._min_claim and self._busy:
+                    # Only a few slots are free and more are about to be: wait a moment
+                    # so one claim takes a batch instead of several claims taking one.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._batch_gather(), COALESCE_WAIT)
+                    free = self._room()
+                if free <= 0:
+                    await self._idle()
+                    continue
                 want = min(free, self.claim_batch)
                 sent_at = time.monotonic()
                 fetched = self._via_transport()
-                try:
-                    got = await (self._fetch_and_claim(want) if fetched else self._claim_any(want))
-                    if got is None:
-                        return  # stopping
-                except Exception as exc:
-                    failures += 1
-                    self.log.warning("claim failed (%s); retrying", exc)
-                    await asyncio.sleep(min(5.0, 0.2 * 2**failures))
-                    continue
-                failures = 0
-                for job, delivery in got:
-                    self._start(job, sent_at, delivery)
-                full = len(got) == want
-            if (full or fetched) and self._free_slots() > 0:
-                continue  # a fetch has already waited for work
-            self._claimer_idle.set()  # idle exactly while waiting: every wake-up leads to a claim
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._nudge.wait(), self.poll_interval)
-            self._claimer_idle.clear()
+                claim = None if fetched else self._send(want)
+            try:
+                got = await (self._fetch_and_claim(want) if claim is None else self._claim_any(claim))
+                if got is None:
+                    return  # stopping
+            except Exception as exc:
+                failures += 1
+                self.log.warning("claim failed (%s); retrying", exc)
+                await asyncio.sleep(min(5.0, 0.2 * 2**failures))
+                continue
+            failures = 0
+            full = len(got) == want
+            if full and claim is not None and self._prefetching():
+                # Pipeline: send the next claim (carrying the successes waiting)
+                # before taking these jobs, so its statement runs on the
+                # database while this batch is set up and run here.
+                room = self._room() - len(got)
+                if room >= self._min_claim:
+                    self.counts["claims_ahead"] += 1
+                    ahead = self._send(min(room, self.claim_batch))
+            for job, delivery in got:
+                self._take(job, sent_at, delivery)
+            if ahead is None and not ((full or fetched) and self._room() > 0):
+                await self._idle()  # a fetch has already waited for work: no idle wait after one
+
+    async def _idle(self) -> None:
+        """Wait for a reason to claim: a nudge (a slot freed, a NOTIFY, a
+        reaped job) or the poll interval; sooner when buffered jobs are due to
+        be released."""
+        assert self._nudge is not None and self._claimer_idle is not None
+        wait = self.poll_interval
+        if self._ready:
+            wait = min(wait, max(0.0, self._ready[0].started + PREFETCH_HOLD_MAX - time.monotonic()))
+        self._claimer_idle.set()  # idle exactly while waiting: every wake-up leads to a claim
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._nudge.wait(), wait)
+        self._claimer_idle.clear()
 
     async def _batch_gather(self) -> None:
         assert self._nudge is not None
-        while 0 < self._free_slots() < self._min_claim and self._busy and not self._stopping:
+        while 0 < self._room() < self._min_claim and self._busy and not self._stopping:
             self._nudge.clear()
             await self._nudge.wait()
 
-    def _free_slots(self) -> int:
-        """Handler slots free, bounded so that leases held (running handlers plus
-        finished ones whose reports are still being written) stay under twice
-        the concurrency when the database is slow to take reports."""
-        return min(self.concurrency - self._busy, LEASES_PER_SLOT * self.concurrency - len(self.inflight))
+    def _room(self) -> int:
+        """How many jobs the next claim may take: free handler slots, plus one
+        batch ahead while prefetching, less what already waits in the buffer.
+        Bounded so that leases held (running handlers, the buffer, and finished
+        ones whose reports are still being written) stay under twice the
+        concurrency (plus the prefetch) when the database is slow to take
+        reports."""
+        ahead = self.claim_batch if self._prefetching() else 0
+        return min(self.concurrency + ahead - self._busy - len(self._ready),
+                   LEASES_PER_SLOT * self.concurrency + ahead - len(self.inflight))
+
+    def _prefetching(self) -> bool:
+        """Claim ahead only while handlers are short: a prefetched job's lease
+        and timeout start at its claim, and other workers cannot take it, so it
+        must not wait long for a slot."""
+        return self._prefetch and self._avg_run < PREFETCH_BELOW and not self._stopping
+
+    def _expire_held(self) -> None:
+        """Release the buffer once its oldest job has waited PREFETCH_HOLD_MAX
+        for a slot (long handlers came after short ones); prefetching pauses
+        until handlers are short again."""
+        if self._ready and self._ready[0].started + PREFETCH_HOLD_MAX <= time.monotonic():
+            self._avg_run = max(self._avg_run, PREFETCH_HOLD_MAX)
+            self.log.info("releasing %d prefetched job(s): no handler slot freed within %gs",
+                          len(self._ready), PREFETCH_HOLD_MAX)
+            self._unhold()
+
+    def _unhold(self) -> None:
+        """Hand every buffered job back (fenced release, budget untouched)."""
+        while self._ready:
+            running = self._ready.popleft()
+            self.counts["prefetch_released"] += 1
+            self._settle_unstarted(running, running.ctx.cancel_reason)
 
     def _via_transport(self) -> bool:
         """Take this round's jobs from the transport (True) or claim from the
@@ -380,36 +451,46 @@ class Worker:
         self.counts["deliveries_claimed"] += len(jobs)
         return [(j, first[j.id]) for j in jobs]
 
-    async def _claim_any(self, want: int) -> list[tuple[ClaimedJob, Delivery | None]] | None:
+    async def _claim_any(self, claim: _Claim) -> list[tuple[ClaimedJob, Delivery | None]] | None:
         self.counts["db_claims"] += 1
-        jobs = await self._claim(want)
+        jobs = await self._receive(claim)
         return None if jobs is None else [(j, None) for j in jobs]
 
     async def _claim(self, want: int, *, ids: list[int] | None = None) -> list[ClaimedJob] | None:
-        """One claim (of any due jobs, or of exactly ``ids``), raced against
-        stop(): a worker asked to stop while its claim hangs on an unreachable
-        database must still stop. Jobs a late claim returns are released at
-        once (fenced, budget untouched)."""
-        assert self._stop_waiter is not None
+        return await self._receive(self._send(want, ids=ids))
+
+    def _send(self, want: int, *, ids: list[int] | None = None) -> _Claim:
+        """Send one claim (of any due jobs, or of exactly ``ids``) to a database
+        thread. Successes waiting to be written ride with a claim of any jobs:
+        one round trip, one commit."""
         carried: list[tuple[Running, str | None]] = []
         call: Callable[[], Any]
         if ids is not None:
             call = partial(self.store.claim_ids, self.id, ids, self.queues, self.timers.lease_ttl)
         elif self._done:
-            # Successes waiting to be written ride with the claim: one round trip, one commit.
             carried, self._done = self._done, []
             call = partial(self.store.complete_and_claim, self.id, _rows(carried), self.queues, want,
                            self.timers.lease_ttl)
         else:
             call = partial(self.store.claim, self.id, self.queues, want, self.timers.lease_ttl)
+        assert self._loop is not None
         sent_at = time.monotonic()
-        claim = asyncio.ensure_future(self._db(call))
+        # Handed to the thread now, not when the loop next yields: the statement
+        # runs while the loop sets up the last claim's jobs.
+        return _Claim(self._loop.run_in_executor(self._db_pool, call), want, carried, sent_at)
+
+    async def _receive(self, claim: _Claim) -> list[ClaimedJob] | None:
+        """A sent claim's jobs, raced against stop(): a worker asked to stop
+        while its claim hangs on an unreachable database must still stop. Jobs
+        a late claim returns are released at once (fenced, budget untouched)."""
+        assert self._stop_waiter is not None
+        fut, carried, sent_at = claim.fut, claim.carried, claim.sent_at
         try:
-            done, _ = await asyncio.wait({claim, self._stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
-            if claim in done:
-                return self._claimed(claim.result(), carried, sent_at)
+            done, _ = await asyncio.wait({fut, self._stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if fut in done:
+                return self._claimed(fut.result(), carried, sent_at)
             try:
-                jobs = self._claimed(await asyncio.wait_for(claim, STOP_GRACE), carried, sent_at)
+                jobs = self._claimed(await asyncio.wait_for(fut, STOP_GRACE), carried, sent_at)
             except Exception as exc:  # includes the timeout: the reaper owns whatever it took
                 self.log.warning("stopping with a claim still in flight (%s)", exc or type(exc).__name__)
                 if carried:
@@ -437,8 +518,42 @@ class Worker:
         return list(jobs)
 
     # -- running handlers ----------------------------------------------------------------
-    def _start(self, job: ClaimedJob, sent_at: float, delivery: Delivery | None = None) -> None:
-        assert self._loop is not None
+    def _take(self, job: ClaimedJob, sent_at: float, delivery: Delivery | None = None) -> None:
+        """A job the claim returned: run it if a slot is free, else buffer it."""
+        running = self._hold(job, sent_at, delivery)
+        if running is None:
+            return
+        if self._busy < self.concurrency and not self._ready:
+            self._run(running)
+        else:
+            self.counts["prefetched"] += 1
+            self._ready.append(running)
+
+    def _start_ready(self) -> None:
+        """Start buffered jobs in the free handler slots, oldest first."""
+        while self._ready and self._busy < self.concurrency and not self._stop_now:
+            running = self._ready.popleft()
+            reason = running.ctx.cancel_reason
+            if running.lost or reason is not None:
+                self._settle_unstarted(running, reason)
+            else:
+                self._run(running)
+
+    def _settle_unstarted(self, running: Running, reason: str | None) -> None:
+        """A buffered job that will not run here: lost while it waited (the
+        heartbeat said so), cancelled on request, or handed back."""
+        running.reporting = True
+        if running.lost or reason == CancelReason.LOST:
+            self._forget(running)
+        elif reason == CancelReason.REQUESTED:
+            self._report(running, self._fail, Outcome.CANCELLED, "cancelled on request", None, False)
+        else:
+            self._report(running, self._release)
+
+    def _hold(self, job: ClaimedJob, sent_at: float, delivery: Delivery | None) -> Running | None:
+        """Take on a claimed job: its local deadlines (from the claim), the
+        in-flight entry the heartbeat renews, its span. None when no handler is
+        registered for its task (its failure is being reported)."""
         self.counts["claimed"] += 1
         ctx = JobContext(job, worker_id=self.id, report_progress=partial(self._progress, job),
                          on_cancel=self._on_ctx_cancel)
@@ -458,18 +573,26 @@ class Worker:
         tracing = self.app.tracing
         if tracing is not None:
             running.span = tracing.start_attempt(job, self.id)
-        task = self.app.tasks.get(job.task)
-        if task is None:
+        if job.task not in self.app.tasks:
             known = ", ".join(sorted(self.app.tasks)) or "none"
             self._report(running, self._fail, Outcome.FAILED,
                          f"unknown task {job.task!r}: no handler is registered under that name in worker "
                          f"{self.id} (known: {known})", None, True)
-            return
+            return None
+        return running
+
+    def _run(self, running: Running) -> None:
+        """Start the handler in a free slot."""
+        assert self._loop is not None
+        job, ctx = running.job, running.ctx
+        task = self.app.tasks[job.task]
+        running.started = time.monotonic()
         if self.events.active:
             wait = (job.claimed_at - job.run_at).total_seconds() if job.run_at is not None else None
             self.events.emit(Event("job.started", job_id=job.id, attempt=job.attempt, task=job.task, queue=job.queue,
                                    worker=self.id, state=JobState.RUNNING, queue_wait=wait))
         fut: asyncio.Future[Any]
+        tracing = self.app.tracing
         if tracing is not None:  # the attempt's span is current while the handler runs
             if task.is_async:
                 fut = self._loop.create_task(tracing.call_async(running.span, task.fn, ctx, job.args))
@@ -483,6 +606,7 @@ class Worker:
         running.handler = fut
         self._busy += 1
         fut.add_done_callback(partial(self._finished, running))
+        hard = running.hard_deadline  # from the claim: a prefetched job's wait counts against it
         if hard is not None:
             self._loop.call_at(self._loop.time() + (hard - time.monotonic()), self._timed_out, running)
 
@@ -548,6 +672,9 @@ class Worker:
         job, ctx = running.job, running.ctx
         running.reporting = True
         self._busy -= 1
+        took = time.monotonic() - running.started
+        self._avg_run = took if self._avg_run == math.inf else self._avg_run + PREFETCH_ALPHA * (took - self._avg_run)
+        self._start_ready()
         if self._nudge is not None:
             self._nudge.set()  # a handler slot is free: claim while this report is written
         if self.history is not None:
@@ -588,7 +715,7 @@ class Worker:
             return
         assert self._report_wake is not None and self._claimer_idle is not None
         self._done.append((running, result_json))
-        if self._free_slots() > 0 and not self._stopping:
+        if self._room() > 0 and not self._stopping:
             self._claimer_idle.clear()  # the nudge above wakes the claimer, which will carry this success
         self._report_wake.set()
 
@@ -824,20 +951,35 @@ class Worker:
         deadline = time.monotonic() + self.shutdown_timeout
         while len(self.inflight) and not self._stop_now and time.monotonic() < deadline:
             self._nudge.clear()
+            self._expire_held()  # buffered jobs start as slots free, but wait no longer than they would have
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._nudge.wait(), min(0.5, max(0.01, deadline - time.monotonic())))
-        leftovers = self.inflight.all()
+        self._stop_now = True  # from here on no buffered job starts: they are handed back
+        self._unhold()
+        leftovers = [r for r in self.inflight.all() if r.handler is not None and not r.handler.done()]
         if leftovers:
             self.log.warning("releasing %d job(s) still running at shutdown", len(leftovers), extra={"worker": self.id})
         for running in leftovers:
             # A pending cancel request keeps its reason (the job ends cancelled);
             # otherwise the job is released without spending its budget.
             running.ctx.cancel(CancelReason.SHUTDOWN)
-            if running.handler is not None and not running.handler.done():
+            if running.handler is not None:
                 running.handler.cancel()
         grace = time.monotonic() + RELEASE_GRACE
         while len(self.inflight) and time.monotonic() < grace:
             await asyncio.sleep(0.02)
+
+
+@dataclass(eq=False)
+class _Claim:
+    """A claim sent to a database thread and not yet answered."""
+
+    fut: asyncio.Future[Any]
+    want: int
+    #: successes riding with it (complete_and_claim), written once it answers
+    carried: list[tuple[Running, str | None]]
+    #: monotonic time it was sent: the jobs' local deadlines count from here
+    sent_at: float
 
 
 def _rows(batch: list[tuple[Running, str | None]]) -> list[tuple[int, int, str | None]]:

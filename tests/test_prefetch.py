@@ -1,0 +1,193 @@
+"""Prefetch, in-process on both backends: while handlers are short the claimer
+claims a batch ahead (the next claim's statement runs while this batch does).
+A job waiting in that buffer holds a real lease, so it is renewed by the
+heartbeat, can be cancelled, is handed back (fenced release, budget untouched)
+when no slot frees in time, and is run or handed back at shutdown: never lost,
+never run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from tether import JobContext, JobState, Outcome, Tether
+from tether.model import NewJob
+from tether.worker import runtime
+
+from .test_worker import FAST, is_final, running, wait_job
+
+
+def _wait(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@dataclass
+class Gated:
+    """An app with ``quick`` (records its n) and ``gate`` (runs until opened)."""
+
+    app: Tether
+    started: threading.Event = field(default_factory=threading.Event)
+    opened: threading.Event = field(default_factory=threading.Event)
+    ran: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        @self.app.task(name="quick")
+        async def quick(ctx: JobContext, n: int) -> int:
+            self.ran.append(n)
+            return n
+
+        @self.app.task(name="gate")
+        async def gate(ctx: JobContext) -> None:
+            self.started.set()
+            while not self.opened.is_set():
+                await asyncio.sleep(0.01)
+
+    def buffer_one(self, w: runtime.Worker) -> tuple[int, int]:
+        """Warm the worker up on short jobs (so it prefetches), then enqueue a
+        gate job and a quick one in one statement: the gate takes the only slot
+        and the quick job is claimed ahead into the buffer. The quick job may
+        run once only (max_attempts=1): a hand-back must not spend it.
+        Returns (gate id, buffered id)."""
+        warm = self.app.store.enqueue([NewJob(task="quick", args_json=f'{{"n": {-k}}}') for k in range(1, 6)])
+        for job_id in warm:
+            wait_job(self.app, job_id, is_final)
+        gate_id, quick_id = self.app.store.enqueue([
+            NewJob(task="gate", args_json="{}"),
+            NewJob(task="quick", args_json='{"n": 7}', max_attempts=1),
+        ])
+        assert self.started.wait(10)
+        _wait(lambda: w.counts["prefetched"] >= 1, "the quick job to be claimed into the buffer")
+        return gate_id, quick_id
+
+
+@pytest.fixture
+def gated(make_app: Callable[..., Tether]) -> Iterator[Gated]:
+    g = Gated(make_app(**FAST))
+    yield g
+    g.opened.set()
+
+
+def test_short_handlers_pipeline_claims_and_each_job_runs_once(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+
+    @app.task
+    async def quick(ctx: JobContext, n: int) -> int:
+        return n * 2
+
+    ids = quick.enqueue_many([{"n": n} for n in range(300)])
+    with running(app, concurrency=10) as w:
+        for job_id in ids:
+            wait_job(app, job_id, is_final)
+    assert w.counts["claims_ahead"] > 0  # the next claim was sent before the last one's jobs were taken
+    assert (w.counts["succeeded"], w.counts["stale_reports"], w.counts["claimed"]) == (300, 0, 300)
+    for n, job_id in enumerate(ids):
+        job = app.get_job(job_id)
+        assert job is not None and job.state is JobState.SUCCEEDED and job.result == n * 2
+        assert [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]
+
+
+def test_no_prefetch_claims_only_for_free_slots(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+
+    @app.task
+    async def quick(ctx: JobContext, n: int) -> int:
+        return n
+
+    ids = quick.enqueue_many([{"n": n} for n in range(100)])
+    with running(app, concurrency=10, prefetch=False) as w:
+        for job_id in ids:
+            wait_job(app, job_id, is_final)
+    assert (w.counts["claims_ahead"], w.counts["prefetched"], w.counts["succeeded"]) == (0, 0, 100)
+
+
+def test_a_buffered_job_is_handed_back_when_no_slot_frees_in_time(gated: Gated) -> None:
+    """One slot, held by a long job: the job claimed ahead waits
+    PREFETCH_HOLD_MAX, then goes back to the queue (its budget untouched) and
+    prefetching pauses; when the slot frees it is claimed again and runs."""
+    with running(gated.app, concurrency=1) as w:
+        gate_id, quick_id = gated.buffer_one(w)
+        held_from = time.monotonic()
+        job = wait_job(gated.app, quick_id, lambda j: any(a.outcome is Outcome.RELEASED for a in j.attempts))
+        assert time.monotonic() - held_from >= runtime.PREFETCH_HOLD_MAX * 0.8
+        assert job.state is JobState.QUEUED and 7 not in gated.ran
+        assert not w._prefetching()  # a slot stayed busy that long: handlers are not short now
+        gated.opened.set()
+        job = wait_job(gated.app, quick_id, is_final)
+        wait_job(gated.app, gate_id, is_final)
+    assert job.state is JobState.SUCCEEDED and job.result == 7
+    assert [a.outcome for a in job.attempts] == [Outcome.RELEASED, Outcome.SUCCEEDED]
+    assert w.counts["prefetch_released"] == 1 and gated.ran.count(7) == 1
+
+
+def test_a_buffered_job_cancelled_on_request_ends_cancelled_without_running(
+    gated: Gated, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
+    with running(gated.app, concurrency=1) as w:
+        gate_id, quick_id = gated.buffer_one(w)
+        assert gated.app.cancel(quick_id) is JobState.RUNNING  # claimed: a request its heartbeat picks up
+        _wait(lambda: w._ready and w._ready[0].ctx.cancel_reason is not None, "the heartbeat to pass the request on")
+        gated.opened.set()
+        job = wait_job(gated.app, quick_id, is_final)
+        wait_job(gated.app, gate_id, is_final)
+    assert job.state is JobState.CANCELLED
+    assert [a.outcome for a in job.attempts] == [Outcome.CANCELLED]
+    assert 7 not in gated.ran
+
+
+def test_a_buffered_job_has_its_lease_renewed_while_it_waits(
+    gated: Gated, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It waits longer than its lease (1.5 s): only heartbeats keep it ours."""
+    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
+    with running(gated.app, concurrency=1) as w:
+        gate_id, quick_id = gated.buffer_one(w)
+        time.sleep(FAST["lease_ttl"] * 2)
+        gated.opened.set()
+        job = wait_job(gated.app, quick_id, is_final)
+        wait_job(gated.app, gate_id, is_final)
+    assert job.state is JobState.SUCCEEDED and [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]
+    assert w.counts["lost"] == 0 and gated.ran.count(7) == 1
+
+
+def test_graceful_stop_runs_a_buffered_job_once_its_slot_frees(
+    gated: Gated, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
+    with running(gated.app, concurrency=1, shutdown_timeout=10) as w:
+        gate_id, quick_id = gated.buffer_one(w)
+        w.stop()
+        time.sleep(0.2)
+        gated.opened.set()
+        job = wait_job(gated.app, quick_id, is_final)
+    assert job.state is JobState.SUCCEEDED and [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]
+    gate = gated.app.get_job(gate_id)
+    assert gate is not None and gate.state is JobState.SUCCEEDED
+
+
+def test_shutdown_timeout_hands_back_a_buffered_job_with_its_budget(
+    gated: Gated, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
+    with running(gated.app, concurrency=1, shutdown_timeout=0.3) as w:
+        gate_id, quick_id = gated.buffer_one(w)
+    # the worker has stopped: the gate was released at the timeout, the buffered job with it
+    for job_id in (gate_id, quick_id):
+        job = gated.app.get_job(job_id)
+        assert job is not None and job.state is JobState.QUEUED
+        assert [a.outcome for a in job.attempts] == [Outcome.RELEASED]
+    assert 7 not in gated.ran and w.counts["prefetch_released"] == 1
+    # max_attempts=1, yet it runs: the hand-back did not spend its only attempt
+    gated.opened.set()
+    with running(gated.app, concurrency=1):
+        job = wait_job(gated.app, quick_id, is_final)
+    assert job.state is JobState.SUCCEEDED and gated.ran.count(7) == 1
