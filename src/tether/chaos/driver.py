@@ -43,6 +43,8 @@ FAULTS = ("kill", "stop", "partition", "restart", "skew")
 PG_ONLY = {"partition", "restart", "skew"}
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 #: when kills are on, each worker also SIGKILLs itself at these places now and then
+#: seconds per phase of the job mix: short jobs in bursts, then long ones
+SHORT_PHASE = 5.0
 FAILPOINT_ODDS = {"after_claim": 0.01, "mid_handler": 0.01, "after_side_effect": 0.01, "during_heartbeat": 0.005}
 
 
@@ -345,7 +347,7 @@ class _Run:
         )
 
     def _producer(self, t_start: float, produce_until: float, end: float) -> None:
-        """A steady stream: by produce_until every job has been offered."""
+        """By produce_until every job has been offered."""
         cfg = self.cfg
         rng = random.Random(self.rng.randrange(2**31))
         while time.monotonic() < end:
@@ -354,14 +356,20 @@ class _Run:
                 return
             due = cfg.jobs * min(1.0, (time.monotonic() - t_start) / (produce_until - t_start))
             batch = min(cfg.jobs - offered, int(due) - offered)
-            if batch > 0:
-                self._produce(batch, rng)
+            # Phases of short jobs (a few ms, enqueued in bursts of about a
+            # second's worth: workers prefetch, claiming a batch ahead)
+            # alternate with long ones (buffers are handed back), so faults hit both.
+            short = int((time.monotonic() - t_start) / SHORT_PHASE) % 2 == 0
+            burst = max(8, int(cfg.jobs / (produce_until - t_start))) if short else 1
+            if batch >= burst or (batch > 0 and time.monotonic() >= produce_until):
+                self._produce(batch, rng, short=short)
             time.sleep(0.05)
 
-    def _produce(self, n: int, rng: random.Random) -> None:
+    def _produce(self, n: int, rng: random.Random, *, short: bool = False) -> None:
         jobs = [
             NewJob(task=rng.choice([SYNC_TASK, ASYNC_TASK]), queue=QUEUE,
-                   args_json=json.dumps({"ms": rng.randint(20, 600), "fail": rng.random() < 0.05}),
+                   args_json=json.dumps({"ms": rng.randint(1, 5) if short else rng.randint(20, 600),
+                                         "fail": rng.random() < 0.05}),
                    max_attempts=rng.choice([4, 6, 10]), backoff_base=0.05)
             for _ in range(n)
         ]
