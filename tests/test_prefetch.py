@@ -1,5 +1,7 @@
-"""Prefetch, in-process on both backends: while handlers are short the claimer
-claims a batch ahead (the next claim's statement runs while this batch does).
+"""Prefetch, in-process: while handlers are short the claimer claims a batch
+ahead (the next claim's statement runs on the server while this batch runs
+here). PostgreSQL only: on SQLite the statement runs in the worker's own
+process under a lock all processes share, and the worker does not prefetch.
 A job waiting in that buffer holds a real lease, so it is renewed by the
 heartbeat, can be cancelled, is handed back (fenced release, budget untouched)
 when no slot frees in time, and is run or handed back at shutdown: never lost,
@@ -20,6 +22,9 @@ from tether.model import NewJob
 from tether.worker import runtime
 
 from .test_worker import FAST, is_final, running, wait_job
+
+#: the store claims ahead (a database server)
+ON_PG = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 
 
 def _wait(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
@@ -76,6 +81,7 @@ def gated(make_app: Callable[..., Tether]) -> Iterator[Gated]:
     g.opened.set()
 
 
+@ON_PG
 def test_short_handlers_pipeline_claims_and_each_job_runs_once(make_app: Callable[..., Tether]) -> None:
     app = make_app(**FAST)
 
@@ -95,7 +101,10 @@ def test_short_handlers_pipeline_claims_and_each_job_runs_once(make_app: Callabl
         assert [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]
 
 
-def test_no_prefetch_claims_only_for_free_slots(make_app: Callable[..., Tether]) -> None:
+@pytest.mark.parametrize(("backend", "prefetch"), [("postgresql", False), ("sqlite", True)], indirect=["backend"])
+def test_claims_only_for_free_slots_without_prefetch_and_on_sqlite(
+    make_app: Callable[..., Tether], prefetch: bool,
+) -> None:
     app = make_app(**FAST)
 
     @app.task
@@ -103,12 +112,13 @@ def test_no_prefetch_claims_only_for_free_slots(make_app: Callable[..., Tether])
         return n
 
     ids = quick.enqueue_many([{"n": n} for n in range(100)])
-    with running(app, concurrency=10, prefetch=False) as w:
+    with running(app, concurrency=10, prefetch=prefetch) as w:
         for job_id in ids:
             wait_job(app, job_id, is_final)
     assert (w.counts["claims_ahead"], w.counts["prefetched"], w.counts["succeeded"]) == (0, 0, 100)
 
 
+@ON_PG
 def test_a_buffered_job_is_handed_back_when_no_slot_frees_in_time(gated: Gated) -> None:
     """One slot, held by a long job: the job claimed ahead waits
     PREFETCH_HOLD_MAX, then goes back to the queue (its budget untouched) and
@@ -128,6 +138,7 @@ def test_a_buffered_job_is_handed_back_when_no_slot_frees_in_time(gated: Gated) 
     assert w.counts["prefetch_released"] == 1 and gated.ran.count(7) == 1
 
 
+@ON_PG
 def test_a_buffered_job_cancelled_on_request_ends_cancelled_without_running(
     gated: Gated, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -144,6 +155,7 @@ def test_a_buffered_job_cancelled_on_request_ends_cancelled_without_running(
     assert 7 not in gated.ran
 
 
+@ON_PG
 def test_a_buffered_job_has_its_lease_renewed_while_it_waits(
     gated: Gated, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -159,6 +171,7 @@ def test_a_buffered_job_has_its_lease_renewed_while_it_waits(
     assert w.counts["lost"] == 0 and gated.ran.count(7) == 1
 
 
+@ON_PG
 def test_graceful_stop_runs_a_buffered_job_once_its_slot_frees(
     gated: Gated, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -174,6 +187,7 @@ def test_graceful_stop_runs_a_buffered_job_once_its_slot_frees(
     assert gate is not None and gate.state is JobState.SUCCEEDED
 
 
+@ON_PG
 def test_shutdown_timeout_hands_back_a_buffered_job_with_its_budget(
     gated: Gated, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -47,6 +47,10 @@ class Store(abc.ABC):
     backend: str
     #: how often an idle worker polls when no push channel wakes it (seconds)
     default_poll_interval: float
+    #: whether a worker should claim ahead (prefetch) while its handlers are
+    #: short: worth it where the statement runs in another process (a database
+    #: server), whose work then overlaps the worker's own
+    claims_ahead: bool = True
 
     # -- schema ---------------------------------------------------------------
     @abc.abstractmethod

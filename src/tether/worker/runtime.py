@@ -163,9 +163,10 @@ class Worker:
         self._reports: set[asyncio.Task[None]] = set()
         #: claimed jobs waiting for a handler slot (prefetch), oldest first
         self._ready: deque[Running] = deque()
-        #: prefetch only without a delivering transport: there each message
-        #: leads to a claim of its own job, and the transport holds the rest
-        self._prefetch = prefetch and not self.transport.delivers
+        #: prefetch only where the store gains from it (not SQLite), and without
+        #: a delivering transport: there each message leads to a claim of its
+        #: own job, and the transport holds the rest
+        self._prefetch = prefetch and self.store.claims_ahead and not self.transport.delivers
         self._avg_run = math.inf  # running average of handler durations, seconds
 
     # -- control ----------------------------------------------------------------------

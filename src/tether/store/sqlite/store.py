@@ -50,6 +50,11 @@ class SQLiteStore(Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2
+    # The statement runs in the worker's own process, and every process shares
+    # one write lock: claiming ahead gained nothing (bench/scenarios/sqlite.py)
+    # and kept each worker in a write transaction more of the time, so that a
+    # paused worker more often stalled all the others (tether chaos, stop).
+    claims_ahead = False
 
     def __init__(self, dsn: DatabaseURL) -> None:
         self.path = dsn.url
