@@ -14,7 +14,7 @@ own clock, on the same machine as the driver.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -129,7 +129,8 @@ def check(
     renewals: dict[tuple[int, int], list[float]] = defaultdict(list)
     reports: list[Mapping[str, Any]] = []
     ticks: list[tuple[float, float, bool]] = []  # reaper ticks, wall clock: (started, ended, ok)
-    lapsed_at: dict[tuple[int, int], float] = {}  # lease_until of the leases reapers took, database clock
+    lapsed_at: dict[tuple[int, int], float] = {}
+    prefetch: Counter[str] = Counter()  # jobs claimed ahead into a worker's buffer, and buffers handed back  # lease_until of the leases reapers took, database clock
     for e in events:
         kind = e.get("e")
         if kind == "claimed":
@@ -146,6 +147,8 @@ def check(
             reports.append(e)
             if e.get("accepted"):
                 accepts[(e["job"], e["attempt"])].append(e)
+        elif kind in ("buffered", "handed_back"):
+            prefetch[kind] += 1
 
     # I1: every acknowledged enqueue ends terminal.
     for job_id in enqueued:
@@ -282,7 +285,8 @@ def check(
             "renewals_unheard": unheard,
         },
         counts={"jobs": len(jobs), "attempts": n_attempts, **{f"state_{k}": v for k, v in sorted(states.items())},
-                "reports": len(reports)},
+                "reports": len(reports), "prefetched": prefetch["buffered"],
+                "prefetch_handed_back": prefetch["handed_back"]},
         bound=bound,
     )
 

@@ -71,6 +71,7 @@ def main() -> None:
         concurrency=int(os.environ.get("TETHER_CHAOS_CONCURRENCY", "4")),
         queues=[QUEUE],
         shutdown_timeout=float(os.environ.get("TETHER_CHAOS_SHUTDOWN", "5")),
+        prefetch=os.environ.get("TETHER_PREFETCH", "1").lower() not in ("0", "false", "no", "off"),
     )
 
 

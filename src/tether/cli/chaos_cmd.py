@@ -49,6 +49,9 @@ def render(result: ChaosResult, console: Console) -> None:
         console.print(f"database outages (server restarts): {rec['outages']}, {rec['outage_s']}s in all; "
                       f"recoveries with no outage in their window: {rec['no_outage_recoveries']}, p50 "
                       f"{s(rec['no_outage_p50'])}, p99 {s(rec['no_outage_p99'])}, max {s(rec['no_outage_max'])}")
+    if d["check"]["counts"].get("prefetched"):
+        console.print(f"prefetch: {d['check']['counts']['prefetched']} jobs waited in a worker's buffer for a slot, "
+                      f"{d['check']['counts']['prefetch_handed_back']} of them handed back")
     console.print(f"final states: { {k[6:]: v for k, v in d['check']['counts'].items() if k.startswith('state_')} }  "
                   f"attempts {d['check']['counts']['attempts']}")
     if d["integrity"] != ["ok"]:

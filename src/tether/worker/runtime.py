@@ -397,6 +397,8 @@ class Worker:
         while self._ready:
             running = self._ready.popleft()
             self.counts["prefetch_released"] += 1
+            if self.history is not None:
+                self.history.record("handed_back", job=running.job.id, attempt=running.job.attempt)
             self._settle_unstarted(running, running.ctx.cancel_reason)
 
     def _via_transport(self) -> bool:
@@ -529,6 +531,8 @@ class Worker:
         else:
             self.counts["prefetched"] += 1
             self._ready.append(running)
+            if self.history is not None:
+                self.history.record("buffered", job=job.id, attempt=job.attempt)
 
     def _start_ready(self) -> None:
         """Start buffered jobs in the free handler slots, oldest first."""
