@@ -545,6 +545,37 @@ def test_complete_batch_accepts_only_rows_that_pass_their_fence(store: Store) ->
     assert get(store, c.id).result is None
 
 
+@pytest.mark.parametrize("op", ["complete", "complete_and_claim"])
+def test_a_batch_of_successes_larger_than_one_statement_takes_is_written_whole(store: Store, op: str) -> None:
+    """450 successes at once (more than a claim batch; PostgreSQL writes them
+    in chunks of 200), with a stale row in each chunk: each row is fenced on
+    its own attempt, each result lands on its own job."""
+    t0 = store.db_now()
+    store.enqueue([new_job(args={"n": n}) for n in range(460)], now=t0)
+    jobs = store.claim(W, ["default"], 450, TTL, now=t0)
+    assert len(jobs) == 450
+    stale = {jobs[k].id for k in (5, 250, 449)}
+    done = [(j.id, j.attempt + (j.id in stale), f'{{"n": {j.args["n"]}}}') for j in jobs]
+    if op == "complete":
+        accepted = store.complete(W, done, now=t0 + sec(1))
+    else:
+        accepted, claimed = store.complete_and_claim(W, done, ["default"], 10, TTL, now=t0 + sec(1))
+        assert [c.args["n"] for c in claimed] == list(range(450, 460))
+    assert accepted == {j.id for j in jobs} - stale
+    running = 3 + (10 if op == "complete_and_claim" else 0)
+    assert store.stats().counts == {("default", "succeeded"): 447, ("default", "running"): running,
+                                    **({("default", "queued"): 10} if op == "complete" else {})}
+    # the stale rows, the edges of each chunk, and a few between (each get is a request over HTTP)
+    for j in [jobs[k] for k in (0, 5, 6, 199, 200, 201, 250, 399, 400, 448, 449)]:
+        job = get(store, j.id)
+        if j.id in stale:
+            assert job.state is JobState.RUNNING and job.result is None
+            assert Outcome.SUCCEEDED not in [a.outcome for a in job.attempts]
+        else:
+            assert job.state is JobState.SUCCEEDED and job.result == {"n": j.args["n"]}
+            assert [(a.attempt, a.outcome) for a in job.attempts] == [(1, Outcome.SUCCEEDED)]
+
+
 def test_complete_from_the_wrong_worker_is_refused(store: Store) -> None:
     t0 = store.db_now()
     c = start_job(store, t0)
