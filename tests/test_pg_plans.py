@@ -1,0 +1,57 @@
+"""Which plans PostgreSQL uses for a worker's rounds: small ones (at most
+GENERIC_MAX jobs each way) run prepared with generic plans on the store's
+round connections, planned once; larger ones, and every other statement, are
+planned for their arguments on the main pool."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tether.store import open_store
+from tether.store.postgres.store import GENERIC_MAX, PostgresStore
+
+from .test_conformance import TTL, W, new_job
+
+
+@pytest.fixture
+def pg(backend: str, db_url: str) -> Iterator[PostgresStore]:
+    store = open_store(db_url)
+    assert isinstance(store, PostgresStore)
+    store.migrate()
+    yield store
+    store.close()
+
+
+def _plans(pool: object) -> dict[str, tuple[int, int]]:
+    """(generic, custom) executions per prepared statement on one of the pool's connections."""
+    with pool.connection() as conn:  # type: ignore[attr-defined]
+        rows = conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
+    return {text: (generic, custom) for text, generic, custom in rows}
+
+
+def _count(plans: dict[str, tuple[int, int]], query: str) -> tuple[int, int]:
+    """The statement's counts, found by its opening comment (the driver has
+    replaced the named parameters further on)."""
+    head = query.strip().splitlines()[0]
+    assert head.startswith("--")
+    return next((v for text, v in plans.items() if text.strip().startswith(head)), (0, 0))
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_small_rounds_run_generic_plans_and_large_ones_custom(pg: PostgresStore) -> None:
+    pg.enqueue([new_job(args={"n": n}) for n in range(200)])
+    jobs = pg.claim(W, ["default"], 5, TTL)
+    for _ in range(8):  # small: 5 successes carried, 5 claimed
+        _, jobs = pg.complete_and_claim(W, [(j.id, j.attempt, None) for j in jobs], ["default"], 5, TTL)
+    big = pg.claim(W, ["default"], GENERIC_MAX + 1, TTL)
+    _, big = pg.complete_and_claim(W, [(j.id, j.attempt, None) for j in big], ["default"], GENERIC_MAX + 1, TTL)
+    assert len(big) == GENERIC_MAX + 1
+
+    small = _count(_plans(pg.round_pool), pg.q["complete_and_claim"])
+    assert small == (8, 0)  # planned once, executed eight times
+    assert _count(_plans(pg.round_pool), pg.q["claim"]) == (1, 0)
+    large = _count(_plans(pg.pool), pg.q["complete_and_claim"])
+    assert large == (0, 1)
+    assert _count(_plans(pg.pool), pg.q["claim"]) == (0, 1)
