@@ -48,11 +48,20 @@ def test_status_watch_refreshes_until_interrupted(db_url: str) -> None:
         store.enqueue([NewJob(task="t", args_json="{}", queue="watched")])
     finally:
         store.close()
+    # Ctrl-C is SIGINT at its default disposition: a suite started in the
+    # background of a non-interactive shell inherits it ignored, and Python
+    # then never turns it into KeyboardInterrupt.
     proc = subprocess.Popen([sys.executable, "-m", "tether", "-d", db_url, "status", "--watch", "--interval", "0.2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    with proc:  # closes the pipes and reaps the process even when an assertion fails
+        try:
+            time.sleep(2.0)
+            assert proc.poll() is None, proc.communicate()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == 0, err
     assert "watched" in out and "no live workers" in out
