@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tether import JobContext, JobState, Outcome, Tether
-from tether.model import NewJob
+from tether.model import Job, NewJob
 from tether.worker import runtime
 
 from .test_worker import FAST, is_final, running, wait_job
@@ -72,6 +72,19 @@ class Gated:
         assert self.started.wait(10)
         _wait(lambda: w.counts["prefetched"] >= 1, "the quick job to be claimed into the buffer")
         return gate_id, quick_id
+
+    def open_and_finish(self, gate_id: int, quick_id: int) -> Job:
+        """Let the gate job end; wait for both to finish; the quick job as it ended."""
+        self.opened.set()
+        job = wait_job(self.app, quick_id, is_final)
+        wait_job(self.app, gate_id, is_final)
+        return job
+
+
+@pytest.fixture
+def long_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Buffered jobs wait as long as the test needs, never handed back for lack of a slot."""
+    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
 
 
 @pytest.fixture
@@ -130,52 +143,37 @@ def test_a_buffered_job_is_handed_back_when_no_slot_frees_in_time(gated: Gated) 
         assert time.monotonic() - held_from >= runtime.PREFETCH_HOLD_MAX * 0.8
         assert job.state is JobState.QUEUED and 7 not in gated.ran
         assert not w._prefetching()  # a slot stayed busy that long: handlers are not short now
-        gated.opened.set()
-        job = wait_job(gated.app, quick_id, is_final)
-        wait_job(gated.app, gate_id, is_final)
+        job = gated.open_and_finish(gate_id, quick_id)
     assert job.state is JobState.SUCCEEDED and job.result == 7
     assert [a.outcome for a in job.attempts] == [Outcome.RELEASED, Outcome.SUCCEEDED]
     assert w.counts["prefetch_released"] == 1 and gated.ran.count(7) == 1
 
 
 @ON_PG
-def test_a_buffered_job_cancelled_on_request_ends_cancelled_without_running(
-    gated: Gated, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
+def test_a_buffered_job_cancelled_on_request_ends_cancelled_without_running(gated: Gated, long_hold: None) -> None:
     with running(gated.app, concurrency=1) as w:
         gate_id, quick_id = gated.buffer_one(w)
         assert gated.app.cancel(quick_id) is JobState.RUNNING  # claimed: a request its heartbeat picks up
-        _wait(lambda: w._ready and w._ready[0].ctx.cancel_reason is not None, "the heartbeat to pass the request on")
-        gated.opened.set()
-        job = wait_job(gated.app, quick_id, is_final)
-        wait_job(gated.app, gate_id, is_final)
+        _wait(lambda: bool(w._ready) and w._ready[0].ctx.cancel_reason is not None, "the heartbeat to pass the request on")
+        job = gated.open_and_finish(gate_id, quick_id)
     assert job.state is JobState.CANCELLED
     assert [a.outcome for a in job.attempts] == [Outcome.CANCELLED]
     assert 7 not in gated.ran
 
 
 @ON_PG
-def test_a_buffered_job_has_its_lease_renewed_while_it_waits(
-    gated: Gated, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_buffered_job_has_its_lease_renewed_while_it_waits(gated: Gated, long_hold: None) -> None:
     """It waits longer than its lease (1.5 s): only heartbeats keep it ours."""
-    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
     with running(gated.app, concurrency=1) as w:
         gate_id, quick_id = gated.buffer_one(w)
         time.sleep(FAST["lease_ttl"] * 2)
-        gated.opened.set()
-        job = wait_job(gated.app, quick_id, is_final)
-        wait_job(gated.app, gate_id, is_final)
+        job = gated.open_and_finish(gate_id, quick_id)
     assert job.state is JobState.SUCCEEDED and [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]
     assert w.counts["lost"] == 0 and gated.ran.count(7) == 1
 
 
 @ON_PG
-def test_graceful_stop_runs_a_buffered_job_once_its_slot_frees(
-    gated: Gated, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
+def test_graceful_stop_runs_a_buffered_job_once_its_slot_frees(gated: Gated, long_hold: None) -> None:
     with running(gated.app, concurrency=1, shutdown_timeout=10) as w:
         gate_id, quick_id = gated.buffer_one(w)
         w.stop()
@@ -188,10 +186,7 @@ def test_graceful_stop_runs_a_buffered_job_once_its_slot_frees(
 
 
 @ON_PG
-def test_shutdown_timeout_hands_back_a_buffered_job_with_its_budget(
-    gated: Gated, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
+def test_shutdown_timeout_hands_back_a_buffered_job_with_its_budget(gated: Gated, long_hold: None) -> None:
     with running(gated.app, concurrency=1, shutdown_timeout=0.3) as w:
         gate_id, quick_id = gated.buffer_one(w)
     # the worker has stopped: the gate was released at the timeout, the buffered job with it
