@@ -32,10 +32,10 @@ def _plans(pool: object) -> dict[str, tuple[int, int]]:
 
 
 def _count(plans: dict[str, tuple[int, int]], query: str) -> tuple[int, int]:
-    """The statement's counts, found by its opening comment (the driver has
+    """The statement's counts, found by its opening tag (the driver has
     replaced the named parameters further on)."""
-    head = query.strip().splitlines()[0]
-    assert head.startswith("--")
+    head = query.splitlines()[0]
+    assert head.startswith("/* tether:")
     return next((v for text, v in plans.items() if text.strip().startswith(head)), (0, 0))
 
 

@@ -6,6 +6,13 @@ it is. Macros in braces (``{schema}``, ``{now}``) are filled once, at load time,
 with values the backend has validated; parameters stay driver placeholders.
 A query whose name starts with ``_`` is a fragment: other queries include it
 as ``{_name}`` (two statements that must grant a lease the same way share it).
+
+The comments are for readers of the file, not for the server: a loaded query
+is its SQL without them, opened by a one-line ``/* tether:NAME */`` tag that
+names it in ``pg_stat_activity`` and ``pg_prepared_statements``. Besides the
+bytes on the wire, this keeps every statement under psycopg's 4,096-character
+limit for caching its parsed form; complete_and_claim with its comments was
+longer, and its placeholders were parsed again on every round.
 """
 
 from __future__ import annotations
@@ -28,8 +35,24 @@ def load_queries(package: str, filename: str, macros: dict[str, str]) -> dict[st
             raise RuntimeError(f"{filename}: query {name!r} defined twice")
         raw[name] = body.strip()
     fragments = {name: body for name, body in raw.items() if name.startswith("_")}
-    return {name: _fill(_fill(body, fragments, check=False), macros)
+    return {name: f"/* tether:{name} */\n" + strip_comments(_fill(_fill(body, fragments, check=False), macros))
             for name, body in raw.items() if not name.startswith("_")}
+
+
+# A string literal ('it''s'), a quoted identifier ("a""b"), a dollar-quoted
+# body ($fn$ ... $fn$), a line comment, a block comment, or anything else.
+_TOKEN = re.compile(
+    r"""(?P<keep>'(?:[^']|'')*'|"(?:[^"]|"")*"|(?P<dollar>\$[A-Za-z_]*\$).*?(?P=dollar))"""
+    r"""|(?P<comment>--[^\n]*|/\*.*?\*/)""",
+    re.DOTALL,
+)
+
+
+def strip_comments(sql: str) -> str:
+    """``sql`` without its comments and the lines they leave blank; literals,
+    quoted identifiers and dollar-quoted bodies are kept as they are."""
+    bare = _TOKEN.sub(lambda m: "" if m.group("comment") else m.group(0), sql)
+    return "\n".join(line.rstrip() for line in bare.splitlines() if line.strip())
 
 
 def load_migrations(package: str, macros: dict[str, str]) -> list[tuple[int, str, str]]:

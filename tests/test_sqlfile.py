@@ -1,0 +1,43 @@
+"""Loading the named queries: comments stay in the .sql files, not in what is sent."""
+
+from __future__ import annotations
+
+import pytest
+from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+from tether.store.postgres.store import NOW as PG_NOW
+from tether.store.sqlfile import load_queries, strip_comments
+from tether.store.sqlite.store import NOW as SQLITE_NOW
+
+BACKENDS = {
+    "tether.store.postgres": {"schema": '"tether"', "now": PG_NOW, "channel": "'tether_tether'"},
+    "tether.store.sqlite": {"now": SQLITE_NOW},
+}
+
+
+def test_comments_go_and_literals_stay() -> None:
+    sql = (
+        "-- why the WHERE is shaped so\n"
+        "SELECT 'a -- not a comment', 'it''s /* kept */' -- the tail goes\n"
+        "     , \"odd--name\", $fn$ -- kept $fn$ /* a block\n"
+        "   comment */ FROM t\n"
+        "\n"
+        "WHERE x = 1"
+    )
+    assert strip_comments(sql) == (
+        "SELECT 'a -- not a comment', 'it''s /* kept */'\n"
+        "     , \"odd--name\", $fn$ -- kept $fn$  FROM t\n"
+        "WHERE x = 1"
+    )
+
+
+@pytest.mark.parametrize("package", sorted(BACKENDS))
+def test_loaded_queries_are_tagged_bare_and_short_enough_to_cache(package: str) -> None:
+    queries = load_queries(package, "queries.sql", BACKENDS[package])
+    assert "claim" in queries and "heartbeat" in queries
+    for name, sql in queries.items():
+        head, _, body = sql.partition("\n")
+        assert head == f"/* tether:{name} */"
+        assert "--" not in body, name
+        # Longer statements are parsed by the driver again on every execution.
+        assert len(sql) <= MAX_CACHED_STATEMENT_LENGTH, (name, len(sql))
