@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import ExecStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
@@ -84,6 +85,15 @@ RECONNECT_TIMEOUT = 2.0
 ASYNC_CONNECTIONS = 4
 
 Rows = list[tuple[Any, ...]]
+TUPLES_OK = ExecStatus.TUPLES_OK
+
+
+def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement returned rows (a SELECT or a RETURNING), by its
+    result's status: ``cur.description`` builds a list of column objects on
+    every access, a cost paid on every round."""
+    res = cur.pgresult
+    return res is not None and res.status == TUPLES_OK
 
 
 def _net_defaults(url: str) -> dict[str, Any]:
@@ -170,7 +180,7 @@ class PostgresStore(Store):
                 cur = conn.execute(self.q[name], params or {})
             except pg_errors.UndefinedTable:
                 raise self._no_tables() from None
-            return cur.fetchall() if cur.description else []
+            return cur.fetchall() if _has_rows(cur) else []
 
     def _pool_for(self, name: str, params: dict[str, Any]) -> ConnectionPool[psycopg.Connection[TupleRow]]:
         """GENERIC_PLANS at most GENERIC_MAX jobs each way go to round_pool."""
@@ -185,7 +195,7 @@ class PostgresStore(Store):
                 cur = await conn.execute(self.q[name], params)
             except pg_errors.UndefinedTable:
                 raise self._no_tables() from None
-            return await cur.fetchall() if cur.description else []
+            return await cur.fetchall() if _has_rows(cur) else []
 
     def _no_tables(self) -> SchemaMissing:
         return SchemaMissing(f"tether's tables are missing from schema {self.schema!r}: run `tether migrate`")
