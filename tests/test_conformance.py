@@ -57,6 +57,36 @@ def backend(request: pytest.FixtureRequest) -> str:
     return backend_param(request)
 
 
+class Rounds:
+    """A worker's round-trip operations, called as ``sync`` methods or as the
+    ``_async`` forms the worker's event loop awaits (PostgreSQL sends those
+    from the loop on connections of their own; the others run the sync
+    method on a thread): both must fence and claim alike."""
+
+    def __init__(self, store: Store, mode: str) -> None:
+        self.store, self.mode = store, mode
+
+    def claim(self, *args: Any, **kwargs: Any) -> list[ClaimedJob]:
+        return self._call("claim", *args, **kwargs)  # type: ignore[no-any-return]
+
+    def complete(self, *args: Any, **kwargs: Any) -> set[int]:
+        return self._call("complete", *args, **kwargs)  # type: ignore[no-any-return]
+
+    def complete_and_claim(self, *args: Any, **kwargs: Any) -> tuple[set[int], list[ClaimedJob]]:
+        return self._call("complete_and_claim", *args, **kwargs)  # type: ignore[no-any-return]
+
+    def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        if self.mode == "sync":
+            return getattr(self.store, op)(*args, **kwargs)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return asyncio.run(getattr(self.store, f"{op}_async")(*args, executor=pool, **kwargs))
+
+
+@pytest.fixture(params=["sync", "async"])
+def rounds(store: Store, request: pytest.FixtureRequest) -> Rounds:
+    return Rounds(store, request.param)
+
+
 # -- helpers --------------------------------------------------------------------
 
 
@@ -301,10 +331,10 @@ def test_claim_only_takes_jobs_from_the_named_queues(store: Store) -> None:
 # -- claim -------------------------------------------------------------------------
 
 
-def test_claim_sets_running_and_grants_a_lease_in_one_step(store: Store) -> None:
+def test_claim_sets_running_and_grants_a_lease_in_one_step(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     job_id = enqueue_one(store, t0, task="work", queue="q", priority=3, max_attempts=4)
-    c = claim_one(store, t0, queues=["q"])
+    (c,) = rounds.claim(W, ["q"], 1, TTL, now=t0)
     assert (c.id, c.attempt, c.task, c.queue, c.priority, c.max_attempts) == (job_id, 1, "work", "q", 3, 4)
     assert c.lease_ttl == TTL and c.timeout is None
     assert close_to(c.claimed_at, t0)
@@ -340,13 +370,13 @@ def test_per_job_lease_ttl_overrides_the_workers(store: Store) -> None:
     assert store.reap(100, now=t0 + sec(TTL + 1)) == []
 
 
-def test_claim_takes_at_most_limit(store: Store) -> None:
+def test_claim_takes_at_most_limit(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     store.enqueue([new_job() for _ in range(5)], now=t0)
-    assert len(store.claim(W, ["default"], 2, TTL, now=t0)) == 2
-    assert len(store.claim(W, ["default"], 2, TTL, now=t0)) == 2
-    assert len(store.claim(W, ["default"], 2, TTL, now=t0)) == 1
-    assert store.claim(W, ["default"], 2, TTL, now=t0) == []
+    assert len(rounds.claim(W, ["default"], 2, TTL, now=t0)) == 2
+    assert len(rounds.claim(W, ["default"], 2, TTL, now=t0)) == 2
+    assert len(rounds.claim(W, ["default"], 2, TTL, now=t0)) == 1
+    assert rounds.claim(W, ["default"], 2, TTL, now=t0) == []
 
 
 def test_two_claimers_never_get_the_same_job(store: Store) -> None:
@@ -524,12 +554,12 @@ def test_stale_progress_raises_and_changes_nothing(store: Store) -> None:
 # -- complete ------------------------------------------------------------------------
 
 
-def test_complete_batch_accepts_only_rows_that_pass_their_fence(store: Store) -> None:
+def test_complete_batch_accepts_only_rows_that_pass_their_fence(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     store.enqueue([new_job() for _ in range(3)], now=t0)
     a, b, c = store.claim(W, ["default"], 3, TTL, now=t0)
     b_before = get(store, b.id)
-    accepted = store.complete(
+    accepted = rounds.complete(
         W,
         [(a.id, a.attempt, '{"ok": 1}'), (b.id, b.attempt + 1, '"wrong attempt"'), (c.id, c.attempt, None),
          (UNKNOWN_ID, 1, None)],
@@ -546,7 +576,7 @@ def test_complete_batch_accepts_only_rows_that_pass_their_fence(store: Store) ->
 
 
 @pytest.mark.parametrize("op", ["complete", "complete_and_claim"])
-def test_a_batch_of_successes_larger_than_one_statement_takes_is_written_whole(store: Store, op: str) -> None:
+def test_a_batch_of_successes_larger_than_one_statement_takes_is_written_whole(store: Store, rounds: Rounds, op: str) -> None:
     """450 successes at once (more than a claim batch; PostgreSQL writes them
     in chunks of 200), with a stale row in each chunk: each row is fenced on
     its own attempt, each result lands on its own job."""
@@ -557,9 +587,9 @@ def test_a_batch_of_successes_larger_than_one_statement_takes_is_written_whole(s
     stale = {jobs[k].id for k in (5, 250, 449)}
     done = [(j.id, j.attempt + (j.id in stale), f'{{"n": {j.args["n"]}}}') for j in jobs]
     if op == "complete":
-        accepted = store.complete(W, done, now=t0 + sec(1))
+        accepted = rounds.complete(W, done, now=t0 + sec(1))
     else:
-        accepted, claimed = store.complete_and_claim(W, done, ["default"], 10, TTL, now=t0 + sec(1))
+        accepted, claimed = rounds.complete_and_claim(W, done, ["default"], 10, TTL, now=t0 + sec(1))
         assert [c.args["n"] for c in claimed] == list(range(450, 460))
     assert accepted == {j.id for j in jobs} - stale
     running = 3 + (10 if op == "complete_and_claim" else 0)
@@ -576,20 +606,20 @@ def test_a_batch_of_successes_larger_than_one_statement_takes_is_written_whole(s
             assert [(a.attempt, a.outcome) for a in job.attempts] == [(1, Outcome.SUCCEEDED)]
 
 
-def test_complete_from_the_wrong_worker_is_refused(store: Store) -> None:
+def test_complete_from_the_wrong_worker_is_refused(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     c = start_job(store, t0)
     before = get(store, c.id)
-    assert store.complete(W2, [(c.id, c.attempt, '"mine"')], now=t0 + sec(1)) == set()
+    assert rounds.complete(W2, [(c.id, c.attempt, '"mine"')], now=t0 + sec(1)) == set()
     assert get(store, c.id) == before
 
 
-def test_complete_writes_one_succeeded_attempt_row_once(store: Store) -> None:
+def test_complete_writes_one_succeeded_attempt_row_once(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     c = start_job(store, t0)
-    assert store.complete(W, [(c.id, 1, '[1, 2, "three"]')], now=t0 + sec(3)) == {c.id}
+    assert rounds.complete(W, [(c.id, 1, '[1, 2, "three"]')], now=t0 + sec(3)) == {c.id}
     # a second completion (a retried batch) is refused and writes nothing
-    assert store.complete(W, [(c.id, 1, '"again"')], now=t0 + sec(4)) == set()
+    assert rounds.complete(W, [(c.id, 1, '"again"')], now=t0 + sec(4)) == set()
     job = get(store, c.id)
     assert job.result == [1, 2, "three"]
     (att,) = job.attempts
@@ -611,16 +641,16 @@ def test_result_round_trips_every_json_type(store: Store, result_json: str | Non
     assert result == expected and type(result) is type(expected)
 
 
-def test_complete_with_nothing_is_a_no_op(store: Store) -> None:
-    assert store.complete(W, []) == set()
+def test_complete_with_nothing_is_a_no_op(store: Store, rounds: Rounds) -> None:
+    assert rounds.complete(W, []) == set()
 
 
-def test_complete_and_claim_fences_each_completion_and_claims_the_next_jobs(store: Store) -> None:
+def test_complete_and_claim_fences_each_completion_and_claims_the_next_jobs(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     store.enqueue([new_job(args={"n": n}) for n in range(4)], now=t0)
-    a, b = store.claim(W, ["default"], 2, TTL, now=t0)
+    a, b = rounds.claim(W, ["default"], 2, TTL, now=t0)
     b_before = get(store, b.id)
-    accepted, claimed = store.complete_and_claim(
+    accepted, claimed = rounds.complete_and_claim(
         W, [(a.id, a.attempt, '{"ok": 1}'), (b.id, b.attempt + 1, '"stale"'), (UNKNOWN_ID, 1, None)],
         ["default"], 5, TTL, now=t0 + sec(2),
     )
@@ -634,28 +664,28 @@ def test_complete_and_claim_fences_each_completion_and_claims_the_next_jobs(stor
     assert done.state is JobState.SUCCEEDED and done.result == {"ok": 1}
     assert [(x.attempt, x.worker, x.outcome) for x in done.attempts] == [(1, W, Outcome.SUCCEEDED)]
     # the same successes again (a retried round trip whose answer was lost): refused, written once
-    again, more = store.complete_and_claim(W, [(a.id, a.attempt, '"again"')], ["default"], 5, TTL,
+    again, more = rounds.complete_and_claim(W, [(a.id, a.attempt, '"again"')], ["default"], 5, TTL,
                                            now=t0 + sec(3))
     assert (again, more) == (set(), [])
     assert get(store, a.id).result == {"ok": 1} and len(get(store, a.id).attempts) == 1
 
 
-def test_complete_and_claim_with_one_side_empty_is_the_other_alone(store: Store) -> None:
+def test_complete_and_claim_with_one_side_empty_is_the_other_alone(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     enqueue_one(store, t0)
-    assert store.complete_and_claim(W, [], ["default"], 3, TTL, now=t0 + sec(1))[0] == set()
+    assert rounds.complete_and_claim(W, [], ["default"], 3, TTL, now=t0 + sec(1))[0] == set()
     (c,) = get_running(store)
-    accepted, claimed = store.complete_and_claim(W, [(c.id, c.attempt, None)], ["default"], 3, TTL,
+    accepted, claimed = rounds.complete_and_claim(W, [(c.id, c.attempt, None)], ["default"], 3, TTL,
                                                  now=t0 + sec(2))
     assert (accepted, claimed) == ({c.id}, [])
     assert get(store, c.id).state is JobState.SUCCEEDED
 
 
-def test_complete_and_claim_refuses_another_workers_success_but_still_claims(store: Store) -> None:
+def test_complete_and_claim_refuses_another_workers_success_but_still_claims(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     c = start_job(store, t0)  # W holds it
     later = enqueue_one(store, t0)
-    accepted, claimed = store.complete_and_claim(W2, [(c.id, c.attempt, '"not mine"')], ["default"], 1, TTL,
+    accepted, claimed = rounds.complete_and_claim(W2, [(c.id, c.attempt, '"not mine"')], ["default"], 1, TTL,
                                                  now=t0 + sec(1))
     assert accepted == set() and [j.id for j in claimed] == [later]
     assert get(store, c.id).state is JobState.RUNNING and get(store, c.id).locked_by == W

@@ -5,6 +5,7 @@ planned for their arguments on the main pool."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -55,3 +56,30 @@ def test_small_rounds_run_generic_plans_and_large_ones_custom(pg: PostgresStore)
     large = _count(_plans(pg.pool), pg.q["complete_and_claim"])
     assert large == (0, 1)
     assert _count(_plans(pg.pool), pg.q["claim"]) == (0, 1)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_workers_async_rounds_take_the_same_plans_on_the_loops_own_connections(pg: PostgresStore) -> None:
+    """What a worker's event loop awaits: small rounds prepared on the round
+    connections (generic plans, planned once), a large one on the others."""
+    pg.enqueue([new_job(args={"n": n}) for n in range(200)])
+
+    async def rounds() -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+        jobs = await pg.claim_async(W, ["default"], 5, TTL)
+        for _ in range(8):
+            _, jobs = await pg.complete_and_claim_async(W, [(j.id, j.attempt, None) for j in jobs], ["default"], 5,
+                                                        TTL)
+        big = await pg.claim_async(W, ["default"], GENERIC_MAX + 1, TTL)
+        assert len(big) == GENERIC_MAX + 1
+        plans = []
+        for conns in (pg.round_async, pg.async_connections):
+            async with conns.connection() as conn:
+                cur = await conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+                plans.append({text: (generic, custom) for text, generic, custom in await cur.fetchall()})
+        return plans[0], plans[1]
+
+    small, large = asyncio.run(rounds())
+    assert _count(small, pg.q["complete_and_claim"]) == (8, 0)
+    assert _count(small, pg.q["claim"]) == (1, 0)
+    assert _count(large, pg.q["claim"]) == (0, 1)
+    assert _count(large, pg.q["complete_and_claim"]) == (0, 0)

@@ -16,6 +16,8 @@ never passes it.
 
 Methods are thread-safe: each backend gives every thread its own connection.
 ``enqueue_async`` may be awaited on any event loop, one after another or at once.
+A worker's round (``claim_async``, ``complete_async``, ``complete_and_claim_async``)
+is awaited on the worker's loop, at most a few at once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from datetime import datetime
+from functools import partial
 
 from ..model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from .buckets import Buckets
@@ -189,6 +193,34 @@ class Store(abc.ABC):
         fences them. Returns (ids accepted, jobs claimed)."""
         accepted = self.complete(worker, done, now=now) if done else set()
         return accepted, self.claim(worker, queues, limit, lease_ttl, now=now)
+
+    # -- a worker's round, from its event loop ----------------------------------------
+    # These defaults run the method above on ``executor`` (the worker's database
+    # threads). PostgreSQL sends the statement from the event loop itself: no
+    # hop to a thread and back on every round, and no wait for the thread to
+    # get the GIL from a loop busy starting the last claim's jobs.
+    async def claim_async(
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,
+        executor: Executor | None = None, now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """``claim`` for a coroutine."""
+        return await asyncio.get_running_loop().run_in_executor(
+            executor, partial(self.claim, worker, queues, limit, lease_ttl, now=now))
+
+    async def complete_async(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], *,
+        executor: Executor | None = None, now: datetime | None = None,
+    ) -> set[int]:
+        """``complete`` for a coroutine."""
+        return await asyncio.get_running_loop().run_in_executor(executor, partial(self.complete, worker, done, now=now))
+
+    async def complete_and_claim_async(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
+        lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        """``complete_and_claim`` for a coroutine."""
+        return await asyncio.get_running_loop().run_in_executor(
+            executor, partial(self.complete_and_claim, worker, done, queues, limit, lease_ttl, now=now))
 
     @abc.abstractmethod
     def fail(

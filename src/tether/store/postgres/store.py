@@ -10,9 +10,10 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Executor
 from datetime import datetime
 from operator import attrgetter
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -83,9 +84,18 @@ RECONNECT_TIMEOUT = 2.0
 #: connections per event loop for async calls (``enqueue_async``): each is
 #: busy only for one statement's round trip, and a loop is one thread
 ASYNC_CONNECTIONS = 4
+#: connections for small rounds (GENERIC_PLANS), per event loop and in the
+#: sync pool: a worker has at most a claim ahead and a report in flight
+ROUND_CONNECTIONS = 2
 
 Rows = list[tuple[Any, ...]]
 TUPLES_OK = ExecStatus.TUPLES_OK
+T = TypeVar("T")
+#: An operation as the statements it needs, without any I/O, so that the sync
+#: and the async paths run the same plan (and retries, chunks, lookups): it
+#: yields (query name, params), is sent each statement's rows, and returns
+#: its answer. ``_drive`` and ``_drive_async`` run one.
+Steps = Generator[tuple[str, dict[str, Any]], Rows, T]
 
 
 def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
@@ -149,15 +159,18 @@ class PostgresStore(Store):
         self.round_pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
             dsn.url,
             min_size=0,
-            max_size=2,
+            max_size=ROUND_CONNECTIONS,
             timeout=POOL_TIMEOUT,
             reconnect_timeout=RECONNECT_TIMEOUT,
             kwargs={**kwargs, "options": _GENERIC_OPTIONS} if "options" in kwargs else kwargs,
             open=False,
             name=f"tether-{dsn.schema}-rounds",
         )
-        #: for async calls, each event loop's own
+        #: for async calls, each event loop's own; round_async as round_pool
         self.async_connections = LoopConnections(dsn.url, size=ASYNC_CONNECTIONS, **kwargs)
+        self.round_async = LoopConnections(
+            dsn.url, size=ROUND_CONNECTIONS,
+            **({**kwargs, "options": _GENERIC_OPTIONS} if "options" in kwargs else kwargs))
         # One direct connection first: it fails fast and says why (refused,
         # unknown database, bad password), where the pool would only time out.
         try:
@@ -183,14 +196,12 @@ class PostgresStore(Store):
             return cur.fetchall() if _has_rows(cur) else []
 
     def _pool_for(self, name: str, params: dict[str, Any]) -> ConnectionPool[psycopg.Connection[TupleRow]]:
-        """GENERIC_PLANS at most GENERIC_MAX jobs each way go to round_pool."""
-        if name in GENERIC_PLANS and params.get("limit", 0) <= GENERIC_MAX and len(params.get("ids", ())) <= GENERIC_MAX:
-            return self.round_pool
-        return self.pool
+        return self.round_pool if _generic(name, params) else self.pool
 
     async def _all_async(self, name: str, params: dict[str, Any]) -> Rows:
         """``_all`` on a connection of the running event loop's."""
-        async with self.async_connections.connection() as conn:
+        conns = self.round_async if _generic(name, params) else self.async_connections
+        async with conns.connection() as conn:
             try:
                 cur = await conn.execute(self.q[name], params)
             except pg_errors.UndefinedTable:
@@ -201,6 +212,7 @@ class PostgresStore(Store):
         return SchemaMissing(f"tether's tables are missing from schema {self.schema!r}: run `tether migrate`")
 
     def close(self) -> None:
+        self.round_async.close()
         self.async_connections.close()
         self.round_pool.close()
         self.pool.close()
@@ -265,20 +277,29 @@ class PostgresStore(Store):
         return out
 
     # -- producers ----------------------------------------------------------------
+    def _drive(self, steps: Steps[T]) -> T:
+        """Run a sans-I/O operation's statements (see ``Steps``) on the pool."""
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(self._all(*step))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _drive_async(self, steps: Steps[T]) -> T:
+        """``_drive`` on the running event loop's own connections: no thread hop."""
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(await self._all_async(*step))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
     def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
-        steps = _Enqueue(jobs, now)
-        step = steps.send(None)
-        while step is not None:
-            step = steps.send(self._all(*step))
-        return steps.ids
+        return self._drive(_enqueue_steps(jobs, now))
 
     async def enqueue_async(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
-        """``enqueue`` on the running event loop's own connections: no thread hop."""
-        steps = _Enqueue(jobs, now)
-        step = steps.send(None)
-        while step is not None:
-            step = steps.send(await self._all_async(*step))
-        return steps.ids
+        return await self._drive_async(_enqueue_steps(jobs, now))
 
     def get_job(self, job_id: int) -> Job | None:
         rows = self._all("get_job", {"id": job_id})
@@ -336,10 +357,13 @@ class PostgresStore(Store):
     def claim(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
     ) -> list[ClaimedJob]:
-        return _claimed(self._all(
-            "claim",
-            {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now},
-        ))
+        return self._drive(_claim_steps(worker, queues, limit, lease_ttl, now))
+
+    async def claim_async(
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,
+        executor: Executor | None = None, now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        return await self._drive_async(_claim_steps(worker, queues, limit, lease_ttl, now))
 
     def claim_ids(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
@@ -398,26 +422,25 @@ class PostgresStore(Store):
     def complete(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], *, now: datetime | None = None
     ) -> set[int]:
-        accepted: set[int] = set()
-        # Chunked: the fence reads each row's attempt by array_position, a
-        # linear search (see _complete_done); one chunk is at most a claim batch.
-        for start in range(0, len(done), DONE_CHUNK):
-            rows = self._all("complete", {**_done_params(worker, done[start:start + DONE_CHUNK]), "now": now})
-            accepted.update(r[0] for r in rows)
-        return accepted
+        return self._drive(_complete_steps(worker, done, now))
+
+    async def complete_async(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], *,
+        executor: Executor | None = None, now: datetime | None = None,
+    ) -> set[int]:
+        return await self._drive_async(_complete_steps(worker, done, now))
 
     def complete_and_claim(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
         lease_ttl: float, *, now: datetime | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        if len(done) > DONE_CHUNK:  # more successes than one statement takes (see complete)
-            return self.complete(worker, done, now=now), self.claim(worker, queues, limit, lease_ttl, now=now)
-        if not done:
-            return set(), self.claim(worker, queues, limit, lease_ttl, now=now)
-        rows = self._all("complete_and_claim", {
-            **_done_params(worker, done), "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now,
-        })
-        return {r[1] for r in rows if r[0] == 1}, _claimed([r[1:] for r in rows if r[0] == 0])
+        return self._drive(_complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now))
+
+    async def complete_and_claim_async(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
+        lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        return await self._drive_async(_complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now))
 
     def fail(
         self,
@@ -492,31 +515,11 @@ class PostgresStore(Store):
         return _NotifyListener(self.dsn.url, self.channel, on_enqueue)
 
 
-class _Enqueue:
-    """One enqueue, as the statements it needs, without doing any I/O: the sync
-    and the async enqueue both drive it, so the plan, the dedup lookup and the
-    retry exist once. ``send(None)`` gives the first statement (query name,
-    params); ``send(its rows)`` the next, or None once ``ids`` is the answer."""
-
-    def __init__(self, jobs: Sequence[NewJob], now: datetime | None) -> None:
-        self._steps = _enqueue_steps(jobs, now) if jobs else None
-        self.ids: list[int] = []
-
-    def send(self, rows: Rows | None) -> tuple[str, dict[str, Any]] | None:
-        if self._steps is None:
-            return None
-        try:
-            return next(self._steps) if rows is None else self._steps.send(rows)
-        except StopIteration as done:
-            self.ids = done.value
-            return None
-
-
-def _enqueue_steps(
-    jobs: Sequence[NewJob], now: datetime | None
-) -> Generator[tuple[str, dict[str, Any]], Rows, list[int]]:
+def _enqueue_steps(jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[int]]:
     """The insert, and for dedup hits the lookup of the active jobs holding
-    their keys; yields each statement and is sent its rows."""
+    their keys."""
+    if not jobs:
+        return []
     query, params = _enqueue_plan(jobs, now)
     for _ in range(3):
         # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
@@ -579,6 +582,46 @@ def _uniform(jobs: Sequence[NewJob]) -> bool:
     """Whether these jobs differ only in their args, and none has a dedup key."""
     first = _options(jobs[0])
     return jobs[0].dedup_key is None and all(_options(j) == first for j in jobs[1:])
+
+
+def _claim_steps(
+    worker: str, queues: Sequence[str], limit: int, lease_ttl: float, now: datetime | None
+) -> Steps[list[ClaimedJob]]:
+    rows = yield "claim", {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl,
+                           "now": now}
+    return _claimed(rows)
+
+
+def _complete_steps(
+    worker: str, done: Sequence[tuple[int, int, str | None]], now: datetime | None
+) -> Steps[set[int]]:
+    """Chunked: the fence reads each row's attempt by array_position, a
+    linear search (see _complete_done); one chunk is at most a claim batch."""
+    accepted: set[int] = set()
+    for start in range(0, len(done), DONE_CHUNK):
+        rows = yield "complete", {**_done_params(worker, done[start:start + DONE_CHUNK]), "now": now}
+        accepted.update(r[0] for r in rows)
+    return accepted
+
+
+def _complete_and_claim_steps(
+    worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
+    lease_ttl: float, now: datetime | None,
+) -> Steps[tuple[set[int], list[ClaimedJob]]]:
+    """One statement; none to carry, or more successes than one statement
+    takes (see _complete_steps): complete's statements, then claim's."""
+    if not done or len(done) > DONE_CHUNK:
+        accepted = yield from _complete_steps(worker, done, now)
+        return accepted, (yield from _claim_steps(worker, queues, limit, lease_ttl, now))
+    rows = yield "complete_and_claim", {
+        **_done_params(worker, done), "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now,
+    }
+    return {r[1] for r in rows if r[0] == 1}, _claimed([r[1:] for r in rows if r[0] == 0])
+
+
+def _generic(name: str, params: dict[str, Any]) -> bool:
+    """GENERIC_PLANS at most GENERIC_MAX jobs each way run on the round connections."""
+    return name in GENERIC_PLANS and params.get("limit", 0) <= GENERIC_MAX and len(params.get("ids", ())) <= GENERIC_MAX
 
 
 def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
