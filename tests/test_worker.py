@@ -4,6 +4,7 @@ jobs, progress, wake-ups, self-fencing and embedded shutdown."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -312,8 +313,9 @@ def test_a_job_its_own_worker_claims_again_tells_the_old_attempt_it_lost(make_ap
 
 class _AnswerLostOnce:
     """The app's real store, except that the first call of each named method
-    is carried out and then raises, as when the database commits a write and
-    the connection drops before its answer arrives."""
+    (or of its ``_async`` form, whichever the worker calls) is carried out and
+    then raises, as when the database commits a write and the connection drops
+    before its answer arrives."""
 
     def __init__(self, real: Any, *names: str) -> None:
         self._real = real
@@ -321,13 +323,20 @@ class _AnswerLostOnce:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._real, name)
-        if name not in self._pending:
+        op = name.removesuffix("_async")
+        if op not in self._pending:
             return attr
+        if inspect.iscoroutinefunction(attr):
+            async def once_async(*args: Any, **kwargs: Any) -> Any:
+                self._pending.discard(op)
+                await attr(*args, **kwargs)
+                raise ConnectionError(f"connection lost after {op} was sent")
+            return once_async
 
         def once(*args: Any, **kwargs: Any) -> Any:
-            self._pending.discard(name)
+            self._pending.discard(op)
             attr(*args, **kwargs)
-            raise ConnectionError(f"connection lost after {name} was sent")
+            raise ConnectionError(f"connection lost after {op} was sent")
         return once
 
 

@@ -4,8 +4,11 @@ handlers, reports their outcomes (fenced), and shuts down gracefully.
 Threads and their jobs:
 
 - the event loop: claiming, running ``async def`` handlers, batching reports;
-- ``tether-db-*`` (two): every store call the loop makes, so claims and
-  completions overlap and the loop never blocks on the database;
+  on PostgreSQL it also sends the round's statements (claims, carried and
+  batched successes) itself, over connections of its own;
+- ``tether-db-*`` (two): every other store call the loop makes (and, on the
+  other backends, the round's statements too), so claims and completions
+  overlap and the loop never blocks on the database;
 - ``tether-heartbeat``: renews leases and fences the worker off lost ones, on a
   thread of its own so a handler that hogs the loop or the CPU cannot starve it;
 - ``tether-handler-*``: ``def`` handlers;
@@ -32,7 +35,7 @@ import signal
 import time
 import traceback
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -341,6 +344,7 @@ class Worker:
                 if room >= self._min_claim:
                     self.counts["claims_ahead"] += 1
                     ahead = self._send(min(room, self.claim_batch))
+                    await asyncio.sleep(0)  # let it go out before these jobs are set up
             for job, delivery in got:
                 self._take(job, sent_at, delivery)
             if ahead is None and not ((full or fetched) and self._room() > 0):
@@ -463,24 +467,23 @@ class Worker:
         return await self._receive(self._send(want, ids=ids))
 
     def _send(self, want: int, *, ids: list[int] | None = None) -> _Claim:
-        """Send one claim (of any due jobs, or of exactly ``ids``) to a database
-        thread. Successes waiting to be written ride with a claim of any jobs:
-        one round trip, one commit."""
+        """Send one claim (of any due jobs, or of exactly ``ids``). Successes
+        waiting to be written ride with a claim of any jobs: one round trip,
+        one commit. The statement goes out when the loop next runs its tasks:
+        a caller with other work to do first yields once (``asyncio.sleep(0)``)."""
         carried: list[tuple[Running, str | None]] = []
-        call: Callable[[], Any]
+        store, pool = self.store, self._db_pool
+        call: Coroutine[Any, Any, Any]
         if ids is not None:
-            call = partial(self.store.claim_ids, self.id, ids, self.queues, self.timers.lease_ttl)
+            call = self._db(store.claim_ids, self.id, ids, self.queues, self.timers.lease_ttl)
         elif self._done:
             carried, self._done = self._done, []
-            call = partial(self.store.complete_and_claim, self.id, _rows(carried), self.queues, want,
-                           self.timers.lease_ttl)
+            call = store.complete_and_claim_async(self.id, _rows(carried), self.queues, want, self.timers.lease_ttl,
+                                                  executor=pool)
         else:
-            call = partial(self.store.claim, self.id, self.queues, want, self.timers.lease_ttl)
+            call = store.claim_async(self.id, self.queues, want, self.timers.lease_ttl, executor=pool)
         assert self._loop is not None
-        sent_at = time.monotonic()
-        # Handed to the thread now, not when the loop next yields: the statement
-        # runs while the loop sets up the last claim's jobs.
-        return _Claim(self._loop.run_in_executor(self._db_pool, call), want, carried, sent_at)
+        return _Claim(self._loop.create_task(call), want, carried, time.monotonic())
 
     async def _receive(self, claim: _Claim) -> list[ClaimedJob] | None:
         """A sent claim's jobs, raced against stop(): a worker asked to stop
@@ -771,7 +774,7 @@ class Worker:
         while True:
             sent_at = time.monotonic()
             try:
-                accepted = set(await self._db(self.store.complete, self.id, rows))
+                accepted = set(await self.store.complete_async(self.id, rows, executor=self._db_pool))
                 break
             except Exception as exc:
                 retried = True
@@ -977,7 +980,7 @@ class Worker:
 
 @dataclass(eq=False)
 class _Claim:
-    """A claim sent to a database thread and not yet answered."""
+    """A claim sent to the database and not yet answered."""
 
     fut: asyncio.Future[Any]
     want: int
