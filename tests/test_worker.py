@@ -18,7 +18,7 @@ import pytest
 from tether import CancelReason, JobContext, JobState, Outcome, Tether
 from tether.chaos.proxy import TCPProxy
 from tether.model import Job, NewJob
-from tether.worker.runtime import Worker
+from tether.worker.runtime import CARRY_MAX, Worker
 
 from .conftest import PG_URL
 
@@ -309,6 +309,29 @@ def test_a_job_its_own_worker_claims_again_tells_the_old_attempt_it_lost(make_ap
             time.sleep(0.02)
         assert ended.get(1) == CancelReason.LOST
         assert 2 not in ended  # the successor runs on
+
+
+def test_large_claims_leave_successes_to_the_reporter_and_each_is_written_once(
+    make_app: Callable[..., Tether],
+) -> None:
+    """A worker whose claims take more than CARRY_MAX jobs writes its
+    successes beside its next claim (two statements in flight), not in it."""
+    app = make_app(**FAST)
+
+    @app.task
+    def quick(ctx: JobContext, n: int) -> int:
+        return n * 2
+
+    ids = quick.enqueue_many([{"n": n} for n in range(300)])
+    with running(app, concurrency=CARRY_MAX + 8) as w:
+        for job_id in ids:
+            wait_job(app, job_id, is_final)
+    assert w.counts["succeeded"] == 300 and w.counts["stale_reports"] == 0
+    assert w.counts["successes_carried"] == 0 and w.counts["db_claims"] > 1
+    for n, job_id in enumerate(ids):
+        job = app.get_job(job_id)
+        assert job is not None and job.state is JobState.SUCCEEDED and job.result == n * 2
+        assert [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]
 
 
 class _AnswerLostOnce:
