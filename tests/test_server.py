@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import secrets
+import socket
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import pytest
 
 from tether import Tether
 from tether.errors import AccessDenied, ConfigError, InvalidDSN, ServerUnavailable, StaleAttempt
+from tether.model import NewJob
 from tether.server import parse_tokens
 from tether.store import open_store
 from tether.store.http import wire
@@ -222,6 +226,50 @@ def test_unreachable_server_raises_server_unavailable() -> None:
         s.heartbeat("w1", [], 30.0)
     assert isinstance(info.value, ConnectionError)
     s.close()
+
+
+def _tcp_ends(port: int) -> list[tuple[str, bool]]:
+    """This process's connected TCP sockets with ``port`` at one end: which
+    end each is (``client`` or ``server``) and whether it has TCP_NODELAY."""
+    ends = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                continue
+            sock = socket.socket(fileno=os.dup(int(name)))  # closing the duplicate leaves the connection be
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor)
+        with sock:
+            if sock.family != socket.AF_INET or sock.type != socket.SOCK_STREAM:
+                continue
+            try:
+                local, peer = sock.getsockname(), sock.getpeername()
+            except OSError:
+                continue  # a listening socket
+            if port in (local[1], peer[1]):
+                ends.append(("server" if local[1] == port else "client",
+                             bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))))
+    return ends
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="finds the server's end of a connection in /proc")
+def test_both_ends_of_a_server_connection_set_tcp_nodelay(server_url: str) -> None:
+    """uvicorn writes a response in two parts (headers, then body), and
+    http.client a request with a body in two: with Nagle's algorithm on at
+    either end, the second part waits for the peer's delayed ACK of the first
+    (about 40 ms on Linux) on every request. The test server once left it on
+    (its listening socket did not say it was TCP, so asyncio skipped
+    TCP_NODELAY); the conformance suite paid 44 ms a request."""
+    port = urlsplit(server_url).port or 80
+    s = open_store(server_url, token=PRODUCER)
+    try:
+        job_id = s.enqueue([NewJob(task="t", args_json="{}")])[0]  # a request with a body
+        assert s.get_job(job_id) is not None  # and one without, on the same keep-alive connection
+        ends = _tcp_ends(port)
+        assert sorted(end for end, _ in ends) == ["client", "server"], ends
+        assert all(nodelay for _, nodelay in ends), ends
+    finally:
+        s.close()
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
