@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
+import os
 import secrets
+import socket
+import stat
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,9 +24,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from tether import Tether
-from tether.errors import AccessDenied, ConfigError, InvalidDSN, ServerUnavailable, StaleAttempt
-from tether.server import parse_tokens
-from tether.store import open_store
+from tether.errors import AccessDenied, ConfigError, InvalidDSN, PayloadError, ServerUnavailable, StaleAttempt
+from tether.model import JobState, NewJob
+from tether.server import create_app, parse_tokens
+from tether.server.run import ServerThread
+from tether.store import Store, open_store
 from tether.store.http import wire
 
 from .conftest import served
@@ -209,6 +217,104 @@ def test_stale_report_is_409_with_the_fence_details(client: Client, server_url: 
     s.close()
 
 
+def _requests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ``METHOD path`` of every request http.client sends from now on (sent as ever)."""
+    sent: list[str] = []
+    real = http.client.HTTPConnection.request
+
+    def request(conn: http.client.HTTPConnection, method: str, url: str, *args: Any, **kwargs: Any) -> None:
+        sent.append(f"{method} {url}")
+        real(conn, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "request", request)
+    return sent
+
+
+def _state(s: Store, job_id: int) -> JobState:
+    job = s.get_job(job_id)
+    assert job is not None
+    return job.state
+
+
+def test_a_worker_round_is_one_request(server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """complete_and_claim, a remote worker's usual round, goes out as one
+    request: the successes (each fenced) and the next claim."""
+    s = open_store(server_url, token=ADMIN)
+    a, b, c = s.enqueue([NewJob(task="t", args_json="{}") for _ in range(3)])
+    (first,) = s.claim("w1", ["default"], 1, 60.0)
+    sent = _requests(monkeypatch)
+    accepted, jobs = s.complete_and_claim("w1", [(first.id, first.attempt, '{"ok": 1}'),
+                                                 (first.id + 100, 1, None)], ["default"], 5, 60.0)
+    assert sent == ["POST /v1/complete-and-claim"]
+    assert accepted == {first.id} and [j.id for j in jobs] == [b, c]
+    monkeypatch.undo()
+    done = s.get_job(a)
+    assert done is not None and done.state is JobState.SUCCEEDED and done.result == {"ok": 1}
+    s.close()
+
+
+def test_complete_and_claim_long_polls_after_writing_its_successes(server_url: str) -> None:
+    """The successes are written at once (one transaction with the first,
+    empty, claim); the claim then waits on the server for a job, as a plain
+    claim does, and the answer carries both."""
+    s = open_store(server_url + "?wait=20", token=ADMIN)
+    (a,) = s.enqueue([NewJob(task="t", args_json="{}")])
+    (claimed,) = s.claim("w1", ["default"], 1, 120.0)
+    with ThreadPoolExecutor(1) as pool:
+        round_trip = pool.submit(s.complete_and_claim, "w1", [(a, claimed.attempt, None)], ["default"], 1, 120.0)
+        deadline = time.monotonic() + 20
+        while _state(s, a) is not JobState.SUCCEEDED:
+            assert time.monotonic() < deadline and not round_trip.done(), "the successes were not written"
+            time.sleep(0.01)
+        # Only now is there a job: the claim that ran with the successes found none.
+        (b,) = s.enqueue([NewJob(task="t", args_json="{}")])
+        accepted, jobs = round_trip.result(timeout=30)
+    assert accepted == {a} and [j.id for j in jobs] == [b]
+    s.close()
+
+
+def test_complete_and_claim_refuses_a_bad_result_whole(tmp_path: Path) -> None:
+    """A result over the server's payload cap refuses the whole request:
+    no success is written and nothing is claimed."""
+    with served(f"sqlite:///{tmp_path / 't.db'}", tokens=f"{ADMIN} admin", max_payload_bytes=1024) as url:
+        s = open_store(url, token=ADMIN)
+        a, b, c = s.enqueue([NewJob(task="t", args_json="{}") for _ in range(3)])
+        x, y = s.claim("w1", ["default"], 2, 60.0)
+        with pytest.raises(PayloadError, match="result"):
+            s.complete_and_claim("w1", [(x.id, x.attempt, '"ok"'), (y.id, y.attempt, json.dumps("x" * 2000))],
+                                 ["default"], 1, 60.0)
+        assert [_state(s, j) for j in (a, b, c)] == [JobState.RUNNING, JobState.RUNNING, JobState.QUEUED]
+        s.close()
+
+
+def test_complete_and_claim_against_an_older_server_takes_two_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server that predates the combined operation answers 404 not_found
+    (nothing written): the store does the round as complete then claim, and
+    keeps doing so, saying it once in the log."""
+    local = open_store(f"sqlite:///{tmp_path / 't.db'}")
+    local.migrate()
+    app = create_app(local, parse_tokens(f"{ADMIN} admin", "tokens"))
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", "") != "/v1/complete-and-claim"]
+    with ServerThread(app) as server:
+        s = open_store(server.url, token=ADMIN)
+        ids = s.enqueue([NewJob(task="t", args_json="{}") for _ in range(4)])
+        (first,) = s.claim("w1", ["default"], 1, 60.0)
+        sent = _requests(monkeypatch)
+        with caplog.at_level(logging.WARNING, logger="tether.store.http"):
+            accepted, jobs = s.complete_and_claim("w1", [(first.id, first.attempt, None)], ["default"], 1, 60.0)
+            assert accepted == {first.id} and [j.id for j in jobs] == [ids[1]]
+            accepted, jobs = s.complete_and_claim("w1", [(jobs[0].id, jobs[0].attempt, None)], ["default"], 1,
+                                                  60.0)
+            assert accepted == {ids[1]} and [j.id for j in jobs] == [ids[2]]
+        assert sent == ["POST /v1/complete-and-claim", "POST /v1/complete", "POST /v1/claim",
+                        "POST /v1/complete", "POST /v1/claim"]
+        assert len([r for r in caplog.records if "predates complete_and_claim" in r.message]) == 1
+        s.close()
+    local.close()
+
+
 def test_openapi_document_lists_every_operation(client: Client) -> None:
     doc = client.request("GET", "/openapi.json", token=WORKER)[1]
     ops = {o["operationId"] for path in doc["paths"].values() for o in path.values()}
@@ -222,6 +328,50 @@ def test_unreachable_server_raises_server_unavailable() -> None:
         s.heartbeat("w1", [], 30.0)
     assert isinstance(info.value, ConnectionError)
     s.close()
+
+
+def _tcp_ends(port: int) -> list[tuple[str, bool]]:
+    """This process's connected TCP sockets with ``port`` at one end: which
+    end each is (``client`` or ``server``) and whether it has TCP_NODELAY."""
+    ends = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                continue
+            sock = socket.socket(fileno=os.dup(int(name)))  # closing the duplicate leaves the connection be
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor)
+        with sock:
+            if sock.family != socket.AF_INET or sock.type != socket.SOCK_STREAM:
+                continue
+            try:
+                local, peer = sock.getsockname(), sock.getpeername()
+            except OSError:
+                continue  # a listening socket
+            if port in (local[1], peer[1]):
+                ends.append(("server" if local[1] == port else "client",
+                             bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))))
+    return ends
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="finds the server's end of a connection in /proc")
+def test_both_ends_of_a_server_connection_set_tcp_nodelay(server_url: str) -> None:
+    """uvicorn writes a response in two parts (headers, then body), and
+    http.client a request with a body in two: with Nagle's algorithm on at
+    either end, the second part waits for the peer's delayed ACK of the first
+    (about 40 ms on Linux) on every request. The test server once left it on
+    (its listening socket did not say it was TCP, so asyncio skipped
+    TCP_NODELAY); the conformance suite paid 44 ms a request."""
+    port = urlsplit(server_url).port or 80
+    s = open_store(server_url, token=PRODUCER)
+    try:
+        job_id = s.enqueue([NewJob(task="t", args_json="{}")])[0]  # a request with a body
+        assert s.get_job(job_id) is not None  # and one without, on the same keep-alive connection
+        ends = _tcp_ends(port)
+        assert sorted(end for end, _ in ends) == ["client", "server"], ends
+        assert all(nodelay for _, nodelay in ends), ends
+    finally:
+        s.close()
 
 
 @pytest.mark.parametrize(("text", "fragment"), [

@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import NewJob, Outcome, WorkerInfo
+from ..model import ClaimedJob, NewJob, Outcome, WorkerInfo
 from ..store import Listener, Store
 from ..store.http import wire
 from ..store.http.schema import SchemaViolation, parse_datetime, validate
@@ -124,9 +124,21 @@ def _list_jobs(s: _Server, a: Args) -> Args:
     return {"jobs": [wire.encode_job(j) for j in jobs]}
 
 
-def _claim_once(s: _Server, a: Args) -> list[Any]:
+def _claim_once(s: _Server, a: Args) -> list[ClaimedJob]:
     queues = [validate_queue(q) for q in a["queues"]]
     return s.store.claim(a["worker"], queues, a["limit"], a["lease_ttl"], now=a["now"])
+
+
+def _claim_first(s: _Server, a: Args) -> tuple[Args, list[ClaimedJob]]:
+    return {}, _claim_once(s, a)
+
+
+def _complete_and_claim_first(s: _Server, a: Args) -> tuple[Args, list[ClaimedJob]]:
+    # Every argument is checked before the store writes anything: a bad result
+    # or queue refuses the whole request, completions included.
+    rows, queues = _done_rows(s, a), [validate_queue(q) for q in a["queues"]]
+    accepted, jobs = s.store.complete_and_claim(a["worker"], rows, queues, a["limit"], a["lease_ttl"], now=a["now"])
+    return {"accepted": sorted(accepted)}, jobs
 
 
 def _claim_ids(s: _Server, a: Args) -> Args:
@@ -155,10 +167,13 @@ def _throughput(s: _Server, a: Args) -> Args:
     return {"buckets": [wire.encode_throughput(t) for t in found]}
 
 
-def _complete(s: _Server, a: Args) -> Args:
-    rows = [(r["id"], r["attempt"], dump_json(r["result"], "result", s.max_payload) if "result" in r else None)
+def _done_rows(s: _Server, a: Args) -> list[tuple[int, int, str | None]]:
+    return [(r["id"], r["attempt"], dump_json(r["result"], "result", s.max_payload) if "result" in r else None)
             for r in a["done"]]
-    return {"accepted": sorted(s.store.complete(a["worker"], rows, now=a["now"]))}
+
+
+def _complete(s: _Server, a: Args) -> Args:
+    return {"accepted": sorted(s.store.complete(a["worker"], _done_rows(s, a), now=a["now"]))}
 
 
 def _fail(s: _Server, a: Args) -> Args:
@@ -180,7 +195,7 @@ def _destroy(s: _Server, a: Args) -> Args:
     return {}
 
 
-#: every operation but claim, which long-polls (``_claim``)
+#: every operation but those that long-poll (``LONG_POLLS``)
 HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "enqueue": _enqueue,
     "get_job": _get_job,
@@ -212,6 +227,12 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},
     "integrity_check": lambda s, a: {"problems": s.store.integrity_check()},
     "destroy": _destroy,
+}
+#: operations that end in a claim, which may long-poll (``_long_poll``): their
+#: first step, which returns the rest of the answer and the jobs claimed
+LONG_POLLS: dict[str, Callable[[_Server, Args], tuple[Args, list[ClaimedJob]]]] = {
+    "claim": _claim_first,
+    "complete_and_claim": _complete_and_claim_first,
 }
 #: operations after which queued jobs may be due: wake long-polling claims
 WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases"})
@@ -348,15 +369,17 @@ def _error_response(status: int, code: str, message: str, headers: dict[str, str
 
 
 def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
-    handler = HANDLERS.get(op.name)
+    handler, first = HANDLERS.get(op.name), LONG_POLLS.get(op.name)
+    assert (handler is None) != (first is None), f"{op.name}: one handler, either plain or long-polling"
 
     async def endpoint(request: Request) -> Response:
         try:
             _authorize(s, request, op)
             args = await _arguments(s, request, op)
-            if handler is None:  # claim: it may long-poll
-                result: Args = await _claim(s, request, args)
+            if first is not None:
+                result: Args = await _long_poll(s, request, args, first)
             else:
+                assert handler is not None
                 result = await run_in_threadpool(handler, s, args)
             if op.name in WAKES:
                 s.wakeups.notify()
@@ -382,16 +405,21 @@ def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
     return endpoint
 
 
-async def _claim(s: _Server, request: Request, args: Args) -> Args:
-    """Claim; with ``wait``, hold the request until jobs are due or the wait ends."""
+async def _long_poll(s: _Server, request: Request, args: Args,
+                     first: Callable[[_Server, Args], tuple[Args, list[ClaimedJob]]]) -> Args:
+    """``first`` (a claim, or completions and a claim), then, with ``wait``,
+    claims alone until jobs are due or the wait ends: whatever ``first`` wrote
+    is written once, and its answer waits for the jobs."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + float(args.get("wait", 0.0))
-    while True:
-        jobs = await run_in_threadpool(_claim_once, s, args)
+    answer, jobs = await run_in_threadpool(first, s, args)
+    while not jobs and args["now"] is None:
         left = deadline - loop.time()
-        if jobs or args["now"] is not None or left <= 0 or await request.is_disconnected():
-            return {"jobs": [wire.encode_claimed(j) for j in jobs]}
+        if left <= 0 or await request.is_disconnected():
+            break
         await s.wakeups.wait(min(LONG_POLL_TICK, left))
+        jobs = await run_in_threadpool(_claim_once, s, args)
+    return {**answer, "jobs": [wire.encode_claimed(j) for j in jobs]}
 
 
 def create_app(

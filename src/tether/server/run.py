@@ -32,7 +32,14 @@ class ServerThread:
     """The API on a free loopback port, on a daemon thread; ``url`` once started."""
 
     def __init__(self, app: Starlette, host: str = "127.0.0.1") -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY on accepted
+        # connections only when the socket says it is TCP (base_events._set_nodelay
+        # checks sock.proto, which accepted sockets inherit from this one). Without
+        # it, uvicorn's two writes per response (headers, then body) meet Nagle's
+        # algorithm: the body waits for the client's delayed ACK of the headers,
+        # about 40 ms on Linux, for every request. (`serve` binds by host and port,
+        # and asyncio's getaddrinfo sockets already carry IPPROTO_TCP.)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, 0))
         self.port: int = self._sock.getsockname()[1]

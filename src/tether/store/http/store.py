@@ -11,12 +11,17 @@ deadline passes.
 
 Requests are never retried here: a request whose answer was lost may have
 taken effect (an enqueue would be duplicated), so the caller decides.
+
+A worker's round (successes to record, then the next claim) is one request,
+``complete_and_claim``; against a server older than that operation the store
+falls back to two, ``complete`` then ``claim``, and says so once in the log.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import threading
 import time
@@ -40,6 +45,8 @@ from ..buckets import Buckets, check_sizes
 from . import wire
 
 __all__ = ["HttpStore"]
+
+log = logging.getLogger("tether.store.http")
 
 DEFAULT_TIMEOUT = 10.0
 #: how long a claim may wait on the server for jobs (capped at a quarter of the lease TTL)
@@ -76,6 +83,8 @@ class HttpStore(Store):
         self._local = threading.local()
         self._all: list[_Conn] = []
         self._lock = threading.Lock()
+        #: False once the server turned out to predate the complete_and_claim operation
+        self._combined = True
 
     def __repr__(self) -> str:
         return f"<HttpStore {self.url}>"
@@ -193,15 +202,40 @@ class HttpStore(Store):
         return wire.decode_stats(self._call("stats"))
 
     # -- workers ----------------------------------------------------------------------------
+    def _claim_wait(self, lease_ttl: float, now: datetime | None) -> float:
+        # A claim held on the server must return well inside the lease: the
+        # worker's local deadline counts from when the request was sent.
+        return 0.0 if now is not None else min(self.claim_wait, lease_ttl / 4)
+
     def claim(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
     ) -> list[ClaimedJob]:
-        # A claim held on the server must return well inside the lease: the
-        # worker's local deadline counts from when the request was sent.
-        wait = 0.0 if now is not None else min(self.claim_wait, lease_ttl / 4)
+        wait = self._claim_wait(lease_ttl, now)
         body = {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "wait": wait}
         found = self._call("claim", body, now=now, timeout=self.timeout + wait)
         return [wire.decode_claimed(j) for j in found["jobs"]]
+
+    def complete_and_claim(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
+        lease_ttl: float, *, now: datetime | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        if not done:
+            return set(), self.claim(worker, queues, limit, lease_ttl, now=now)
+        if self._combined:
+            wait = self._claim_wait(lease_ttl, now)
+            body = {"worker": worker, "done": _done_rows(done), "queues": list(queues), "limit": limit,
+                    "lease_ttl": lease_ttl, "wait": wait}
+            try:
+                found = self._call("complete_and_claim", body, now=now, timeout=self.timeout + wait)
+            except _UnknownOperation:
+                # The server answered that it has no such route, so nothing was
+                # written: the same round in two requests, now and from now on.
+                self._combined = False
+                log.warning("tether server %s predates complete_and_claim: each worker round takes two requests "
+                            "(complete, then claim) until it is upgraded", self.url)
+            else:
+                return set(found["accepted"]), [wire.decode_claimed(j) for j in found["jobs"]]
+        return super().complete_and_claim(worker, done, queues, limit, lease_ttl, now=now)
 
     def claim_ids(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
@@ -237,8 +271,7 @@ class HttpStore(Store):
     ) -> set[int]:
         if not done:
             return set()
-        rows = [{"id": i, "attempt": a, **({} if r is None else {"result": json.loads(r)})} for i, a, r in done]
-        return set(self._call("complete", {"worker": worker, "done": rows}, now=now)["accepted"])
+        return set(self._call("complete", {"worker": worker, "done": _done_rows(done)}, now=now)["accepted"])
 
     def fail(
         self, worker: str, job_id: int, attempt: int, *, outcome: Outcome, error: str,
@@ -287,6 +320,14 @@ class HttpStore(Store):
             c.conn.close()
 
 
+class _UnknownOperation(PayloadError):
+    """The server has no route for this operation (an older server): 404 ``not_found``."""
+
+
+def _done_rows(done: Sequence[tuple[int, int, str | None]]) -> list[dict[str, Any]]:
+    return [{"id": i, "attempt": a, **({} if r is None else {"result": json.loads(r)})} for i, a, r in done]
+
+
 def _encode_new(j: NewJob) -> dict[str, Any]:
     try:
         args = json.loads(j.args_json)
@@ -311,6 +352,9 @@ def _error(status: int, answer: dict[str, Any], op: str, url: str) -> TetherErro
         return AccessDenied(f"tether server {url} refused {op}: {message}")
     if status >= 500:
         return ServerUnavailable(f"tether server {url} failed {op} (HTTP {status}): {message}")
+    if status == 404 and code == "not_found":
+        return _UnknownOperation(f"tether server {url} has no route for {op} (HTTP 404): {message}; is the URL's "
+                                 "path right, and is the server as new as this client?")
     if code == "client_clock_refused":
         return ConfigError(message)
     return PayloadError(f"tether server {url} refused {op} (HTTP {status} {code}): {message}")

@@ -140,6 +140,8 @@ ERROR_RECORD: Schema = {
     "required": ["error", "message"],
 }
 EMPTY = obj({})
+#: successes to record, each fenced on its own (id, attempt) and the request's worker
+DONE = array(obj({"id": JOB_ID, "attempt": ATTEMPT, "result": ANY_JSON}, optional=("result",)), 10_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +229,14 @@ OPS: list[Op] = [
     Op("complete", "POST", "/v1/complete", W,
        "Mark jobs succeeded (fenced); ids missing from accepted failed their fence",
        obj({"accepted": array(JOB_ID, 10_000)}),
-       body=obj({"worker": WORKER_ID, "done": array(obj({"id": JOB_ID, "attempt": ATTEMPT, "result": ANY_JSON},
-                                                        optional=("result",)), 10_000)}),
+       body=obj({"worker": WORKER_ID, "done": DONE}), takes_now=True, errors=(422,)),
+    Op("complete_and_claim", "POST", "/v1/complete-and-claim", W,
+       "A worker's round in one request: complete (fenced per row, as /v1/complete; ids missing from accepted "
+       "failed their fence), then claim (as /v1/claim, long-polling with wait); the claim runs even when "
+       "completions are refused",
+       obj({"accepted": array(JOB_ID, 10_000), "jobs": array(CLAIMED_RECORD, 1000)}),
+       body=obj({"worker": WORKER_ID, "done": DONE, "queues": array(QUEUE, 100, 1), "limit": integer(1, 1000),
+                 "lease_ttl": TTL, "wait": number(0, MAX_CLAIM_WAIT)}, optional=("wait",)),
        takes_now=True, errors=(422,)),
     Op("fail", "POST", "/v1/fail", W, "Report a failed attempt (fenced): retry with backoff, or dead",
        obj({"state": STATE}),
