@@ -54,6 +54,10 @@ class TCPProxy:
             except OSError:
                 client.close()
                 continue
+            # Each chunk is forwarded as it arrives: with Nagle's algorithm on,
+            # a small write waited for the peer's delayed ACK (25-50 ms a query).
+            for s in (client, upstream):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._conns += [client, upstream]
             threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
