@@ -578,6 +578,26 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def rotated(items: Sequence[str], k: int) -> list[str]:
+    """``items`` starting at position ``k`` (mod its length): repetition k's order."""
+    k %= max(1, len(items))
+    return [*items[k:], *items[:k]]
+
+
+def speed_probe() -> float:
+    """Milliseconds of CPU for a fixed pure-Python loop, the median of five:
+    how fast this machine runs right now. On a shared host it drifts by half
+    or more within minutes; recorded with each run so a reader can see it."""
+    times = []
+    for _ in range(5):
+        t0 = time.process_time()
+        acc = 0
+        for i in range(300_000):
+            acc += i * i % 7
+        times.append(time.process_time() - t0)
+    return 1000 * sorted(times)[2]
+
+
 def median(xs: Sequence[float]) -> float | None:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None

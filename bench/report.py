@@ -7,6 +7,7 @@ table) and the PNG plots from a results directory's ``raw/*.json``.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,16 @@ def ratio_rows(raw: dict[str, Any]) -> list[list[str]]:
 
 
 # -- scenario tables -----------------------------------------------------------------------
+def interleaving(runs: list[dict[str, Any]]) -> str:
+    """What the speed probe saw over a scenario's runs (older results have none)."""
+    probes = [r["speed_probe_ms"] for r in runs if r.get("speed_probe_ms")]
+    if not probes:
+        return ""
+    return (f"Systems ran in turn within each repetition. Machine speed probe before each run (a fixed Python "
+            f"loop; lower is faster): {min(probes):.1f} to {max(probes):.1f} ms, median "
+            f"{statistics.median(probes):.1f}.")
+
+
 def throughput_md(tp: dict[str, Any]) -> str:
     rows = []
     for s, d in tp["systems"].items():
@@ -125,7 +136,7 @@ def throughput_md(tp: dict[str, Any]) -> str:
     notes = "\n".join(f"- **{s}**: {d.get('notes', '')}" for s, d in tp["systems"].items())
     return (f"N = {tp['n']:,} pre-enqueued no-op jobs; rate from the first handler to the last job done "
             "(`from spawn` includes interpreter start-up); CPU over the same window; commits and WAL from "
-            "worker start to exit.\n\n"
+            "worker start to exit. " + interleaving(tp["runs"]) + "\n\n"
             + table(["system", "workers x concurrency", "jobs/s", "jobs/s from spawn", "worker CPU ms/job",
                      "PG CPU ms/job", "commits/job", "WAL B/job", "ok runs"], rows)
             + "\n\n" + notes)
@@ -141,7 +152,8 @@ def enqueue_md(enq: dict[str, Any]) -> str:
                 continue
             rows.append([s, mode, f(r.get("rate")), f(r.get("client_cpu_per_job_ms"), 3),
                          f(r.get("pg_cpu_per_job_ms"), 3), f(r.get("commits_per_job"), 3), f(r.get("wal_bytes_per_job"))])
-    return (f"bulk: {enq['n_bulk']:,} jobs in batches of {enq['batch']:,}; single: {enq['n_single']:,} calls.\n\n"
+    return (f"bulk: {enq['n_bulk']:,} jobs in batches of {enq['batch']:,}; single: {enq['n_single']:,} calls. "
+            + interleaving(enq["runs"]) + "\n\n"
             + table(["system", "mode", "jobs/s", "client CPU ms/job", "PG CPU ms/job", "commits/job", "WAL B/job"], rows))
 
 

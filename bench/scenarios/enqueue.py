@@ -60,6 +60,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     n_single = args.n_single or (1000 if args.quick else 5000)
     systems = C.available(args.system or C.ALL_SYSTEMS)
     results: dict[str, Any] = {"n_bulk": n_bulk, "n_single": n_single, "batch": 1000, "systems": {}, "runs": []}
+    # Interleaved as in the throughput scenario: every system in turn per repetition.
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for mode in args.mode or MODES:
+        n = n_bulk if mode == "bulk" else n_single
+        for rep in range(C.reps(args)):
+            for name in C.rotated(systems, rep):
+                system = C.SYSTEMS[name]
+                if mode not in system.modes:
+                    continue
+                C.log(f"enqueue {name} {mode} n={n} rep {rep + 1}")
+                speed = C.speed_probe()
+                try:
+                    r = run_one(system, mode, n, f"enq-{name}-{mode}-r{rep}")
+                    C.log(f"  {r['rate']:.0f} jobs/s, client {r['client_cpu_per_job_ms']:.3f} ms/job, "
+                          f"pg {r['pg_cpu_per_job_ms']:.3f} ms/job, {r['commits_per_job']:.3f} commits/job, "
+                          f"speed probe {speed:.1f} ms")
+                except Exception as exc:
+                    C.log(f"  FAILED: {exc}")
+                    r = {"system": name, "mode": mode, "n": n, "ok": False, "error": str(exc)[:2000]}
+                r["rep"] = rep
+                r["speed_probe_ms"] = speed
+                runs.setdefault((name, mode), []).append(r)
+                results["runs"].append(r)
     for name in systems:
         system = C.SYSTEMS[name]
         results["systems"][name] = {"notes": system.notes, "modes": {}}
@@ -67,23 +90,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if mode not in system.modes:
                 results["systems"][name]["modes"][mode] = {"unsupported": True}
                 continue
-            n = n_bulk if mode == "bulk" else n_single
-            runs = []
-            for rep in range(C.reps(args)):
-                C.log(f"enqueue {name} {mode} n={n} rep {rep + 1}")
-                try:
-                    r = run_one(system, mode, n, f"enq-{name}-{mode}-r{rep}")
-                    C.log(f"  {r['rate']:.0f} jobs/s, client {r['client_cpu_per_job_ms']:.3f} ms/job, "
-                          f"pg {r['pg_cpu_per_job_ms']:.3f} ms/job, {r['commits_per_job']:.3f} commits/job")
-                except Exception as exc:
-                    C.log(f"  FAILED: {exc}")
-                    r = {"system": name, "mode": mode, "n": n, "ok": False, "error": str(exc)[:2000]}
-                r["rep"] = rep
-                runs.append(r)
-                results["runs"].append(r)
-            ok = [r for r in runs if r.get("ok")]
+            done = runs[name, mode]
+            ok = [r for r in done if r.get("ok")]
             results["systems"][name]["modes"][mode] = {
-                "n": n, "reps": len(runs), "ok_reps": len(ok),
+                "n": n_bulk if mode == "bulk" else n_single, "reps": len(done), "ok_reps": len(ok),
                 **{k: C.median([r[k] for r in ok]) for k in
                    ("rate", "client_cpu_per_job_ms", "pg_cpu_per_job_ms", "commits_per_job", "wal_bytes_per_job")},
             }

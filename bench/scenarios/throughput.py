@@ -137,28 +137,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     configs = ([tuple(int(x) for x in c.lower().split("x")) for c in args.config] if args.config else CONFIGS)
     systems = C.available(args.system or C.ALL_SYSTEMS)
     results: dict[str, Any] = {"n": n, "configs": [config_name(*c) for c in configs], "systems": {}, "runs": []}
-    for name in systems:
-        system = C.SYSTEMS[name]
-        results["systems"][name] = {"notes": system.notes, "configs": {}}
-        for workers, conc in configs:
-            runs = []
-            for rep in range(C.reps(args)):
+    # Interleaved: each repetition runs every system in turn (the order
+    # rotating), so a machine whose speed drifts over minutes (a shared host)
+    # slows every system alike instead of whichever ran in its slow spell.
+    runs: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for workers, conc in configs:
+        for rep in range(C.reps(args)):
+            for name in C.rotated(systems, rep):
+                system = C.SYSTEMS[name]
                 tag = f"tp-{name}-{workers}x{conc}-r{rep}"
                 C.log(f"throughput {name} {config_name(workers, conc)} n={n} rep {rep + 1}")
+                speed = C.speed_probe()
                 try:
                     r = run_one(system, n, workers, conc, tag)
                     C.log(f"  {r['rate']:.0f} jobs/s, worker {r['worker_cpu_per_job_ms']:.3f} ms/job, "
                           f"pg {r['pg_cpu_per_job_ms']:.3f} ms/job, {r['commits_per_job']:.2f} commits/job, "
-                          f"{r['wal_bytes_per_job']:.0f} WAL B/job, done {r['done']}/{n}")
+                          f"{r['wal_bytes_per_job']:.0f} WAL B/job, done {r['done']}/{n}, speed probe {speed:.1f} ms")
                 except Exception as exc:  # a peer that breaks must not stop the others
                     C.log(f"  FAILED: {exc}")
                     r = {"system": name, "workers": workers, "concurrency": conc, "n": n, "ok": False,
                          "error": str(exc)[:2000]}
                 r["rep"] = rep
-                runs.append(r)
+                r["speed_probe_ms"] = speed
+                runs.setdefault((name, workers, conc), []).append(r)
                 results["runs"].append(r)
-            results["systems"][name]["configs"][config_name(workers, conc)] = summarize(runs)
-        C.drop_db(system.db)
+    for name in systems:
+        results["systems"][name] = {"notes": C.SYSTEMS[name].notes, "configs": {
+            config_name(workers, conc): summarize(runs[name, workers, conc]) for workers, conc in configs}}
+        C.drop_db(C.SYSTEMS[name].db)
     C.save_raw("throughput", results)
     return results
 
