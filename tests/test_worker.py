@@ -64,6 +64,35 @@ def is_final(job: Job) -> bool:
     return job.state not in (JobState.QUEUED, JobState.RUNNING)
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_args_that_do_not_fit_the_handler_fail_the_attempt_and_the_worker_goes_on(
+    make_app: Callable[..., Tether], kind: str,
+) -> None:
+    """Args enqueued under an older signature (written to the store directly,
+    past enqueue's check) fail their attempt with the TypeError; the worker
+    keeps claiming."""
+    app = make_app(**FAST)
+
+    if kind == "async":
+        @app.task(name="add", max_attempts=1)
+        async def add(ctx: JobContext, a: int, b: int) -> int:
+            return a + b
+    else:
+        @app.task(name="add", max_attempts=1)
+        def add(ctx: JobContext, a: int, b: int) -> int:
+            return a + b
+
+    (stale,) = app.store.enqueue([NewJob(task="add", args_json='{"a": 1, "c": 2}', max_attempts=1)])
+    good = add.enqueue(a=1, b=2)
+    with running(app):
+        bad_job = wait_job(app, stale, is_final)
+        good_job = wait_job(app, good, is_final)
+    assert bad_job.state is JobState.DEAD
+    (attempt,) = bad_job.attempts
+    assert attempt.outcome is Outcome.FAILED and attempt.error is not None and "TypeError" in attempt.error
+    assert good_job.state is JobState.SUCCEEDED and good_job.result == 3
+
+
 def test_cancel_running_coroutine(make_app: Callable[..., Tether]) -> None:
     app = make_app(**FAST)
     started = threading.Event()

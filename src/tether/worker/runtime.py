@@ -619,7 +619,16 @@ class Worker:
                 fut = self._loop.run_in_executor(self._handlers, tracing.call_sync, running.span, task.fn, ctx,
                                                  job.args)
         elif task.is_async:
-            fut = self._loop.create_task(_call_async(task, ctx, job.args))
+            # The handler's own coroutine is the task (no wrapper coroutine per
+            # job); calling it only binds the arguments, and a binding error
+            # (args that do not fit) fails the attempt as a raise inside would.
+            try:
+                coro = task.fn(ctx, **job.args)
+            except Exception as exc:
+                fut = self._loop.create_future()
+                fut.set_exception(exc)
+            else:
+                fut = self._loop.create_task(coro)
         else:
             fut = self._loop.run_in_executor(self._handlers, _call_sync, task, ctx, job.args)
         running.handler = fut
@@ -1004,10 +1013,6 @@ class _Claim:
 def _rows(batch: list[tuple[Running, str | None]]) -> list[tuple[int, int, str | None]]:
     """Finished attempts as the (id, attempt, result JSON) rows complete takes."""
     return [(r.job.id, r.job.attempt, res) for r, res in batch]
-
-
-async def _call_async(task: Task[Any, Any], ctx: JobContext, args: dict[str, Any]) -> Any:
-    return await task.fn(ctx, **args)
 
 
 def _call_sync(task: Task[Any, Any], ctx: JobContext, args: dict[str, Any]) -> Any:
