@@ -153,7 +153,10 @@ class Store(abc.ABC):
     ) -> dict[int, Beat]:
         """Renew every lease in ``held`` ((id, attempt) pairs) in one statement.
 
-        Also marks the worker as seen. Jobs whose fence fails come back LOST.
+        Also marks the worker as seen. Jobs whose fence fails come back LOST,
+        and so do jobs at or past their attempt's deadline (claimed_at +
+        timeout): a lease never outlives it, so none is left to renew; those
+        rows are not written, and the reaper times the attempt out.
         """
 
     @abc.abstractmethod
@@ -168,7 +171,10 @@ class Store(abc.ABC):
         *,
         now: datetime | None = None,
     ) -> bool:
-        """Record progress and renew the lease; return True if a cancel was requested."""
+        """Record progress and renew the lease; return True if a cancel was requested.
+
+        Fenced like ``heartbeat``, and refused like it at or past the attempt's
+        deadline: StaleAttempt, nothing written."""
 
     @abc.abstractmethod
     def complete(
