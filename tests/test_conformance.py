@@ -1326,7 +1326,7 @@ def test_retry_of_a_cancelled_job_requeues_it(store: Store) -> None:
     store.cancel(running.id, now=t0)
     store.fail(W, running.id, 1, outcome=Outcome.CANCELLED, error="cancelled", now=t0)
     for job_id, queue in ((queued, "q1"), (running.id, "q2")):
-        store.retry(job_id, now=t0 + sec(1))
+        assert store.retry(job_id, now=t0 + sec(1)) == queue  # for the caller to announce it on a transport
         job = get(store, job_id)
         assert (job.state, job.cancel_requested) == (JobState.QUEUED, False)
         assert claim_one(store, t0 + sec(1), queues=[queue]).id == job_id

@@ -186,7 +186,7 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "get_job": _get_job,
     "list_jobs": _list_jobs,
     "cancel": lambda s, a: {"state": str(s.store.cancel(a["job_id"], now=a["now"]))},
-    "retry": lambda s, a: s.store.retry(a["job_id"], now=a["now"]) or {},
+    "retry": lambda s, a: {"queue": s.store.retry(a["job_id"], now=a["now"])},
     "stats": lambda s, a: wire.encode_stats(s.store.stats()),
     "recent_attempts": _recent_attempts,
     "throughput": _throughput,

@@ -111,8 +111,11 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def retry(self, job_id: int, *, now: datetime | None = None) -> None:
-        """A dead or cancelled job back to queued, with at least one attempt left."""
+    def retry(self, job_id: int, *, now: datetime | None = None) -> str:
+        """A dead or cancelled job back to queued (due now), with at least one
+        attempt left; returns its queue (for the caller to announce it on a
+        transport). Raises JobNotFound, or InvalidTransition for a job in
+        another state or whose dedup key an active job holds again."""
 
     @abc.abstractmethod
     def stats(self) -> Stats: ...

@@ -381,7 +381,8 @@ RETURNING state
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at
--- least one attempt left in its budget.
+-- least one attempt left in its budget. The queue comes back so that the
+-- caller can announce the job on a transport (NATS) once this has committed.
 UPDATE {schema}.jobs
 SET state = 'queued',
     run_at = {now},
@@ -389,7 +390,7 @@ SET state = 'queued',
     cancel_requested = false,
     max_attempts = GREATEST(max_attempts, attempt - released + 1)
 WHERE id = %(id)s AND state IN ('dead', 'cancelled')
-RETURNING id
+RETURNING queue
 
 -- name: job_state
 SELECT state FROM {schema}.jobs WHERE id = %(id)s

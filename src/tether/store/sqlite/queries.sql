@@ -227,6 +227,9 @@ WHERE id = :id AND state IN ('queued', 'running')
 RETURNING state
 
 -- name: retry
+-- An operator's second chance for a dead or cancelled job: queued now, with at
+-- least one attempt left. The queue comes back so that the caller can
+-- announce the job on a transport (NATS) once this has committed.
 UPDATE tether_jobs
 SET state = 'queued',
     run_at = {now},
@@ -234,7 +237,7 @@ SET state = 'queued',
     cancel_requested = 0,
     max_attempts = max(max_attempts, attempt - released + 1)
 WHERE id = :id AND state IN ('dead', 'cancelled')
-RETURNING id
+RETURNING queue
 
 -- name: job_state
 SELECT state FROM tether_jobs WHERE id = :id
