@@ -1063,6 +1063,68 @@ def test_attempt_timeout_is_reaped_at_its_deadline_despite_heartbeats(store: Sto
     assert store.heartbeat(W, [(c.id, 1)], TTL, now=t0 + sec(46)) == {c.id: Beat.LOST}
 
 
+@pytest.mark.parametrize("past", [0.0, 0.5, 20.0])
+def test_heartbeat_at_or_past_the_deadline_is_lost_and_changes_nothing(store: Store, past: float) -> None:
+    """The lease can never outlive the attempt's deadline, so a beat at or past
+    it cannot renew anything: it says LOST (the reaper times the attempt out),
+    not RENEWED, and leaves the row as it was."""
+    t0 = store.db_now()
+    c = start_job(store, t0, timeout=45.0)
+    other = start_job(store, t0, queue="other")  # no timeout: the same beat renews it
+    assert store.heartbeat(W, [(c.id, 1)], TTL, now=t0 + sec(40)) == {c.id: Beat.RENEWED}
+    before = get(store, c.id)
+    at = t0 + sec(45 + past)
+    beats = store.heartbeat(W, [(c.id, 1), (other.id, 1)], TTL, now=at)
+    assert beats == {c.id: Beat.LOST, other.id: Beat.RENEWED}
+    assert get(store, c.id) == before
+    assert close_to(get(store, other.id).lease_until, at + sec(TTL))
+    (r,) = store.reap(100, now=at + sec(0.001))
+    assert (r.id, r.attempt, r.outcome) == (c.id, 1, Outcome.TIMED_OUT)
+
+
+def test_heartbeat_just_before_the_deadline_still_renews_up_to_it(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, timeout=45.0)
+    assert store.heartbeat(W, [(c.id, 1)], TTL, now=t0 + sec(44.9)) == {c.id: Beat.RENEWED}
+    assert close_to(get(store, c.id).lease_until, t0 + sec(45))
+
+
+def test_heartbeat_past_the_deadline_with_a_cancel_request_is_lost(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, timeout=10.0)
+    assert store.cancel(c.id, now=t0 + sec(1)) is JobState.RUNNING
+    before = get(store, c.id)
+    assert store.heartbeat(W, [(c.id, 1)], TTL, now=t0 + sec(10)) == {c.id: Beat.LOST}
+    assert get(store, c.id) == before
+
+
+@pytest.mark.parametrize("past", [0.0, 20.0])
+def test_progress_at_or_past_the_deadline_raises_and_changes_nothing(store: Store, past: float) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, timeout=45.0)
+    assert store.progress(W, c.id, 1, 0.5, "half", TTL, now=t0 + sec(40)) is False
+    before = get(store, c.id)
+    with pytest.raises(StaleAttempt) as info:
+        store.progress(W, c.id, 1, 0.9, "nearly", TTL, now=t0 + sec(45 + past))
+    assert (info.value.job_id, info.value.attempt, info.value.op) == (c.id, 1, "progress")
+    assert get(store, c.id) == before
+
+
+def test_the_attempts_own_report_after_its_deadline_is_still_accepted(store: Store) -> None:
+    """Only renewals stop at the deadline. The worker cancels the handler at its
+    local deadline (a little before the database's) and reports the attempt
+    timed out; that fenced report may land after the deadline and must count,
+    as must a success that arrives before the reaper moved the job on."""
+    t0 = store.db_now()
+    timed_out = start_job(store, t0, timeout=10.0, max_attempts=3)
+    assert store.fail(W, timed_out.id, 1, outcome=Outcome.TIMED_OUT, error="attempt timed out after 10s",
+                      now=t0 + sec(10.5)) is JobState.QUEUED
+    assert finished_attempts(get(store, timed_out.id)) == [(1, Outcome.TIMED_OUT, W)]
+    late = start_job(store, t0, queue="late", timeout=10.0)
+    assert store.complete(W, [(late.id, 1, None)], now=t0 + sec(10.5)) == {late.id}
+    assert store.reap(100, now=t0 + sec(11)) == []
+
+
 def test_attempt_timeout_shorter_than_the_lease_caps_the_first_lease(store: Store) -> None:
     t0 = store.db_now()
     c = start_job(store, t0, timeout=10.0)
@@ -1294,7 +1356,7 @@ def test_retry_of_a_cancelled_job_requeues_it(store: Store) -> None:
     store.cancel(running.id, now=t0)
     store.fail(W, running.id, 1, outcome=Outcome.CANCELLED, error="cancelled", now=t0)
     for job_id, queue in ((queued, "q1"), (running.id, "q2")):
-        store.retry(job_id, now=t0 + sec(1))
+        assert store.retry(job_id, now=t0 + sec(1)) == queue  # for the caller to announce it on a transport
         job = get(store, job_id)
         assert (job.state, job.cancel_requested) == (JobState.QUEUED, False)
         assert claim_one(store, t0 + sec(1), queues=[queue]).id == job_id

@@ -11,6 +11,7 @@ binary and stops only that one.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -21,19 +22,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
+from click.testing import CliRunner, Result
 
-from tether import JobContext, JobState, Tether
+from tether import JobContext, JobState, Outcome, Tether
+from tether.cli.main import cli
 from tether.config import Timers
 from tether.errors import ConfigError
-from tether.store import Store
-from tether.transport import open_transport
+from tether.model import NewJob
+from tether.store import Store, open_store
+from tether.transport import Transport, open_transport
 from tether.transport.nats import NatsTransport, consumer_name, subject_for
 
 from .test_processes import Workers, assert_recovered_by, enqueue, finished, wait_for
@@ -298,6 +302,246 @@ def test_a_delayed_job_is_published_when_due(make_app: Callable[..., Tether], na
         done = wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
         assert done.finished_at is not None and done.finished_at >= done.run_at
         assert w.counts["swept"] == 1 and w.counts["deliveries_claimed"] == 1
+
+
+# -- every path that queues a due job outside a worker publishes it ---------------------------
+# enqueue and retry, from the app, `tether enqueue` / `tether retry`, the dashboard and
+# `tether server`: once committed, the job is published, so that a worker takes it at once
+# (a retry marked as one). The workers here never sweep and never claim from the database
+# after their first claim: a job that runs came by a message.
+
+ONLY_MESSAGES: dict[str, Any] = {"fallback_interval": 3600, "sweep_interval": 3600, "sweep_grace": 3600}
+
+CLI_APP = """
+from tether import Tether
+
+app = Tether({url!r})
+
+@app.task(name="job", max_attempts=1)
+def job(ctx) -> None:
+    return None
+"""
+
+
+def stream_messages(url: str, prefix: str) -> list[dict[str, Any]]:
+    """The bodies of every message in the test's stream, oldest first (nothing
+    consumes them in the tests that read this: no worker runs)."""
+    async def read() -> list[dict[str, Any]]:
+        nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=1)
+        try:
+            js = nc.jetstream()
+            try:
+                state = (await js.stream_info(prefix)).state
+            except nats.js.errors.NotFoundError:
+                return []
+            if not state.messages:
+                return []
+            return [json.loads((await js.get_msg(prefix, seq)).data or b"null")
+                    for seq in range(state.first_seq, state.last_seq + 1)]
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def dead_job(store: Store) -> int:
+    """A job made dead through the store alone (which never publishes)."""
+    (job_id,) = store.enqueue([NewJob(task="job", args_json="{}", max_attempts=1)])
+    return fail_for_good(store, job_id)
+
+
+def fail_for_good(store: Store, job_id: int) -> int:
+    """Claim this queued job and fail it without a retry: dead."""
+    (c,) = store.claim_ids("w-test", [job_id], ["default"], 30.0)
+    assert store.fail("w-test", job_id, c.attempt, outcome=Outcome.FAILED, error="boom", retry=False) is JobState.DEAD
+    return job_id
+
+
+@pytest.fixture
+def cli_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], str]]:
+    """``make(db_url)`` writes an app module for the CLI into the CWD; returns ``module:app``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load_app puts the CWD on it
+    for var in ("TETHER_DATABASE_URL", "TETHER_APP", "TETHER_TRANSPORT"):
+        monkeypatch.delenv(var, raising=False)
+    made: list[str] = []
+
+    def make(url: str) -> str:
+        name = f"natscli_{secrets.token_hex(4)}"
+        (tmp_path / f"{name}.py").write_text(CLI_APP.format(url=url))
+        made.append(name)
+        return f"{name}:app"
+
+    yield make
+    for name in made:
+        sys.modules.pop(name, None)
+
+
+def tether_cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_app_retry_publishes_the_job_as_a_retry_once_committed(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    app = nats_app(make_app, nats_url, prefix, **ONLY_MESSAGES)
+    job_id = dead_job(app.store)
+    assert stream_messages(nats_url, prefix) == []
+    app.retry(job_id)
+    assert app.get_job(job_id).state is JobState.QUEUED  # type: ignore[union-attr]
+    assert stream_messages(nats_url, prefix) == [{"job_id": job_id, "queue": "default", "retry": True}]
+
+
+def test_cli_enqueue_and_retry_publish_to_the_workers_transport(
+    make_app: Callable[..., Tether], db_url: str, nats_url: str, prefix: str, cli_app: Callable[[str], str]
+) -> None:
+    """`tether enqueue` takes TETHER_TRANSPORT (or --transport) as the worker
+    does; `tether retry` too, and marks the message as a retry. A delayed job
+    is left to the sweep, which publishes it when it is due."""
+    app = make_app()
+    ref = cli_app(db_url)
+    spec = f"{nats_url}?prefix={prefix}"
+    job_id = int(tether_cli("enqueue", "job", "--app", ref, env={"TETHER_TRANSPORT": spec}).stdout)
+    tether_cli("enqueue", "job", "--app", ref, "--delay", "60", "--transport", spec)
+    assert stream_messages(nats_url, prefix) == [{"job_id": job_id, "queue": "default", "retry": False}]
+    dead = dead_job(app.store)
+    assert "queued" in tether_cli("-d", db_url, "retry", str(dead), "--transport", spec).stdout
+    assert stream_messages(nats_url, prefix)[1:] == [{"job_id": dead, "queue": "default", "retry": True}]
+
+
+def test_jobs_queued_by_the_cli_and_by_retry_reach_a_worker_by_message(
+    make_app: Callable[..., Tether], db_url: str, nats_url: str, prefix: str, cli_app: Callable[[str], str]
+) -> None:
+    """End to end: a worker that takes jobs only from messages (no sweep, no
+    database claims after its first) runs a job `tether enqueue` queued, and
+    runs it again after `app.retry` and after `tether retry` sent it back."""
+    app = nats_app(make_app, nats_url, prefix, **ONLY_MESSAGES)
+    runs: list[int] = []
+
+    @app.task(name="job", max_attempts=1)
+    def job(ctx: JobContext) -> None:
+        runs.append(ctx.attempt)
+        raise RuntimeError(f"attempt {ctx.attempt} fails")
+
+    ref = cli_app(db_url)
+    spec = f"{nats_url}?prefix={prefix}"
+    with running(app) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        db_claims = w.counts["db_claims"]
+        job_id = int(tether_cli("enqueue", "job", "--app", ref, env={"TETHER_TRANSPORT": spec}).stdout)
+        wait_job(app, job_id, lambda j: j.state is JobState.DEAD, timeout=30)
+        app.retry(job_id)
+        wait_job(app, job_id, lambda j: j.state is JobState.DEAD and j.attempt == 2, timeout=30)
+        tether_cli("-d", db_url, "retry", str(job_id), env={"TETHER_TRANSPORT": spec})
+        done = wait_job(app, job_id, lambda j: j.state is JobState.DEAD and j.attempt == 3, timeout=30)
+        assert [a.outcome for a in done.attempts] == [Outcome.FAILED] * 3
+        assert runs == [1, 2, 3]
+        assert w.counts["deliveries_claimed"] == 3
+        assert (w.counts["swept"], w.counts["db_claims"]) == (0, db_claims)
+    wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "every message acked")
+
+
+def test_tether_server_publishes_what_its_enqueue_and_retry_commit(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    """Remote producers need no link to NATS: the server publishes for them."""
+    from tether.server import create_app, parse_tokens
+    from tether.server.run import ServerThread
+
+    app = make_app()
+    transport = NatsTransport(nats_url, prefix=prefix)
+    token = secrets.token_urlsafe(24)
+    try:
+        with ServerThread(create_app(app.store, parse_tokens(f"{token} producer", "test"), transport=transport)) as srv:
+            remote = open_store(srv.url, token=token)
+            try:
+                (job_id,) = remote.enqueue([NewJob(task="job", args_json="{}")])
+                remote.enqueue([NewJob(task="job", args_json="{}", delay=60.0)])  # the sweep's, when due
+                assert stream_messages(nats_url, prefix) == [{"job_id": job_id, "queue": "default", "retry": False}]
+                dead = dead_job(app.store)
+                assert remote.retry(dead) == "default"
+            finally:
+                remote.close()
+    finally:
+        transport.close()
+    assert stream_messages(nats_url, prefix)[1:] == [{"job_id": dead, "queue": "default", "retry": True}]
+
+
+def test_a_tether_server_process_publishes_to_tether_transport(
+    db_url: str, store: Store, tmp_path: Path, nats_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tether server` reads TETHER_TRANSPORT (or --transport) as the worker does."""
+    from .test_remote_processes import TOKEN, ServerProcess
+
+    monkeypatch.setenv("TETHER_TRANSPORT", f"{nats_url}?prefix={prefix}")
+    server = ServerProcess(db_url, tmp_path)
+    remote = open_store(server.url, token=TOKEN)
+    try:
+        # The server publishes before it answers: the message is there when the call returns.
+        (job_id,) = remote.enqueue([NewJob(task="job", args_json="{}")])
+        assert stream_messages(nats_url, prefix) == [{"job_id": job_id, "queue": "default", "retry": False}]
+        fail_for_good(store, job_id)
+        assert remote.retry(job_id) == "default"
+        assert stream_messages(nats_url, prefix)[1:] == [{"job_id": job_id, "queue": "default", "retry": True}]
+    finally:
+        remote.close()
+        server.close()
+
+
+def test_the_dashboards_retry_actions_publish_retries(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    from starlette.testclient import TestClient
+
+    from tether.dashboard import create_app
+
+    from .test_dashboard import ORIGIN, csrf_of
+
+    app = nats_app(make_app, nats_url, prefix, **ONLY_MESSAGES)
+    one, two = dead_job(app.store), dead_job(app.store)
+    with TestClient(create_app(app, token=None), follow_redirects=False) as client:
+        csrf = csrf_of(client.get(f"/jobs/{one}").text)
+        assert client.post(f"/jobs/{one}/retry", data={"csrf": csrf}, headers=ORIGIN).status_code == 303
+        assert client.post("/jobs/retry-dead", data={"csrf": csrf, "ids": str(two)}, headers=ORIGIN).status_code == 303
+    assert stream_messages(nats_url, prefix) == [{"job_id": i, "queue": "default", "retry": True} for i in (one, two)]
+
+
+def test_a_publish_that_fails_never_fails_the_enqueue_or_retry(
+    make_app: Callable[..., Tether], db_url: str, cli_app: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """NATS unreachable: `tether enqueue` and `tether retry` still succeed (the
+    jobs are queued; the sweep publishes them later). A transport that raises,
+    against its own promise, fails nothing either."""
+    app = make_app()
+    spec = f"nats://127.0.0.1:{free_port()}"
+    job_id = int(tether_cli("enqueue", "job", "--app", cli_app(db_url), env={"TETHER_TRANSPORT": spec}).stdout)
+    assert app.get_job(job_id).state is JobState.QUEUED  # type: ignore[union-attr]
+    dead = fail_for_good(app.store, job_id)
+    assert "queued" in tether_cli("-d", db_url, "retry", str(dead), "--transport", spec).stdout
+    assert app.get_job(dead).state is JobState.QUEUED  # type: ignore[union-attr]
+
+    class Broken(Transport):
+        name = "broken"
+        delivers = True
+
+        def publish(self, jobs: Sequence[tuple[int, str]], *, retry: bool = False) -> int:
+            raise ConnectionError("the broker is on fire")
+
+    broken = make_app(transport=Broken())
+
+    @broken.task(name="job")
+    def job(ctx: JobContext) -> None:
+        pass
+
+    caplog.set_level(logging.WARNING, logger="tether")
+    queued = job.enqueue()
+    assert broken.get_job(queued).state is JobState.QUEUED  # type: ignore[union-attr]
+    retried = fail_for_good(broken.store, queued)
+    broken.retry(retried)
+    assert broken.get_job(retried).state is JobState.QUEUED  # type: ignore[union-attr]
+    assert caplog.text.count("the broker is on fire") == 2
 
 
 # -- NATS goes away and comes back (a private server) ---------------------------------------

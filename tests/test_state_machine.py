@@ -22,6 +22,8 @@ database must agree, and:
 - I3: a claim bumps attempt by exactly one; a write with a stale token raises
   ``StaleAttempt`` (heartbeat: ``Beat.LOST``; complete: the id is missing from
   the answer) and leaves the whole job record, history included, unchanged;
+  so do a heartbeat and a progress report at or past the attempt's deadline
+  (no lease is left to renew), while complete, fail and release still count;
 - I4: a terminal job's record never changes again (so it is never re-claimed);
 - the attempts table holds exactly one row per finished attempt, with the
   worker and outcome the model expects.
@@ -177,6 +179,11 @@ class MJob:
     def holds(self, attempt: int, worker: str) -> bool:
         """Would the fence (id AND attempt AND locked_by AND running) pass?"""
         return self.state is JobState.RUNNING and self.attempt == attempt and self.locked_by == worker
+
+    def renewable(self, attempt: int, worker: str, now: datetime) -> bool:
+        """Would a heartbeat or progress renew the lease? The fence, and a
+        deadline still ahead: at or past it there is no lease left to extend."""
+        return self.holds(attempt, worker) and (self.deadline is None or self.deadline > now)
 
     def lease_from(self, now: datetime, worker_ttl: float) -> datetime:
         """A lease granted or renewed at ``now``: the TTL, capped at the deadline."""
@@ -336,13 +343,14 @@ class StoreMachine(RuleBasedStateMachine):
             extra = sorted((i, a) for i, a, _ in self.tokens if i not in self.beliefs[worker])
             if extra:
                 held.append(data.draw(st.sampled_from(extra), label="extra"))
-        before = {job_id: self._get(job_id) for job_id, attempt in held if not self.jobs[job_id].holds(attempt, worker)}
+        before = {job_id: self._get(job_id) for job_id, attempt in held
+                  if not self.jobs[job_id].renewable(attempt, worker, self.now)}
         beats = self.store.heartbeat(worker, held, ttl, now=self.now)
         self.touched.update(job_id for job_id, _ in held)
         assert set(beats) == {job_id for job_id, _ in held}
         for job_id, attempt in held:
             m = self.jobs[job_id]
-            if m.holds(attempt, worker):
+            if m.renewable(attempt, worker, self.now):
                 assert beats[job_id] is (Beat.CANCEL_REQUESTED if m.cancel_requested else Beat.RENEWED), (
                     job_id, attempt, beats[job_id])
                 m.lease_until = m.lease_from(self.now, ttl)
@@ -356,7 +364,7 @@ class StoreMachine(RuleBasedStateMachine):
     def progress(self, data: st.DataObject, ttl: float, fraction: float | None) -> None:
         job_id, attempt, worker = self._draw_token(data)
         m = self.jobs[job_id]
-        if not m.holds(attempt, worker):
+        if not m.renewable(attempt, worker, self.now):
             self._expect_stale(job_id, lambda: self.store.progress(
                 worker, job_id, attempt, fraction, "msg", ttl, now=self.now))
             self._forget(worker, job_id, attempt)

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,7 +18,9 @@ import pytest
 
 from tether import CancelReason, JobContext, JobState, Outcome, Tether
 from tether.chaos.proxy import TCPProxy
-from tether.model import Job, NewJob
+from tether.model import Beat, Job, NewJob
+from tether.worker.heartbeat import Heartbeater
+from tether.worker.inflight import InFlight, Running
 from tether.worker.runtime import CARRY_MAX, Worker
 
 from .conftest import PG_URL
@@ -145,6 +148,29 @@ def test_attempt_timeout_cancels_and_counts_against_budget(make_app: Callable[..
     assert job.state is JobState.DEAD
     assert [a.outcome for a in job.attempts] == [Outcome.TIMED_OUT, Outcome.TIMED_OUT]
     assert job.last_error is not None and "timed out" in job.last_error
+
+
+def test_a_beat_past_the_attempts_deadline_is_lost_and_says_why(make_app: Callable[..., Tether]) -> None:
+    """The heartbeater is told LOST, not RENEWED, once the database's clock is
+    past the attempt's deadline, and says it was the timeout; the reaper then
+    records the attempt timed out."""
+    app = make_app(**FAST)
+    (jid,) = app.store.enqueue([NewJob(task="t", args_json="{}", timeout=0.2, max_attempts=1)])
+    sent = time.monotonic()
+    (job,) = app.store.claim("w-1", ["default"], 1, FAST["lease_ttl"])
+    inflight = InFlight()
+    ctx = JobContext(job, worker_id="w-1", report_progress=lambda fraction, message: False)
+    inflight.add(Running(job=job, ctx=ctx, local_deadline=sent + 0.2, hard_deadline=sent + 0.2))
+    lost: list[str] = []
+    hb = Heartbeater(app.store, "w-1", inflight, interval=FAST["heartbeat_interval"], lease_ttl=FAST["lease_ttl"],
+                     on_lost=lambda running, why: lost.append(why), on_cancel_requested=lambda running: None)
+    deadline = job.claimed_at + timedelta(seconds=0.2)
+    while app.store.db_now() < deadline:
+        time.sleep(0.02)
+    assert hb.run_once() == {jid: Beat.LOST}
+    assert lost == ["heartbeat refused: the attempt reached its timeout, so no lease is left to renew"]
+    (r,) = app.store.reap(10)
+    assert (r.id, r.outcome, r.state) == (jid, Outcome.TIMED_OUT, JobState.DEAD)
 
 
 def test_unknown_task_at_claim_fails_with_reason(make_app: Callable[..., Tether]) -> None:

@@ -28,7 +28,7 @@ from .errors import ConfigError, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob
 from .store import Store, open_store
-from .transport import Transport, open_transport
+from .transport import Transport, announce, due_now, open_transport
 
 if TYPE_CHECKING:
     from .otel import Tracing
@@ -43,13 +43,6 @@ Handler = Callable[..., Any]
 
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _due_now(jobs: list[NewJob], ids: list[int]) -> list[tuple[int, str]]:
-    """What an enqueue publishes, after the commit: a job is announced only once
-    it exists. Delayed jobs wait for the sweep, which publishes them when they
-    are due; so does any job whose publish fails (the enqueue still stands)."""
-    return [(i, j.queue) for i, j in zip(ids, jobs, strict=True) if j.run_at is None and j.delay <= 0]
 
 
 class WorkerOptions(TypedDict, total=False):
@@ -336,8 +329,8 @@ class Tether:
     def _write(self, jobs: list[NewJob]) -> list[int]:
         ids = self.store.enqueue(jobs)
         self._enqueued(jobs, ids)
-        if self.transport.delivers:
-            self.transport.publish(_due_now(jobs, ids))
+        if self.transport.delivers:  # after the commit: a job is announced only once it exists
+            announce(self.transport, due_now(jobs, ids))
         return ids
 
     async def _enqueue_async(self, jobs: list[NewJob]) -> list[int]:
@@ -354,7 +347,7 @@ class Tether:
         if self.transport.delivers:
             # publish waits for the broker's acknowledgement (NATS: on its own
             # thread and loop): off this loop.
-            await asyncio.to_thread(self.transport.publish, _due_now(jobs, ids))
+            await asyncio.to_thread(announce, self.transport, due_now(jobs, ids))
         return ids
 
     def _enqueued(self, jobs: list[NewJob], ids: list[int]) -> None:
@@ -377,7 +370,13 @@ class Tether:
         return state
 
     def retry(self, job_id: int) -> None:
-        self.store.retry(job_id)
+        """A dead or cancelled job back to queued, due now. With a delivering
+        transport (NATS) it is then published, marked as a retry, so a worker
+        takes it at once; should that publish fail, the retry stands and the
+        sweep publishes the job."""
+        queue = self.store.retry(job_id)
+        if self.transport.delivers:
+            announce(self.transport, [(job_id, queue)], retry=True)
 
     # -- workers ----------------------------------------------------------------------
     def worker(self, **options: Unpack[WorkerOptions]) -> Worker:

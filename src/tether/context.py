@@ -92,8 +92,9 @@ class JobContext:
     def progress(self, fraction: float | None = None, message: str | None = None) -> None:
         """Record progress on the job and renew its lease (progress is a heartbeat).
 
-        Raises ``StaleAttempt`` if this attempt no longer owns the job; the
-        handler should stop, since its results will be refused.
+        Raises ``StaleAttempt`` if this attempt no longer owns the job, or has
+        reached its timeout (no lease is left to renew); the handler should
+        stop: the job is, or is about to be, someone else's.
         """
         if fraction is not None and not 0.0 <= float(fraction) <= 1.0:
             raise ValueError(f"progress fraction must be between 0 and 1, got {fraction!r}")

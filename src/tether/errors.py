@@ -84,8 +84,10 @@ class StaleAttempt(TetherError):
 
     Raised by complete, fail, release and progress when the row's
     ``(id, attempt, locked_by)`` no longer matches, i.e. the lease lapsed, the
-    reaper moved the job on, and possibly another attempt now owns it. Nothing
-    was changed. The handler's side effects may still have happened, which is
+    reaper moved the job on, and possibly another attempt now owns it; and by
+    progress at or past the attempt's timeout deadline, where no lease is left
+    to renew and the reaper is about to time the attempt out. Nothing was
+    changed. The handler's side effects may still have happened, which is
     why delivery is at-least-once and handlers dedupe on ``(job_id, attempt)``.
     """
 
@@ -96,6 +98,6 @@ class StaleAttempt(TetherError):
         self.op = op
         super().__init__(
             f"{op} refused for job {job_id} attempt {attempt} by worker {worker}: "
-            "this attempt no longer owns the job (its lease lapsed and the job was "
-            "recovered, finished or re-claimed); nothing was changed"
+            "this attempt no longer owns the job (its lease lapsed or its timeout passed, and the job "
+            "was or will be recovered, finished or re-claimed); nothing was changed"
         )

@@ -52,7 +52,9 @@ class Beat(enum.StrEnum):
     """What a heartbeat learned about one job."""
 
     RENEWED = "renewed"
-    LOST = "lost"  # the fence failed: this attempt no longer owns the job
+    #: the fence failed (this attempt no longer owns the job), or the attempt is
+    #: at or past its timeout deadline, where no lease is left to renew
+    LOST = "lost"
     CANCEL_REQUESTED = "cancel_requested"  # renewed, and someone asked to cancel
 
 

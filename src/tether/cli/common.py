@@ -26,6 +26,7 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_USAGE",
     "POOL_LOGGER",
+    "PUBLISH_OPTION",
     "BadUsage",
     "CLIError",
     "CLIState",
@@ -36,6 +37,7 @@ __all__ = [
     "make_console",
     "mask_url",
     "opened",
+    "publish_through",
     "quiet_driver_logs",
     "require_database",
 ]
@@ -97,17 +99,41 @@ def mask_url(url: str) -> str:
     return f"{scheme}://{creds}@{host}"
 
 
+#: ``--transport`` for the commands that make jobs queued and due outside a
+#: worker (enqueue, retry, dashboard, server): the worker's own setting and
+#: variable, so that, with NATS, what they commit is published at once
+PUBLISH_OPTION = click.option(
+    "--transport", metavar="notify|poll|nats://HOST:PORT", envvar="TETHER_TRANSPORT",
+    help="The transport your workers take job ids from (env TETHER_TRANSPORT, as for `tether worker`): with "
+         "NATS, the jobs this command queues are published there once committed, so a worker takes them at "
+         "once rather than at its next sweep.",
+)
+
+
+def publish_through(app: Tether, spec: str | None) -> None:
+    """Give a command that only *publishes* (enqueue, retry, dashboard, server)
+    the workers' transport; None keeps the app's own. No ack_wait check here:
+    that setting concerns consumers, which this process never creates, and each
+    worker checks it against its own timers."""
+    if spec is None:
+        return
+    app.transport.close()
+    app.transport = open_transport(spec)
+
+
 @contextmanager
-def opened(state: CLIState, *, create: bool = False) -> Iterator[Tether]:
-    """An app on ``--database`` for the admin commands, closed afterwards.
+def opened(state: CLIState, *, create: bool = False, transport: str | None = None) -> Iterator[Tether]:
+    """An app on ``--database`` for the admin commands, closed afterwards;
+    ``transport`` is where it announces the jobs it queues (``publish_through``).
 
     Without ``create``, a SQLite file that does not exist is an error rather
     than a new empty file left behind in the working directory.
     """
     app = Tether(state.database)
-    if not create:
-        require_database(app)
     try:
+        if not create:
+            require_database(app)
+        publish_through(app, transport)
         yield app
     finally:
         app.close()

@@ -7,7 +7,7 @@ import secrets
 
 import click
 
-from .common import BadUsage, CLIState, mask_url, opened
+from .common import PUBLISH_OPTION, BadUsage, CLIState, mask_url, opened
 
 __all__ = ["dashboard"]
 
@@ -19,8 +19,9 @@ __all__ = ["dashboard"]
               help="Token to log in with and for Bearer access to /metrics (env TETHER_DASHBOARD_TOKEN); "
                    "default: a random one, printed at start.")
 @click.option("--no-auth", is_flag=True, help="Serve without authentication (anyone who can reach it may act).")
+@PUBLISH_OPTION
 @click.pass_obj
-def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth: bool) -> None:
+def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth: bool, transport: str | None) -> None:
     """Serve the dashboard: queues, jobs, attempts, workers, recoveries; cancel and retry."""
     try:
         import uvicorn
@@ -39,7 +40,7 @@ def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth:
     if no_auth and not _loopback(host):
         click.echo(f"warning: serving {host} without authentication: anyone who reaches it can cancel and "
                    "retry jobs", err=True)
-    with opened(state) as app:
+    with opened(state, transport=transport) as app:  # its retry actions publish there
         app.store.check_schema()
         metrics = Metrics().attach(app).watch_store(app.store)
         web = create_app(app, token=None if no_auth else token, metrics=metrics)

@@ -34,6 +34,7 @@ from .common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     POOL_LOGGER,
+    PUBLISH_OPTION,
     BadUsage,
     CLIError,
     CLIState,
@@ -44,6 +45,7 @@ from .common import (
     make_console,
     mask_url,
     opened,
+    publish_through,
     quiet_driver_logs,
     require_database,
 )
@@ -232,17 +234,22 @@ def _database_on_command_line(ctx: click.Context) -> bool:
 @click.option("--delay", type=Seconds(allow_zero=True), help="Seconds before the job is due.")
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before the job ends dead.")
 @click.option("--dedup-key", help="At most one queued or running job per key.")
+@PUBLISH_OPTION
 @click.pass_context
 def enqueue(
     ctx: click.Context, task_name: str, app_ref: str, args_json: str, queue: str | None, priority: int | None,
-    delay: float | None, max_attempts: int | None, dedup_key: str | None,
+    delay: float | None, max_attempts: int | None, dedup_key: str | None, transport: str | None,
 ) -> None:
-    """Enqueue TASK (a name registered on the app); prints the job id."""
+    """Enqueue TASK (a name registered on the app); prints the job id.
+
+    With a NATS transport (the app's own, or --transport) the job is published
+    once committed; a failed publish leaves it to the workers' sweep."""
     state: CLIState = ctx.obj
     args = _json_object(args_json)
     app = load_app(app_ref)
     try:
         configure_app(app, url=state.database if _database_on_command_line(ctx) else None)
+        publish_through(app, transport)
         task = app.get_task(task_name)
         require_database(app)
         options = {k: v for k, v in {"queue": queue, "priority": priority, "delay": delay,
@@ -334,10 +341,12 @@ def cancel(state: CLIState, job_id: int) -> None:
 
 @cli.command()
 @click.argument("job_id", type=int)
+@PUBLISH_OPTION
 @pass_state
-def retry(state: CLIState, job_id: int) -> None:
-    """Send a dead or cancelled job back to the queue."""
-    with opened(state) as app:
+def retry(state: CLIState, job_id: int, transport: str | None) -> None:
+    """Send a dead or cancelled job back to the queue (with --transport NATS:
+    and publish it there, marked as a retry)."""
+    with opened(state, transport=transport) as app:
         app.retry(job_id)
         after = app.get_job(job_id)
     shown = after.state if after is not None else JobState.QUEUED

@@ -12,7 +12,7 @@ import click
 
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES
 from ..errors import ConfigError
-from .common import BadUsage, CLIState, mask_url, opened, quiet_driver_logs
+from .common import PUBLISH_OPTION, BadUsage, CLIState, mask_url, opened, quiet_driver_logs
 
 __all__ = ["server"]
 
@@ -34,9 +34,10 @@ TOKENS_ENV = "TETHER_SERVER_TOKENS"
                    "token can move the clock that leases are judged by.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
+@PUBLISH_OPTION
 @click.pass_obj
 def server(state: CLIState, host: str, port: int, token_file: Path | None, max_body: int, max_payload: int,
-           unsafe_client_clock: bool, log_level: str) -> None:
+           unsafe_client_clock: bool, log_level: str, transport: str | None) -> None:
     """Serve the database (--database) over HTTP to workers and producers that hold
     no database credentials: `tether worker --server http://HOST:PORT --token T`."""
     try:
@@ -60,11 +61,14 @@ def server(state: CLIState, host: str, port: int, token_file: Path | None, max_b
                         format="%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s")
     with quiet_driver_logs(), opened(state) as app:
         app.store.check_schema()
-    with opened(state) as app:
+    with opened(state, transport=transport) as app:
         store = app.store
         if unsafe_client_clock:
             logging.getLogger("tether.server").warning(
                 "--unsafe-client-clock: requests may set the store's clock; never use this in production")
         logging.getLogger("tether.server").info("serving %s on http://%s:%d", mask_url(state.database), host, port)
+        if app.transport.delivers:
+            logging.getLogger("tether.server").info("publishing enqueued and retried jobs to %s", app.transport.name)
         serve(create_app(store, tokens, client_clock=unsafe_client_clock, max_body=max_body,
-                         max_payload_bytes=max_payload), host, port, log_level=log_level.lower())
+                         max_payload_bytes=max_payload, transport=app.transport), host, port,
+              log_level=log_level.lower())

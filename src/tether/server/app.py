@@ -9,6 +9,10 @@ else is a 500 whose details stay in the server's log.
 
 A client-supplied ``now`` (the store's test clock) is honoured only when the
 app is built with ``client_clock=True``; otherwise it is refused.
+
+Built with a delivering ``transport`` (NATS), the server announces the jobs
+that enqueue and retry make queued and due, after the store has committed
+them, as an app's own enqueue and retry do; its producers need no link to NATS.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ..model import ClaimedJob, NewJob, Outcome, WorkerInfo
 from ..store import Listener, Store
 from ..store.http import wire
 from ..store.http.schema import SchemaViolation, parse_datetime, validate
+from ..transport import Transport, announce, due_now
 from .auth import TokenTable
 from .openapi import build_document
 
@@ -85,6 +90,8 @@ class _Server:
     max_body: int
     max_payload: int
     max_wait: float
+    #: announces what enqueue and retry committed (None: nothing to announce to)
+    transport: Transport | None = None
     wakeups: _Wakeups = field(default_factory=_Wakeups)
 
 
@@ -107,8 +114,18 @@ def _new_job(j: Args, cap: int) -> NewJob:
 
 
 def _enqueue(s: _Server, a: Args) -> Args:
-    ids = s.store.enqueue([_new_job(j, s.max_payload) for j in a["jobs"]], now=a["now"])
+    jobs = [_new_job(j, s.max_payload) for j in a["jobs"]]
+    ids = s.store.enqueue(jobs, now=a["now"])
+    if s.transport is not None and s.transport.delivers:  # committed: announce it (never raises)
+        announce(s.transport, due_now(jobs, ids))
     return {"ids": ids}
+
+
+def _retry(s: _Server, a: Args) -> Args:
+    queue = s.store.retry(a["job_id"], now=a["now"])
+    if s.transport is not None:
+        announce(s.transport, [(a["job_id"], queue)], retry=True)
+    return {"queue": queue}
 
 
 def _get_job(s: _Server, a: Args) -> Args:
@@ -201,7 +218,7 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "get_job": _get_job,
     "list_jobs": _list_jobs,
     "cancel": lambda s, a: {"state": str(s.store.cancel(a["job_id"], now=a["now"]))},
-    "retry": lambda s, a: s.store.retry(a["job_id"], now=a["now"]) or {},
+    "retry": _retry,
     "stats": lambda s, a: wire.encode_stats(s.store.stats()),
     "recent_attempts": _recent_attempts,
     "throughput": _throughput,
@@ -430,14 +447,16 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     max_claim_wait: float = wire.MAX_CLAIM_WAIT,
+    transport: Transport | None = None,
 ) -> Starlette:
     """The API over ``store``. ``client_clock`` honours a request's ``now``:
     for conformance tests only, never in production (any worker could move
     the clock its leases are judged by). ``max_claim_wait`` caps how long a
-    claim may long-poll."""
+    claim may long-poll. ``transport``: announce enqueued and retried jobs on
+    it (the caller owns it and closes it)."""
     if max_body < 1024:
         raise ConfigError(f"max_body must be at least 1024 bytes, got {max_body}")
-    s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait)
+    s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport)
     document = build_document(client_clock=client_clock, max_body=max_body, max_wait=max_claim_wait)
 
     async def openapi(request: Request) -> Response:

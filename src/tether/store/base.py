@@ -115,8 +115,11 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def retry(self, job_id: int, *, now: datetime | None = None) -> None:
-        """A dead or cancelled job back to queued, with at least one attempt left."""
+    def retry(self, job_id: int, *, now: datetime | None = None) -> str:
+        """A dead or cancelled job back to queued (due now), with at least one
+        attempt left; returns its queue (for the caller to announce it on a
+        transport). Raises JobNotFound, or InvalidTransition for a job in
+        another state or whose dedup key an active job holds again."""
 
     @abc.abstractmethod
     def stats(self) -> Stats: ...
@@ -157,7 +160,10 @@ class Store(abc.ABC):
     ) -> dict[int, Beat]:
         """Renew every lease in ``held`` ((id, attempt) pairs) in one statement.
 
-        Also marks the worker as seen. Jobs whose fence fails come back LOST.
+        Also marks the worker as seen. Jobs whose fence fails come back LOST,
+        and so do jobs at or past their attempt's deadline (claimed_at +
+        timeout): a lease never outlives it, so none is left to renew; those
+        rows are not written, and the reaper times the attempt out.
         """
 
     @abc.abstractmethod
@@ -172,7 +178,10 @@ class Store(abc.ABC):
         *,
         now: datetime | None = None,
     ) -> bool:
-        """Record progress and renew the lease; return True if a cancel was requested."""
+        """Record progress and renew the lease; return True if a cancel was requested.
+
+        Fenced like ``heartbeat``, and refused like it at or past the attempt's
+        deadline: StaleAttempt, nothing written."""
 
     @abc.abstractmethod
     def complete(

@@ -10,9 +10,9 @@
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import DatabaseTransport, Delivery, Transport
+from .base import DatabaseTransport, Delivery, Transport, announce, due_now
 
-__all__ = ["DatabaseTransport", "Delivery", "Transport", "open_transport"]
+__all__ = ["DatabaseTransport", "Delivery", "Transport", "announce", "due_now", "open_transport"]
 
 
 def open_transport(spec: str | Transport | None) -> Transport:

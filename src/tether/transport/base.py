@@ -16,14 +16,17 @@ LISTEN/NOTIFY as a wake-up; ``DatabaseTransport``) and NATS JetStream
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..config import Timers
-from ..model import DueJob
+from ..model import DueJob, NewJob
 from ..store import Listener, Store
 
-__all__ = ["DatabaseTransport", "Delivery", "Transport"]
+__all__ = ["DatabaseTransport", "Delivery", "Transport", "announce", "due_now"]
+
+log = logging.getLogger("tether.transport")
 
 
 @dataclass(eq=False)
@@ -110,3 +113,32 @@ class DatabaseTransport(Transport):
 
     def wake(self, store: Store, on_enqueue: Callable[[str], None]) -> Listener | None:
         return store.listen(on_enqueue) if self.listen else None
+
+
+def due_now(jobs: Sequence[NewJob], ids: Sequence[int]) -> list[tuple[int, str]]:
+    """What an enqueue announces: the (id, queue) of each job due at once. A
+    delayed job is published by the sweep when it becomes due (a message for
+    it now would only be refused by the claim and acked)."""
+    return [(i, j.queue) for i, j in zip(ids, jobs, strict=True) if j.run_at is None and j.delay <= 0]
+
+
+def announce(transport: Transport, jobs: Sequence[tuple[int, str]], *, retry: bool = False) -> int:
+    """Publish jobs that the database has *committed* as queued and due, so that
+    a delivering transport's workers hear of them now rather than at the next
+    sweep. Every path that makes such a job outside a worker comes here after
+    its commit: enqueue (app, ``tether enqueue``, ``tether server``) and retry
+    (``app.retry``, ``tether retry``, the dashboard, ``tether server``).
+
+    Never raises: the job is in the database whatever becomes of its message
+    (the sweep publishes what no message carries), so a publish that fails, or
+    a transport that breaks its own never-raise promise, must not fail or undo
+    the enqueue or retry that came first. Returns how many the transport took.
+    """
+    if not jobs or not transport.delivers:
+        return 0
+    try:
+        return transport.publish(jobs, retry=retry)
+    except Exception as exc:
+        log.warning("publishing %d job(s) to %s failed (%s: %s); the sweep publishes them later", len(jobs),
+                    transport.name, type(exc).__name__, exc)
+        return 0

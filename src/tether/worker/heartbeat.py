@@ -87,7 +87,7 @@ class Heartbeater:
                 if running is None or running.job.attempt != attempt:
                     continue  # finished meanwhile
                 if beat is Beat.LOST:
-                    self.on_lost(running, "heartbeat fence failed: the job was recovered or re-claimed")
+                    self.on_lost(running, _lost_why(running))
                     continue
                 self.inflight.renewed(job_id, attempt, sent_at)
                 if beat is Beat.CANCEL_REQUESTED:
@@ -130,3 +130,15 @@ class Heartbeater:
             wake = min(deadlines, default=time.monotonic() + FENCE_IDLE_CHECK)
             # Claims may add earlier deadlines while we sleep: never sleep long.
             self._stop.wait(max(0.01, min(wake - time.monotonic(), FENCE_IDLE_CHECK)))
+
+
+def _lost_why(running: Running) -> str:
+    """Why a beat came back LOST. The database also refuses to renew a lease at
+    or past the attempt's deadline (claimed_at + timeout): nothing is left to
+    renew, and the reaper times the attempt out. Our local hard deadline counts
+    from before the claim was sent, so it is never later than the database's:
+    past it, the timeout is the likely reason."""
+    hard = running.hard_deadline
+    if hard is not None and time.monotonic() >= hard:
+        return "heartbeat refused: the attempt reached its timeout, so no lease is left to renew"
+    return "heartbeat fence failed: the job was recovered or re-claimed"

@@ -185,8 +185,8 @@ class HttpStore(Store):
     def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
         return JobState(self._call("cancel", {}, path={"job_id": job_id}, now=now)["state"])
 
-    def retry(self, job_id: int, *, now: datetime | None = None) -> None:
-        self._call("retry", {}, path={"job_id": job_id}, now=now)
+    def retry(self, job_id: int, *, now: datetime | None = None) -> str:
+        return str(self._call("retry", {}, path={"job_id": job_id}, now=now)["queue"])
 
     def recent_attempts(self, outcomes: Sequence[Outcome], *, limit: int = 50) -> list[Attempt]:
         found = self._call("recent_attempts", query={"outcomes": ",".join(str(o) for o in outcomes), "limit": limit})

@@ -179,8 +179,8 @@ OPS: list[Op] = [
     Op("cancel", "POST", "/v1/jobs/{job_id}/cancel", P,
        "Cancel: a queued job at once, a running one by a request its worker sees", obj({"state": STATE}),
        body=obj({}), takes_now=True, errors=(404, 409)),
-    Op("retry", "POST", "/v1/jobs/{job_id}/retry", P, "A dead or cancelled job back to queued", EMPTY,
-       body=obj({}), takes_now=True, errors=(404, 409)),
+    Op("retry", "POST", "/v1/jobs/{job_id}/retry", P, "A dead or cancelled job back to queued; its queue",
+       obj({"queue": string(1000)}), body=obj({}), takes_now=True, errors=(404, 409)),
     Op("recent_attempts", "GET", "/v1/attempts", ANY,
        "Finished attempts with one of these outcomes (comma-separated; default: any), the most recently "
        "finished first",

@@ -165,6 +165,12 @@ LIMIT %(limit)s
 -- (id, attempt) pairs arrive as two arrays. A pair whose fence fails is simply
 -- not returned, which the worker reads as "lost". The workers row is touched in
 -- the same statement so `tether status` sees the worker alive.
+-- The lease is capped at the attempt's deadline (claimed_at + timeout). At or
+-- past the deadline a renewal would set lease_until to a moment already gone,
+-- so such a row is left out as well: the fence still holds, but there is
+-- nothing left to renew, and answering "renewed" would tell the worker it owns
+-- a lease the reaper is about to time out. Left out, it reads as "lost", and
+-- the row is not written at all (NULL deadline: no timeout, nothing to cap).
 WITH seen AS (
     UPDATE {schema}.workers SET last_seen = {now} WHERE id = %(worker)s
 )
@@ -174,15 +180,19 @@ SET lease_until = LEAST({now} + make_interval(secs => coalesce(j.lease_ttl, %(le
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
 WHERE j.id = h.id AND j.attempt = h.attempt
   AND j.locked_by = %(worker)s AND j.state = 'running'
+  AND (j.deadline IS NULL OR j.deadline > {now})
 RETURNING j.id, j.cancel_requested
 
 -- name: progress
--- Progress is a heartbeat: same fence, same lease extension.
+-- Progress is a heartbeat: same fence, same lease extension, and the same
+-- refusal at or past the attempt's deadline (no lease is left to extend; the
+-- caller raises StaleAttempt and the reaper times the attempt out).
 UPDATE {schema}.jobs
 SET progress = %(fraction)s,
     progress_message = %(message)s,
     lease_until = LEAST({now} + make_interval(secs => coalesce(lease_ttl, %(lease_ttl)s)), deadline)
 WHERE id = %(id)s AND attempt = %(attempt)s AND locked_by = %(worker)s AND state = 'running'
+  AND (deadline IS NULL OR deadline > {now})
 RETURNING cancel_requested
 
 -- name: _complete_done
@@ -371,7 +381,8 @@ RETURNING state
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at
--- least one attempt left in its budget.
+-- least one attempt left in its budget. The queue comes back so that the
+-- caller can announce the job on a transport (NATS) once this has committed.
 UPDATE {schema}.jobs
 SET state = 'queued',
     run_at = {now},
@@ -379,7 +390,7 @@ SET state = 'queued',
     cancel_requested = false,
     max_attempts = GREATEST(max_attempts, attempt - released + 1)
 WHERE id = %(id)s AND state IN ('dead', 'cancelled')
-RETURNING id
+RETURNING queue
 
 -- name: job_state
 SELECT state FROM {schema}.jobs WHERE id = %(id)s

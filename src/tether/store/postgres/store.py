@@ -334,7 +334,7 @@ class PostgresStore(Store):
             raise JobNotFound(f"no job {job_id}")
         raise InvalidTransition(f"job {job_id} is already {rows[0][0]}; a finished job cannot be cancelled")
 
-    def retry(self, job_id: int, *, now: datetime | None = None) -> None:
+    def retry(self, job_id: int, *, now: datetime | None = None) -> str:
         try:
             rows = self._all("retry", {"id": job_id, "now": now})
         except pg_errors.UniqueViolation:
@@ -342,7 +342,7 @@ class PostgresStore(Store):
                 f"job {job_id} cannot be retried: another active job holds its dedup key"
             ) from None
         if rows:
-            return
+            return str(rows[0][0])
         state = self._all("job_state", {"id": job_id})
         if not state:
             raise JobNotFound(f"no job {job_id}")

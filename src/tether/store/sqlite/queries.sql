@@ -96,20 +96,28 @@ UPDATE tether_workers SET last_seen = {now} WHERE id = :worker
 -- name: heartbeat
 -- One statement for all the worker's held jobs: the (id, attempt) pairs arrive
 -- as a JSON array. A pair whose fence fails is not returned: "lost".
+-- The lease is capped at the attempt's deadline; at or past it there is no
+-- lease left to renew (the new lease_until would already be in the past), so
+-- the row is left out too and reads as "lost", unwritten, rather than
+-- "renewed" while the reaper is about to time the attempt out.
 UPDATE tether_jobs
 SET lease_until = min({now} + coalesce(lease_ttl, :lease_ttl), coalesce(deadline, 1e18))
 FROM (SELECT h.value ->> 0 AS id, h.value ->> 1 AS attempt FROM json_each(:held) AS h) AS held
 WHERE tether_jobs.id = held.id AND tether_jobs.attempt = held.attempt
   AND tether_jobs.locked_by = :worker AND tether_jobs.state = 'running'
+  AND (tether_jobs.deadline IS NULL OR tether_jobs.deadline > {now})
 RETURNING tether_jobs.id, tether_jobs.cancel_requested
 
 -- name: progress
--- Progress is a heartbeat: same fence, same lease extension.
+-- Progress is a heartbeat: same fence, same lease extension, and the same
+-- refusal at or past the attempt's deadline (the caller raises StaleAttempt;
+-- the reaper times the attempt out).
 UPDATE tether_jobs
 SET progress = :fraction,
     progress_message = :message,
     lease_until = min({now} + coalesce(lease_ttl, :lease_ttl), coalesce(deadline, 1e18))
 WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'running'
+  AND (deadline IS NULL OR deadline > {now})
 RETURNING cancel_requested
 
 -- name: complete
@@ -219,6 +227,9 @@ WHERE id = :id AND state IN ('queued', 'running')
 RETURNING state
 
 -- name: retry
+-- An operator's second chance for a dead or cancelled job: queued now, with at
+-- least one attempt left. The queue comes back so that the caller can
+-- announce the job on a transport (NATS) once this has committed.
 UPDATE tether_jobs
 SET state = 'queued',
     run_at = {now},
@@ -226,7 +237,7 @@ SET state = 'queued',
     cancel_requested = 0,
     max_attempts = max(max_attempts, attempt - released + 1)
 WHERE id = :id AND state IN ('dead', 'cancelled')
-RETURNING id
+RETURNING queue
 
 -- name: job_state
 SELECT state FROM tether_jobs WHERE id = :id

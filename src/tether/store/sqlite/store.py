@@ -247,7 +247,7 @@ class SQLiteStore(Store):
             raise JobNotFound(f"no job {job_id}")
         raise InvalidTransition(f"job {job_id} is already {state[0][0]}; a finished job cannot be cancelled")
 
-    def retry(self, job_id: int, *, now: datetime | None = None) -> None:
+    def retry(self, job_id: int, *, now: datetime | None = None) -> str:
         try:
             rows = self._all("retry", {"id": job_id, "now": _ts(now)})
         except sqlite3.IntegrityError:
@@ -255,7 +255,7 @@ class SQLiteStore(Store):
                 f"job {job_id} cannot be retried: another active job holds its dedup key"
             ) from None
         if rows:
-            return
+            return str(rows[0][0])
         state = self._all("job_state", {"id": job_id})
         if not state:
             raise JobNotFound(f"no job {job_id}")
