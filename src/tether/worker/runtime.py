@@ -104,6 +104,9 @@ PREFETCH_BELOW = 0.025
 PREFETCH_HOLD_MAX = 0.5
 #: weight of the newest handler duration in that running average
 PREFETCH_ALPHA = 0.2
+#: while prefetching, a claim may take this many times the claim batch (up to
+#: MAX_CLAIM_BATCH): handlers that short empty the extra in a wave or two
+PREFETCH_FACTOR = 2
 
 
 class Worker:
@@ -136,6 +139,7 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.poll_interval = poll_interval or self.store.default_poll_interval
         self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
+        self._ahead_batch = min(PREFETCH_FACTOR * self.claim_batch, MAX_CLAIM_BATCH)
         self._min_claim = max(1, self.claim_batch // 4)
         self.host = host_name()
         self.id = make_worker_id(self.host)
@@ -180,7 +184,8 @@ class Worker:
         self._prefetch = prefetch and self.store.claims_ahead and not self.transport.delivers
         #: whether claims carry successes (complete_and_claim): small ones do;
         #: with a delivering transport each claim is of named jobs and carries none
-        self._carry = self.claim_batch <= CARRY_MAX and not self.transport.delivers
+        self._carry = (self._ahead_batch if self._prefetch else self.claim_batch) <= CARRY_MAX \
+            and not self.transport.delivers
         self._avg_run = math.inf  # running average of handler durations, seconds
 
     # -- control ----------------------------------------------------------------------
@@ -332,7 +337,7 @@ class Worker:
                 if free <= 0:
                     await self._idle()
                     continue
-                want = min(free, self.claim_batch)
+                want = min(free, self._batch())
                 sent_at = time.monotonic()
                 fetched = self._via_transport()
                 claim = None if fetched else self._send(want)
@@ -354,7 +359,7 @@ class Worker:
                 room = self._room() - len(got)
                 if room >= self._min_claim:
                     self.counts["claims_ahead"] += 1
-                    ahead = self._send(min(room, self.claim_batch))
+                    ahead = self._send(min(room, self._ahead_batch))
                     await asyncio.sleep(0)  # let it go out before these jobs are set up
             for job, delivery in got:
                 self._take(job, sent_at, delivery)
@@ -387,9 +392,13 @@ class Worker:
         ones whose reports are still being written) stay under twice the
         concurrency (plus the prefetch) when the database is slow to take
         reports."""
-        ahead = self.claim_batch if self._prefetching() else 0
+        ahead = self._ahead_batch if self._prefetching() else 0
         return min(self.concurrency + ahead - self._busy - len(self._ready),
                    LEASES_PER_SLOT * self.concurrency + ahead - len(self.inflight))
+
+    def _batch(self) -> int:
+        """How many jobs one claim may take: more while prefetching."""
+        return self._ahead_batch if self._prefetching() else self.claim_batch
 
     def _prefetching(self) -> bool:
         """Claim ahead only while handlers are short: a prefetched job's lease
