@@ -1,8 +1,7 @@
-"""Which plans PostgreSQL uses for a worker's rounds: claims of any size, and
-complete_and_claim of at most GENERIC_MAX jobs each way, run prepared with
-generic plans on the store's round connections, planned once; larger rounds
-with successes, and every other statement, are planned for their arguments on
-the main pool."""
+"""Which plans PostgreSQL uses for a worker's rounds: claim, complete and
+complete_and_claim, whatever their size, run prepared with generic plans on
+the store's round connections, planned once; every other statement is planned
+for its arguments on the main pool."""
 
 from __future__ import annotations
 
@@ -12,9 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from tether.store import open_store
-from tether.store.postgres.store import GENERIC_MAX, PostgresStore
+from tether.store.postgres.store import PostgresStore
 
 from .test_conformance import TTL, W, new_job
+
+#: a large round: a claim of the size a worker at concurrency 75 makes while
+#: prefetching, with as many successes
+BIG = 150
 
 
 @pytest.fixture
@@ -41,39 +44,46 @@ def _count(plans: dict[str, tuple[int, int]], query: str) -> tuple[int, int]:
     return next((v for text, v in plans.items() if text.strip().startswith(head)), (0, 0))
 
 
-@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-def test_small_rounds_run_generic_plans_and_large_ones_custom(pg: PostgresStore) -> None:
-    pg.enqueue([new_job(args={"n": n}) for n in range(200)])
-    jobs = pg.claim(W, ["default"], 5, TTL)
-    for _ in range(8):  # small: 5 successes carried, 5 claimed
-        _, jobs = pg.complete_and_claim(W, [(j.id, j.attempt, None) for j in jobs], ["default"], 5, TTL)
-    big = pg.claim(W, ["default"], GENERIC_MAX + 1, TTL)
-    _, big = pg.complete_and_claim(W, [(j.id, j.attempt, None) for j in big], ["default"], GENERIC_MAX + 1, TTL)
-    assert len(big) == GENERIC_MAX + 1
+def _backlog(pg: PostgresStore) -> None:
+    """Enough jobs for eight small rounds (5 successes carried, 5 claimed),
+    then a large claim and a large round."""
+    pg.enqueue([new_job(args={"n": n}) for n in range(2 * BIG + 60)])
 
-    small = _count(_plans(pg.round_pool), pg.q["complete_and_claim"])
-    assert small == (8, 0)  # planned once, executed eight times
-    assert _count(_plans(pg.round_pool), pg.q["claim"]) == (2, 0)  # a claim of any size: generic
-    large = _count(_plans(pg.pool), pg.q["complete_and_claim"])
-    assert large == (0, 1)
-    assert _count(_plans(pg.pool), pg.q["claim"]) == (0, 0)
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_rounds_of_any_size_run_generic_plans_on_the_round_connections(pg: PostgresStore) -> None:
+    _backlog(pg)
+    jobs = pg.claim(W, ["default"], 5, TTL)
+    for _ in range(8):
+        _, jobs = pg.complete_and_claim(W, [(j.id, j.attempt, None) for j in jobs], ["default"], 5, TTL)
+    big = pg.claim(W, ["default"], BIG, TTL)
+    _, big = pg.complete_and_claim(W, [(j.id, j.attempt, None) for j in big], ["default"], BIG, TTL)
+    assert len(big) == BIG
+    assert pg.complete(W, [(j.id, j.attempt, None) for j in big]) == {j.id for j in big}
+
+    rounds = _plans(pg.round_pool)
+    assert _count(rounds, pg.q["complete_and_claim"]) == (9, 0)  # planned once, executed nine times
+    assert _count(rounds, pg.q["claim"]) == (2, 0)
+    assert _count(rounds, pg.q["complete"]) == (1, 0)
+    main = _plans(pg.pool)
+    assert all(_count(main, pg.q[name]) == (0, 0) for name in ("claim", "complete", "complete_and_claim"))
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_a_workers_async_rounds_take_the_same_plans_on_the_loops_own_connections(pg: PostgresStore) -> None:
-    """What a worker's event loop awaits: small rounds prepared on the round
-    connections (generic plans, planned once), a large one on the others."""
-    pg.enqueue([new_job(args={"n": n}) for n in range(200)])
+    """What a worker's event loop awaits: the same statements, prepared on
+    the loop's round connections (generic plans, planned once)."""
+    _backlog(pg)
 
     async def rounds() -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
         jobs = await pg.claim_async(W, ["default"], 5, TTL)
         for _ in range(8):
             _, jobs = await pg.complete_and_claim_async(W, [(j.id, j.attempt, None) for j in jobs], ["default"], 5,
                                                         TTL)
-        big = await pg.claim_async(W, ["default"], GENERIC_MAX + 1, TTL)
-        _, big = await pg.complete_and_claim_async(W, [(j.id, j.attempt, None) for j in big], ["default"],
-                                                   GENERIC_MAX + 1, TTL)
-        assert len(big) == GENERIC_MAX + 1
+        big = await pg.claim_async(W, ["default"], BIG, TTL)
+        _, big = await pg.complete_and_claim_async(W, [(j.id, j.attempt, None) for j in big], ["default"], BIG, TTL)
+        assert len(big) == BIG
+        assert await pg.complete_async(W, [(j.id, j.attempt, None) for j in big]) == {j.id for j in big}
         plans = []
         for conns in (pg.round_async, pg.async_connections):
             async with conns.connection() as conn:
@@ -81,8 +91,8 @@ def test_a_workers_async_rounds_take_the_same_plans_on_the_loops_own_connections
                 plans.append({text: (generic, custom) for text, generic, custom in await cur.fetchall()})
         return plans[0], plans[1]
 
-    small, large = asyncio.run(rounds())
-    assert _count(small, pg.q["complete_and_claim"]) == (8, 0)
-    assert _count(small, pg.q["claim"]) == (2, 0)  # a claim of any size: generic
-    assert _count(large, pg.q["complete_and_claim"]) == (0, 1)
-    assert _count(large, pg.q["claim"]) == (0, 0)
+    rounds_, other = asyncio.run(rounds())
+    assert _count(rounds_, pg.q["complete_and_claim"]) == (9, 0)
+    assert _count(rounds_, pg.q["claim"]) == (2, 0)
+    assert _count(rounds_, pg.q["complete"]) == (1, 0)
+    assert all(_count(other, pg.q[name]) == (0, 0) for name in ("claim", "complete", "complete_and_claim"))

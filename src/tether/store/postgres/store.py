@@ -58,20 +58,18 @@ CONN_DEFAULTS = {
 }
 
 
-#: A worker's per-round statements are planned once (a generic plan) on
-#: connections of their own: claims of any size (see _generic), and complete
-#: and complete_and_claim when small (at most GENERIC_MAX successes and jobs);
-#: every other statement is planned for its arguments. Planning
-#: complete_and_claim took 0.7 ms of a 2.7-3.4 ms round trip at 10 jobs; at 100
-#: successes the generic plan lost more in execution (the arrays are
-#: parameters, so `id = ANY(...)` is not hashed and array_position runs per
-#: row) than planning cost. Generic plans are safe here because the fence is
-#: read with array_position, not through a join that a plan made for unknown
-#: sizes could turn into a quadratic loop.
+#: A worker's per-round statements, whatever their size, are planned once (a
+#: generic plan) on connections of their own; every other statement is
+#: planned for its arguments. Planning complete_and_claim took 0.7 ms of a
+#: 2.7-3.4 ms round trip at 10 jobs. A generic plan is the custom one here
+#: (EXPLAIN at 100 and 200 jobs: the same nodes): a claim's LIMIT is a
+#: parameter and every id it handles comes from its own index scan, and a
+#: success's fence and result are looked up in one jsonb object by id, not
+#: through a join that a plan made for unknown sizes could turn into a
+#: quadratic loop, nor with array_position (quadratic whatever the plan).
 GENERIC_PLANS = frozenset({"claim", "complete", "complete_and_claim"})
-GENERIC_MAX = 32
-#: at most this many successes per statement: array_position's search costs
-#: about 0.4 ms for 200 x 200 and grows with the square
+#: at most this many successes per statement (a reporter's batch after an
+#: outage can be thousands), so that no one statement is unbounded
 DONE_CHUNK = 200
 _GENERIC_OPTIONS = "-c plan_cache_mode=force_generic_plan"
 
@@ -86,7 +84,7 @@ RECONNECT_TIMEOUT = 2.0
 #: connections per event loop for async calls (``enqueue_async``): each is
 #: busy only for one statement's round trip, and a loop is one thread
 ASYNC_CONNECTIONS = 4
-#: connections for small rounds (GENERIC_PLANS), per event loop and in the
+#: connections for a worker's rounds (GENERIC_PLANS), per event loop and in the
 #: sync pool: a worker has at most a claim ahead and a report in flight
 ROUND_CONNECTIONS = 2
 
@@ -190,19 +188,16 @@ class PostgresStore(Store):
 
     # -- plumbing -----------------------------------------------------------------
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        with self._pool_for(name, params or {}).connection() as conn:
+        with (self.round_pool if name in GENERIC_PLANS else self.pool).connection() as conn:
             try:
                 cur = conn.execute(self.q[name], params or {})
             except pg_errors.UndefinedTable:
                 raise self._no_tables() from None
             return cur.fetchall() if _has_rows(cur) else []
 
-    def _pool_for(self, name: str, params: dict[str, Any]) -> ConnectionPool[psycopg.Connection[TupleRow]]:
-        return self.round_pool if _generic(name, params) else self.pool
-
     async def _all_async(self, name: str, params: dict[str, Any]) -> Rows:
         """``_all`` on a connection of the running event loop's."""
-        conns = self.round_async if _generic(name, params) else self.async_connections
+        conns = self.round_async if name in GENERIC_PLANS else self.async_connections
         async with conns.connection() as conn:
             try:
                 cur = await conn.execute(self.q[name], params)
@@ -621,24 +616,14 @@ def _complete_and_claim_steps(
     return {r[1] for r in rows if r[0] == 1}, _claimed([r[1:] for r in rows if r[0] == 0])
 
 
-def _generic(name: str, params: dict[str, Any]) -> bool:
-    """Whether a statement runs on the round connections (generic plans): a
-    claim of any size, whose generic plan is the custom one's (its LIMIT is a
-    parameter and every id it handles comes from its own index scan; EXPLAIN
-    at 100 of 20,000 rows: the same nodes), and the other GENERIC_PLANS when
-    they carry at most GENERIC_MAX jobs each way."""
-    if name == "claim":
-        return True
-    return name in GENERIC_PLANS and params.get("limit", 0) <= GENERIC_MAX and len(params.get("ids", ())) <= GENERIC_MAX
-
-
 def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
-    """complete's rows as the three parallel arrays _complete_done reads."""
+    """complete's rows as _complete_done reads them: the ids, and one JSON
+    object of {"<id>": [attempt] or [attempt, result]}. A result is already
+    JSON text (dump_json made it), so it goes in as it is, not parsed again."""
     return {
         "worker": worker,
         "ids": [d[0] for d in done],
-        "attempts": [d[1] for d in done],
-        "results": [d[2] for d in done],
+        "done": "{" + ",".join(f'"{i}":[{a}]' if r is None else f'"{i}":[{a},{r}]' for i, a, r in done) + "}",
     }
 
 
