@@ -4,11 +4,12 @@ The statements are taken from tether's ``queries.sql`` as its PostgreSQL store
 loads them (macros filled), with the parameters bound to pgbench variables, and
 run by pgbench in prepared mode (tether's store prepares its statements too):
 
-    claim K jobs   (tether's claim; the ids and attempts \\gset into variables)
+    claim K jobs   (tether's claim; the ids and the attempts by id \\gset into variables)
     complete them  (tether's fenced batch complete, which writes the attempt rows)
 
-two autocommit statements per transaction, as a worker sent them before its
-successes rode with its claims; and the script a worker runs now ("carry"):
+two autocommit statements per transaction, as a worker whose claims take more
+than 32 jobs sends them (the complete beside the next claim); and the script a
+worker with smaller claims runs ("carry"):
 
     complete_and_claim  (the previous transaction's K jobs completed and the
                          next K claimed, one statement; the last K stay running)
@@ -47,28 +48,32 @@ FROM generate_series(1, %(n)s::bigint) AS g
 def pgbench_script(claim: str, complete: str, k: int) -> str:
     common = {"worker": "'pgbench'", "now": "NULL", "lease_ttl": "30.0"}
     claim_sql = _bind(claim, {**common, "queues": "ARRAY['default']", "limit": str(k)})
-    complete_sql = _bind(complete, {**common, "ids": ":ids", "attempts": ":atts", "results": "NULL"})
+    complete_sql = _bind(complete, {**common, "ids": ":ids", "done": ":done"})
     return (
-        f"WITH claimed AS ({_one_line(claim_sql)}) "
-        "SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempt), '{}') AS atts FROM claimed\n"
+        f"WITH claimed AS ({_one_line(claim_sql)}) SELECT {CARRIED} FROM claimed\n"
         "\\gset\n"
         f"{_one_line(complete_sql)};\n"
     )
 
 
+#: what a claim hands its complete: the ids, and the {"<id>": [attempt]}
+#: object the fenced complete reads (no results: the jobs are no-ops)
+CARRIED = ("coalesce(array_agg(id), '{}') AS ids, "
+           "coalesce(jsonb_object_agg(id::text, jsonb_build_array(attempt)), '{}')::text AS done")
+
+
 def carry_script(complete_and_claim: str, k: int) -> str:
     """complete_and_claim with the previous transaction's claim carried in
-    :ids/:atts (pgbench -D starts them empty). Its answer is one row per job, and
+    :ids/:done (pgbench -D starts them empty). Its answer is one row per job, and
     \\gset needs one row, so the final SELECT is swapped for one that aggregates
     the claimed ids; the audit CTE modifies data, so it runs all the same."""
     common = {"worker": "'pgbench'", "now": "NULL", "lease_ttl": "30.0", "queues": "ARRAY['default']",
-              "limit": str(k), "ids": ":ids", "attempts": ":atts", "results": "NULL"}
+              "limit": str(k), "ids": ":ids", "done": ":done"}
     body = _bind(complete_and_claim, common)
     head, sep, _ = body.rpartition("SELECT 0 AS kind")
     if not sep:
         raise ValueError("complete_and_claim no longer ends with its 'SELECT 0 AS kind' answer")
-    tail = ("SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempt), '{}') AS atts, "
-            "(SELECT count(*) FROM audit) AS n FROM claimed")
+    tail = f"SELECT {CARRIED}, (SELECT count(*) FROM audit) AS n FROM claimed"
     return f"{_one_line(head + tail)}\n\\gset\n"
 
 
@@ -82,6 +87,9 @@ def _bind(sql: str, values: dict[str, str]) -> str:
 
 
 def _one_line(sql: str) -> str:
+    """One line for pgbench, without the /* tether:NAME */ tag (pgbench would
+    take its :NAME for a variable)."""
+    sql = re.sub(r"/\*.*?\*/", "", sql, flags=re.DOTALL)
     return " ".join(line.split("--")[0].strip() for line in sql.splitlines() if line.strip())
 
 
@@ -99,7 +107,7 @@ def run_one(system: C.System, sql: dict[str, str], k: int, clients: int, tx: int
                       else pgbench_script(sql["claim"], sql["complete"], k))
     argv = [str(C.PGBIN / "pgbench"), "-h", C.PG_HOST, "-p", str(C.PG_PORT), "-U", C.PG_USER, "-n",
             "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)), "-t", str(tx), "-f", str(script),
-            *(["-D", "ids={}", "-D", "atts={}"] if carry else []), DB]
+            *(["-D", "ids={}", "-D", "done={}"] if carry else []), DB]
     with C.connect() as admin:
         s0 = C.snapshot(DB, admin)
         p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
