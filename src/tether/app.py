@@ -383,7 +383,8 @@ class Tether:
         """A worker for this app (not started): ``concurrency`` (10), ``queues``
         (every registered task's queue), ``shutdown_timeout`` (30 s),
         ``poll_interval`` (the backend's), ``claim_batch`` (= concurrency) and
-        ``prefetch`` (True: claim a batch ahead while handlers are short)."""
+        ``prefetch`` (True: while handlers are short, claim ahead, up to twice
+        the claim batch a claim)."""
         from .worker.runtime import Worker
 
         return Worker(self, **options)

@@ -133,8 +133,8 @@ def migrate(state: CLIState) -> None:
 @click.option("--reaper-interval", type=Seconds(), help="Override the app's reaper interval (seconds).")
 @click.option("--poll-interval", type=Seconds(), help="Idle poll interval (default: the backend's).")
 @click.option("--prefetch/--no-prefetch", default=True, show_default=True, envvar="TETHER_PREFETCH",
-              help="While handlers finish within 25 ms on average, claim one batch ahead so the next claim "
-                   "runs while this batch does (env TETHER_PREFETCH).")
+              help="While handlers finish within 25 ms on average, claim ahead (up to twice the concurrency a "
+                   "claim) so the next claim runs while this batch does (env TETHER_PREFETCH).")
 @click.option("--transport", metavar="notify|poll|nats://HOST:PORT", envvar="TETHER_TRANSPORT",
               help="How job ids reach workers: the database (notify, the default; poll) or NATS JetStream, "
                    "e.g. nats://127.0.0.1:4222?prefix=myapp (env TETHER_TRANSPORT).")

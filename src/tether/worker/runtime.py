@@ -386,8 +386,8 @@ class Worker:
             await self._nudge.wait()
 
     def _room(self) -> int:
-        """How many jobs the next claim may take: free handler slots, plus one
-        batch ahead while prefetching, less what already waits in the buffer.
+        """How many jobs the next claim may take: free handler slots, plus a
+        prefetch batch while prefetching, less what already waits in the buffer.
         Bounded so that leases held (running handlers, the buffer, and finished
         ones whose reports are still being written) stay under twice the
         concurrency (plus the prefetch) when the database is slow to take
