@@ -32,6 +32,7 @@ import math
 import os
 import random
 import signal
+import sys
 import time
 import traceback
 from collections import Counter, deque
@@ -623,7 +624,7 @@ class Worker:
         tracing = self.app.tracing
         if tracing is not None:  # the attempt's span is current while the handler runs
             if task.is_async:
-                fut = self._loop.create_task(tracing.call_async(running.span, task.fn, ctx, job.args))
+                fut = _start(self._loop, tracing.call_async(running.span, task.fn, ctx, job.args))
             else:
                 fut = self._loop.run_in_executor(self._handlers, tracing.call_sync, running.span, task.fn, ctx,
                                                  job.args)
@@ -637,7 +638,7 @@ class Worker:
                 fut = self._loop.create_future()
                 fut.set_exception(exc)
             else:
-                fut = self._loop.create_task(coro)
+                fut = _start(self._loop, coro)
         else:
             fut = self._loop.run_in_executor(self._handlers, _call_sync, task, ctx, job.args)
         running.handler = fut
@@ -1022,6 +1023,18 @@ class _Claim:
 def _rows(batch: list[tuple[Running, str | None]]) -> list[tuple[int, int, str | None]]:
     """Finished attempts as the (id, attempt, result JSON) rows complete takes."""
     return [(r.job.id, r.job.attempt, res) for r, res in batch]
+
+
+if sys.version_info >= (3, 12):
+    def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+        """A handler's task, started at once (an eager task, Python 3.12+): it
+        runs up to its first real wait now, as the current task, and one that
+        finishes without waiting costs no trip through the loop."""
+        return asyncio.Task(coro, loop=loop, eager_start=True)
+else:
+    def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+        """A handler's task (eager where Python has eager tasks, 3.12+)."""
+        return loop.create_task(coro)
 
 
 def _call_sync(task: Task[Any, Any], ctx: JobContext, args: dict[str, Any]) -> Any:
