@@ -294,6 +294,24 @@ def test_claim_takes_higher_priority_first(store: Store) -> None:
     assert order == [high_first, high_second, five, mid, low]
 
 
+def test_a_batch_claim_orders_its_jobs_and_keeps_each_ones_args_and_meta(store: Store) -> None:
+    """One claim of many: highest priority first, then oldest id, and every
+    job with its own args and meta (decoded for the whole batch at once)."""
+    t0 = store.db_now()
+    specs = [(-1, None), (3, '{"trace": "a"}'), (0, None), (3, None), (0, '{"trace": "b", "n": [1, 2]}'), (7, None)]
+    ids = [enqueue_one(store, t0, priority=p, meta_json=m, args={"k": k, "s": f"job {k}, [quoted]"})
+           for k, (p, m) in enumerate(specs)]
+    claimed = store.claim(W, ["default"], 10, TTL, now=t0)
+    expected = sorted(range(len(specs)), key=lambda k: (-specs[k][0], ids[k]))
+    assert [c.id for c in claimed] == [ids[k] for k in expected]
+    for c in claimed:
+        k = ids.index(c.id)
+        assert c.args == {"k": k, "s": f"job {k}, [quoted]"}
+        assert c.meta == (None if specs[k][1] is None else json.loads(specs[k][1]))
+        assert (c.priority, c.attempt, c.task, c.queue) == (specs[k][0], 1, "t", "default")
+        assert close_to(c.claimed_at, t0)
+
+
 def test_claim_within_a_priority_takes_the_earliest_run_at_first(store: Store) -> None:
     t0 = store.db_now()
     later = enqueue_one(store, t0, run_at=t0 - sec(10))

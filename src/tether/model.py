@@ -1,12 +1,13 @@
 """The nouns every layer shares: job states, attempt outcomes, and the records
-the store hands up. Plain dataclasses, no behaviour, no imports from above."""
+the store hands up. Plain dataclasses (one named tuple), no behaviour, no
+imports from above."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "ACTIVE_STATES",
@@ -76,9 +77,15 @@ class NewJob:
     meta_json: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    """One row a claim returned: the attempt token and what the handler needs."""
+class ClaimedJob(NamedTuple):
+    """One row a claim returned: the attempt token and what the handler needs.
+
+    A named tuple, not a frozen dataclass like the records around it: a claim
+    builds one per job on every worker round, and a tuple is built from its
+    row in one step, where a frozen dataclass sets each of its twelve fields
+    through ``object.__setattr__`` (0.8 us a job, about a twentieth of a
+    worker's CPU per no-op job on PostgreSQL).
+    """
 
     id: int
     attempt: int

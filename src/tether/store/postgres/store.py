@@ -27,7 +27,7 @@ from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing,
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
-from ..rows import assign_ids, attempt_from_row, job_from_row, missing_keys, worker_from_row
+from ..rows import assign_ids, attempt_from_row, claimed_from_rows, job_from_row, missing_keys, worker_from_row
 from ..sqlfile import load_migrations, load_queries
 from .loop_connections import LoopConnections
 
@@ -628,15 +628,7 @@ def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> di
 
 
 def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
-    out = [
-        ClaimedJob(
-            id=r[0], attempt=r[1], task=r[2], args=r[3], queue=r[4], priority=r[5], max_attempts=r[6],
-            lease_ttl=r[7], timeout=r[8], claimed_at=r[9], meta=r[10], run_at=r[11],
-        )
-        for r in rows
-    ]
-    out.sort(key=lambda c: (-c.priority, c.id))
-    return out
+    return claimed_from_rows(rows)
 
 
 def _beats(held: Sequence[tuple[int, int]], rows: list[tuple[Any, ...]]) -> dict[int, Beat]:

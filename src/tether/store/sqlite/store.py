@@ -23,6 +23,7 @@ from ..buckets import Buckets, fill, window
 from ..rows import (
     assign_ids,
     attempt_from_row,
+    claimed_from_rows,
     epoch_to_dt,
     job_from_row,
     json_text,
@@ -450,17 +451,7 @@ class SQLiteStore(Store):
 
 
 def _claimed(rows: list[Any]) -> list[ClaimedJob]:
-    out = [
-        ClaimedJob(
-            id=r[0], attempt=r[1], task=r[2], args=json.loads(r[3]), queue=r[4], priority=r[5],
-            max_attempts=r[6], lease_ttl=r[7], timeout=r[8],
-            claimed_at=epoch_to_dt(r[9]) or datetime.min, meta=json.loads(r[10]) if r[10] else None,
-            run_at=epoch_to_dt(r[11]),
-        )
-        for r in rows
-    ]
-    out.sort(key=lambda c: (-c.priority, c.id))
-    return out
+    return claimed_from_rows(rows, epoch_to_dt)
 
 
 def _split(script: str) -> list[str]:
