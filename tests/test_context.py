@@ -15,7 +15,7 @@ from tether.model import ClaimedJob
 def _ctx(seen: list[JobContext] | None = None) -> JobContext:
     job = ClaimedJob(id=7, attempt=2, task="t", args={}, queue="default", priority=0, max_attempts=3,
                      lease_ttl=30.0, timeout=None, claimed_at=datetime.now(UTC))
-    return JobContext(job, worker_id="w", report_progress=lambda f, m: False,
+    return JobContext(job, worker_id="w", report_progress=lambda job, f, m: False,
                       on_cancel=None if seen is None else seen.append)
 
 

@@ -159,8 +159,8 @@ def test_a_beat_past_the_attempts_deadline_is_lost_and_says_why(make_app: Callab
     sent = time.monotonic()
     (job,) = app.store.claim("w-1", ["default"], 1, FAST["lease_ttl"])
     inflight = InFlight()
-    ctx = JobContext(job, worker_id="w-1", report_progress=lambda fraction, message: False)
-    inflight.add(Running(job=job, ctx=ctx, local_deadline=sent + 0.2, hard_deadline=sent + 0.2))
+    ctx = JobContext(job, worker_id="w-1", report_progress=lambda job, fraction, message: False)
+    inflight.add(Running(job=job, ctx=ctx, local_deadline=sent + 0.2, started=sent, hard_deadline=sent + 0.2))
     lost: list[str] = []
     hb = Heartbeater(app.store, "w-1", inflight, interval=FAST["heartbeat_interval"], lease_ttl=FAST["lease_ttl"],
                      on_lost=lambda running, why: lost.append(why), on_cancel_requested=lambda running: None)

@@ -46,11 +46,14 @@ class JobContext:
     def __init__(
         self,
         job: ClaimedJob,
-        *,
         worker_id: str,
-        report_progress: Callable[[float | None, str | None], bool],
+        report_progress: Callable[[ClaimedJob, float | None, str | None], bool],
         on_cancel: Callable[[JobContext], None] | None = None,
     ) -> None:
+        """Made by the worker, one per attempt (positional: it is on the hot
+        path). ``report_progress(job, fraction, message)`` writes progress and
+        says whether a cancel was requested; one function serves every
+        attempt, so none is made per job."""
         self._job = job
         self.worker_id = worker_id
         self._report_progress = report_progress
@@ -101,7 +104,7 @@ class JobContext:
         if message is not None and len(message) > 1000:
             message = message[:997] + "..."
         try:
-            cancel_requested = self._report_progress(None if fraction is None else float(fraction), message)
+            cancel_requested = self._report_progress(self._job, None if fraction is None else float(fraction), message)
         except StaleAttempt:
             self.cancel(CancelReason.LOST)
             raise

@@ -1,12 +1,17 @@
 """The jobs a worker holds right now, shared by the event loop and the
-heartbeat thread (hence the lock)."""
+heartbeat threads.
+
+Only the event loop adds and removes (a claim, an outcome written), once per
+job on a worker's hottest path, so those take no lock: a dict's own set and
+delete are single steps. The heartbeat threads read snapshots (``_snapshot``),
+and a renewal, which reads and then writes a deadline from the heartbeat's or a
+handler's thread, takes the lock."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..context import JobContext
@@ -16,12 +21,15 @@ from ..transport import Delivery
 __all__ = ["InFlight", "Running"]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Running:
     job: ClaimedJob
     ctx: JobContext
     #: monotonic time when our lease lapses unless renewed; past it we fence ourselves
     local_deadline: float
+    #: monotonic time the attempt was taken on here (its claim was sent), and
+    #: from its handler's start the time that started (for its duration)
+    started: float
     #: monotonic end of the attempt's timeout, if it has one
     hard_deadline: float | None = None
     handler: asyncio.Future[object] | None = None
@@ -31,8 +39,6 @@ class Running:
     #: not the heartbeat, decides whether the attempt lost the job (a "lost"
     #: beat may be that report's own write, whose answer never arrived)
     reporting: bool = False
-    #: monotonic time the attempt started here (for its duration)
-    started: float = field(default_factory=time.monotonic)
     #: the transport message that led to this claim, acked once the outcome is written
     delivery: Delivery | None = None
     #: the attempt's OpenTelemetry span, when the app is instrumented (tether.otel)
@@ -50,25 +56,36 @@ class InFlight:
         return len(self._jobs)
 
     def add(self, running: Running) -> None:
-        with self._lock:
-            self._jobs[running.job.id] = running
+        """The event loop only."""
+        self._jobs[running.job.id] = running
 
     def remove(self, running: Running) -> None:
-        with self._lock:
-            if self._jobs.get(running.job.id) is running:
-                del self._jobs[running.job.id]
+        """The event loop only (the one writer: the check and the delete are not raced)."""
+        jobs, job_id = self._jobs, running.job.id
+        if jobs.get(job_id) is running:
+            del jobs[job_id]
 
     def get(self, job_id: int) -> Running | None:
         return self._jobs.get(job_id)
 
     def all(self) -> list[Running]:
-        with self._lock:
-            return list(self._jobs.values())
+        return self._snapshot()
+
+    def _snapshot(self) -> list[Running]:
+        """Every entry, read from any thread while the loop adds and removes.
+        Copying a dict's values runs no Python code, so the loop cannot change
+        it midway, except when the copy's allocation sets off a garbage
+        collection whose finalizers let the loop run: then the copy raises,
+        and we copy again."""
+        while True:
+            try:
+                return list(self._jobs.values())
+            except RuntimeError:  # "dictionary changed size during iteration"
+                continue
 
     def held(self) -> list[tuple[int, int]]:
         """(id, attempt) of every job still ours, for the heartbeat."""
-        with self._lock:
-            return [(r.job.id, r.job.attempt) for r in self._jobs.values() if not r.lost]
+        return [(r.job.id, r.job.attempt) for r in self._snapshot() if not r.lost]
 
     def renewed(self, job_id: int, attempt: int, sent_at: float) -> None:
         """A renewal sent at ``sent_at`` (monotonic) succeeded. The database set
@@ -83,5 +100,4 @@ class InFlight:
                 r.local_deadline = max(r.local_deadline, deadline)
 
     def overdue(self, now: float) -> list[Running]:
-        with self._lock:
-            return [r for r in self._jobs.values() if not r.lost and not r.reporting and r.local_deadline <= now]
+        return [r for r in self._snapshot() if not r.lost and not r.reporting and r.local_deadline <= now]

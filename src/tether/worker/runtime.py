@@ -188,6 +188,10 @@ class Worker:
         self._carry = (self._ahead_batch if self._prefetch else self.claim_batch) <= CARRY_MAX \
             and not self.transport.delivers
         self._avg_run = math.inf  # running average of handler durations, seconds
+        # Bound once: each job's context and handler would otherwise bind them anew.
+        self._progress_fn = self._progress
+        self._on_ctx_cancel_fn = self._on_ctx_cancel
+        self._finished_fn = self._finished
 
     # -- control ----------------------------------------------------------------------
     def stop(self, *, immediate: bool = False) -> None:
@@ -362,6 +366,7 @@ class Worker:
                     self.counts["claims_ahead"] += 1
                     ahead = self._send(min(room, self._ahead_batch))
                     await asyncio.sleep(0)  # let it go out before these jobs are set up
+            self.counts["claimed"] += len(got)
             for job, delivery in got:
                 self._take(job, sent_at, delivery)
             if ahead is None and not ((full or fetched) and self._room() > 0):
@@ -583,12 +588,13 @@ class Worker:
         """Take on a claimed job: its local deadlines (from the claim), the
         in-flight entry the heartbeat renews, its span. None when no handler is
         registered for its task (its failure is being reported)."""
-        self.counts["claimed"] += 1
-        ctx = JobContext(job, worker_id=self.id, report_progress=partial(self._progress, job),
-                         on_cancel=self._on_ctx_cancel)
-        hard = sent_at + job.timeout if job.timeout else None
-        local = sent_at + job.lease_ttl if hard is None else min(sent_at + job.lease_ttl, hard)
-        running = Running(job=job, ctx=ctx, local_deadline=local, hard_deadline=hard, delivery=delivery)
+        ctx = JobContext(job, self.id, self._progress_fn, self._on_ctx_cancel_fn)
+        local = sent_at + job.lease_ttl
+        hard = None
+        if job.timeout:
+            hard = sent_at + job.timeout
+            local = min(local, hard)
+        running = Running(job, ctx, local, sent_at, hard, delivery=delivery)
         earlier = self.inflight.get(job.id)
         if earlier is not None and earlier.job.attempt < job.attempt:
             # Our own older attempt's lease lapsed and was reaped, and we claimed
@@ -643,7 +649,7 @@ class Worker:
             fut = self._loop.run_in_executor(self._handlers, _call_sync, task, ctx, job.args)
         running.handler = fut
         self._busy += 1
-        fut.add_done_callback(partial(self._finished, running))
+        fut.add_done_callback(partial(self._finished_fn, running))
         hard = running.hard_deadline  # from the claim: a prefetched job's wait counts against it
         if hard is not None:
             self._loop.call_at(self._loop.time() + (hard - time.monotonic()), self._timed_out, running)
@@ -712,7 +718,8 @@ class Worker:
         self._busy -= 1
         took = time.monotonic() - running.started
         self._avg_run = took if self._avg_run == math.inf else self._avg_run + PREFETCH_ALPHA * (took - self._avg_run)
-        self._start_ready()
+        if self._ready:
+            self._start_ready()
         if self._nudge is not None:
             self._nudge.set()  # a handler slot is free: claim while this report is written
         if self.history is not None:
@@ -760,14 +767,18 @@ class Worker:
     def _forget(self, running: Running) -> None:
         """The attempt is over here: its outcome is written (or it was lost, and
         the database's recovery owns the job). Only now is its message acked."""
+        self._let_go(running)
+        if self._nudge is not None:
+            self._nudge.set()
+
+    def _let_go(self, running: Running) -> None:
+        """``_forget`` without waking the claimer: for a batch, which wakes it once."""
         if running.delivery is not None:
             self.transport.ack(running.delivery)
             running.delivery = None
         if running.span is not None:
             self._end_span(running)
         self.inflight.remove(running)
-        if self._nudge is not None:
-            self._nudge.set()
 
     async def _report_loop(self) -> None:
         """Write successes in batches: one fenced statement for all that finished
@@ -830,23 +841,29 @@ class Worker:
 
     def _completed(self, batch: list[tuple[Running, str | None]], accepted: set[int], sent_at: float) -> None:
         """The answer to a write of these successes: ``accepted`` passed their fence."""
+        history, emit = self.history, self.events.active
+        refused = 0
         for r, _ in batch:
-            if self.history is not None:
-                self.history.record("report", job=r.job.id, attempt=r.job.attempt, op="complete",
-                                    accepted=r.job.id in accepted, sent=sent_at)
+            job = r.job
+            ok = job.id in accepted
+            if history is not None:
+                history.record("report", job=job.id, attempt=job.attempt, op="complete", accepted=ok, sent=sent_at)
             if r.span is not None:
-                _ended(r, *(("succeeded", None, "succeeded") if r.job.id in accepted else
+                _ended(r, *(("succeeded", None, "succeeded") if ok else
                             ("lost", "its success was refused: the attempt had lost the job", None)))
-            if r.job.id in accepted:
-                self.counts["succeeded"] += 1
-                if self.events.active:
-                    self._emit("job.succeeded", r, state=JobState.SUCCEEDED, outcome=Outcome.SUCCEEDED)
-            else:
-                self.counts["stale_reports"] += 1
+            if not ok:
+                refused += 1
                 self.log.warning("job %s attempt %s finished here but its success was refused: the attempt had "
-                            "lost the job (at-least-once: it may run again or already has)", r.job.id, r.job.attempt,
-                            extra=job_fields(r.job, self.id))
-            self._forget(r)
+                            "lost the job (at-least-once: it may run again or already has)", job.id, job.attempt,
+                            extra=job_fields(job, self.id))
+            elif emit:
+                self._emit("job.succeeded", r, state=JobState.SUCCEEDED, outcome=Outcome.SUCCEEDED)
+            self._let_go(r)
+        self.counts["succeeded"] += len(batch) - refused
+        if refused:
+            self.counts["stale_reports"] += refused
+        if self._nudge is not None:
+            self._nudge.set()
 
     def _report(self, running: Running, fn: Callable[..., Any], *args: Any) -> None:
         assert self._loop is not None

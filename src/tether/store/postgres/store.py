@@ -622,7 +622,8 @@ def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> di
     JSON text (dump_json made it), so it goes in as it is, not parsed again."""
     return {
         "worker": worker,
-        "ids": [d[0] for d in done],
+        # an array literal: psycopg's list dumper runs Python code per element
+        "ids": "{" + ",".join([str(d[0]) for d in done]) + "}",
         "done": "{" + ",".join(f'"{i}":[{a}]' if r is None else f'"{i}":[{a},{r}]' for i, a, r in done) + "}",
     }
 
