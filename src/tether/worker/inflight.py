@@ -47,26 +47,23 @@ class Running:
     ended: tuple[str, str | None, str | None] | None = None
 
 
-class InFlight:
-    def __init__(self) -> None:
-        self._jobs: dict[int, Running] = {}
-        self._lock = threading.Lock()
+class InFlight(dict[int, Running]):
+    """Job id -> its attempt here. A dict itself, so that the loop's per-job
+    lookups and ``len()`` are the dict's own C calls."""
 
-    def __len__(self) -> int:
-        return len(self._jobs)
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
 
     def add(self, running: Running) -> None:
         """The event loop only."""
-        self._jobs[running.job.id] = running
+        self[running.job.id] = running
 
     def remove(self, running: Running) -> None:
         """The event loop only (the one writer: the check and the delete are not raced)."""
-        jobs, job_id = self._jobs, running.job.id
-        if jobs.get(job_id) is running:
-            del jobs[job_id]
-
-    def get(self, job_id: int) -> Running | None:
-        return self._jobs.get(job_id)
+        job_id = running.job.id
+        if self.get(job_id) is running:
+            del self[job_id]
 
     def all(self) -> list[Running]:
         return self._snapshot()
@@ -79,7 +76,7 @@ class InFlight:
         and we copy again."""
         while True:
             try:
-                return list(self._jobs.values())
+                return list(self.values())
             except RuntimeError:  # "dictionary changed size during iteration"
                 continue
 
@@ -92,7 +89,7 @@ class InFlight:
         lease_until = its now() + ttl, and its now() came after we sent, so
         sent_at + ttl is a deadline that never outlives the real lease."""
         with self._lock:
-            r = self._jobs.get(job_id)
+            r = self.get(job_id)
             if r is not None and r.job.attempt == attempt:
                 deadline = sent_at + r.job.lease_ttl
                 if r.hard_deadline is not None:

@@ -68,6 +68,9 @@ CONN_DEFAULTS = {
 #: through a join that a plan made for unknown sizes could turn into a
 #: quadratic loop, nor with array_position (quadratic whatever the plan).
 GENERIC_PLANS = frozenset({"claim", "complete", "complete_and_claim"})
+# Their results come back in binary: a claim's two times (and its numbers)
+# are read from their binary form in a fraction of the time it takes to parse
+# their text (0.2 us a job, of about 10 in a worker's CPU per no-op job).
 #: at most this many successes per statement (a reporter's batch after an
 #: outage can be thousands), so that no one statement is unbounded
 DONE_CHUNK = 200
@@ -188,19 +191,20 @@ class PostgresStore(Store):
 
     # -- plumbing -----------------------------------------------------------------
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        with (self.round_pool if name in GENERIC_PLANS else self.pool).connection() as conn:
+        rounds = name in GENERIC_PLANS
+        with (self.round_pool if rounds else self.pool).connection() as conn:
             try:
-                cur = conn.execute(self.q[name], params or {})
+                cur = conn.execute(self.q[name], params or {}, binary=rounds)
             except pg_errors.UndefinedTable:
                 raise self._no_tables() from None
             return cur.fetchall() if _has_rows(cur) else []
 
     async def _all_async(self, name: str, params: dict[str, Any]) -> Rows:
         """``_all`` on a connection of the running event loop's."""
-        conns = self.round_async if name in GENERIC_PLANS else self.async_connections
-        async with conns.connection() as conn:
+        rounds = name in GENERIC_PLANS
+        async with (self.round_async if rounds else self.async_connections).connection() as conn:
             try:
-                cur = await conn.execute(self.q[name], params)
+                cur = await conn.execute(self.q[name], params, binary=rounds)
             except pg_errors.UndefinedTable:
                 raise self._no_tables() from None
             return await cur.fetchall() if _has_rows(cur) else []
