@@ -632,28 +632,30 @@ class Worker:
                                    worker=self.id, state=JobState.RUNNING, queue_wait=wait))
         fut: asyncio.Future[Any]
         tracing = self.app.tracing
-        if tracing is not None:  # the attempt's span is current while the handler runs
-            if task.is_async:
-                fut = _start(self._loop, tracing.call_async(running.span, task.fn, ctx, job.args))
-            else:
-                fut = self._loop.run_in_executor(self._handlers, tracing.call_sync, running.span, task.fn, ctx,
-                                                 job.args)
-        elif task.is_async:
-            # The handler's own coroutine is the task (no wrapper coroutine per
-            # job); calling it only binds the arguments, and a binding error
-            # (args that do not fit) fails the attempt as a raise inside would.
+        self._busy += 1  # before the start: an eager task (3.12+) may end within it
+        if task.is_async:
+            # The task runs _drive around the handler's coroutine, which reports
+            # the outcome as its last step: no done callback, and so no second
+            # trip through the loop, per job. Calling the handler only binds the
+            # arguments; a binding error (args that do not fit) fails the
+            # attempt as a raise inside would.
             try:
-                coro = task.fn(ctx, **job.args)
+                coro = (task.fn(ctx, **job.args) if tracing is None else  # the span is current while it runs
+                        tracing.call_async(running.span, task.fn, ctx, job.args))
             except Exception as exc:
                 fut = self._loop.create_future()
                 fut.set_exception(exc)
+                fut.add_done_callback(partial(self._finished_fn, running))
             else:
-                fut = _start(self._loop, coro)
+                fut = _start(self._loop, self._drive(running, coro))
         else:
-            fut = self._loop.run_in_executor(self._handlers, _call_sync, task, ctx, job.args)
+            if tracing is None:
+                fut = self._loop.run_in_executor(self._handlers, _call_sync, task, ctx, job.args)
+            else:
+                fut = self._loop.run_in_executor(self._handlers, tracing.call_sync, running.span, task.fn, ctx,
+                                                 job.args)
+            fut.add_done_callback(partial(self._finished_fn, running))
         running.handler = fut
-        self._busy += 1
-        fut.add_done_callback(partial(self._finished_fn, running))
         hard = running.hard_deadline  # from the claim: a prefetched job's wait counts against it
         if hard is not None:
             self._loop.call_at(self._loop.time() + (hard - time.monotonic()), self._timed_out, running)
@@ -716,7 +718,33 @@ class Worker:
                      extra=job_fields(running.job, self.id))
 
     # -- outcomes --------------------------------------------------------------------------
+    async def _drive(self, running: Running, coro: Coroutine[Any, Any, Any]) -> None:
+        """An async handler's task: the handler, then its outcome, in the same
+        step. A cancellation (and KeyboardInterrupt, SystemExit) goes on up
+        once reported, so the task ends cancelled as the handler did; any
+        other exception is the attempt's outcome, reported and not raised."""
+        try:
+            result = await coro
+        except Exception as exc:
+            self._ended(running, None, exc)
+            return
+        except BaseException as exc:
+            self._ended(running, None, exc)
+            raise
+        self._ended(running, result, None)
+
     def _finished(self, running: Running, fut: asyncio.Future[Any]) -> None:
+        """A handler's future is done (a ``def`` handler's thread, or a call
+        that failed to bind its args)."""
+        if fut.cancelled():
+            self._ended(running, None, asyncio.CancelledError())
+        else:
+            exc = fut.exception()
+            self._ended(running, None if exc is not None else fut.result(), exc)
+
+    def _ended(self, running: Running, result: Any, exc: BaseException | None) -> None:
+        """The handler returned ``result`` or raised ``exc``: free its slot and
+        report the outcome."""
         job, ctx = running.job, running.ctx
         running.reporting = True
         self._busy -= 1
@@ -727,13 +755,11 @@ class Worker:
         if self._nudge is not None:
             self._nudge.set()  # a handler slot is free: claim while this report is written
         if self.history is not None:
-            self.history.record("handler_end", job=job.id, attempt=job.attempt,
-                                ok=not fut.cancelled() and fut.exception() is None)
+            self.history.record("handler_end", job=job.id, attempt=job.attempt, ok=exc is None)
         if running.lost:
             self._forget(running)
             return
-        exc: BaseException | None = None if fut.cancelled() else fut.exception()
-        if fut.cancelled() or isinstance(exc, (asyncio.CancelledError, JobCancelled)) or (exc and ctx.cancelled):
+        if isinstance(exc, (asyncio.CancelledError, JobCancelled)) or (exc is not None and ctx.cancelled):
             reason = ctx.cancel_reason
             if reason == CancelReason.REQUESTED:
                 self._report(running, self._fail, Outcome.CANCELLED, "cancelled on request", None, False)
@@ -755,7 +781,6 @@ class Worker:
             self._report(running, self._fail, Outcome.FAILED, f"{type(exc).__name__}: {exc}", _tb(exc), True)
             return
         try:
-            result = fut.result()
             result_json = None if result is None else dump_json(result, f"result of task {job.task!r}",
                                                                self.app.max_payload_bytes)
         except PayloadError as perr:
