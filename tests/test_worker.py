@@ -4,7 +4,9 @@ jobs, progress, wake-ups, self-fencing and embedded shutdown."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -94,6 +96,32 @@ def test_args_that_do_not_fit_the_handler_fail_the_attempt_and_the_worker_goes_o
     (attempt,) = bad_job.attempts
     assert attempt.outcome is Outcome.FAILED and attempt.error is not None and "TypeError" in attempt.error
     assert good_job.state is JobState.SUCCEEDED and good_job.result == 3
+
+
+def test_an_async_handlers_failure_is_its_outcome_not_an_unretrieved_task_exception(
+    make_app: Callable[..., Tether], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An async handler's task reports the outcome itself (Worker._drive): a
+    raise is the attempt's failure, and nothing is left on the task for
+    asyncio to log as never retrieved once the task is collected."""
+    app = make_app(**FAST)
+
+    @app.task(name="boom", max_attempts=1)
+    async def boom(ctx: JobContext) -> None:
+        raise ValueError("boom")
+
+    @app.task(name="fine")
+    async def fine(ctx: JobContext) -> int:
+        return 7
+
+    bad, good = boom.enqueue(), fine.enqueue()
+    with caplog.at_level(logging.ERROR, logger="asyncio"), running(app):
+        bad_job = wait_job(app, bad, is_final)
+        good_job = wait_job(app, good, is_final)
+    gc.collect()
+    assert bad_job.state is JobState.DEAD and bad_job.last_error == "ValueError: boom"
+    assert good_job.state is JobState.SUCCEEDED and good_job.result == 7
+    assert not [r for r in caplog.records if r.name == "asyncio"], [r.getMessage() for r in caplog.records]
 
 
 def test_cancel_running_coroutine(make_app: Callable[..., Tether]) -> None:

@@ -726,23 +726,23 @@ class Worker:
         try:
             result = await coro
         except Exception as exc:
-            self._ended(running, None, exc)
+            self._handler_ended(running, None, exc)
             return
         except BaseException as exc:
-            self._ended(running, None, exc)
+            self._handler_ended(running, None, exc)
             raise
-        self._ended(running, result, None)
+        self._handler_ended(running, result, None)
 
     def _finished(self, running: Running, fut: asyncio.Future[Any]) -> None:
         """A handler's future is done (a ``def`` handler's thread, or a call
         that failed to bind its args)."""
         if fut.cancelled():
-            self._ended(running, None, asyncio.CancelledError())
+            self._handler_ended(running, None, asyncio.CancelledError())
         else:
             exc = fut.exception()
-            self._ended(running, None if exc is not None else fut.result(), exc)
+            self._handler_ended(running, None if exc is not None else fut.result(), exc)
 
-    def _ended(self, running: Running, result: Any, exc: BaseException | None) -> None:
+    def _handler_ended(self, running: Running, result: Any, exc: BaseException | None) -> None:
         """The handler returned ``result`` or raised ``exc``: free its slot and
         report the outcome."""
         job, ctx = running.job, running.ctx
