@@ -8,7 +8,7 @@ run by pgbench in prepared mode (tether's store prepares its statements too):
     complete them  (tether's fenced batch complete, which writes the attempt rows)
 
 two autocommit statements per transaction, as a worker whose claims take more
-than 32 jobs sends them (the complete beside the next claim); and the script a
+than 128 jobs sends them (the complete beside the next claim); and the script a
 worker with smaller claims runs ("carry"):
 
     complete_and_claim  (the previous transaction's K jobs completed and the
