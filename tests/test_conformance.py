@@ -349,6 +349,18 @@ def test_claim_only_takes_jobs_from_the_named_queues(store: Store) -> None:
 # -- claim -------------------------------------------------------------------------
 
 
+def test_a_claim_over_several_queues_takes_only_the_best_limit_of_them(store: Store) -> None:
+    """Each queue's scan may lock up to ``limit`` rows; the claim takes the best
+    ``limit`` across them, and the rest stay queued for the next claim."""
+    t0 = store.db_now()
+    a = [enqueue_one(store, t0, queue="a", priority=p) for p in (5, 1, 0)]
+    b = [enqueue_one(store, t0, queue="b", priority=p) for p in (4, 3, 2)]
+    first = store.claim(W, ["a", "b"], 3, TTL, now=t0)
+    assert [j.id for j in first] == [a[0], b[0], b[1]]
+    assert sorted(j.id for j in store.list_jobs(state="queued")) == sorted([a[1], a[2], b[2]])
+    assert [j.id for j in store.claim(W, ["a", "b"], 10, TTL, now=t0)] == [b[2], a[1], a[2]]
+
+
 def test_claim_sets_running_and_grants_a_lease_in_one_step(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     job_id = enqueue_one(store, t0, task="work", queue="q", priority=3, max_attempts=4)
