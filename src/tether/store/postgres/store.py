@@ -372,7 +372,7 @@ class PostgresStore(Store):
     ) -> list[ClaimedJob]:
         if not ids:
             return []
-        return _claimed(self._all(
+        return claimed_from_rows(self._all(
             "claim_ids",
             {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl, "now": now},
         ))
@@ -590,7 +590,7 @@ def _claim_steps(
 ) -> Steps[list[ClaimedJob]]:
     rows = yield "claim", {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl,
                            "now": now}
-    return _claimed(rows)
+    return claimed_from_rows(rows)
 
 
 def _complete_steps(
@@ -617,7 +617,7 @@ def _complete_and_claim_steps(
     rows = yield "complete_and_claim", {
         **_done_params(worker, done), "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now,
     }
-    return {r[1] for r in rows if r[0] == 1}, _claimed([r[1:] for r in rows if r[0] == 0])
+    return {r[1] for r in rows if r[0] == 1}, claimed_from_rows([r[1:] for r in rows if r[0] == 0])
 
 
 def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
@@ -630,10 +630,6 @@ def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> di
         "ids": "{" + ",".join([str(d[0]) for d in done]) + "}",
         "done": "{" + ",".join(f'"{i}":[{a}]' if r is None else f'"{i}":[{a},{r}]' for i, a, r in done) + "}",
     }
-
-
-def _claimed(rows: list[tuple[Any, ...]]) -> list[ClaimedJob]:
-    return claimed_from_rows(rows)
 
 
 def _beats(held: Sequence[tuple[int, int]], rows: list[tuple[Any, ...]]) -> dict[int, Beat]:
