@@ -401,8 +401,7 @@ class Worker:
         ones whose reports are still being written) stay under twice the
         concurrency (plus the prefetch) when the database is slow to take
         reports."""
-        # (_prefetching() written out: this runs once per finished job)
-        ahead = self._ahead_batch if (self._prefetch and self._avg_run < PREFETCH_BELOW and not self._stopping) else 0
+        ahead = self._ahead_batch if self._prefetching() else 0
         return min(self.concurrency + ahead - self._busy - len(self._ready),
                    LEASES_PER_SLOT * self.concurrency + ahead - len(self.inflight))
 
