@@ -12,27 +12,37 @@ JetStream keeps one copy within its duplicate window.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
+from typing import ClassVar
 
+from ..errors import ConfigError
 from ..store import Store
 from ..transport import Transport
+from .service import PeriodicService
 
 __all__ = ["SWEEP_LIMIT", "Sweeper"]
-
-log = logging.getLogger("tether.sweep")
 
 #: jobs republished per sweep, oldest (in claim order) first
 SWEEP_LIMIT = 500
 
 
-class Sweeper:
+class Sweeper(PeriodicService):
+    name: ClassVar[str] = "sweeper"
+
     def __init__(self, store: Store, transport: Transport, queues: Sequence[str], *, limit: int = SWEEP_LIMIT) -> None:
+        if not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"sweep limit must be an int >= 1, got {limit!r}")
+        # Its first tick waits a whole interval: at start the transport has only
+        # just been connected, and the worker claims from the database first anyway.
+        super().__init__(transport.sweep_interval, spread_start=False)
         self.store = store
         self.transport = transport
         self.queues = list(queues)
         self.limit = limit
         self.total = 0
+
+    def first_wait(self) -> float:
+        return self.next_wait(0.0)
 
     def run_once(self) -> int:
         """Republish what is due and undelivered; returns how many the transport took."""
@@ -44,6 +54,6 @@ class Sweeper:
         sent = self.transport.publish_due(due)
         self.total += sent
         if sent:  # the rest were already in the stream (another sweep's copy)
-            log.info("sweep: published %d due job(s) that no delivery carried (of %d found: ids %s%s)", sent,
+            self.log.info("sweep: published %d due job(s) that no delivery carried (of %d found: ids %s%s)", sent,
                      len(due), ", ".join(str(d.id) for d in due[:10]), ", ..." if len(due) > 10 else "")
         return sent
