@@ -8,6 +8,7 @@ and ``ctx.attempt`` to deduplicate on.
 
 from __future__ import annotations
 
+from ._version import __version__
 from .app import Task, TaskCall, Tether
 from .config import Timers
 from .context import CancelReason, JobCancelled, JobContext
@@ -45,6 +46,5 @@ __all__ = [
     "TetherError",
     "Timers",
     "UnknownTask",
+    "__version__",
 ]
-
-__version__ = "0.1.0"

@@ -27,6 +27,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
+from ._version import __version__
 from .model import ClaimedJob, NewJob, Outcome
 
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ def instrument(app: Tether, *, tracer_provider: TracerProvider | None = None) ->
     """Trace ``app``'s enqueues and its workers' attempts. ``tracer_provider``
     defaults to the global one (``opentelemetry.trace.set_tracer_provider``).
     Call it where the app is defined, so producers and workers both get it."""
-    from . import __version__
-
     app.tracing = Tracing(trace.get_tracer("tether", __version__, tracer_provider=tracer_provider))
     return app.tracing
 
@@ -55,6 +54,8 @@ def uninstrument(app: Tether) -> None:
 
 
 class Tracing:
+    """OpenTelemetry's implementation of ``tether.tracing.Tracer``."""
+
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
 

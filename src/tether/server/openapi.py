@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..store.http import wire
 
 __all__ = ["build_document"]
