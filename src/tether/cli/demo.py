@@ -20,7 +20,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -30,62 +29,20 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from ..config import Timers
-from ..model import TERMINAL_STATES, Job, JobState, Outcome
+from ..model import TERMINAL_STATES, Job, JobState
 from ..store import Store
 from . import demo_app, render
 from .common import BadUsage, configure_app
+from .demo_data import DEMO_TIMERS, DemoFacts, Proc, Recovery
+from .demo_summary import Summary
 
 __all__ = ["run_demo"]
 
-#: short timers so recovery takes seconds; the defaults are 30 s / 10 s / 10 s
-DEMO_TIMERS = Timers(lease_ttl=3.0, heartbeat_interval=1.0, reaper_interval=1.0)
 CONCURRENCY = 3  # per worker process
 TICK = 0.25  # how often the display polls the database
 GIVE_UP_AFTER = 120.0  # seconds: a demo that has not finished by then has found a problem
-SLACK = 0.5  # seconds of scheduling slack on top of the recovery bound
 KILL_AT_PROGRESS = 0.25  # a job this far along counts as "mid-job"
 APP_REF = "tether.cli.demo_app:app"
-
-
-@dataclass
-class Proc:
-    """One worker process the demo started."""
-
-    number: int
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    log_file: IO[bytes]
-    worker_id: str | None = None
-    killed_at: datetime | None = None  # database clock
-    announced_exit: bool = False
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    @property
-    def label(self) -> str:
-        return f"worker {self.number} (pid {self.pid})"
-
-
-@dataclass
-class Recovery:
-    """A job the killed worker held, followed until it finishes elsewhere."""
-
-    job_id: int
-    lost_attempt: int
-    lease_until: datetime | None
-    progress: float | None
-    outcome: Outcome | None = None
-    reaped_at: datetime | None = None
-    reclaimed_at: datetime | None = None
-    reclaimed_by: str | None = None
-    state: JobState = JobState.RUNNING
 
 
 @dataclass
@@ -392,9 +349,9 @@ class Demo:
                                  border_style="red"))
 
     def summary(self, store: Store) -> bool:
-        from .demo_summary import Summary
-
-        return Summary(self, store).show()
+        facts = DemoFacts(console=self.console, procs=self.procs, runs_path=self.runs_path, job_ids=self.job_ids,
+                          problems=self.problems, victim=self.victim, recoveries=self.recoveries)
+        return Summary(facts, store).show()
 
 
 def _secs(later: datetime | None, earlier: datetime | None) -> float:

@@ -14,7 +14,7 @@ from rich.text import Text
 from ..model import Job, JobState, Outcome
 from ..store import Store
 from . import render
-from .demo import DEMO_TIMERS, SLACK, Demo
+from .demo_data import DEMO_TIMERS, SLACK, DemoFacts
 
 __all__ = ["Summary"]
 
@@ -24,7 +24,7 @@ WARN = Text("!", style="bold yellow")
 
 
 class Summary:
-    def __init__(self, demo: Demo, store: Store) -> None:
+    def __init__(self, demo: DemoFacts, store: Store) -> None:
         self.demo = demo
         self.store = store
         self.console = demo.console
