@@ -19,7 +19,7 @@ import pytest
 
 from tether import JobContext, JobState, Outcome, Tether
 from tether.model import Job, NewJob
-from tether.worker import runtime
+from tether.worker import executor, runtime
 
 from .test_worker import FAST, is_final, running, wait_job
 
@@ -84,7 +84,7 @@ class Gated:
 @pytest.fixture
 def long_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     """Buffered jobs wait as long as the test needs, never handed back for lack of a slot."""
-    monkeypatch.setattr(runtime, "PREFETCH_HOLD_MAX", 60.0)
+    monkeypatch.setattr(executor, "PREFETCH_HOLD_MAX", 60.0)
 
 
 @pytest.fixture
@@ -142,9 +142,9 @@ def test_a_buffered_job_is_handed_back_when_no_slot_frees_in_time(gated: Gated) 
         gate_id, quick_id = gated.buffer_one(w)
         held_from = time.monotonic()
         job = wait_job(gated.app, quick_id, lambda j: any(a.outcome is Outcome.RELEASED for a in j.attempts))
-        assert time.monotonic() - held_from >= runtime.PREFETCH_HOLD_MAX * 0.8
+        assert time.monotonic() - held_from >= executor.PREFETCH_HOLD_MAX * 0.8
         assert job.state is JobState.QUEUED and 7 not in gated.ran
-        assert not w._prefetching()  # a slot stayed busy that long: handlers are not short now
+        assert not w.executor.prefetching()  # a slot stayed busy that long: handlers are not short now
         job = gated.open_and_finish(gate_id, quick_id)
     assert job.state is JobState.SUCCEEDED and job.result == 7
     assert [a.outcome for a in job.attempts] == [Outcome.RELEASED, Outcome.SUCCEEDED]
@@ -156,7 +156,7 @@ def test_a_buffered_job_cancelled_on_request_ends_cancelled_without_running(gate
     with running(gated.app, concurrency=1) as w:
         gate_id, quick_id = gated.buffer_one(w)
         assert gated.app.cancel(quick_id) is JobState.RUNNING  # claimed: a request its heartbeat picks up
-        _wait(lambda: bool(w._ready) and w._ready[0].ctx.cancel_reason is not None, "the heartbeat to pass the request on")
+        _wait(lambda: bool(w.executor.ready) and w.executor.ready[0].ctx.cancel_reason is not None, "the heartbeat to pass the request on")
         job = gated.open_and_finish(gate_id, quick_id)
     assert job.state is JobState.CANCELLED
     assert [a.outcome for a in job.attempts] == [Outcome.CANCELLED]

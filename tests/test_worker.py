@@ -23,7 +23,8 @@ from tether.chaos.proxy import TCPProxy
 from tether.model import Beat, Job, NewJob
 from tether.worker.heartbeat import Heartbeater
 from tether.worker.inflight import InFlight, Running
-from tether.worker.runtime import CARRY_MAX, Worker
+from tether.worker.reporter import CARRY_MAX
+from tether.worker.runtime import Worker
 
 from .conftest import PG_URL
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from .config import (
     DEFAULT_BACKOFF_BASE,
@@ -28,11 +28,9 @@ from .errors import ConfigError, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob
 from .store import Store, open_store
+from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
-
-if TYPE_CHECKING:
-    from .otel import Tracing
-    from .worker.runtime import Worker
+from .worker.runtime import Worker
 
 __all__ = ["Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
 
@@ -224,7 +222,7 @@ class Tether:
         #: lifecycle hooks (see ``on``)
         self.events = Events()
         #: OpenTelemetry tracing, set by ``tether.otel.instrument(app)``
-        self.tracing: Tracing | None = None
+        self.tracing: Tracer | None = None
         self._store: Store | None = None
         self._store_lock = threading.Lock()
 
@@ -385,8 +383,6 @@ class Tether:
         ``poll_interval`` (the backend's), ``claim_batch`` (= concurrency) and
         ``prefetch`` (True: while handlers are short, claim ahead, up to twice
         the claim batch a claim)."""
-        from .worker.runtime import Worker
-
         return Worker(self, **options)
 
     def run_worker(self, **options: Unpack[WorkerOptions]) -> None:

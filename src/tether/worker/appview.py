@@ -1,0 +1,63 @@
+"""What the worker sees of an application: a narrow, read-only view.
+
+The runtime never imports ``tether.app``: ``Tether`` satisfies ``AppView``
+structurally, and ``Tether.worker()`` hands itself in. So the imports run one
+way, app -> runtime, and a worker could as well be given any other registry
+(the chaos harness's, a framework's) that offers these few names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from ..config import Timers
+from ..events import Events
+from ..store import Store
+from ..tracing import AttemptTracer
+from ..transport import Transport
+
+__all__ = ["AppView", "TaskView"]
+
+
+class TaskOptionsView(Protocol):
+    @property
+    def queue(self) -> str: ...
+
+
+class TaskView(Protocol):
+    """A registered handler: ``fn(ctx, **args)``, a coroutine function or not."""
+
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+
+    @property
+    def is_async(self) -> bool: ...
+
+    @property
+    def options(self) -> TaskOptionsView: ...
+
+
+class AppView(Protocol):
+    """The task registry and the options a worker runs by."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def timers(self) -> Timers: ...
+
+    @property
+    def tasks(self) -> Mapping[str, TaskView]: ...
+
+    @property
+    def events(self) -> Events: ...
+
+    @property
+    def transport(self) -> Transport: ...
+
+    @property
+    def tracing(self) -> AttemptTracer | None: ...
+
+    @property
+    def max_payload_bytes(self) -> int: ...

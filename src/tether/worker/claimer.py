@@ -1,0 +1,287 @@
+"""The claimer: claim rounds, prefetch, and where job ids come from.
+
+Each round asks the executor how much it may take (``Executor.room``), then
+claims that many due jobs in one statement, or, with a delivering transport
+(NATS), fetches up to that many messages and claims exactly their jobs by id
+(``Store.claim_ids``): either way the database decides who owns a job. While
+the transport is unreachable it claims from the database every round, and even
+while it is up, every ``fallback_interval``.
+
+Successes waiting to be written ride with a claim of any jobs
+(``complete_and_claim``: one round trip, one commit) when the reporter carries.
+While handlers are short the claimer pipelines: it sends the next claim before
+setting up this one's jobs, so the next statement runs on the database while
+these run here.
+
+Between rounds it idles until nudged (a slot freed, a NOTIFY, a reaped job, a
+stop) or for ``poll_interval``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..model import ClaimedJob
+from ..transport import Delivery
+from .executor import Executor
+from .reporter import Done, Reporter, rows_of
+from .state import WorkerState
+
+__all__ = ["COALESCE_WAIT", "FETCH_WAIT", "STOP_GRACE", "Claimer"]
+
+#: how long the claimer waits for more free slots before claiming just a few
+COALESCE_WAIT = 0.005
+#: how long one transport fetch waits for a first message
+FETCH_WAIT = 1.0
+#: how long a claim in flight at a stop may take before the worker stops without
+#: its answer (the reaper then owns whatever it took); also bounds the releases
+STOP_GRACE = 3.0
+#: after a failed claim, the wait before the next grows from this, doubling, to CLAIM_RETRY_MAX
+CLAIM_RETRY_BASE = 0.2
+CLAIM_RETRY_MAX = 5.0
+
+Got = list[tuple[ClaimedJob, Delivery | None]]
+
+
+@dataclass(eq=False)
+class _Claim:
+    """A claim sent to the database and not yet answered."""
+
+    fut: asyncio.Future[Any]
+    want: int
+    #: successes riding with it (complete_and_claim), written once it answers
+    carried: list[Done]
+    #: monotonic time it was sent: the jobs' local deadlines count from here
+    sent_at: float
+
+
+class Claimer:
+    def __init__(self, state: WorkerState, executor: Executor, reporter: Reporter, *,
+                 poll_interval: float) -> None:
+        if not isinstance(poll_interval, int | float) or not 0 < poll_interval < math.inf:
+            raise ConfigError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        self.state = state
+        self.executor = executor
+        self.reporter = reporter
+        self.poll_interval = float(poll_interval)
+        #: a claim this small is worth a short wait for more free slots
+        self.min_claim = max(1, executor.claim_batch // 4)
+        self._transport_ok: bool | None = None
+        self._last_db_claim = -math.inf  # the first round claims from the database
+        self._nudge: asyncio.Event
+        self._idle: asyncio.Event
+
+    def bind(self) -> None:
+        self._nudge = self.state.nudge
+        self._idle = self.state.claimer_idle
+
+    def on_notify(self, queue: str) -> None:
+        """From the LISTEN thread: wake the claimer if the queue is ours."""
+        if queue == "*" or queue in self.state.queues:
+            self.state.wake_claimer()
+
+    # -- rounds --------------------------------------------------------------------------
+    async def serve(self) -> None:
+        """Claim rounds until the worker stops."""
+        try:
+            await self._rounds()
+        finally:
+            self._idle.set()  # no more claims: the reporter writes every success itself
+
+    async def _rounds(self) -> None:
+        s, ex = self.state, self.executor
+        failures = 0
+        ahead: _Claim | None = None  # sent before the last claim's jobs were taken
+        claim: _Claim | None
+        while not s.stopping or ahead is not None:
+            self._nudge.clear()  # before the claim: a nudge during it is not lost
+            if ahead is not None:
+                claim, ahead, fetched = ahead, None, False
+                want, sent_at = claim.want, claim.sent_at
+            else:
+                ex.expire_held()
+                free = ex.room()
+                if 0 < free < self.min_claim and ex.busy:
+                    # Only a few slots are free and more are about to be: wait a moment
+                    # so one claim takes a batch instead of several claims taking one.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._batch_gather(), COALESCE_WAIT)
+                    free = ex.room()
+                if free <= 0:
+                    await self.idle()
+                    continue
+                want = min(free, ex.batch())
+                sent_at = time.monotonic()
+                fetched = self._via_transport()
+                claim = None if fetched else self.send(want)
+            try:
+                got = await (self._fetch_and_claim(want) if claim is None else self._claim_any(claim))
+                if got is None:
+                    return  # stopping
+            except Exception as exc:
+                failures += 1
+                s.log.warning("claim failed (%s); retrying", exc)
+                await asyncio.sleep(min(CLAIM_RETRY_MAX, CLAIM_RETRY_BASE * 2**failures))
+                continue
+            failures = 0
+            full = len(got) == want
+            if full and claim is not None and ex.prefetching():
+                # Pipeline: send the next claim (carrying the successes waiting)
+                # before taking these jobs, so its statement runs on the
+                # database while this batch is set up and run here.
+                room = ex.room() - len(got)
+                if room >= self.min_claim:
+                    s.counts["claims_ahead"] += 1
+                    ahead = self.send(min(room, ex.ahead_batch))
+                    await asyncio.sleep(0)  # let it go out before these jobs are set up
+            s.counts["claimed"] += len(got)
+            take = ex.take
+            for job, delivery in got:
+                take(job, sent_at, delivery)
+            if ahead is None and not ((full or fetched) and ex.room() > 0):
+                await self.idle()  # a fetch has already waited for work: no idle wait after one
+
+    async def idle(self) -> None:
+        """Wait for a reason to claim: a nudge (a slot freed, a NOTIFY, a
+        reaped job) or the poll interval; sooner when buffered jobs are due to
+        be released."""
+        wait = self.poll_interval
+        expires = self.executor.hold_expires()
+        if expires is not None:
+            wait = min(wait, max(0.0, expires - time.monotonic()))
+        self._idle.set()  # idle exactly while waiting: every wake-up leads to a claim
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._nudge.wait(), wait)
+        self._idle.clear()
+
+    async def _batch_gather(self) -> None:
+        ex = self.executor
+        while 0 < ex.room() < self.min_claim and ex.busy and not self.state.stopping:
+            self._nudge.clear()
+            await self._nudge.wait()
+
+    # -- where job ids come from ------------------------------------------------------------
+    def _via_transport(self) -> bool:
+        """Take this round's jobs from the transport (True) or claim from the
+        database (False): always the database without a delivering transport,
+        while it is unreachable, and once every ``fallback_interval`` anyway."""
+        t = self.state.transport
+        if not t.delivers:
+            return False
+        ok = t.healthy
+        if ok != self._transport_ok:
+            if ok:
+                self.state.log.warning("transport %s is up: taking job ids from it", t.name)
+            else:
+                self.state.log.warning("transport %s is unreachable: polling the database every %gs until it is "
+                                       "back", t.name, self.poll_interval)
+            self._transport_ok = ok
+        now = time.monotonic()
+        if not ok or now - self._last_db_claim >= t.fallback_interval:
+            self._last_db_claim = now
+            return False
+        return True
+
+    async def _fetch_and_claim(self, want: int) -> Got | None:
+        """Up to ``want`` messages, then one fenced claim of exactly their jobs.
+        A message whose job the claim refuses (held, finished, not due, a
+        repeat) is acked at once: the database has already said no."""
+        s = self.state
+        transport = s.transport
+        deliveries = await transport.fetch(want, FETCH_WAIT, s.queues)
+        if not deliveries:
+            return []
+        first: dict[int, Delivery] = {}
+        for d in deliveries:
+            if d.job_id in first:
+                transport.ack(d)  # the same job twice in one batch
+                s.counts["deliveries_refused"] += 1
+            else:
+                first[d.job_id] = d
+        try:
+            jobs = None if s.stopping else await self._receive(self.send(want, ids=list(first)))
+        except Exception:
+            for d in first.values():
+                transport.nak(d)
+            raise
+        if jobs is None:  # stopping: anything claimed was released again
+            for d in first.values():
+                transport.nak(d)
+            return None
+        claimed = {j.id for j in jobs}
+        for job_id, d in first.items():
+            if job_id not in claimed:
+                transport.ack(d)
+                s.counts["deliveries_refused"] += 1
+        s.counts["deliveries_claimed"] += len(jobs)
+        return [(j, first[j.id]) for j in jobs]
+
+    async def _claim_any(self, claim: _Claim) -> Got | None:
+        self.state.counts["db_claims"] += 1
+        jobs = await self._receive(claim)
+        return None if jobs is None else [(j, None) for j in jobs]
+
+    # -- one claim ------------------------------------------------------------------------
+    def send(self, want: int, *, ids: list[int] | None = None) -> _Claim:
+        """Send one claim (of any due jobs, or of exactly ``ids``). Successes
+        waiting to be written ride with a claim of any jobs: one round trip,
+        one commit. The statement goes out when the loop next runs its tasks:
+        a caller with other work to do first yields once (``asyncio.sleep(0)``)."""
+        s, reporter = self.state, self.reporter
+        carried: list[Done] = []
+        store, pool, ttl = s.store, s.db_pool, s.timers.lease_ttl
+        call: Coroutine[Any, Any, Any]
+        if ids is not None:
+            call = s.db(store.claim_ids, s.id, ids, s.queues, ttl)
+        elif reporter.done and reporter.carry:
+            carried, reporter.done = reporter.done, []
+            call = store.complete_and_claim_async(s.id, rows_of(carried), s.queues, want, ttl, executor=pool)
+        else:
+            call = store.claim_async(s.id, s.queues, want, ttl, executor=pool)
+        assert s.loop is not None
+        return _Claim(s.loop.create_task(call), want, carried, time.monotonic())
+
+    async def _receive(self, claim: _Claim) -> list[ClaimedJob] | None:
+        """A sent claim's jobs, raced against stop(): a worker asked to stop
+        while its claim hangs on an unreachable database must still stop. Jobs
+        a late claim returns are released at once (fenced, budget untouched)."""
+        s = self.state
+        fut, carried, sent_at = claim.fut, claim.carried, claim.sent_at
+        try:
+            done, _ = await asyncio.wait({fut, s.stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if fut in done:
+                return self._claimed(fut.result(), carried, sent_at)
+            try:
+                jobs = self._claimed(await asyncio.wait_for(fut, STOP_GRACE), carried, sent_at)
+            except Exception as exc:  # includes the timeout: the reaper owns whatever it took
+                s.log.warning("stopping with a claim still in flight (%s)", exc or type(exc).__name__)
+                if carried:
+                    self.reporter.complete_later(carried)
+                return None
+        except BaseException:
+            if carried:
+                # Their fate is unknown (the statement may have committed): write
+                # them again; a refusal is then checked against the audit.
+                self.reporter.complete_later(carried)
+            raise
+        for job in jobs:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(s.db(s.store.release, s.id, job.id, job.attempt), STOP_GRACE)
+        return None
+
+    def _claimed(self, answer: Any, carried: list[Done], sent_at: float) -> list[ClaimedJob]:
+        """A claim's jobs; when it carried successes, tell their handlers' story first."""
+        if not carried:
+            return list(answer)
+        accepted, jobs = answer
+        self.state.counts["successes_carried"] += len(carried)
+        self.reporter.completed(carried, accepted, sent_at)
+        carried.clear()  # written: an exception from here on must not write them again
+        return list(jobs)

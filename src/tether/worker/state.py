@@ -1,0 +1,101 @@
+"""What a worker's services share: who the worker is, where its jobs live,
+the jobs it holds, its wake-ups, and whether it is stopping.
+
+One ``WorkerState`` per worker, made by ``runtime.Worker`` and handed to each
+service. The asyncio events are made in ``bind()``, on the loop the worker
+runs in; services copy the ones they touch per job into attributes of their
+own at ``bind()`` so that the hot path reads them as before the split.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+from ..config import Timers
+from ..events import Event, Events
+from ..logs import FieldsAdapter
+from ..model import JobState, Outcome
+from ..store import Store
+from ..tracing import AttemptTracer
+from ..transport import Transport
+from .appview import AppView
+from .history import HistoryRecorder
+from .inflight import InFlight, Running
+
+__all__ = ["WorkerState"]
+
+T = TypeVar("T")
+
+
+class WorkerState:
+    def __init__(self, app: AppView, *, worker_id: str, history: HistoryRecorder | None, log: logging.Logger,
+                 queues: list[str]) -> None:
+        self.app = app
+        self.id = worker_id
+        self.store: Store = app.store
+        self.timers: Timers = app.timers
+        self.events: Events = app.events
+        self.transport: Transport = app.transport
+        self.history = history
+        self.log = FieldsAdapter(log, {"worker": worker_id})
+        self.queues = queues
+        self.inflight = InFlight()
+        self.counts: Counter[str] = Counter()
+        #: every store call off the loop but the round statements the store sends
+        #: itself (and, on other backends, those too): two, so that claims and
+        #: completions overlap
+        self.db_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tether-db")
+        #: set once: no new claims; in-flight handlers may finish
+        self.stopping = False
+        #: set once: in-flight handlers are cancelled and released now
+        self.stop_now = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        # Made by bind(), on the worker's loop:
+        #: wakes the claimer: a slot freed, a NOTIFY, a reaped job, a stop
+        self.nudge: asyncio.Event
+        #: set while the claimer waits for work: successes have no claim to ride
+        #: with, so the reporter writes them at once
+        self.claimer_idle: asyncio.Event
+        self.stop_event: asyncio.Event
+        #: done when stop() was called: raced against calls that may hang
+        self.stop_waiter: asyncio.Task[Any]
+
+    @property
+    def tracing(self) -> AttemptTracer | None:
+        """The app's tracing, read each time (``tether.otel.instrument`` sets it)."""
+        return self.app.tracing
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.nudge = asyncio.Event()
+        self.claimer_idle = asyncio.Event()
+        self.stop_event = asyncio.Event()
+        if self.stopping:
+            self.stop_event.set()
+        self.stop_waiter = loop.create_task(self.stop_event.wait(), name="tether-stop-waiter")
+
+    async def db(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking store call on the worker's database threads."""
+        assert self.loop is not None
+        return await self.loop.run_in_executor(self.db_pool, partial(fn, *args))
+
+    def wake_claimer(self) -> None:
+        """Any thread: wake the claimer (a no-op before the loop runs or after it closed)."""
+        loop = self.loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(self.nudge.set)
+
+    def emit(self, name: str, running: Running, duration: float, *, state: JobState | None = None,
+             outcome: Outcome | None = None, error: str | None = None) -> None:
+        """An attempt's event (only called while ``events.active``)."""
+        job = running.job
+        self.events.emit(Event(name, job_id=job.id, attempt=job.attempt, task=job.task, queue=job.queue,
+                               worker=self.id, state=state, outcome=outcome, error=error, duration=duration))
