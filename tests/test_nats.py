@@ -677,3 +677,27 @@ def test_chaos_over_nats_keeps_the_contract(tmp_path: Path, nats_url: str, prefi
     assert "deliveries_claimed" in logs  # jobs did come through NATS
     with pytest.raises(nats.js.errors.NotFoundError):  # the run deleted its stream
         backlog(nats_url, prefix)
+
+
+def test_a_published_job_starts_at_once_whatever_the_poll_interval(make_app: Callable[..., Tether], nats_url: str,
+                                                                   prefix: str) -> None:
+    """The poll interval is only the fallback's period: with NATS up, a worker
+    polling the database every 60 s still fetches a published job within
+    about a second (issue 17: it used to idle the whole interval after its
+    first database round)."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+
+    @app.task(name="add")
+    def add(ctx: JobContext, a: int) -> int:
+        return a + 1
+
+    with running(app, poll_interval=60) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        time.sleep(0.5)  # the first database round has answered: the claimer is past it
+        started = time.monotonic()
+        job_id = add.enqueue(a=1)
+        job = wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED, timeout=10)
+        took = time.monotonic() - started
+        assert job.result == 2
+        assert took < 3.0, f"the published job waited {took:.1f}s for a worker polling every 60s"
+        assert w.counts["deliveries_claimed"] == 1 and w.counts["db_claims"] == 1

@@ -145,21 +145,39 @@ class Claimer:
             take = ex.take
             for job, delivery in got:
                 take(job, sent_at, delivery)
-            if ahead is None and not ((full or fetched) and ex.room() > 0):
-                await self.idle()  # a fetch has already waited for work: no idle wait after one
+            # A fetch has already waited for work: no idle wait after one. Nor
+            # after a database round while the transport is up: the next round
+            # fetches from it, and the poll interval is only the fallback's period.
+            if ahead is None and not ((full or fetched or self._fetching()) and ex.room() > 0):
+                await self.idle()
 
     async def idle(self) -> None:
         """Wait for a reason to claim: a nudge (a slot freed, a NOTIFY, a
         reaped job) or the poll interval; sooner when buffered jobs are due to
-        be released."""
-        wait = self.poll_interval
+        be released, or when a delivering transport that was down is back."""
+        now = time.monotonic()
+        until = now + self.poll_interval
         expires = self.executor.hold_expires()
         if expires is not None:
-            wait = min(wait, max(0.0, expires - time.monotonic()))
+            until = min(until, expires)
+        transport = self.state.transport
         self._idle.set()  # idle exactly while waiting: every wake-up leads to a claim
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._nudge.wait(), wait)
+        while True:
+            wait = max(0.0, until - now)
+            if transport.delivers:
+                wait = min(wait, FETCH_WAIT)  # look again for the transport's return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._nudge.wait(), wait)
+                break  # nudged
+            now = time.monotonic()
+            if now >= until or self._fetching():
+                break
         self._idle.clear()
+
+    def _fetching(self) -> bool:
+        """Whether the next round may take its jobs from a delivering transport (it is up)."""
+        transport = self.state.transport
+        return transport.delivers and transport.healthy
 
     async def _batch_gather(self) -> None:
         ex = self.executor
