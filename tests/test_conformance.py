@@ -559,6 +559,18 @@ def test_progress_records_and_extends_the_lease(store: Store) -> None:
     assert store.reap(100, now=t0 + sec(TTL + 1)) == []
 
 
+def test_a_success_leaves_progress_at_one_not_at_its_last_report(store: Store) -> None:
+    """A succeeded job reads 100%, not the 0.25 it last reported; one that never
+    reported progress keeps none (issue 17)."""
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    store.progress(W, c.id, 1, 0.25, "a quarter", TTL, now=t0 + sec(1))
+    other = start_job(store, t0)
+    assert store.complete(W, [(c.id, 1, None), (other.id, 1, None)], now=t0 + sec(2)) == {c.id, other.id}
+    assert get(store, c.id).progress == 1.0
+    assert get(store, other.id).progress is None
+
+
 def test_progress_reports_a_cancel_request(store: Store) -> None:
     t0 = store.db_now()
     c = start_job(store, t0)

@@ -218,9 +218,11 @@ RETURNING cancel_requested
 -- planner off jobs_reap_idx, whose predicate it would otherwise match: with
 -- few running rows at ANALYZE time it chose that index and filtered every
 -- running job of every worker, where the primary key finds just these.
+-- A job that reported progress ends at 1 (100%), not at its last report.
 UPDATE {schema}.jobs AS j
 SET state = 'succeeded',
     result = %(done)s::jsonb -> j.id::text -> 1,
+    progress = CASE WHEN j.progress IS NULL THEN NULL ELSE 1 END,
     finished_at = {now},
     locked_by = NULL,
     lease_until = NULL,

@@ -121,10 +121,12 @@ WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'runni
 RETURNING cancel_requested
 
 -- name: complete
--- Many completions, one statement, each row fenced on its own attempt.
+-- Many completions, one statement, each row fenced on its own attempt. A job
+-- that reported progress ends at 1 (100%), not at its last report.
 UPDATE tether_jobs
 SET state = 'succeeded',
     result = done.result,
+    progress = CASE WHEN tether_jobs.progress IS NULL THEN NULL ELSE 1 END,
     finished_at = {now},
     locked_by = NULL,
     lease_until = NULL,
