@@ -141,13 +141,27 @@ def test_python_m_and_packages_take_the_importers_name(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "__main__.py").write_text(NAMES)
     (tmp_path / "plain.py").write_text(NAMES)
     assert _run(["-m", "pkg.sub.mod"], tmp_path, env).strip() == "pkg.sub.mod.add"
-    assert _run(["pkg/sub/mod.py"], tmp_path, env).strip() == "pkg.sub.mod.add"
+    # By path, with the package's parent on sys.path (installed, or PYTHONPATH):
+    # the package's name; without it, the name this process can import it by.
+    on_path = {**env, "PYTHONPATH": f"{SRC}{os.pathsep}{tmp_path}"}
+    assert _run([str(tmp_path / "pkg/sub/mod.py")], Path("/"), on_path).strip() == "pkg.sub.mod.add"
+    assert _run(["pkg/sub/mod.py"], tmp_path, env).strip() == "mod.add"
     assert _run(["-m", "pkg"], tmp_path, env).strip() == "pkg.__main__.add"
     assert _run(["-m", "plain"], tmp_path, env).strip() == "plain.add"
     assert _run([str(tmp_path / "plain.py")], Path("/"), env).strip() == "plain.add"
     # Imported, as a worker's --app imports it: the same names.
     assert _run(["-c", "import pkg.sub.mod"], tmp_path, env).strip() == "pkg.sub.mod.add"
     assert _run(["-c", "import plain"], tmp_path, env).strip() == "plain.add"
+
+
+def test_a_stray_init_beside_the_script_does_not_change_its_name(tmp_path: Path) -> None:
+    # app.py in a folder that happens to hold an __init__.py, whose parent is
+    # not on sys.path: importers there `import app`, so the name is app.add.
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "app.py").write_text(NAMES)
+    assert _run(["app.py"], tmp_path, env).strip() == "app.add"
+    assert _run(["-c", "import app"], tmp_path, env).strip() == "app.add"
 
 
 def test_a_multiprocessing_child_of_a_script_takes_the_same_name(tmp_path: Path) -> None:
@@ -181,11 +195,14 @@ def test_no_file_behind_main_refuses_with_a_clear_message(tmp_path: Path) -> Non
 def test_module_name_of_paths(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
-    assert module_name_of(tmp_path / "app.py") == "app"
-    assert module_name_of(tmp_path / "pkg" / "mod.py") == "pkg.mod"
-    assert module_name_of(tmp_path / "pkg" / "__init__.py") == "pkg"
-    assert module_name_of(tmp_path / "my-app.py") is None  # not an identifier
-    assert module_name_of(tmp_path / "app") is None  # no .py: nothing imports it
+    root, pkg = str(tmp_path), str(tmp_path / "pkg")
+    assert module_name_of(tmp_path / "app.py", [root]) == "app"
+    assert module_name_of(tmp_path / "pkg" / "mod.py", [pkg, root]) == "pkg.mod"  # the longest
+    assert module_name_of(tmp_path / "pkg" / "mod.py", [pkg]) == "mod"
+    assert module_name_of(tmp_path / "pkg" / "mod.py", []) == "pkg.mod"  # under no entry: the package walk
+    assert module_name_of(tmp_path / "pkg" / "__init__.py", [root]) == "pkg"
+    assert module_name_of(tmp_path / "my-app.py", [root]) is None  # not an identifier
+    assert module_name_of(tmp_path / "app", [root]) is None  # no .py: nothing imports it
     assert default_task_name(module_name_of) == "tether.naming.module_name_of"  # imported modules: as before
 
 

@@ -8,20 +8,27 @@ way and its producers disagree on every name, and each job would die as an
 unknown task. So a script's tasks take the name its importers use:
 
 1. run with ``python -m pkg.mod``: ``__spec__.name`` (``pkg.mod``);
-2. run as a file: the file's path, dotted, from the first directory upward
-   that is not a package (has no ``__init__.py``): ``app`` for ``app.py`` in
-   a plain directory, ``pkg.mod`` for ``pkg/mod.py`` beside
-   ``pkg/__init__.py``. That is what ``import`` resolves from that directory
-   (the script's own directory is on ``sys.path`` when Python runs it);
-3. no file at all (an interactive session, ``python -c``, a notebook): no
-   importable name exists, and registration refuses with a clear message
-   rather than invent one no other process can match.
+2. run as a file: the file's path, dotted, relative to the ``sys.path`` entry
+   it is imported from: ``app`` for ``app.py`` (Python puts the script's own
+   directory on ``sys.path``). When a longer name also works, because the
+   file sits in a package (``pkg/mod.py`` beside ``pkg/__init__.py``) whose
+   parent is on ``sys.path`` too (installed, or on ``PYTHONPATH``), the
+   longer one: ``pkg.mod``, what ``import pkg.mod`` gives. A file under no
+   entry (``python -P``) is named as if its first non-package ancestor were;
+3. no file at all (an interactive session, ``python -c``, a notebook), or a
+   file name that is not a module name (``my-app.py``): no importable name
+   exists, and registration refuses with a clear message rather than invent
+   one no other process can match.
+
+A module inside a package run by path while the package's parent is not on
+``sys.path`` is named from its own directory (``mod``), as this process can
+import it; run it with ``python -m pkg.mod`` for ``pkg.mod``.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +70,23 @@ def _importable_name(module: str, fn: Callable[..., Any]) -> str:
     return name
 
 
-def module_name_of(file: Path) -> str | None:
-    """The dotted name ``import`` finds ``file`` under, counting from the first
-    directory upward that is not a package; None if a part is not an identifier."""
-    path = file.resolve()
-    parts = [] if path.stem == "__init__" else [path.stem]
-    folder = path.parent
-    while (folder / "__init__.py").is_file() and folder.parent != folder:
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    if not parts or not all(p.isidentifier() for p in parts) or path.suffix != ".py":
+def module_name_of(file: Path, path: Sequence[str] | None = None) -> str | None:
+    """The dotted name ``file`` is imported under from ``path`` (``sys.path``):
+    the longest that some entry gives through regular packages; None if its
+    parts are not identifiers or it is not a ``.py`` file."""
+    file = file.resolve()
+    if file.suffix != ".py":
         return None
-    return ".".join(parts)
+    parts = [] if file.stem == "__init__" else [file.stem]
+    folder = file.parent
+    names: list[tuple[Path, list[str]]] = [(folder, parts)] if parts else []
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts = [folder.name, *parts]
+        folder = folder.parent
+        names.append((folder, parts))
+    if not names:
+        return None
+    entries = {Path(e or ".").resolve() for e in (sys.path if path is None else path) if isinstance(e, str)}
+    on_path = [p for base, p in names if base in entries]
+    chosen = on_path[-1] if on_path else names[-1][1]
+    return ".".join(chosen) if all(p.isidentifier() for p in chosen) else None
