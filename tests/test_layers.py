@@ -17,7 +17,7 @@ ROOT = SRC / "tether"
 #: lowest first; a module may import its own layer and the ones below it. The
 #: first prefix that matches a module's dotted name decides its layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.logs",
+    ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.logs", "tether.naming",
                 "tether.display")),
     ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.rows", "tether.store.sqlfile",
                      "tether.store.http.schema", "tether.store.http.wire")),

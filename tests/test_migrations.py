@@ -29,7 +29,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
     },
     "attempts": {"job_id", "attempt", "worker", "claimed_at", "finished_at", "outcome", "error", "traceback"},
     "workers": {
-        "id", "host", "pid", "proc_start", "started_at", "last_seen", "queues", "concurrency", "stopped_at",
+        "id", "host", "pid", "proc_start", "started_at", "last_seen", "queues", "concurrency", "stopped_at", "owner",
     },
     "migrations": {"version", "name", "applied_at"},
 }

@@ -4,7 +4,9 @@ HTTP with a worker token. The same lease rules must hold as for local
 workers (``test_processes.py``, whose helpers these reuse): a SIGKILLed
 remote worker's job is recovered within the bound, and a remote worker cut
 off from the server past its lease stops its handler and has its late report
-refused once it can reach the server again.
+refused once it can reach the server again. A worker token acts only for the
+workers it registered, so a worker restarting beside another token's dead
+worker still starts, and leaves that worker's job to the reaper.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,7 @@ from .test_processes import (
     SLACK,
     TTL,
     Workers,
+    assert_recovered_by,
     enqueue,
     finished,
     job,
@@ -41,6 +45,8 @@ from .test_processes import (
 pytestmark = pytest.mark.processes
 
 TOKEN = secrets.token_urlsafe(24)
+#: another deployment's worker token on the same server
+OTHER = secrets.token_urlsafe(24)
 
 
 def free_port() -> int:
@@ -50,13 +56,13 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``python -m tether server`` over the test's database, with one worker token."""
+    """``python -m tether server`` over the test's database, with two worker tokens."""
 
     def __init__(self, db_url: str, tmp: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         tokens = tmp / "tokens"
-        tokens.write_text(f"{TOKEN} worker,producer\n")
+        tokens.write_text(f"{TOKEN} worker,producer\n{OTHER} worker\n")
         self.log = tmp / "server.log"
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         with self.log.open("wb") as err:
@@ -168,3 +174,23 @@ def test_sigterm_on_a_remote_worker_releases_its_job(remote: Workers, store: Sto
     assert released.state is JobState.QUEUED
     assert (released.attempt, released.released) == (1, 1)
     assert [a.outcome for a in released.attempts] == [Outcome.RELEASED]
+
+
+def test_a_worker_restarting_beside_another_tokens_dead_worker_starts_and_the_reaper_recovers_it(
+    remote: Workers, store: Store
+) -> None:
+    # B's start-up reconciliation finds A dead on this host, but A is not B's
+    # token's worker: B may not end A's leases, so it must still start, and
+    # its reaper recover A's job once the lease lapses (within the bound).
+    jid = enqueue(store, "sleepy", seconds=1)
+    a = remote.start(TETHER_TOKEN=TOKEN)
+    wait_for(lambda: remote.started(jid), 15, "worker A to start the job")
+    a.kill()
+    killed_at = datetime.now(UTC)
+    a.wait(timeout=5)
+    b = remote.start(TETHER_TOKEN=OTHER)
+    remote.wait_started(b)
+    done = wait_for(lambda: finished(store, jid), 25, "the job to finish")
+    assert_recovered_by(done, dead=a.pid, sibling=b.pid, killed_at=killed_at)
+    assert b.poll() is None, remote.log(b)
+    assert "not ending the leases of" in remote.log(b)

@@ -75,6 +75,12 @@ def client(server_url: str) -> Client:
 JOB = {"jobs": [{"task": "t", "args": {"x": 1}}]}
 
 
+def register(client: Client, worker: str, token: str = WORKER) -> tuple[int, dict[str, Any]]:
+    """Register a worker id for a token (a worker token acts only for those it registered)."""
+    body = {"id": worker, "host": "h", "pid": 1, "proc_start": None, "queues": ["default"], "concurrency": 1}
+    return client.request("POST", "/v1/workers", body, token=token)
+
+
 def test_no_token_or_an_unknown_one_is_refused(client: Client) -> None:
     for token, headers in [(None, None), ("x" * 30, None), (None, {"Authorization": f"Basic {WORKER}"})]:
         status, body = client.request("GET", "/v1/now", token=token, headers=headers)
@@ -95,6 +101,7 @@ def test_scopes_are_enforced(client: Client) -> None:
     claim = {"worker": "w1", "queues": ["default"], "limit": 1, "lease_ttl": 30}
     status, body = client.request("POST", "/v1/claim", claim, token=PRODUCER)
     assert status == 403 and "scope worker" in body["message"]
+    assert register(client, "w1") == (200, {})
     status, body = client.request("POST", "/v1/claim", claim, token=WORKER)
     assert status == 200 and len(body["jobs"]) == 1
     for token in (WORKER, PRODUCER):
@@ -201,6 +208,8 @@ def test_client_clock_is_refused_unless_the_server_allows_it(client: Client, ser
 def test_stale_report_is_409_with_the_fence_details(client: Client, server_url: str) -> None:
     client.request("POST", "/v1/jobs", JOB, token=PRODUCER)
     claim = {"worker": "w1", "queues": ["default"], "limit": 1, "lease_ttl": 30}
+    for worker in ("w1", "w2", "someone-else"):  # one token's workers: the fence tells them apart
+        register(client, worker)
     (job,) = client.request("POST", "/v1/claim", claim, token=WORKER)[1]["jobs"]
     stale = {"worker": "w1", "job_id": job["id"], "attempt": job["attempt"] + 1, "outcome": "failed",
              "error": "boom"}

@@ -27,6 +27,7 @@ from .config import (
 from .errors import ConfigError, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob
+from .naming import default_task_name
 from .store import Store, open_store
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
@@ -260,10 +261,12 @@ class Tether:
         timeout: float | None = None,
         retry_backoff: float = DEFAULT_BACKOFF_BASE,
     ) -> Any:
-        """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``."""
+        """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``.
+        Its name defaults to ``module.qualname``, the module named as importers
+        name it even when it runs as a script (see ``tether.naming``)."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            task_name = name or f"{f.__module__}.{f.__qualname__}"
+            task_name = name or default_task_name(f)
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
             opts = TaskOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,

@@ -6,6 +6,7 @@ The hierarchy::
     ├── ConfigError            bad settings: misordered timers, a bad queue name
     │   ├── InvalidDSN         a database URL tether cannot use
     │   └── AccessDenied       a tether server refused the token (missing, unknown, wrong scope)
+    │       └── NotYourWorker  ... or the worker id: another token registered it, or none did
     ├── PayloadError           args or a result that is not JSON, or too large
     ├── UnknownTask            a task name no registered handler carries
     ├── SchemaMissing          the database has no (or an older) tether schema
@@ -28,6 +29,7 @@ __all__ = [
     "InvalidDSN",
     "InvalidTransition",
     "JobNotFound",
+    "NotYourWorker",
     "PayloadError",
     "SchemaMissing",
     "ServerUnavailable",
@@ -51,6 +53,15 @@ class InvalidDSN(ConfigError):
 
 class AccessDenied(ConfigError):
     """A tether server refused the request's token: none, unknown, or without the scope."""
+
+
+class NotYourWorker(AccessDenied):
+    """A tether server refused a worker token's request for worker ids it did
+    not register (another token did, or none has yet). ``workers``: those ids."""
+
+    def __init__(self, message: str, workers: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.workers = list(workers or [])
 
 
 class ServerUnavailable(TetherError, ConnectionError):

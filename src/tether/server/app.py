@@ -7,6 +7,9 @@ operations do the work, so a stale report is refused exactly as it is for a
 local worker (409 ``stale_attempt``). tether's errors map to 4xx; anything
 else is a 500 whose details stay in the server's log.
 
+A worker token acts only for the workers it registered (``owners``): any
+worker operation naming another id is refused with 403 ``not_your_worker``.
+
 A client-supplied ``now`` (the store's test clock) is honoured only when the
 app is built with ``client_clock=True``; otherwise it is refused.
 
@@ -39,8 +42,9 @@ from ..store import Listener, Store
 from ..store.http import wire
 from ..store.http.schema import SchemaViolation, parse_datetime, validate
 from ..transport import Transport, announce, due_now
-from .auth import TokenTable
+from .auth import Caller, TokenTable
 from .openapi import build_document
+from .owners import WorkerOwners
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -93,6 +97,10 @@ class _Server:
     #: announces what enqueue and retry committed (None: nothing to announce to)
     transport: Transport | None = None
     wakeups: _Wakeups = field(default_factory=_Wakeups)
+    owners: WorkerOwners = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.owners = WorkerOwners(self.store)
 
 
 Args = dict[str, Any]
@@ -200,15 +208,27 @@ def _fail(s: _Server, a: Args) -> Args:
 
 
 def _register(s: _Server, a: Args) -> Args:
+    # A worker token's registration records it as the worker's owner, or, for
+    # an id someone else registered, changes nothing: reading the owner back
+    # tells which (one statement each; the binding is never updated).
     s.store.register_worker(WorkerInfo(
         id=a["id"], host=a["host"], pid=a["pid"], proc_start=a["proc_start"], started_at=None,  # type: ignore[arg-type]
         last_seen=None, queues=[validate_queue(q) for q in a["queues"]], concurrency=a["concurrency"],  # type: ignore[arg-type]
-    ))
+    ), owner=a["owner"])
+    if a["owner"] is not None:
+        _check_owner(s, a["owner"], [a["id"]])
     return {}
+
+
+def _check_owner(s: _Server, owner: str, worker_ids: list[str]) -> None:
+    refusal = s.owners.check(owner, worker_ids)
+    if refusal is not None:
+        raise ApiError(403, "not_your_worker", refusal.message, workers=refusal.workers)
 
 
 def _destroy(s: _Server, a: Args) -> Args:
     s.store.destroy()
+    s.owners.forget()
     return {}
 
 
@@ -255,20 +275,37 @@ LONG_POLLS: dict[str, Callable[[_Server, Args], tuple[Args, list[ClaimedJob]]]] 
 WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases"})
 
 
+#: operations that bind their worker to the token (checked after they ran)
+BINDS = frozenset({"register_worker"})
+
+
 # -- request handling -------------------------------------------------------------------------
-def _authorize(s: _Server, request: Request, op: wire.Op) -> None:
+def _authorize(s: _Server, request: Request, op: wire.Op) -> Caller:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "unauthorized", "this server needs a bearer token: send 'Authorization: Bearer TOKEN'",
                        {"WWW-Authenticate": "Bearer"})
-    scopes = s.tokens.scopes_of(token.strip())
-    if scopes is None:
+    caller = s.tokens.identify(token.strip())
+    if caller is None:
         raise ApiError(401, "unauthorized", "the bearer token is not one this server knows",
                        {"WWW-Authenticate": 'Bearer error="invalid_token"'})
-    if not s.tokens.allows(scopes, op.scopes):
+    if not s.tokens.allows(caller.scopes, op.scopes):
         raise ApiError(403, "forbidden", f"{op.name} needs a token with scope {' or '.join(op.scopes)} "
-                                         f"(or admin); this token has {', '.join(sorted(scopes))}")
+                                         f"(or admin); this token has {', '.join(sorted(caller.scopes))}")
+    return caller
+
+
+async def _authorize_workers(s: _Server, op: wire.Op, caller: Caller, args: Args) -> None:
+    """A worker token acts only for the workers it registered; admin for any.
+    Sets ``owner`` for the handlers: the token's fingerprint, None for admin."""
+    args["owner"] = None if caller.is_admin else caller.fingerprint
+    if op.acts_for is None or op.name in BINDS or caller.is_admin:
+        return
+    named = args[op.acts_for]
+    ids: list[str] = named if isinstance(named, list) else [named]
+    if not s.owners.cached(caller.fingerprint, ids):  # a worker's first request: ask the database
+        await run_in_threadpool(_check_owner, s, caller.fingerprint, ids)
 
 
 def _reject_constant(name: str) -> Any:
@@ -391,8 +428,9 @@ def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
 
     async def endpoint(request: Request) -> Response:
         try:
-            _authorize(s, request, op)
+            caller = _authorize(s, request, op)
             args = await _arguments(s, request, op)
+            await _authorize_workers(s, op, caller, args)
             if first is not None:
                 result: Args = await _long_poll(s, request, args, first)
             else:

@@ -4,6 +4,10 @@ A token line is ``TOKEN SCOPE[,SCOPE...]`` (``#`` starts a comment). Scopes:
 ``worker`` (claim, heartbeat, report, reap), ``producer`` (enqueue, inspect,
 cancel, retry) and ``admin`` (everything, plus migrate and destroy). Tokens
 are kept only as SHA-256 digests and compared in constant time.
+
+Each token also has a fingerprint, derived from its digest, that the server
+records as the owner of the workers the token registers (see ``server.owners``);
+it says which token, and nothing more: the token cannot be recovered from it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..store.http.wire import SCOPES
 
-__all__ = ["MIN_TOKEN_LENGTH", "TokenTable", "parse_tokens"]
+__all__ = ["MIN_TOKEN_LENGTH", "Caller", "TokenTable", "parse_tokens"]
 
 MIN_TOKEN_LENGTH = 16
 _TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
@@ -27,19 +31,42 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
+def fingerprint(digest: bytes) -> str:
+    """A token's identity as stored in the database: a hash of its digest under
+    a label of its own, so it matches no other use of the digest."""
+    return "sha256:" + hashlib.sha256(b"tether worker owner\x00" + digest).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: the token's scopes and its fingerprint."""
+
+    scopes: frozenset[str]
+    fingerprint: str
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.scopes
+
+
 @dataclass(frozen=True, slots=True)
 class TokenTable:
     entries: tuple[tuple[bytes, frozenset[str]], ...]
 
-    def scopes_of(self, presented: str) -> frozenset[str] | None:
-        """The scopes of a presented token, or None. Every entry is compared,
-        whatever matched, so the time taken says nothing about the tokens."""
+    def identify(self, presented: str) -> Caller | None:
+        """The caller a presented token stands for, or None. Every entry is
+        compared, whatever matched, so the time taken says nothing about the tokens."""
         digest = _digest(presented)
         found: frozenset[str] | None = None
         for known, scopes in self.entries:
             if hmac.compare_digest(digest, known):
                 found = scopes
-        return found
+        return None if found is None else Caller(found, fingerprint(digest))
+
+    def scopes_of(self, presented: str) -> frozenset[str] | None:
+        """The scopes of a presented token, or None."""
+        caller = self.identify(presented)
+        return None if caller is None else caller.scopes
 
     @staticmethod
     def allows(scopes: frozenset[str], wanted: Iterable[str]) -> bool:

@@ -262,7 +262,17 @@ class Store(abc.ABC):
         ``reap`` recovers their jobs at once."""
 
     @abc.abstractmethod
-    def register_worker(self, info: WorkerInfo) -> None: ...
+    def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
+        """Register (or re-register) a worker. ``owner``: a tether server's
+        fingerprint of the token registering it, recorded with a new worker;
+        an id already registered is refreshed only for the same owner (or for
+        ``owner=None``, a trusted caller) and is otherwise left as it is:
+        ``worker_owners`` tells the server which happened."""
+
+    @abc.abstractmethod
+    def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
+        """The owner recorded for each of these workers that is registered
+        (None: registered without one); unregistered ids are missing."""
 
     @abc.abstractmethod
     def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None: ...

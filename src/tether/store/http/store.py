@@ -34,6 +34,7 @@ from ...config import DatabaseURL
 from ...errors import (
     AccessDenied,
     ConfigError,
+    NotYourWorker,
     PayloadError,
     ServerUnavailable,
     StaleAttempt,
@@ -290,15 +291,43 @@ class HttpStore(Store):
         return [wire.decode_reaped(r) for r in self._call("reap", {"limit": limit}, now=now)["reaped"]]
 
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
-        return int(self._call("expire_leases", {"workers": list(worker_ids)}, now=now)["expired"])
+        """End the leases of these dead workers, those this token registered:
+        a worker restarting on a host where another token's worker died (its
+        start-up reconciliation names every dead predecessor on the host) is
+        refused the others, and leaves them to the reaper (within the lease TTL
+        plus a reaper interval) rather than fail to start."""
+        ids = list(dict.fromkeys(worker_ids))
+        while ids:
+            try:
+                return int(self._call("expire_leases", {"workers": ids}, now=now)["expired"])
+            except NotYourWorker as exc:
+                if not exc.workers or not set(exc.workers) & set(ids):
+                    raise
+                log.warning("not ending the leases of %s: %s; the reaper recovers their jobs once the leases lapse",
+                            ", ".join(exc.workers), exc)
+                ids = [i for i in ids if i not in exc.workers]
+        return 0
 
-    def register_worker(self, info: WorkerInfo) -> None:
+    def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
+        if owner is not None:
+            raise ConfigError("a tether server records a worker's owner itself, from the token that registers it")
         self._call("register_worker", {"id": info.id, "host": info.host, "pid": info.pid,
                                        "proc_start": info.proc_start, "queues": list(info.queues),
                                        "concurrency": info.concurrency})
 
+    def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
+        raise ConfigError("worker owners are a tether server's own check; its API does not show them")
+
     def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None:
-        self._call("stop_worker", {"worker": worker_id}, now=now)
+        """Mark a worker stopped. Another token's worker (a dead predecessor
+        that start-up reconciliation found on this host) is not this token's to
+        stop: that refusal is logged, not raised, so the worker still starts."""
+        try:
+            self._call("stop_worker", {"worker": worker_id}, now=now)
+        except NotYourWorker as exc:
+            if worker_id not in exc.workers:
+                raise
+            log.warning("not marking worker %s stopped: %s", worker_id, exc)
 
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
         found = self._call("list_workers", query={"host": host, "live_only": live_only})
@@ -346,6 +375,10 @@ def _error(status: int, answer: dict[str, Any], op: str, url: str) -> TetherErro
     code, message = str(answer.get("error", "")), str(answer.get("message", f"HTTP {status}"))
     if code == "stale_attempt":
         return StaleAttempt(int(answer["job_id"]), int(answer["attempt"]), str(answer["worker"]), str(answer["op"]))
+    if code == "not_your_worker":
+        workers = answer.get("workers")
+        return NotYourWorker(f"tether server {url} refused {op}: {message}",
+                             [str(w) for w in workers] if isinstance(workers, list) else [])
     if code in wire.ERRORS:
         return wire.ERRORS[code][1](message)
     if status in (401, 403):

@@ -158,6 +158,9 @@ class Op:
     takes_now: bool = False  # accepts a client clock (testing servers only)
     query: dict[str, Schema] = field(default_factory=dict)
     errors: tuple[int, ...] = ()  # statuses beyond those every operation may answer
+    #: the body field naming the worker id (or the list of ids) this request
+    #: acts for: a worker token may act only for the workers it registered
+    acts_for: str | None = None
 
     @property
     def path_params(self) -> list[str]:
@@ -201,13 +204,13 @@ OPS: list[Op] = [
        obj({"jobs": array(CLAIMED_RECORD, 1000)}),
        body=obj({"worker": WORKER_ID, "queues": array(QUEUE, 100, 1), "limit": integer(1, 1000), "lease_ttl": TTL,
                  "wait": number(0, MAX_CLAIM_WAIT)}, optional=("wait",)),
-       takes_now=True, errors=(422,)),
+       takes_now=True, errors=(422,), acts_for="worker"),
     Op("claim_ids", "POST", "/v1/claim-ids", W,
        "Claim these jobs (ids a transport delivered), each only while it is queued, due and on one of queues",
        obj({"jobs": array(CLAIMED_RECORD, 1000)}),
        body=obj({"worker": WORKER_ID, "ids": array(JOB_ID, 1000), "queues": array(QUEUE, 100, 1),
                  "lease_ttl": TTL}),
-       takes_now=True, errors=(422,)),
+       takes_now=True, errors=(422,), acts_for="worker"),
     Op("due_unclaimed", "POST", "/v1/due-unclaimed", W,
        "Queued, due jobs that no delivery seems to carry (for a transport's sweep to republish)",
        obj({"jobs": array(DUE_RECORD, 100_000)}),
@@ -220,16 +223,16 @@ OPS: list[Op] = [
                                                   100_000)}),
        body=obj({"worker": WORKER_ID, "held": array(obj({"id": JOB_ID, "attempt": ATTEMPT}), 100_000),
                  "lease_ttl": TTL}),
-       takes_now=True),
+       takes_now=True, acts_for="worker"),
     Op("progress", "POST", "/v1/progress", W, "Record progress (fenced) and renew the lease",
        obj({"cancel_requested": boolean()}),
        body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT,
                  "fraction": nullable(number(0, 1)), "message": nullable(string(10_000)), "lease_ttl": TTL}),
-       takes_now=True, errors=(409,)),
+       takes_now=True, errors=(409,), acts_for="worker"),
     Op("complete", "POST", "/v1/complete", W,
        "Mark jobs succeeded (fenced); ids missing from accepted failed their fence",
        obj({"accepted": array(JOB_ID, 10_000)}),
-       body=obj({"worker": WORKER_ID, "done": DONE}), takes_now=True, errors=(422,)),
+       body=obj({"worker": WORKER_ID, "done": DONE}), takes_now=True, errors=(422,), acts_for="worker"),
     Op("complete_and_claim", "POST", "/v1/complete-and-claim", W,
        "A worker's round in one request: complete (fenced per row, as /v1/complete; ids missing from accepted "
        "failed their fence), then claim (as /v1/claim, long-polling with wait); the claim runs even when "
@@ -237,26 +240,30 @@ OPS: list[Op] = [
        obj({"accepted": array(JOB_ID, 10_000), "jobs": array(CLAIMED_RECORD, 1000)}),
        body=obj({"worker": WORKER_ID, "done": DONE, "queues": array(QUEUE, 100, 1), "limit": integer(1, 1000),
                  "lease_ttl": TTL, "wait": number(0, MAX_CLAIM_WAIT)}, optional=("wait",)),
-       takes_now=True, errors=(422,)),
+       takes_now=True, errors=(422,), acts_for="worker"),
     Op("fail", "POST", "/v1/fail", W, "Report a failed attempt (fenced): retry with backoff, or dead",
        obj({"state": STATE}),
        body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT, "outcome": FAIL_OUTCOME,
                  "error": TEXT, "traceback": nullable(string(1_000_000)), "retry": boolean()},
                 optional=("traceback", "retry")),
-       takes_now=True, errors=(409,)),
+       takes_now=True, errors=(409,), acts_for="worker"),
     Op("release", "POST", "/v1/release", W, "Hand a job back (fenced) without spending its budget",
        obj({"state": STATE}), body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT}),
-       takes_now=True, errors=(409,)),
+       takes_now=True, errors=(409,), acts_for="worker"),
     # maintenance
     Op("reap", "POST", "/v1/reap", W, "Send up to limit lapsed leases down the retry-or-dead path",
        obj({"reaped": array(REAPED_RECORD, 100_000)}), body=obj({"limit": integer(1, 100_000)}), takes_now=True),
     Op("expire_leases", "POST", "/v1/expire-leases", W, "End the leases of provably dead workers now",
-       obj({"expired": integer(0, 2**63 - 1)}), body=obj({"workers": array(WORKER_ID, 1000)}), takes_now=True),
-    Op("register_worker", "POST", "/v1/workers", W, "Register (or re-register) a worker", EMPTY,
+       obj({"expired": integer(0, 2**63 - 1)}), body=obj({"workers": array(WORKER_ID, 1000)}), takes_now=True,
+       acts_for="workers"),
+    Op("register_worker", "POST", "/v1/workers", W,
+       "Register (or re-register) a worker; a worker token may then act for it, and no other worker token may",
+       EMPTY,
        body=obj({"id": WORKER_ID, "host": string(255, 1), "pid": integer(0), "proc_start": nullable(
-           integer(0, 2**62)), "queues": array(QUEUE, 100, 1), "concurrency": integer(1, 100_000)})),
+           integer(0, 2**62)), "queues": array(QUEUE, 100, 1), "concurrency": integer(1, 100_000)}),
+       acts_for="id"),
     Op("stop_worker", "POST", "/v1/workers/stop", W, "Mark a worker stopped", EMPTY,
-       body=obj({"worker": WORKER_ID}), takes_now=True),
+       body=obj({"worker": WORKER_ID}), takes_now=True, acts_for="worker"),
     Op("list_workers", "GET", "/v1/workers", ANY, "Workers, optionally of one host or only live ones",
        obj({"workers": array(WORKER_RECORD, 100_000)}),
        query={"host": string(255), "live_only": boolean()}),

@@ -463,9 +463,22 @@ WHERE state = 'queued' AND run_at <= now()
 GROUP BY queue
 
 -- name: register_worker
-INSERT INTO {schema}.workers (id, host, pid, proc_start, started_at, last_seen, queues, concurrency)
-VALUES (%(id)s, %(host)s, %(pid)s, %(proc_start)s, now(), now(), %(queues)s::jsonb, %(concurrency)s)
+-- owner (a tether server's fingerprint of the registering token) is set only
+-- by the insert. A re-registration refreshes the row when it comes from the
+-- same owner, or from a trusted caller (owner NULL: this database's own
+-- workers, a server's admin token); from another token it changes nothing
+-- (the conflicting row stays as it was), and the server, reading the owner
+-- back (worker_owners), refuses it.
+INSERT INTO {schema}.workers AS w (id, host, pid, proc_start, started_at, last_seen, queues, concurrency, owner)
+VALUES (%(id)s, %(host)s, %(pid)s, %(proc_start)s, now(), now(), %(queues)s::jsonb, %(concurrency)s,
+        %(owner)s::text)
 ON CONFLICT (id) DO UPDATE SET last_seen = now(), stopped_at = NULL
+WHERE %(owner)s::text IS NULL OR w.owner = %(owner)s::text
+
+-- name: worker_owners
+-- The owner of each of these workers that is registered (a tether server
+-- checks that a worker token acts only for the workers it registered).
+SELECT id, owner FROM {schema}.workers WHERE id = ANY(%(ids)s::text[])
 
 -- name: stop_worker
 UPDATE {schema}.workers SET stopped_at = {now} WHERE id = %(id)s AND stopped_at IS NULL

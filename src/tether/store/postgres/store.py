@@ -497,14 +497,19 @@ class PostgresStore(Store):
             return 0
         return len(self._all("expire_leases", {"workers": list(worker_ids), "now": now}))
 
-    def register_worker(self, info: WorkerInfo) -> None:
+    def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
         self._all(
             "register_worker",
             {
                 "id": info.id, "host": info.host, "pid": info.pid, "proc_start": info.proc_start,
-                "queues": json.dumps(info.queues), "concurrency": info.concurrency,
+                "queues": json.dumps(info.queues), "concurrency": info.concurrency, "owner": owner,
             },
         )
+
+    def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
+        if not worker_ids:
+            return {}
+        return {r[0]: r[1] for r in self._all("worker_owners", {"ids": list(worker_ids)})}
 
     def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None:
         self._all("stop_worker", {"id": worker_id, "now": now})

@@ -298,9 +298,20 @@ WHERE state = 'queued' AND run_at <= {now}
 GROUP BY queue
 
 -- name: register_worker
-INSERT INTO tether_workers (id, host, pid, proc_start, started_at, last_seen, queues, concurrency)
-VALUES (:id, :host, :pid, :proc_start, {now}, {now}, :queues, :concurrency)
+-- owner (a tether server's fingerprint of the registering token) is set only
+-- by the insert. A re-registration refreshes the row when it comes from the
+-- same owner, or from a trusted caller (:owner NULL: this database's own
+-- workers, a server's admin token); from another token it changes nothing,
+-- and the server, reading the owner back (worker_owners), refuses it.
+INSERT INTO tether_workers (id, host, pid, proc_start, started_at, last_seen, queues, concurrency, owner)
+VALUES (:id, :host, :pid, :proc_start, {now}, {now}, :queues, :concurrency, :owner)
 ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, stopped_at = NULL
+WHERE :owner IS NULL OR tether_workers.owner = :owner
+
+-- name: worker_owners
+-- The owner of each of these workers that is registered (a tether server
+-- checks that a worker token acts only for the workers it registered).
+SELECT id, owner FROM tether_workers WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: stop_worker
 UPDATE tether_workers SET stopped_at = {now} WHERE id = :id AND stopped_at IS NULL

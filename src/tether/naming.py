@@ -1,0 +1,92 @@
+"""Default task names: ``module.qualname``, where ``module`` is the name the
+handler's module is imported under, also when it runs as a script.
+
+A module run as ``python app.py`` is ``__main__`` (``__mp_main__`` again in a
+multiprocessing child), yet every producer that does ``import app`` gets
+``app``. Naming its tasks ``__main__.add`` would make the worker started that
+way and its producers disagree on every name, and each job would die as an
+unknown task. So a script's tasks take the name its importers use:
+
+1. run with ``python -m pkg.mod``: ``__spec__.name`` (``pkg.mod``);
+2. run as a file: the file's path, dotted, relative to the ``sys.path`` entry
+   it is imported from: ``app`` for ``app.py`` (Python puts the script's own
+   directory on ``sys.path``). When a longer name also works, because the
+   file sits in a package (``pkg/mod.py`` beside ``pkg/__init__.py``) whose
+   parent is on ``sys.path`` too (installed, or on ``PYTHONPATH``), the
+   longer one: ``pkg.mod``, what ``import pkg.mod`` gives. A file under no
+   entry (``python -P``) is named as if its first non-package ancestor were;
+3. no file at all (an interactive session, ``python -c``, a notebook), or a
+   file name that is not a module name (``my-app.py``): no importable name
+   exists, and registration refuses with a clear message rather than invent
+   one no other process can match.
+
+A module inside a package run by path while the package's parent is not on
+``sys.path`` is named from its own directory (``mod``), as this process can
+import it; run it with ``python -m pkg.mod`` for ``pkg.mod``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["default_task_name"]
+
+#: the names a module run as the program goes by (multiprocessing's spawned
+#: children re-run the main script as ``__mp_main__``)
+SCRIPT_MODULES = frozenset({"__main__", "__mp_main__"})
+
+
+def default_task_name(fn: Callable[..., Any]) -> str:
+    """``module.qualname`` of a handler, with a script's module named as its importers name it."""
+    module = fn.__module__
+    if module in SCRIPT_MODULES:
+        module = _importable_name(module, fn)
+    return f"{module}.{fn.__qualname__}"
+
+
+def _importable_name(module: str, fn: Callable[..., Any]) -> str:
+    main = sys.modules.get(module)
+    spec = getattr(main, "__spec__", None)
+    spec_name = getattr(spec, "name", None)
+    if isinstance(spec_name, str) and spec_name and spec_name not in SCRIPT_MODULES:
+        return spec_name  # python -m pkg.mod
+    file = getattr(main, "__file__", None)
+    if not isinstance(file, str) or not file:
+        raise ConfigError(
+            f"task {fn.__qualname__!r} is defined in {module} with no file behind it (an interactive session, "
+            "python -c, or a notebook), so no other process can import it under a name that matches: give it "
+            f"a name, @app.task(name={fn.__qualname__!r}), or define it in a module that workers import")
+    name = module_name_of(Path(file))
+    if name is None:
+        raise ConfigError(
+            f"task {fn.__qualname__!r} is defined in the script {file}, whose path is not an importable module "
+            "name (every part must be a Python identifier), so its importers cannot match its default name: "
+            f"rename the file, or give the task a name, @app.task(name={fn.__qualname__!r})")
+    return name
+
+
+def module_name_of(file: Path, path: Sequence[str] | None = None) -> str | None:
+    """The dotted name ``file`` is imported under from ``path`` (``sys.path``):
+    the longest that some entry gives through regular packages; None if its
+    parts are not identifiers or it is not a ``.py`` file."""
+    file = file.resolve()
+    if file.suffix != ".py":
+        return None
+    parts = [] if file.stem == "__init__" else [file.stem]
+    folder = file.parent
+    names: list[tuple[Path, list[str]]] = [(folder, parts)] if parts else []
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts = [folder.name, *parts]
+        folder = folder.parent
+        names.append((folder, parts))
+    if not names:
+        return None
+    entries = {Path(e or ".").resolve() for e in (sys.path if path is None else path) if isinstance(e, str)}
+    on_path = [p for base, p in names if base in entries]
+    chosen = on_path[-1] if on_path else names[-1][1]
+    return ".".join(chosen) if all(p.isidentifier() for p in chosen) else None

@@ -1,0 +1,16 @@
+-- tether schema, version 3 (PostgreSQL): which credential registered each worker.
+-- {schema} is a validated, quoted identifier filled in at load time.
+--
+-- A tether server binds a worker id to the token that registered it, so that
+-- another worker token cannot heartbeat, report or release the jobs that
+-- worker holds by naming its id (ids are not secret: locked_by and the
+-- worker list show them). The binding lives here, in the database, rather than
+-- in a server's memory, so it survives a server restart and holds for every
+-- server process behind a load balancer.
+--
+-- owner is the server's fingerprint of the token (never the token itself),
+-- NULL for a worker registered straight against the database or with an admin
+-- token. It is written once, when the row is inserted, and never changed: a
+-- later registration of the same id refreshes the row only for the same owner.
+-- A nullable column without a default: no table rewrite, a catalog change only.
+ALTER TABLE {schema}.workers ADD COLUMN owner text;
