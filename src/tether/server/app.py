@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -40,11 +39,12 @@ from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, Tethe
 from ..model import ClaimedJob, NewJob, Outcome, WorkerInfo
 from ..store import Listener, Store
 from ..store.http import wire
-from ..store.http.schema import SchemaViolation, parse_datetime, validate
+from ..store.http.schema import parse_datetime
 from ..transport import Transport, announce, due_now
 from .auth import Caller, TokenTable
 from .openapi import build_document
 from .owners import WorkerOwners
+from .requests import ApiError, Args, arguments
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -53,13 +53,6 @@ log = logging.getLogger("tether.server")
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 #: while a claim long-polls, how often it looks again without a wake-up
 LONG_POLL_TICK = 0.2
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
-                 **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.headers, self.extra = status, code, message, headers, extra
 
 
 class _Wakeups:
@@ -103,7 +96,6 @@ class _Server:
         self.owners = WorkerOwners(self.store)
 
 
-Args = dict[str, Any]
 
 
 # -- the operations ----------------------------------------------------------------------
@@ -308,115 +300,6 @@ async def _authorize_workers(s: _Server, op: wire.Op, caller: Caller, args: Args
         await run_in_threadpool(_check_owner, s, caller.fingerprint, ids)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _check_text(value: Any) -> None:
-    """Strings the databases cannot store: NUL characters and lone surrogates."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            if "\x00" in v:
-                raise SchemaViolation("strings may not contain NUL (\\u0000) characters")
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise SchemaViolation("strings must be valid Unicode (a lone surrogate escape was sent)") from None
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-
-
-async def _read_body(s: _Server, request: Request) -> Any:
-    length = request.headers.get("content-length")
-    if length is not None:
-        if not length.isdigit():
-            raise ApiError(400, "bad_request", "Content-Length is not a number")
-        if int(length) > s.max_body:
-            raise _too_large(s, int(length))
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > s.max_body:
-            raise _too_large(s, len(body))
-    if not body.strip():
-        return {}  # no body: the operation's defaults (a JSON null is another matter: refused below)
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype != "application/json":
-        raise ApiError(415, "unsupported_media_type",
-                       f"the body must be JSON with Content-Type: application/json (got {ctype or 'none'})")
-    try:
-        value = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
-        _check_text(value)
-    except UnicodeDecodeError as exc:
-        raise ApiError(400, "bad_request", f"the body is not UTF-8: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ApiError(400, "bad_request", f"the body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "bad_request", "the body nests JSON too deeply") from None
-    except (ValueError, SchemaViolation) as exc:
-        raise ApiError(400, "bad_request", f"the body is not acceptable JSON: {exc}") from None
-    return value
-
-
-def _too_large(s: _Server, size: int) -> ApiError:
-    return ApiError(413, "too_large", f"the request body is {size} bytes or more, over this server's limit of "
-                                      f"{s.max_body} bytes: send fewer jobs per request or smaller payloads")
-
-
-def _query_value(raw: str, schema: dict[str, Any], name: str) -> Any:
-    if schema.get("type") == "integer":
-        if not raw.lstrip("-").isdigit() or len(raw) > 20:
-            raise SchemaViolation(f"query parameter {name} must be an integer, got {raw!r}")
-        return int(raw)
-    if schema.get("type") == "boolean":
-        if raw not in ("true", "false"):
-            raise SchemaViolation(f"query parameter {name} must be true or false, got {raw!r}")
-        return raw == "true"
-    return raw
-
-
-async def _arguments(s: _Server, request: Request, op: wire.Op) -> Args:
-    args: Args = {}
-    try:
-        for name in op.path_params:
-            args[name] = validate(_query_value(request.path_params[name], wire.JOB_ID, name), wire.JOB_ID, name)
-        query = wire.request_query(op, client_clock=s.client_clock)
-        for key in request.query_params:
-            if key == "now" and op.takes_now:
-                _refuse_client_clock(s, op)
-            if key not in query:
-                raise SchemaViolation(f"unknown query parameter {key!r} (known: {', '.join(query) or 'none'})")
-        for name, schema in query.items():
-            values = request.query_params.getlist(name)
-            if len(values) > 1:
-                raise SchemaViolation(f"query parameter {name} given {len(values)} times")
-            if values:
-                args[name] = validate(_query_value(values[0], schema, name), schema, name)
-        body = await _read_body(s, request) if op.body is not None else {}
-        if isinstance(body, dict) and "now" in body:
-            _refuse_client_clock(s, op)
-        body_schema = wire.request_schema(op, client_clock=s.client_clock, max_wait=s.max_wait)
-        if body_schema is not None:
-            body = validate(body, body_schema)
-    except SchemaViolation as exc:
-        raise ApiError(400, "bad_request", str(exc)) from None
-    args.update(body)
-    args["now"] = parse_datetime(args["now"]) if "now" in args else None
-    return args
-
-
-def _refuse_client_clock(s: _Server, op: wire.Op) -> None:
-    if not (op.takes_now and s.client_clock):
-        raise ApiError(400, "client_clock_refused",
-                       "this server does not accept a client-supplied 'now' (only a server started with "
-                       "--unsafe-client-clock, for tests, does); leave it out")
-
-
 def _error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
                     **extra: Any) -> JSONResponse:
     return JSONResponse({"error": code, "message": message, **extra}, status_code=status, headers=headers)
@@ -429,7 +312,8 @@ def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
         try:
             caller = _authorize(s, request, op)
-            args = await _arguments(s, request, op)
+            args = await arguments(request, op, client_clock=s.client_clock, max_body=s.max_body,
+                                   max_wait=s.max_wait)
             await _authorize_workers(s, op, caller, args)
             if first is not None:
                 result: Args = await _long_poll(s, request, args, first)
