@@ -527,3 +527,27 @@ def test_a_claim_whose_answer_was_lost_still_reports_the_successes_it_carried(
         assert outcomes[-1] is Outcome.SUCCEEDED and outcomes.count(Outcome.SUCCEEDED) == 1
         orphaned += len(outcomes) > 1
     assert orphaned >= 1  # what the lost answer had claimed ran again after its lease lapsed
+
+
+def test_the_start_and_stop_lines_say_what_happened_in_words(make_app: Callable[..., Tether], backend: str,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """The start line names the wake-up actually used (SQLite polls: it has no
+    NOTIFY), and the closing line is text, not a Python dict (issue 17)."""
+    app = make_app(**FAST)
+
+    @app.task(name="ok")
+    def ok(ctx: JobContext) -> None:
+        return None
+
+    ids = [ok.enqueue() for _ in range(3)]
+    with caplog.at_level(logging.INFO, logger="tether.worker"), running(app, poll_interval=0.05):
+        for job_id in ids:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tether.worker"]
+    start = next(line for line in lines if " started: " in line)
+    stop = next(line for line in lines if " stopped after " in line)
+    if backend == "sqlite":
+        assert "transport=poll (every 0.05s)" in start and "notify" not in start
+    else:
+        assert "transport=notify (LISTEN/NOTIFY, and polling every 0.05s)" in start
+    assert ": 3 succeeded; " in stop and "{" not in stop and "Counter" not in stop, stop

@@ -209,7 +209,7 @@ class Worker:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         s.log.info("worker %s started: queues=%s concurrency=%d lease_ttl=%gs heartbeat=%gs reaper=%gs transport=%s",
                    self.id, ",".join(s.queues), self.concurrency, s.timers.lease_ttl,
-                   s.timers.heartbeat_interval, s.timers.reaper_interval, s.transport.name)
+                   s.timers.heartbeat_interval, s.timers.reaper_interval, self._wakeups(listener))
         await self._serve(loop, listener, install_signal_handlers)
 
     async def _start_up(self) -> None:
@@ -233,6 +233,7 @@ class Worker:
     async def _serve(self, loop: asyncio.AbstractEventLoop, listener: Listener | None,
                      install_signal_handlers: bool) -> None:
         s = self.state
+        started = time.monotonic()
         background: list[asyncio.Task[Any]] = [loop.create_task(self.reporter.serve(), name="tether-reporter")]
         background += [loop.create_task(svc.serve(s.db), name=f"tether-{svc.name}") for svc in self.services]
         background.append(s.stop_waiter)
@@ -260,12 +261,23 @@ class Worker:
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             self.executor.handlers.shutdown(wait=False)
             s.db_pool.shutdown(wait=False, cancel_futures=True)
-            s.log.info("worker %s stopped: %s", self.id, dict(s.counts))
+            s.log.info("worker %s stopped after %s: %s", self.id, _duration(time.monotonic() - started),
+                       summary(s.counts))
             if s.history is not None:
                 s.history.record("stopped", counts=dict(s.counts))
                 s.history.close()
         if cancelled:
             raise asyncio.CancelledError
+
+    def _wakeups(self, listener: Listener | None) -> str:
+        """How job ids reach this worker, as its start line says it: what is
+        actually used, not what was asked for (SQLite has no NOTIFY: it polls)."""
+        t, every = self.state.transport, f"{self.poll_interval:g}s"
+        if t.delivers:
+            return f"{t.name} (the database every {t.fallback_interval:g}s as a fallback, every {every} while it is down)"
+        if listener is not None:
+            return f"{t.name} (LISTEN/NOTIFY, and polling every {every})"
+        return f"poll (every {every})"
 
     def _reaped(self, reaped: Any) -> None:
         if reaped:
@@ -292,3 +304,19 @@ class Worker:
             await asyncio.sleep(0.02)
 
 
+#: the outcomes a worker's closing line names first, in this order; other counts follow
+_OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled", "released", "lost", "stale_reports")
+
+
+def summary(counts: Counter[str]) -> str:
+    """A worker's counts as its closing log line reads them: "120 succeeded,
+    2 failed, 1 released; claimed 123 in 41 claims, ...", zeros left out."""
+    outcomes = ", ".join(f"{counts[k]} {k.replace('_', ' ')}" for k in _OUTCOMES if counts[k])
+    rest = ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in sorted(counts.items()) if n and k not in _OUTCOMES)
+    return "; ".join(part for part in (outcomes or "no jobs finished", rest) if part)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
