@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from .config import (
@@ -29,6 +30,7 @@ from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob
 from .naming import default_task_name
 from .store import Store, open_store
+from .store.caller import driver_connection, driver_connection_async
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
 from .worker.runtime import Worker
@@ -89,23 +91,26 @@ class TaskOptions:
 
 
 class TaskCall:
-    """A task with per-call options, from ``task.using(...)``."""
+    """A task with per-call options, from ``task.using(...)``; with
+    ``connection=``, its enqueues join that connection's transaction."""
 
-    def __init__(self, task: Task[Any, Any], options: TaskOptions) -> None:
+    def __init__(self, task: Task[Any, Any], options: TaskOptions, connection: object = None) -> None:
         self.task = task
         self.options = options
+        #: the caller's connection whose transaction enqueues join; None: tether's own
+        self.connection = connection
 
     def enqueue(self, **kwargs: Any) -> int:
-        return self.task.app._enqueue([self.task._new_job(kwargs, self.options)])[0]
+        return self.task.app._enqueue([self.task._new_job(kwargs, self.options)], self.connection)[0]
 
     async def enqueue_async(self, **kwargs: Any) -> int:
-        return (await self.task.app._enqueue_async([self.task._new_job(kwargs, self.options)]))[0]
+        return (await self.task.app._enqueue_async([self.task._new_job(kwargs, self.options)], self.connection))[0]
 
     def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
-        return self.task.app._enqueue(self._many(many))
+        return self.task.app._enqueue(self._many(many), self.connection)
 
     async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
-        return await self.task.app._enqueue_async(self._many(many))
+        return await self.task.app._enqueue_async(self._many(many), self.connection)
 
     def _many(self, many: Iterable[Mapping[str, Any]]) -> list[NewJob]:
         jobs = [self.task._new_job(dict(kw), self.options) for kw in many]
@@ -145,14 +150,18 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
 
-    def using(self, **options: Any) -> TaskCall:
+    def using(self, *, connection: object = None, **options: Any) -> TaskCall:
+        """Per-call options (any of ``TaskOptions``'), and ``connection``: the
+        caller's own database connection (psycopg 3, sqlite3, or a SQLAlchemy
+        Connection or Session) whose transaction the enqueue joins: the job
+        exists once that transaction commits, and never if it rolls back."""
         unknown = set(options) - set(TaskOptions.__dataclass_fields__)
         if unknown:
             raise ConfigError(f"unknown option(s) {sorted(unknown)} for task {self.name!r}")
         if "retry_backoff" in options and options["retry_backoff"] is None:
             options.pop("retry_backoff")
         merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
-        return TaskCall(self, merged)
+        return TaskCall(self, merged, connection)
 
     def enqueue(self, **kwargs: Any) -> int:
         return TaskCall(self, self.options).enqueue(**kwargs)
@@ -318,14 +327,22 @@ class Tether:
         return self.store.migrate()
 
     # -- producers --------------------------------------------------------------------
-    def enqueue(self, task: str, /, **kwargs: Any) -> int:
-        """Enqueue by task name (the name must be registered on this app)."""
-        return self.get_task(task).enqueue(**kwargs)
+    def enqueue(self, task: str, /, *, connection: object = None, **kwargs: Any) -> int:
+        """Enqueue by task name (the name must be registered on this app);
+        ``connection``: join that connection's transaction (see ``Task.using``)."""
+        t = self.get_task(task)
+        return t.enqueue(**kwargs) if connection is None else t.using(connection=connection).enqueue(**kwargs)
 
-    def _enqueue(self, jobs: list[NewJob]) -> list[int]:
+    def enqueue_many(self, task: str, many: Iterable[Mapping[str, Any]], /, *, connection: object = None) -> list[int]:
+        """``enqueue_many`` by task name."""
+        t = self.get_task(task)
+        return t.enqueue_many(many) if connection is None else t.using(connection=connection).enqueue_many(many)
+
+    def _enqueue(self, jobs: list[NewJob], connection: object = None) -> list[int]:
+        write = self._write if connection is None else partial(self._write_on, connection)
         if self.tracing is not None:
-            return self.tracing.enqueue(jobs, self._write)
-        return self._write(jobs)
+            return self.tracing.enqueue(jobs, write)
+        return write(jobs)
 
     def _write(self, jobs: list[NewJob]) -> list[int]:
         ids = self.store.enqueue(jobs)
@@ -334,10 +351,11 @@ class Tether:
             announce(self.transport, due_now(jobs, ids))
         return ids
 
-    async def _enqueue_async(self, jobs: list[NewJob]) -> list[int]:
+    async def _enqueue_async(self, jobs: list[NewJob], connection: object = None) -> list[int]:
+        write = self._write_async if connection is None else partial(self._write_on_async, connection)
         if self.tracing is not None:
-            return await self.tracing.enqueue_async(jobs, self._write_async)
-        return await self._write_async(jobs)
+            return await self.tracing.enqueue_async(jobs, write)
+        return await write(jobs)
 
     async def _write_async(self, jobs: list[NewJob]) -> list[int]:
         store = self._store
@@ -349,6 +367,27 @@ class Tether:
             # publish waits for the broker's acknowledgement (NATS: on its own
             # thread and loop): off this loop.
             await asyncio.to_thread(announce, self.transport, due_now(jobs, ids))
+        return ids
+
+    # On the caller's connection: nothing is committed here, so nothing is
+    # published either (a transport could announce a job that then rolls
+    # back, or before its commit is visible). psycopg and sqlite3 have no
+    # after-commit hook to publish from; with NATS, the workers' sweep
+    # publishes such a job once it has been due for the transport's
+    # sweep_grace (5 s by default). On PostgreSQL without NATS, the enqueue
+    # trigger's NOTIFY is part of the caller's transaction: sent at its commit.
+    def _write_on(self, connection: object, jobs: list[NewJob]) -> list[int]:
+        ids = self.store.enqueue_on(driver_connection(connection), jobs)
+        self._enqueued(jobs, ids)
+        return ids
+
+    async def _write_on_async(self, connection: object, jobs: list[NewJob]) -> list[int]:
+        conn = await driver_connection_async(connection)
+        store = self._store
+        if store is None:
+            store = await asyncio.to_thread(lambda: self.store)
+        ids = await store.enqueue_on_async(conn, jobs)
+        self._enqueued(jobs, ids)
         return ids
 
     def _enqueued(self, jobs: list[NewJob], ids: list[int]) -> None:

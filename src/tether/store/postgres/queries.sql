@@ -497,3 +497,19 @@ SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 
 -- name: db_now
 SELECT now()
+
+-- name: set_result
+-- The return value of a handler whose success ctx.transaction() already wrote
+-- (fenced, in the handler's own transaction): the handler returns after its
+-- block, so its result arrives after the commit. Succeeded is terminal and only
+-- the attempt that held the job could have made it so, with its worker in the
+-- audit row: id AND attempt AND state = 'succeeded' AND that audit row name
+-- that attempt's success and nothing else. Rewriting the same value is
+-- harmless, so a retried write needs no check of its own.
+UPDATE {schema}.jobs AS j
+SET result = %(result)s::jsonb
+WHERE j.id = %(id)s AND j.attempt = %(attempt)s AND j.state = 'succeeded'
+  AND EXISTS (SELECT 1 FROM {schema}.attempts AS a
+              WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.worker = %(worker)s
+                AND a.outcome = 'succeeded')
+RETURNING j.id

@@ -30,6 +30,7 @@ from ..buckets import Buckets, fill, window
 from ..rows import assign_ids, attempt_from_row, claimed_from_rows, job_from_row, missing_keys, worker_from_row
 from ..sqlfile import load_migrations, load_queries
 from .loop_connections import LoopConnections
+from .tx import TransactionsMixin
 
 __all__ = ["PostgresStore"]
 
@@ -131,7 +132,7 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-class PostgresStore(Store):
+class PostgresStore(TransactionsMixin, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0
@@ -213,6 +214,7 @@ class PostgresStore(Store):
         return SchemaMissing(f"tether's tables are missing from schema {self.schema!r}: run `tether migrate`")
 
     def close(self) -> None:
+        self._close_tx()
         self.round_async.close()
         self.async_connections.close()
         self.round_pool.close()
@@ -478,6 +480,16 @@ class PostgresStore(Store):
     def _notify(self, queues: set[str]) -> None:
         if queues:
             self._all("notify", {"queues": sorted(queues)})
+
+    # -- hooks of tx.TransactionsMixin (enqueue on a caller's connection, ctx.transaction())
+    def _enqueue_plan(self, jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[int]]:
+        return _enqueue_steps(jobs, now)
+
+    def _fence(self, worker: str, job_id: int, attempt: int) -> dict[str, Any]:
+        return {**_done_params(worker, [(job_id, attempt, None)]), "now": None}
+
+    def _conn_kwargs(self) -> dict[str, Any]:
+        return {"autocommit": True, "prepare_threshold": 0, **_net_defaults(self.dsn.url)}
 
     # -- maintenance --------------------------------------------------------------
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:

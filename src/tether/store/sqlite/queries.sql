@@ -325,3 +325,17 @@ ORDER BY started_at
 
 -- name: db_now
 SELECT {now}
+
+-- name: set_result
+-- The return value of a handler whose success ctx.transaction() already wrote
+-- (fenced, in the handler's own transaction), which arrives after that commit.
+-- Succeeded is terminal and only the attempt that held the job could have made
+-- it so, with its worker in the audit row: these conditions name that
+-- attempt's success and nothing else. Rewriting the same value is harmless.
+UPDATE tether_jobs
+SET result = :result
+WHERE id = :id AND attempt = :attempt AND state = 'succeeded'
+  AND EXISTS (SELECT 1 FROM tether_attempts AS a
+              WHERE a.job_id = tether_jobs.id AND a.attempt = tether_jobs.attempt AND a.worker = :worker
+                AND a.outcome = 'succeeded')
+RETURNING id

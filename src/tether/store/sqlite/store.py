@@ -31,6 +31,7 @@ from ..rows import (
     worker_from_row,
 )
 from ..sqlfile import load_migrations, load_queries
+from .tx import TransactionsMixin
 
 __all__ = ["SQLiteStore"]
 
@@ -47,7 +48,7 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-class SQLiteStore(Store):
+class SQLiteStore(TransactionsMixin, Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2
@@ -77,17 +78,21 @@ class SQLiteStore(Store):
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            try:
-                conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                                       check_same_thread=False)
-                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            except sqlite3.Error as exc:
-                raise InvalidDSN(f"cannot open SQLite database {self.path!r}: {exc}") from None
+            conn = self._open()
             self._local.conn = conn
             with self._lock:
                 self._all_conns.append(conn)
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except sqlite3.Error as exc:
+            raise InvalidDSN(f"cannot open SQLite database {self.path!r}: {exc}") from None
         return conn
 
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
@@ -121,6 +126,7 @@ class SQLiteStore(Store):
             conn.execute("COMMIT")
 
     def close(self) -> None:
+        self._close_tx()
         with self._lock:
             for conn in self._all_conns:
                 with suppress(sqlite3.Error):
@@ -196,6 +202,17 @@ class SQLiteStore(Store):
     def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
         if not jobs:
             return []
+        for _ in range(3):
+            with self._write() as conn:
+                ids = self._enqueue_in(conn, jobs, now)
+                if ids is not None:
+                    return ids
+        raise RuntimeError("enqueue: dedup key kept changing hands; try again")
+
+    def _enqueue_in(self, conn: sqlite3.Connection | sqlite3.Cursor, jobs: Sequence[NewJob],
+                    now: datetime | None) -> list[int] | None:
+        """The insert and its dedup lookups, inside a transaction the caller
+        holds; None when a key's holder finished in between (try again)."""
         payload = json.dumps(
             [
                 [j.queue, j.task, j.args_json, j.priority, _ts(j.run_at), j.delay, j.max_attempts,
@@ -203,18 +220,13 @@ class SQLiteStore(Store):
                 for j in jobs
             ]
         )
-        for _ in range(3):
-            with self._write() as conn:
-                rows = sorted(conn.execute(self.q["enqueue"], {"jobs": payload, "now": _ts(now)}).fetchall())
-                if len(rows) == len(jobs):
-                    return [r[0] for r in rows]
-                keys = missing_keys(jobs, rows)
-                ids = assign_ids(jobs, rows, self._active_by_key(conn, keys) if keys else {})
-                if ids is not None:
-                    return ids
-        raise RuntimeError("enqueue: dedup key kept changing hands; try again")
+        rows = sorted(conn.execute(self.q["enqueue"], {"jobs": payload, "now": _ts(now)}).fetchall())
+        if len(rows) == len(jobs):
+            return [r[0] for r in rows]
+        keys = missing_keys(jobs, rows)
+        return assign_ids(jobs, rows, self._active_by_key(conn, keys) if keys else {})
 
-    def _active_by_key(self, conn: sqlite3.Connection, keys: list[str]) -> dict[str, int]:
+    def _active_by_key(self, conn: sqlite3.Connection | sqlite3.Cursor, keys: list[str]) -> dict[str, int]:
         rows = conn.execute(self.q["active_by_dedup_key"], {"keys": json.dumps(keys)}).fetchall()
         return {k: i for i, k in rows}
 
