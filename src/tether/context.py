@@ -4,18 +4,22 @@
 at-least-once: a worker that was paused or cut off may still be running an
 attempt that was already handed to someone else, so side effects must be
 idempotent, keyed on ``(job_id, attempt)`` or on ``job_id`` alone.
+
+Writes to tether's own database can do better: ``ctx.transaction()`` commits
+them together with the job's success, fenced by this attempt, so they land
+exactly once per job (see ``JobContext.transaction``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from .errors import StaleAttempt, TetherError
+from .errors import ConfigError, StaleAttempt, TetherError
 from .model import ClaimedJob
 
-__all__ = ["CancelReason", "JobCancelled", "JobContext"]
+__all__ = ["CancelReason", "JobCancelled", "JobContext", "Transaction"]
 
 
 class CancelReason:
@@ -34,6 +38,20 @@ class JobCancelled(TetherError):
         super().__init__(f"job {job_id}: {reason}")
 
 
+class Transaction(Protocol):
+    """What ``ctx.transaction()`` returns: ``with`` it in a ``def`` handler,
+    ``async with`` it in an ``async def`` one; either gives the connection
+    (psycopg on PostgreSQL, sqlite3 on SQLite)."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> bool: ...
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc: object) -> bool: ...
+
+
 #: Guards every context's cancel signal. Cancels are rare and brief, so one lock
 #: serves all; a lock and an Event per attempt cost more than the rest of the
 #: context (a tenth of the event loop's time on no-op jobs at high concurrency).
@@ -49,6 +67,7 @@ class JobContext:
         worker_id: str,
         report_progress: Callable[[ClaimedJob, float | None, str | None], bool],
         on_cancel: Callable[[JobContext], None] | None = None,
+        open_transaction: Callable[[JobContext], Transaction] | None = None,
     ) -> None:
         """Made by the worker, one per attempt (positional: it is on the hot
         path). ``report_progress(job, fraction, message)`` writes progress and
@@ -58,6 +77,7 @@ class JobContext:
         self.worker_id = worker_id
         self._report_progress = report_progress
         self._on_cancel = on_cancel
+        self._open_transaction = open_transaction
         self._reason: str | None = None  # set once, under _CANCEL_LOCK: the cancel signal itself
         self._event: threading.Event | None = None  # made only for a handler that waits on it
 
@@ -110,6 +130,33 @@ class JobContext:
             raise
         if cancel_requested:
             self.cancel(CancelReason.REQUESTED)
+
+    # -- the job's own database, committed with its success ----------------------------
+    def transaction(self) -> Transaction:
+        """A transaction on the job's own database whose commit is this
+        attempt's success::
+
+            with ctx.transaction() as conn:        # `async with` in an async def handler
+                conn.execute("UPDATE accounts ...")
+
+        The block runs in a transaction (psycopg connection on PostgreSQL,
+        sqlite3 on SQLite); after it, the job's success is written in the same
+        transaction, fenced as ``complete`` is (this job, this attempt, this
+        worker, still running), and the transaction commits. If this attempt
+        no longer owns the job (its lease lapsed and the job moved on),
+        everything rolls back and ``StaleAttempt`` is raised: a zombie's writes
+        never land. An exception in the block rolls back and fails the attempt
+        as usual. So writes made here happen **exactly once per job**; effects
+        outside the database stay at-least-once.
+
+        Once per attempt. The handler's return value is still the job's
+        result (written just after the commit; the job reads succeeded from
+        the commit on). Not available through a tether server (ConfigError).
+        """
+        if self._open_transaction is None:
+            raise ConfigError("ctx.transaction() is available to handlers a worker runs; this JobContext has no "
+                              "worker behind it")
+        return self._open_transaction(self)
 
     # -- cancellation ---------------------------------------------------------------
     @property

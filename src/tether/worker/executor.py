@@ -44,6 +44,7 @@ from .inflight import Running
 from .pool import DaemonPool
 from .reporter import Reporter, ended
 from .state import WorkerState
+from .transactions import open_transaction, result_after_commit
 
 __all__ = [
     "LEASES_PER_SLOT",
@@ -103,6 +104,7 @@ class Executor:
         self._progress_fn = self.progress
         self._on_ctx_cancel_fn = self.on_ctx_cancel
         self._finished_fn = self._finished
+        self._transaction_fn = partial(open_transaction, state)
         self._nudge: asyncio.Event
 
     def bind(self) -> None:
@@ -149,7 +151,7 @@ class Executor:
         in-flight entry the heartbeat renews, its span. None when no handler is
         registered for its task (its failure is being reported)."""
         s = self.state
-        ctx = JobContext(job, s.id, self._progress_fn, self._on_ctx_cancel_fn)
+        ctx = JobContext(job, s.id, self._progress_fn, self._on_ctx_cancel_fn, self._transaction_fn)
         local = sent_at + job.lease_ttl
         hard = None
         if job.timeout:
@@ -300,6 +302,9 @@ class Executor:
         self._nudge.set()  # a handler slot is free: claim while this report is written
         if self.state.history is not None:
             self.state.history.record("handler_end", job=job.id, attempt=job.attempt, ok=exc is None)
+        if running.settled is not None:  # ctx.transaction() committed its success: only the result is left
+            reporter.settled(running, result_after_commit(self.state, running, result, exc, self.max_payload_bytes))
+            return
         if running.lost:
             reporter.forget(running)
             return

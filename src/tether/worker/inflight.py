@@ -45,6 +45,11 @@ class Running:
     span: Any = None
     #: how the attempt ended here, for its span: (outcome, error, job state); first one wins
     ended: tuple[str, str | None, str | None] | None = None
+    #: ctx.transaction() was opened (once per attempt)
+    tx_opened: bool = False
+    #: monotonic time the commit of ctx.transaction() was sent, once it has
+    #: committed: the success is written, only the result is left to write
+    settled: float | None = None
 
 
 class InFlight(dict[int, Running]):
@@ -82,7 +87,7 @@ class InFlight(dict[int, Running]):
 
     def held(self) -> list[tuple[int, int]]:
         """(id, attempt) of every job still ours, for the heartbeat."""
-        return [(r.job.id, r.job.attempt) for r in self._snapshot() if not r.lost]
+        return [(r.job.id, r.job.attempt) for r in self._snapshot() if not r.lost and r.settled is None]
 
     def renewed(self, job_id: int, attempt: int, sent_at: float) -> None:
         """A renewal sent at ``sent_at`` (monotonic) succeeded. The database set

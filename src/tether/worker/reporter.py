@@ -163,6 +163,35 @@ class Reporter:
             s.counts["stale_reports"] += refused
         self._nudge.set()
 
+    # -- successes ctx.transaction() already wrote ----------------------------------------------
+    def settled(self, running: Running, result_json: str | None) -> None:
+        """The handler's transaction committed the attempt's success (fenced):
+        write its result, if it returned one, then let it go as a success."""
+        sent_at = running.settled or time.monotonic()
+        if result_json is None:
+            self.completed([(running, None)], {running.job.id}, sent_at)
+        else:
+            self._spawn(self._write_result(running, result_json, sent_at))
+
+    async def _write_result(self, running: Running, result_json: str, sent_at: float) -> None:
+        """Retried while the database is unreachable, up to the lease's length:
+        the success stands whatever becomes of this write."""
+        s, job = self.state, running.job
+        give_up = time.monotonic() + job.lease_ttl
+        while True:
+            try:
+                if not await s.db(s.store.set_result, s.id, job.id, job.attempt, result_json):
+                    s.log.warning("job %s attempt %s: its result was refused (the job is not this attempt's "
+                                  "success)", job.id, job.attempt, extra=job_fields(job, s.id))
+                break
+            except Exception as exc:
+                if time.monotonic() >= give_up:
+                    s.log.warning("job %s attempt %s: could not write its result (%s); the job stays succeeded "
+                                  "without one", job.id, job.attempt, exc, extra=job_fields(job, s.id))
+                    break
+                await asyncio.sleep(REPORT_RETRY)
+        self.completed([(running, result_json)], {job.id}, sent_at)
+
     # -- failures, cancellations, releases ---------------------------------------------------
     def fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool) -> None:
         """Write a failed (or cancelled, timed-out) attempt in the background."""

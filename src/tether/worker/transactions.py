@@ -1,0 +1,151 @@
+"""``ctx.transaction()`` in a worker: the handler's writes and its attempt's
+fenced success in one transaction of the job's own database.
+
+The store does the database part (``Store.transaction``: BEGIN, the block,
+the fenced ``complete`` with its audit row, COMMIT; a refused fence rolls
+back and raises ``StaleAttempt``). The worker's part is here:
+
+- From the moment the block ends without an exception until the commit's
+  answer, the attempt is ``reporting``: a heartbeat that finds the job no
+  longer running (our own commit just finished it) is not taken for a lost
+  lease, and the worker's self-fence leaves the attempt to the commit.
+- Once committed, the attempt is ``settled``: the success is written, so when
+  the handler returns the executor does not write it again
+  (``Executor._handler_ended`` hands it to ``Reporter.settled``), and the
+  handler's return value, known only then, is written as the job's result by
+  a statement of its own (``Store.set_result``, fenced on that success).
+- A handler gets one transaction per attempt: the first commit finished the job.
+
+Handlers that never call ``ctx.transaction()`` pay nothing for any of this
+beyond one attribute test when they end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import Any
+
+from ..config import dump_json
+from ..context import JobContext
+from ..errors import ConfigError, InvalidTransition, PayloadError, StaleAttempt
+from ..logs import job_fields
+from .inflight import Running
+from .state import WorkerState
+
+__all__ = ["HandlerTransaction", "open_transaction", "result_after_commit"]
+
+
+class HandlerTransaction:
+    """What ``ctx.transaction()`` returns in a worker."""
+
+    __slots__ = ("_acm", "_cm", "_running", "_state")
+
+    def __init__(self, state: WorkerState, running: Running) -> None:
+        self._state = state
+        self._running = running
+        self._cm: AbstractContextManager[object] | None = None
+        self._acm: AbstractAsyncContextManager[object] | None = None
+
+    def _begin(self) -> tuple[str, int, int]:
+        r = self._running
+        if r.tx_opened:
+            raise InvalidTransition(
+                f"job {r.job.id} attempt {r.job.attempt}: ctx.transaction() may be used once per attempt (its "
+                "commit is the job's success; put every write the job makes in that one block)")
+        r.tx_opened = True
+        if r.lost:
+            raise StaleAttempt(r.job.id, r.job.attempt, self._state.id, "transaction")
+        return self._state.id, r.job.id, r.job.attempt
+
+    def _committing(self) -> None:
+        # From here the commit, not the heartbeat, says whether we own the job.
+        self._running.reporting = True
+
+    def _committed(self, sent_at: float) -> None:
+        self._running.settled = sent_at
+        history = self._state.history
+        if history is not None:
+            r = self._running
+            history.record("tx_commit", job=r.job.id, attempt=r.job.attempt, sent=sent_at)
+
+    def _failed(self) -> None:
+        self._running.reporting = False
+
+    # -- def handlers ---------------------------------------------------------------------
+    def __enter__(self) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise ConfigError("in an async def handler use `async with ctx.transaction() as conn:` "
+                              "(a plain `with` would block the worker's event loop)")
+        self._cm = self._state.store.transaction(*self._begin())
+        return self._cm.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool:
+        cm = self._cm
+        assert cm is not None
+        if exc[0] is not None:
+            return bool(cm.__exit__(*exc))  # rolls back; the exception goes on
+        self._committing()
+        sent_at = time.monotonic()
+        try:
+            cm.__exit__(None, None, None)
+        except BaseException:
+            self._failed()
+            raise
+        self._committed(sent_at)
+        return False
+
+    # -- async def handlers -----------------------------------------------------------------
+    async def __aenter__(self) -> Any:
+        self._acm = self._state.store.transaction_async(*self._begin())
+        return await self._acm.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> bool:
+        acm = self._acm
+        assert acm is not None
+        if exc[0] is not None:
+            return bool(await acm.__aexit__(*exc))
+        self._committing()
+        sent_at = time.monotonic()
+        try:
+            await acm.__aexit__(None, None, None)
+        except BaseException:
+            self._failed()
+            raise
+        self._committed(sent_at)
+        return False
+
+
+def open_transaction(state: WorkerState, ctx: JobContext) -> HandlerTransaction:
+    """``ctx.transaction()`` for the attempt ``ctx`` belongs to."""
+    running = state.inflight.get(ctx.job_id)
+    if running is None or running.ctx is not ctx:
+        raise StaleAttempt(ctx.job_id, ctx.attempt, state.id, "transaction")
+    return HandlerTransaction(state, running)
+
+
+def result_after_commit(state: WorkerState, running: Running, result: Any, exc: BaseException | None,
+                        max_payload_bytes: int) -> str | None:
+    """The result to write for an attempt whose success ``ctx.transaction()``
+    committed: its return value as JSON. Nothing can fail the job any more
+    (terminal is final): an exception raised after the commit, or a result
+    that is not JSON, is logged and the job stays succeeded without one."""
+    job = running.job
+    if exc is not None:
+        state.log.warning("job %s attempt %s: the handler raised after its ctx.transaction() committed (%s: %s); "
+                          "the job stays succeeded", job.id, job.attempt, type(exc).__name__, exc,
+                          extra=job_fields(job, state.id))
+        return None
+    if result is None:
+        return None
+    try:
+        return dump_json(result, f"result of task {job.task!r}", max_payload_bytes)
+    except PayloadError as perr:
+        state.log.warning("job %s attempt %s: %s; its ctx.transaction() had committed, so the job stays "
+                          "succeeded without a result", job.id, job.attempt, perr, extra=job_fields(job, state.id))
+        return None

@@ -1,0 +1,247 @@
+"""Fenced completion in the handler's transaction (issue 19, part 2), on SQLite
+and PostgreSQL: the store's ``transaction`` (sync and async), and a real
+worker running handlers that use ``ctx.transaction()``.
+
+The store's promise: the block's writes and the attempt's success (fenced on
+id, attempt, worker and running, with its audit row) commit together or not at
+all. A zombie attempt, even of the same worker id (the ABA case), commits
+nothing and gets ``StaleAttempt``; an exception in the block leaves no write
+behind. Each test compares the whole job record before and after a refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from tether import ConfigError, InvalidTransition, JobContext, JobState, StaleAttempt, Tether
+from tether.config import parse_database_url
+from tether.model import ClaimedJob, Outcome
+from tether.store import Store, open_store
+
+from .conftest import PG_URL, TEST_TOKEN, served
+from .test_conformance import TTL, W, claim_one, enqueue_one, finished_attempts, get, sec, start_job
+from .test_worker import FAST, is_final, running, wait_job
+
+
+class Effects:
+    """An ``effects`` table beside tether's, in the same database, and the SQL a
+    handler's connection runs on it (the backend's own parameter style)."""
+
+    def __init__(self, url: str) -> None:
+        dsn = parse_database_url(url)
+        self.sqlite = dsn.backend == "sqlite"
+        self.table = "effects" if self.sqlite else f'"{dsn.schema}".effects'
+        self.insert = f"INSERT INTO {self.table} (job_id, attempt) VALUES " + ("(?, ?)" if self.sqlite else "(%s, %s)")
+        self._url = dsn.url if self.sqlite else PG_URL
+        with self._connect() as conn:
+            if not self.sqlite:
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{dsn.schema}"')
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (job_id bigint NOT NULL, attempt int NOT NULL)")
+
+    def _connect(self) -> Any:
+        return sqlite3.connect(self._url) if self.sqlite else psycopg.connect(self._url)
+
+    def rows(self) -> list[tuple[int, int]]:
+        conn = self._connect()
+        try:
+            return sorted(tuple(r) for r in conn.execute(f"SELECT job_id, attempt FROM {self.table}").fetchall())
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def effects(db_url: str, store: Store) -> Effects:
+    return Effects(db_url)
+
+
+def test_the_blocks_writes_and_the_fenced_success_commit_together(store: Store, effects: Effects) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    with store.transaction(W, c.id, c.attempt) as conn:
+        conn.execute(effects.insert, (c.id, c.attempt))  # type: ignore[attr-defined]
+        assert get(store, c.id).state is JobState.RUNNING  # nothing visible before the commit
+        assert effects.rows() == []
+    job = get(store, c.id)
+    assert (job.state, job.result, job.locked_by, job.lease_until) == (JobState.SUCCEEDED, None, None, None)
+    assert finished_attempts(job) == [(1, Outcome.SUCCEEDED, W)]
+    assert effects.rows() == [(c.id, 1)]
+    # the result comes after, matched to that success only
+    assert store.set_result(W, c.id, 1, '{"charged": 10}')
+    assert not store.set_result(W, c.id, 2, '"other attempt"')
+    assert not store.set_result("someone-else", c.id, 1, '"other worker"')
+    assert get(store, c.id).result == {"charged": 10}
+    # once succeeded, a second transaction for the attempt commits nothing
+    with pytest.raises(StaleAttempt), store.transaction(W, c.id, c.attempt) as conn:
+        conn.execute(effects.insert, (c.id, c.attempt))  # type: ignore[attr-defined]
+    assert effects.rows() == [(c.id, 1)]
+
+
+def test_aba_the_old_attempts_block_commits_nothing_when_its_own_worker_claimed_again(
+    store: Store, effects: Effects,
+) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0, max_attempts=5)
+    first = claim_one(store, t0, worker=W)
+    store.reap(100, now=t0 + sec(TTL + 1))
+    second = claim_one(store, t0 + sec(TTL + 2), worker=W)  # the very same worker id
+    assert (second.id, second.attempt) == (job_id, 2)
+    before = get(store, job_id)
+    with pytest.raises(StaleAttempt) as info, store.transaction(W, job_id, first.attempt) as conn:
+        conn.execute(effects.insert, (job_id, first.attempt))  # type: ignore[attr-defined]
+    assert info.value.op == "transaction"
+    assert effects.rows() == []
+    assert get(store, job_id) == before  # attempt 2 untouched, still running
+    with store.transaction(W, job_id, second.attempt) as conn:
+        conn.execute(effects.insert, (job_id, second.attempt))  # type: ignore[attr-defined]
+    assert effects.rows() == [(job_id, 2)]
+    assert finished_attempts(get(store, job_id)) == [(1, Outcome.LEASE_EXPIRED, W), (2, Outcome.SUCCEEDED, W)]
+
+
+def test_another_worker_or_a_finished_job_commits_nothing(store: Store, effects: Effects) -> None:
+    c = start_job(store, store.db_now())
+    before = get(store, c.id)
+    with pytest.raises(StaleAttempt), store.transaction("host-z:1:other", c.id, c.attempt) as conn:
+        conn.execute(effects.insert, (c.id, 99))  # type: ignore[attr-defined]
+    assert effects.rows() == [] and get(store, c.id) == before
+    store.fail(W, c.id, c.attempt, outcome=Outcome.FAILED, error="x", retry=False)
+    with pytest.raises(StaleAttempt), store.transaction(W, c.id, c.attempt) as conn:
+        conn.execute(effects.insert, (c.id, c.attempt))  # type: ignore[attr-defined]
+    assert effects.rows() == [] and get(store, c.id).state is JobState.DEAD
+
+
+def test_an_exception_in_the_block_leaves_no_partial_writes(store: Store, effects: Effects) -> None:
+    c = start_job(store, store.db_now())
+    before = get(store, c.id)
+    with pytest.raises(ZeroDivisionError), store.transaction(W, c.id, c.attempt) as conn:
+        conn.execute(effects.insert, (c.id, c.attempt))  # type: ignore[attr-defined]
+        conn.execute(effects.insert, (c.id, c.attempt))  # type: ignore[attr-defined]
+        _ = 1 / 0
+    assert effects.rows() == []
+    assert get(store, c.id) == before  # still running, the lease its own, nothing written
+    # and the attempt can still end normally
+    assert store.complete(W, [(c.id, c.attempt, None)]) == {c.id}
+
+
+def test_async_transaction_commits_fences_and_rolls_back(store: Store, effects: Effects) -> None:
+    t0 = store.db_now()
+    ok, stale, broken = (start_job(store, t0, queue=q) for q in ("a", "b", "c"))
+    store.fail(W, stale.id, stale.attempt, outcome=Outcome.FAILED, error="moved on", retry=True)
+    stale_before, broken_before = get(store, stale.id), get(store, broken.id)
+
+    async def main() -> None:
+        async with store.transaction_async(W, ok.id, ok.attempt) as conn:
+            await _run(conn, effects.insert, (ok.id, ok.attempt))
+        with pytest.raises(StaleAttempt):
+            async with store.transaction_async(W, stale.id, stale.attempt) as conn:
+                await _run(conn, effects.insert, (stale.id, stale.attempt))
+        with pytest.raises(KeyError):
+            async with store.transaction_async(W, broken.id, broken.attempt) as conn:
+                await _run(conn, effects.insert, (broken.id, broken.attempt))
+                raise KeyError("in the block")
+
+    asyncio.run(main())
+    assert effects.rows() == [(ok.id, 1)]
+    assert get(store, ok.id).state is JobState.SUCCEEDED
+    assert get(store, stale.id) == stale_before and get(store, broken.id) == broken_before
+
+
+async def _run(conn: Any, sql: str, params: tuple[Any, ...]) -> None:
+    if isinstance(conn, psycopg.AsyncConnection):
+        await conn.execute(sql, params)
+    else:  # sqlite3: no async driver; the block runs it where it stands
+        conn.execute(sql, params)
+
+
+def test_a_tether_server_store_refuses_transactions(db_url: str, backend: str) -> None:
+    with served(db_url) as url:
+        remote = open_store(url, token=TEST_TOKEN)
+        try:
+            with pytest.raises(ConfigError, match="tether server"):
+                remote.transaction(W, 1, 1)
+            with pytest.raises(ConfigError, match="tether server"):
+                remote.transaction_async(W, 1, 1)
+        finally:
+            remote.close()
+
+
+# -- a real worker -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def app_effects(make_app: Callable[..., Tether], db_url: str) -> Iterator[tuple[Tether, Effects]]:
+    app = make_app(**FAST)
+    yield app, Effects(db_url)
+
+
+def _tx_tasks(app: Tether, effects: Effects) -> None:
+    @app.task(name="charge")
+    def charge(ctx: JobContext, amount: int, fail_in_block: bool = False, twice: bool = False) -> dict[str, Any]:
+        with ctx.transaction() as conn:
+            conn.execute(effects.insert, (ctx.job_id, ctx.attempt))
+            if fail_in_block:
+                raise RuntimeError("declined")
+        second = None
+        if twice:
+            try:
+                ctx.transaction().__enter__()
+            except InvalidTransition as exc:
+                second = str(exc)
+        return {"charged": amount, "second": second}
+
+    @app.task(name="charge_async")
+    async def charge_async(ctx: JobContext, amount: int) -> int:
+        async with ctx.transaction() as conn:
+            await _run(conn, effects.insert, (ctx.job_id, ctx.attempt))
+        return amount
+
+    @app.task(name="no_result")
+    def no_result(ctx: JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(effects.insert, (ctx.job_id, ctx.attempt))
+
+    @app.task(name="blocking_with_in_async")
+    async def blocking_with_in_async(ctx: JobContext) -> None:
+        with ctx.transaction():
+            pass
+
+
+def test_a_worker_runs_handlers_that_commit_their_writes_with_their_success(
+    app_effects: tuple[Tether, Effects],
+) -> None:
+    app, effects = app_effects
+    _tx_tasks(app, effects)
+    sync_id = app.enqueue("charge", amount=10, twice=True)
+    async_id = app.enqueue("charge_async", amount=20)
+    none_id = app.enqueue("no_result")
+    failing_id = app.get_task("charge").using(max_attempts=1).enqueue(amount=30, fail_in_block=True)
+    misuse_id = app.get_task("blocking_with_in_async").using(max_attempts=1).enqueue()
+    with running(app) as w:
+        jobs = {i: wait_job(app, i, is_final) for i in (sync_id, async_id, none_id, failing_id, misuse_id)}
+        wait_job(app, sync_id, lambda j: j.result is not None)
+        wait_job(app, async_id, lambda j: j.result is not None)
+    sync_job, async_job = get(app.store, sync_id), get(app.store, async_id)
+    assert sync_job.state is JobState.SUCCEEDED
+    assert sync_job.result["charged"] == 10
+    assert "once per attempt" in sync_job.result["second"]
+    assert (async_job.state, async_job.result) == (JobState.SUCCEEDED, 20)
+    assert (jobs[none_id].state, jobs[none_id].result) == (JobState.SUCCEEDED, None)
+    for job_id in (sync_id, async_id, none_id):  # one success, written once (by the transaction)
+        assert finished_attempts(get(app.store, job_id)) == [(1, Outcome.SUCCEEDED, w.id)]
+    assert jobs[failing_id].state is JobState.DEAD and "declined" in (jobs[failing_id].last_error or "")
+    assert jobs[misuse_id].state is JobState.DEAD and "async with" in (jobs[misuse_id].last_error or "")
+    assert effects.rows() == sorted([(sync_id, 1), (async_id, 1), (none_id, 1)])
+    assert w.state.counts["succeeded"] == 3
+    assert w.state.counts["stale_reports"] == 0 and w.state.counts["lost"] == 0
+
+
+def test_a_context_without_a_worker_says_so() -> None:
+    job = ClaimedJob(1, 1, "t", {}, "default", 0, 1, 30.0, None, None, None, None)  # type: ignore[arg-type]
+    ctx = JobContext(job, "w", lambda *a: False)
+    with pytest.raises(ConfigError, match="no worker"):
+        ctx.transaction()
