@@ -24,6 +24,7 @@ def test_chaos_sqlite_kill_and_stop(tmp_path: Path) -> None:
     assert result.faults["kill"] + result.faults["failpoint"] > 0 and result.faults["stop"] > 0
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
     assert result.integrity_checks > 1
+    assert result.report.invariants["I7"].checked > 0, "no transactional job: I7 was not tested"
 
 
 def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
@@ -42,6 +43,7 @@ def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
                       seed=20261123, out_dir=tmp_path)
     result = run(cfg, say=lambda _: None)
     assert result.ok, result.to_dict()
+    assert result.report.invariants["I7"].checked > 0, "no transactional job: I7 was not tested"
     for kind in ("stop", "partition", "restart"):
         assert result.faults[kind] > 0, f"no {kind} fault was injected"
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"

@@ -181,3 +181,63 @@ def test_recovery_is_timed_from_the_database_s_last_renewal_even_one_the_worker_
     assert report.ok
     assert report.recovery["renewals_unheard"] == 1
     assert report.recovery["max"] == pytest.approx(2.8)
+
+
+# -- I7: exactly-once effects (the transactional workload) ------------------------------------
+
+from tether.chaos.effects import TX_TASKS, EffectRow, check_effects  # noqa: E402
+
+
+def effects_history() -> tuple[dict[int, JobRow], dict[int, str], list[AttemptRow], list[EffectRow]]:
+    """Job 1 (transactional): w1's attempt 1 was reaped, w2's attempt 2 succeeded
+    and wrote the one effect. Job 2 (transactional): dead after a failed attempt,
+    no effect. Job 3: an ordinary job, no effect."""
+    jobs = {1: JobRow(1, "succeeded", 2, {"attempt": 2}), 2: JobRow(2, "dead", 1, None),
+            3: JobRow(3, "succeeded", 1, {"attempt": 1})}
+    tasks = {1: TX_TASKS[0], 2: TX_TASKS[1], 3: "tether.chaos.work"}
+    attempts = [
+        AttemptRow(1, 1, "w1", T0 + 1.0, T0 + 4.2, "lease_expired"),
+        AttemptRow(1, 2, "w2", T0 + 5.0, T0 + 6.0, "succeeded"),
+        AttemptRow(2, 1, "w1", T0 + 1.0, T0 + 2.0, "failed"),
+        AttemptRow(3, 1, "w1", T0 + 1.0, T0 + 2.0, "succeeded"),
+    ]
+    return jobs, tasks, attempts, [EffectRow(1, 2, "w2")]
+
+
+def test_i7_clean_effects_hold() -> None:
+    inv = check_effects(*effects_history())
+    assert inv.ok, inv.violations
+    assert inv.checked == 2  # the transactional jobs
+
+
+def test_i7_catches_a_zombie_attempts_effect() -> None:
+    jobs, tasks, attempts, effects = effects_history()
+    # attempt 1 of job 1 (reaped: a zombie) also got its write in
+    inv = check_effects(jobs, tasks, attempts, [*effects, EffectRow(1, 1, "w1")])
+    assert not inv.ok
+    assert any("attempt 1" in v and "lease_expired" in v for v in inv.violations)
+    assert any("succeeded with 2 effect rows" in v for v in inv.violations)
+
+
+def test_i7_catches_a_missing_or_a_doubled_effect() -> None:
+    jobs, tasks, attempts, _ = effects_history()
+    missing = check_effects(jobs, tasks, attempts, [])
+    assert [v for v in missing.violations if "succeeded with 0 effect rows" in v]
+    doubled = check_effects(jobs, tasks, attempts, [EffectRow(1, 2, "w2"), EffectRow(1, 2, "w2")])
+    assert [v for v in doubled.violations if "succeeded with 2 effect rows" in v]
+
+
+def test_i7_catches_an_effect_of_a_failed_attempt_and_of_an_unrelated_job() -> None:
+    jobs, tasks, attempts, effects = effects_history()
+    inv = check_effects(jobs, tasks, attempts, [*effects, EffectRow(2, 1, "w1"), EffectRow(3, 1, "w1")])
+    assert any("job 2" in v and "(failed)" in v for v in inv.violations)
+    assert any("job 2: ended dead" in v for v in inv.violations)
+    assert any("job 3" in v and "not a transactional job" in v for v in inv.violations)
+
+
+def test_i7_catches_an_effect_of_an_unfinished_attempt_or_another_worker() -> None:
+    jobs, tasks, attempts, _ = effects_history()
+    unfinished = check_effects(jobs, tasks, attempts, [EffectRow(1, 2, "w2"), EffectRow(1, 3, "w3")])
+    assert any("no finished attempt row" in v for v in unfinished.violations)
+    impostor = check_effects(jobs, tasks, attempts, [EffectRow(1, 2, "w9")])
+    assert any("names worker w9" in v for v in impostor.violations)

@@ -33,6 +33,7 @@ from ..store import Store, open_store
 from ..transport import Transport, open_transport
 from ..worker.failpoints import NAMES as FAILPOINTS
 from .checker import AttemptRow, CheckReport, JobRow, check
+from .effects import TX_TASKS, Effects, check_effects
 from .pgserver import ScratchPostgres
 from .proxy import TCPProxy
 from .workerproc import ASYNC_TASK, QUEUE, SYNC_TASK
@@ -146,6 +147,8 @@ class _Run:
         self.url = self._database()
         self.store: Store = open_store(self.url)
         self.store.migrate()
+        self.effects = Effects(self.url)  # I7: the transactional workload's table
+        self.effects.create()
         # The producer announces what it enqueued, as Tether's enqueue does.
         self.transport: Transport = open_transport(cfg.transport_spec())
         self.slots: list[_Slot] = []
@@ -367,7 +370,7 @@ class _Run:
 
     def _produce(self, n: int, rng: random.Random, *, short: bool = False) -> None:
         jobs = [
-            NewJob(task=rng.choice([SYNC_TASK, ASYNC_TASK]), queue=QUEUE,
+            NewJob(task=rng.choice([SYNC_TASK, ASYNC_TASK, *TX_TASKS]), queue=QUEUE,
                    args_json=json.dumps({"ms": rng.randint(1, 5) if short else rng.randint(20, 600),
                                          "fail": rng.random() < 0.05}),
                    max_attempts=rng.choice([4, 6, 10]), backoff_base=0.05)
@@ -419,19 +422,25 @@ class _Run:
                 if line.strip():
                     events.append(json.loads(line))
         jobs: dict[int, JobRow] = {}
+        tasks: dict[int, str] = {}
         attempts: list[AttemptRow] = []
         for job_id in self.enqueued:
             job = self.store.get_job(job_id)
             if job is None:
                 continue
             jobs[job.id] = JobRow(job.id, str(job.state), job.attempt, job.result)
+            tasks[job.id] = job.task
             attempts.extend(
                 AttemptRow(a.job_id, a.attempt, a.worker, a.claimed_at.timestamp(), a.finished_at.timestamp(),
                            str(a.outcome))
                 for a in job.attempts if a.finished_at is not None and a.outcome is not None
             )
-        return check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
-                     reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages)
+        report = check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
+                       reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages)
+        effects = self.effects.read()
+        report.invariants["I7"] = check_effects(jobs, tasks, attempts, effects)
+        report.counts["effect_rows"] = len(effects)
+        return report
 
     def cleanup(self) -> None:
         for slot in self.slots:

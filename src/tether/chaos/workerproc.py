@@ -4,6 +4,9 @@ Everything comes from the environment the driver sets: the database URL, the
 timers, the history directory and the failpoints. The handlers sleep, report
 progress (a heartbeat), fail on request, and hit the failpoints that sit
 inside a handler: mid-handler, and after the side effect but before complete.
+The transactional tasks (``effects.TX_TASKS``, for I7) write their one effect
+row inside ``ctx.transaction()`` and wait there a little, so that faults also
+land between the write and its commit.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from ..app import Tether
 from ..context import JobContext
 from ..worker import failpoints
+from .effects import TX_TASKS, Effects
 
 QUEUE = "tether_chaos"
 SYNC_TASK = "tether.chaos.work"
@@ -59,6 +63,41 @@ def build_app() -> Tether:
             raise RuntimeError("planned failure")
         if failpoints.ARMED:
             failpoints.hit("after_side_effect")
+        return {"attempt": ctx.attempt, "pid": os.getpid()}
+
+    effects = Effects(os.environ["TETHER_DATABASE_URL"])
+
+    @app.task(name=TX_TASKS[0], queue=QUEUE)
+    def effect(ctx: JobContext, ms: int, fail: bool = False) -> dict[str, Any]:
+        inside = min(ms // 4, 100) / 1000  # in the block: SQLite's one write lock is held there
+        if ctx.wait_cancelled((ms / 1000) - inside):
+            ctx.raise_if_cancelled()
+        with ctx.transaction() as conn:
+            conn.execute(effects.insert, (ctx.job_id, ctx.attempt, ctx.worker_id))
+            if failpoints.ARMED:
+                failpoints.hit("mid_handler")
+            if ctx.wait_cancelled(inside):
+                ctx.raise_if_cancelled()  # rolls the effect back
+            if fail:
+                raise RuntimeError("planned failure")  # rolls the effect back
+            if failpoints.ARMED:
+                failpoints.hit("after_side_effect")  # written, not committed: must not land
+        return {"attempt": ctx.attempt, "pid": os.getpid()}
+
+    @app.task(name=TX_TASKS[1], queue=QUEUE)
+    async def effect_async(ctx: JobContext, ms: int, fail: bool = False) -> dict[str, Any]:
+        inside = min(ms // 4, 100) / 1000
+        await asyncio.sleep((ms / 1000) - inside)
+        async with ctx.transaction() as conn:
+            if effects.backend == "sqlite":
+                conn.execute(effects.insert, (ctx.job_id, ctx.attempt, ctx.worker_id))
+            else:
+                await conn.execute(effects.insert, (ctx.job_id, ctx.attempt, ctx.worker_id))
+            await asyncio.sleep(inside)
+            if fail:
+                raise RuntimeError("planned failure")
+            if failpoints.ARMED:
+                failpoints.hit("after_side_effect")
         return {"attempt": ctx.attempt, "pid": os.getpid()}
 
     return app

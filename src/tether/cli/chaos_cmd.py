@@ -33,6 +33,11 @@ def render(result: ChaosResult, console: Console) -> None:
         table.add_row(f"{key} {inv['title']}", "[green]held[/green]" if inv["ok"] else "[red]BROKEN[/red]",
                       str(inv["checked"]), str(inv["violation_count"]))
     console.print(table)
+    i7 = d["check"]["invariants"].get("I7")
+    if i7 is not None:
+        console.print(f"I7 exactly-once effects: {d['check']['counts'].get('effect_rows', 0)} effect rows for "
+                      f"{i7['checked']} transactional jobs: "
+                      + ("[green]held[/green]" if i7["ok"] else f"[red]BROKEN[/red] ({i7['violation_count']})"))
     rec = d["check"]["recovery_s"]
 
     def s(v: float | None) -> str:
@@ -97,7 +102,7 @@ def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int,
           seed: int | None, lease_ttl: float, heartbeat_interval: float, reaper_interval: float,
           concurrency: int, drain_timeout: float, json_out: Path | None, keep: bool,
           transport: str | None, artifacts: Path | None) -> None:
-    """Run workers under faults and check the contract (I1-I5) held."""
+    """Run workers under faults and check the contract (I1-I5, and I7) held."""
     console = make_console()
     seed = random.randrange(2**31) if seed is None else seed
     cfg = ChaosConfig(
