@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -245,3 +247,74 @@ def test_a_context_without_a_worker_says_so() -> None:
     ctx = JobContext(job, "w", lambda *a: False)
     with pytest.raises(ConfigError, match="no worker"):
         ctx.transaction()
+
+
+def test_a_worker_whose_attempt_was_handed_on_commits_nothing_aba(
+    app_effects: tuple[Tether, Effects], backend: str,
+) -> None:
+    """A real worker's attempt loses the job while its handler is in (PostgreSQL)
+    or about to open (SQLite: the block holds the one write lock, so nothing
+    can move the job during it) its transaction; the job is re-claimed under
+    the very same worker id. The old attempt's block commits nothing."""
+    app, effects = app_effects
+    started, proceed = threading.Event(), threading.Event()
+    in_block = backend == "postgresql"
+
+    @app.task(name="slow_charge")
+    def slow_charge(ctx: JobContext) -> str:
+        if not in_block:
+            started.set()
+            proceed.wait(10)
+        with ctx.transaction() as conn:
+            conn.execute(effects.insert, (ctx.job_id, ctx.attempt))
+            if in_block:
+                started.set()
+                proceed.wait(10)
+        return "zombie"
+
+    job_id = app.enqueue("slow_charge")
+    with running(app, concurrency=1) as w:
+        assert started.wait(10)
+        store = app.store
+        store.expire_leases([w.id])
+        assert [r.id for r in store.reap(10)] == [job_id]
+        (again,) = store.claim(w.id, ["default"], 1, 30.0)  # the same worker id, attempt 2
+        assert again.attempt == 2
+        proceed.set()
+        deadline = time.monotonic() + 10
+        while w.state.inflight.get(job_id) is not None:  # the worker lets its old attempt go
+            assert time.monotonic() < deadline, "the old attempt was never let go"
+            time.sleep(0.05)
+        assert effects.rows() == []  # the zombie's write never landed
+        job = get(store, job_id)
+        assert (job.state, job.attempt, job.locked_by) == (JobState.RUNNING, 2, w.id)
+        with store.transaction(w.id, job_id, 2) as conn:  # attempt 2 finishes it, once
+            conn.execute(effects.insert, (job_id, 2))  # type: ignore[attr-defined]
+    assert effects.rows() == [(job_id, 2)]
+    assert finished_attempts(get(app.store, job_id)) == [(1, Outcome.LEASE_EXPIRED, w.id), (2, Outcome.SUCCEEDED, w.id)]
+    assert w.state.counts["succeeded"] == 0
+
+
+def test_sqlite_refuses_progress_inside_the_block_at_once(app_effects: tuple[Tether, Effects], backend: str) -> None:
+    """The block holds SQLite's one write lock, which a progress report needs:
+    refused with the reason, not a 30 s wait for a lock it holds itself. On
+    PostgreSQL progress inside the block works (another connection, another row lock)."""
+    app, effects = app_effects
+
+    @app.task(name="progress_in_block", max_attempts=1)
+    def progress_in_block(ctx: JobContext) -> str:
+        with ctx.transaction() as conn:
+            conn.execute(effects.insert, (ctx.job_id, ctx.attempt))
+            ctx.progress(0.5, "half way")
+        return "done"
+
+    job_id = app.enqueue("progress_in_block")
+    started = time.monotonic()
+    with running(app):
+        job = wait_job(app, job_id, is_final)
+    assert time.monotonic() - started < 10
+    if backend == "sqlite":
+        assert job.state is JobState.DEAD and "cannot run inside ctx.transaction()" in (job.last_error or "")
+        assert effects.rows() == []
+    else:
+        assert job.state is JobState.SUCCEEDED and effects.rows() == [(job_id, 1)]

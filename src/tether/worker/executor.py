@@ -44,7 +44,7 @@ from .inflight import Running
 from .pool import DaemonPool
 from .reporter import Reporter, ended
 from .state import WorkerState
-from .transactions import open_transaction, result_after_commit
+from .transactions import open_transaction, refuse_progress_in_block, result_after_commit
 
 __all__ = [
     "LEASES_PER_SLOT",
@@ -344,6 +344,8 @@ class Executor:
     def progress(self, job: ClaimedJob, fraction: float | None, message: str | None) -> bool:
         """A handler's progress report (its thread or the loop): a heartbeat for its job."""
         s = self.state
+        if s.store.backend == "sqlite":
+            refuse_progress_in_block(s, job.id)
         sent_at = time.monotonic()
         cancel = s.store.progress(s.id, job.id, job.attempt, fraction, message, s.timers.lease_ttl)
         s.inflight.renewed(job.id, job.attempt, sent_at)

@@ -45,8 +45,9 @@ class Running:
     span: Any = None
     #: how the attempt ended here, for its span: (outcome, error, job state); first one wins
     ended: tuple[str, str | None, str | None] | None = None
-    #: ctx.transaction() was opened (once per attempt)
+    #: ctx.transaction() was opened (once per attempt), and while its block runs
     tx_opened: bool = False
+    in_block: bool = False
     #: monotonic time the commit of ctx.transaction() was sent, once it has
     #: committed: the success is written, only the result is left to write
     settled: float | None = None

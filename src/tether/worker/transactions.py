@@ -34,7 +34,7 @@ from ..logs import job_fields
 from .inflight import Running
 from .state import WorkerState
 
-__all__ = ["HandlerTransaction", "open_transaction", "result_after_commit"]
+__all__ = ["HandlerTransaction", "open_transaction", "refuse_progress_in_block", "result_after_commit"]
 
 
 class HandlerTransaction:
@@ -83,11 +83,14 @@ class HandlerTransaction:
             raise ConfigError("in an async def handler use `async with ctx.transaction() as conn:` "
                               "(a plain `with` would block the worker's event loop)")
         self._cm = self._state.store.transaction(*self._begin())
-        return self._cm.__enter__()
+        conn = self._cm.__enter__()
+        self._running.in_block = True
+        return conn
 
     def __exit__(self, *exc: Any) -> bool:
         cm = self._cm
         assert cm is not None
+        self._running.in_block = False
         if exc[0] is not None:
             return bool(cm.__exit__(*exc))  # rolls back; the exception goes on
         self._committing()
@@ -103,11 +106,14 @@ class HandlerTransaction:
     # -- async def handlers -----------------------------------------------------------------
     async def __aenter__(self) -> Any:
         self._acm = self._state.store.transaction_async(*self._begin())
-        return await self._acm.__aenter__()
+        conn = await self._acm.__aenter__()
+        self._running.in_block = True
+        return conn
 
     async def __aexit__(self, *exc: Any) -> bool:
         acm = self._acm
         assert acm is not None
+        self._running.in_block = False
         if exc[0] is not None:
             return bool(await acm.__aexit__(*exc))
         self._committing()
@@ -119,6 +125,16 @@ class HandlerTransaction:
             raise
         self._committed(sent_at)
         return False
+
+
+def refuse_progress_in_block(state: WorkerState, job_id: int) -> None:
+    """SQLite: a progress report inside the block would wait for the write
+    lock the block itself holds (until busy_timeout, 30 s): refuse it at once."""
+    running = state.inflight.get(job_id)
+    if running is not None and running.in_block:
+        raise ConfigError("on SQLite, ctx.progress() cannot run inside ctx.transaction(): the block holds "
+                          "SQLite's one write lock, which the progress report needs. Report progress before or "
+                          "after the block")
 
 
 def open_transaction(state: WorkerState, ctx: JobContext) -> HandlerTransaction:
