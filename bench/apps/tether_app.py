@@ -46,3 +46,20 @@ async def crashy(ctx: JobContext, i: int, hold: float = 3600.0) -> None:
     record(i, ctx.attempt, os.getpid(), repr(time.time()), ctx.job_id)
     if ctx.attempt == 1:
         await asyncio.sleep(hold)
+
+
+@app.task(name="tx_noop")
+async def tx_noop(ctx: JobContext, i: int = 0) -> None:
+    """Transactions scenario: a no-op whose success is written by ctx.transaction()
+    (the fenced completion in the handler's own transaction), not by the reporter."""
+    mark_first()
+    async with ctx.transaction():
+        pass
+
+
+@app.task(name="tx_row")
+async def tx_row(ctx: JobContext, i: int = 0) -> None:
+    """Transactions scenario: one row of the handler's own, committed with its success."""
+    mark_first()
+    async with ctx.transaction() as conn:
+        await conn.execute("INSERT INTO bench_effects (job_id, attempt) VALUES (%s, %s)", (ctx.job_id, ctx.attempt))

@@ -122,6 +122,115 @@ def dump_sql(args: argparse.Namespace) -> None:
     emit({name: q[name] for name in args.names})
 
 
+def _pg_url() -> str:
+    return app.dsn.url
+
+
+def tx_enqueue(args: argparse.Namespace) -> None:
+    """Transactions scenario, part 1: one job per transaction, enqueued on the
+    caller's own connection (and committed by the caller) against tether's own
+    single enqueue (autocommit on tether's pool), in the same process, the
+    modes in turn per round; and the same with an application row beside the
+    job (the caller's: one commit for both; tether's own: two)."""
+    import psycopg
+
+    task = app.get_task("noop")
+    caller = psycopg.connect(_pg_url())
+    apart = psycopg.connect(_pg_url(), autocommit=True)
+    caller.execute("CREATE TABLE IF NOT EXISTS bench_orders (id bigint PRIMARY KEY)")
+    caller.commit()
+    ids = iter(range(10**9))
+
+    def own(k: int) -> None:
+        task.enqueue(i=k)
+
+    def on_caller(k: int) -> None:
+        task.using(connection=caller).enqueue(i=k)
+        caller.commit()
+
+    def own_plus_row(k: int) -> None:
+        apart.execute("INSERT INTO bench_orders (id) VALUES (%s)", (next(ids),))
+        task.enqueue(i=k)
+
+    def caller_plus_row(k: int) -> None:
+        caller.execute("INSERT INTO bench_orders (id) VALUES (%s)", (next(ids),))
+        task.using(connection=caller).enqueue(i=k)
+        caller.commit()
+
+    def in_open_tx(k: int) -> None:  # the enqueue call alone; the caller commits every 100, untimed
+        task.using(connection=caller).enqueue(i=k)
+
+    modes = {"own": own, "caller": on_caller, "caller_enqueue_only": in_open_tx, "own_plus_row": own_plus_row,
+             "caller_plus_row": caller_plus_row}
+    for fn in modes.values():  # warm: connections, prepared statements
+        for k in range(20):
+            fn(-1 - k)
+        caller.commit()
+    seconds = dict.fromkeys(modes, 0.0)
+    cpu = dict.fromkeys(modes, 0.0)
+    per_round = max(100, args.n // args.rounds // 100 * 100)
+    names = list(modes)
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = modes[name]
+            for block in range(0, per_round, 100):
+                c0, t0 = time.process_time(), time.perf_counter()
+                for k in range(block, block + 100):
+                    fn(k)
+                seconds[name] += time.perf_counter() - t0
+                cpu[name] += time.process_time() - c0
+                if name == "caller_enqueue_only":
+                    caller.commit()
+    n = per_round * args.rounds
+    caller.close()
+    apart.close()
+    emit({"n": n, "rounds": args.rounds, "modes": {
+        name: {"rate": n / seconds[name], "client_cpu_per_job_ms": 1000 * cpu[name] / n} for name in modes}})
+
+
+def tx_complete(args: argparse.Namespace) -> None:
+    """Transactions scenario, part 2: a worker (in this process) runs n no-op
+    jobs completed the plain way (the reporter's batched complete), through an
+    empty ctx.transaction() block, and through a block that writes one row;
+    each run on an emptied jobs table, timed from the enqueue to the last
+    success, the modes in turn per repetition."""
+    import threading
+
+    import psycopg
+
+    admin = psycopg.connect(_pg_url(), autocommit=True)
+    admin.execute("CREATE TABLE IF NOT EXISTS bench_effects (job_id bigint NOT NULL, attempt int NOT NULL)")
+    schema = app.dsn.schema
+    out: dict = {"n": args.n, "concurrency": args.concurrency, "runs": []}
+    names = ["noop", "tx_noop", "tx_row"]
+    for rep in range(args.reps):
+        for name in names[rep % 3:] + names[:rep % 3]:
+            admin.execute(f'TRUNCATE "{schema}".jobs, "{schema}".attempts, bench_effects')
+            admin.execute(f'VACUUM ANALYZE "{schema}".jobs')
+            w = app.worker(concurrency=args.concurrency)
+            t = threading.Thread(target=lambda w=w: asyncio.run(w.run()), daemon=True)
+            t.start()
+            time.sleep(1.0)  # started and idle
+            c0, t0 = time.process_time(), time.perf_counter()
+            task = app.get_task(name)
+            for start in range(0, args.n, 1000):
+                task.enqueue_many([{"i": k} for k in range(start, min(args.n, start + 1000))])
+            while True:
+                (done,) = admin.execute(f'SELECT count(*) FROM "{schema}".jobs WHERE state = %s',
+                                        ("succeeded",)).fetchone()  # type: ignore[misc]
+                if done >= args.n:
+                    break
+                time.sleep(0.01)
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+            w.stop()
+            t.join(30)
+            (rows,) = admin.execute("SELECT count(*) FROM bench_effects").fetchone()  # type: ignore[misc]
+            out["runs"].append({"mode": name, "rep": rep, "seconds": seconds, "rate": args.n / seconds,
+                                "process_cpu_per_job_ms": 1000 * cpu / args.n, "effect_rows": rows})
+    admin.close()
+    emit(out)
+
+
 def main() -> None:
     p, sub = client_parser()
     sub.choices["enqueue"].add_argument("--start", type=int, default=0, help="first job's i")
@@ -134,8 +243,16 @@ def main() -> None:
     pr.add_argument("--reap-rounds", type=int, default=5)
     d = sub.add_parser("dump-sql")
     d.add_argument("names", nargs="+")
+    te = sub.add_parser("tx-enqueue")
+    te.add_argument("--n", type=int, default=2000)
+    te.add_argument("--rounds", type=int, default=10)
+    tc = sub.add_parser("tx-complete")
+    tc.add_argument("--n", type=int, default=3000)
+    tc.add_argument("--concurrency", type=int, default=10)
+    tc.add_argument("--reps", type=int, default=1)
     a = p.parse_args()
-    {"setup": setup, "enqueue": enqueue, "latency": latency, "probe": probe, "dump-sql": dump_sql}[a.cmd](a)
+    {"setup": setup, "enqueue": enqueue, "latency": latency, "probe": probe, "dump-sql": dump_sql,
+     "tx-enqueue": tx_enqueue, "tx-complete": tx_complete}[a.cmd](a)
     app.close()
 
 
