@@ -701,3 +701,81 @@ def test_a_published_job_starts_at_once_whatever_the_poll_interval(make_app: Cal
         assert job.result == 2
         assert took < 3.0, f"the published job waited {took:.1f}s for a worker polling every 60s"
         assert w.counts["deliveries_claimed"] == 1 and w.counts["db_claims"] == 1
+
+
+# -- enqueue on the caller's connection (issue 19) ----------------------------------------------
+
+
+def _engine_url(db_url: str) -> str:
+    from tether.config import parse_database_url
+
+    dsn = parse_database_url(db_url)
+    if dsn.backend == "sqlite":
+        return f"sqlite:///{dsn.url}"
+    from .conftest import PG_URL
+
+    return PG_URL.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def test_a_job_enqueued_in_a_sqlalchemy_session_is_published_at_its_commit_and_never_after_a_rollback(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str, db_url: str,
+) -> None:
+    """A Session says when it has committed: the job's message goes then (only
+    messages deliver here: no fallback claims, no sweep)."""
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    from sqlalchemy.orm import Session
+
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+
+    @app.task(name="job")
+    def job(ctx: JobContext) -> int:
+        return ctx.job_id
+
+    engine = sqlalchemy.create_engine(_engine_url(db_url))
+    try:
+        with running(app) as w:
+            wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+            with Session(engine) as session:
+                app.enqueue("job", connection=session)
+                session.rollback()  # no job, and no message for it
+                kept = app.enqueue("job", connection=session)
+                assert backlog(nats_url, prefix) == (0, 0)  # nothing published before the commit
+                session.commit()
+            assert wait_job(app, kept, lambda j: j.state is JobState.SUCCEEDED).result == kept
+            assert w.counts["deliveries_claimed"] == 1
+        wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "every message acked")
+    finally:
+        engine.dispose()
+
+
+def test_a_job_enqueued_on_a_driver_connection_is_published_by_the_sweep(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str, db_url: str, backend: str,
+) -> None:
+    """psycopg and sqlite3 have no after-commit hook: nothing is published from
+    inside the caller's transaction, and the sweep publishes the job once it
+    has been due for sweep_grace."""
+    import sqlite3
+
+    import psycopg
+
+    from tether.config import parse_database_url
+
+    from .conftest import PG_URL
+
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_interval=0.2, sweep_grace=0.5)
+
+    @app.task(name="job")
+    def job(ctx: JobContext) -> None:
+        return None
+
+    conn: Any = (sqlite3.connect(parse_database_url(db_url).url) if backend == "sqlite"
+                 else psycopg.connect(PG_URL))
+    try:
+        with running(app) as w:
+            wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+            job_id = job.using(connection=conn).enqueue()
+            conn.commit()
+            assert wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED).attempt == 1
+            assert w.counts["swept"] >= 1
+    finally:
+        conn.close()

@@ -30,7 +30,7 @@ from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob
 from .naming import default_task_name
 from .store import Store, open_store
-from .store.caller import driver_connection, driver_connection_async
+from .store.caller import after_commit, driver_connection, driver_connection_async
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
 from .worker.runtime import Worker
@@ -370,16 +370,25 @@ class Tether:
         return ids
 
     # On the caller's connection: nothing is committed here, so nothing is
-    # published either (a transport could announce a job that then rolls
-    # back, or before its commit is visible). psycopg and sqlite3 have no
-    # after-commit hook to publish from; with NATS, the workers' sweep
-    # publishes such a job once it has been due for the transport's
-    # sweep_grace (5 s by default). On PostgreSQL without NATS, the enqueue
-    # trigger's NOTIFY is part of the caller's transaction: sent at its commit.
+    # published now either (a transport could announce a job that then rolls
+    # back, or before its commit is visible). A SQLAlchemy Session says when
+    # it has committed, and the jobs are published then; psycopg, sqlite3 and
+    # a SQLAlchemy Connection have no after-commit hook, and with NATS the
+    # workers' sweep publishes such a job once it has been due for the
+    # transport's sweep_grace (5 s by default). On PostgreSQL without NATS,
+    # the enqueue trigger's NOTIFY is part of the caller's transaction: sent
+    # at its commit.
     def _write_on(self, connection: object, jobs: list[NewJob]) -> list[int]:
         ids = self.store.enqueue_on(driver_connection(connection), jobs)
         self._enqueued(jobs, ids)
+        self._announce_at_commit(connection, jobs, ids)
         return ids
+
+    def _announce_at_commit(self, connection: object, jobs: list[NewJob], ids: list[int]) -> None:
+        if self.transport.delivers:
+            due = due_now(jobs, ids)
+            if due:
+                after_commit(connection, partial(announce, self.transport, due))
 
     async def _write_on_async(self, connection: object, jobs: list[NewJob]) -> list[int]:
         conn = await driver_connection_async(connection)
@@ -388,6 +397,7 @@ class Tether:
             store = await asyncio.to_thread(lambda: self.store)
         ids = await store.enqueue_on_async(conn, jobs)
         self._enqueued(jobs, ids)
+        self._announce_at_commit(connection, jobs, ids)
         return ids
 
     def _enqueued(self, jobs: list[NewJob], ids: list[int]) -> None:

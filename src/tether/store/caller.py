@@ -9,15 +9,28 @@ that does not use it does not load it.
 
 The store (``Store.enqueue_on``) then says whether that driver connection is
 one it can use (the right driver, open, to its database).
+
+``after_commit`` runs a callback once the caller's transaction has committed,
+where the connection offers a hook for it: a SQLAlchemy ``Session`` (or
+``AsyncSession``) has ``after_commit`` and ``after_rollback`` events. psycopg,
+sqlite3 and a SQLAlchemy ``Connection`` have none (its ``commit`` event comes
+before the commit); the caller then learns False and leaves it to the sweep.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["driver_connection", "driver_connection_async"]
+__all__ = ["after_commit", "driver_connection", "driver_connection_async"]
+
+log = logging.getLogger("tether")
+
+#: where a Session keeps the callbacks waiting for its commit (``Session.info``)
+_PENDING = "tether.after_commit"
 
 
 def _is_sqlalchemy(conn: object) -> bool:
@@ -79,3 +92,35 @@ async def driver_connection_async(conn: object) -> Any:
             raise _closed("AsyncConnection")
         return driver
     return driver_connection(conn)
+
+
+def after_commit(conn: object, callback: Callable[[], object]) -> bool:
+    """Run ``callback`` once ``conn``'s current transaction commits, and never
+    if it rolls back; False (nothing registered) where ``conn`` has no such
+    hook. The callback must not raise (it runs inside the caller's commit)."""
+    if not _is_sqlalchemy(conn):
+        return False
+    session: Any = conn.sync_session if type(conn).__name__ == "AsyncSession" else conn  # type: ignore[attr-defined]
+    if not hasattr(session, "get_bind") or not hasattr(session, "info"):
+        return False  # a Connection: its commit event fires before the commit
+    pending: list[Callable[[], object]] | None = session.info.get(_PENDING)
+    if pending is None:
+        from sqlalchemy import event  # the caller's own SQLAlchemy: it passed a Session
+
+        pending = session.info[_PENDING] = []
+
+        def committed(s: Any) -> None:
+            done, s.info[_PENDING] = list(s.info.get(_PENDING, ())), []
+            for fn in done:
+                try:
+                    fn()
+                except Exception as exc:  # pragma: no cover - callbacks promise not to raise
+                    log.warning("an after-commit callback failed: %s", exc)
+
+        def rolled_back(s: Any) -> None:
+            s.info[_PENDING] = []
+
+        event.listen(session, "after_commit", committed)
+        event.listen(session, "after_rollback", rolled_back)
+    pending.append(callback)
+    return True
