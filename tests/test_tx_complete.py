@@ -318,3 +318,20 @@ def test_sqlite_refuses_progress_inside_the_block_at_once(app_effects: tuple[Tet
         assert effects.rows() == []
     else:
         assert job.state is JobState.SUCCEEDED and effects.rows() == [(job_id, 1)]
+
+
+def test_an_async_handler_timed_out_inside_the_block_commits_nothing(app_effects: tuple[Tether, Effects]) -> None:
+    app, effects = app_effects
+
+    @app.task(name="slow_async", timeout=0.5, max_attempts=1)
+    async def slow_async(ctx: JobContext) -> None:
+        async with ctx.transaction() as conn:
+            await _run(conn, effects.insert, (ctx.job_id, ctx.attempt))
+            await asyncio.sleep(5)
+
+    job_id = app.enqueue("slow_async")
+    with running(app) as w:
+        job = wait_job(app, job_id, is_final)
+    assert job.state is JobState.DEAD and "timed out" in (job.last_error or "")
+    assert effects.rows() == []
+    assert finished_attempts(job) == [(1, Outcome.TIMED_OUT, w.id)]

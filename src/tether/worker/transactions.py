@@ -118,8 +118,21 @@ class HandlerTransaction:
             return bool(await acm.__aexit__(*exc))
         self._committing()
         sent_at = time.monotonic()
+        # The commit runs to its end even if the handler is cancelled meanwhile
+        # (a timeout, a shutdown): cut short, its outcome would be unknown here
+        # (the database's decision stands either way, but the worker could not
+        # tell a committed success from a lost attempt).
+        commit = asyncio.ensure_future(acm.__aexit__(None, None, None))
         try:
-            await acm.__aexit__(None, None, None)
+            await asyncio.shield(commit)
+        except asyncio.CancelledError:
+            if not commit.done():
+                await asyncio.wait([commit])
+            if commit.cancelled() or commit.exception() is not None:
+                self._failed()
+            else:
+                self._committed(sent_at)
+            raise
         except BaseException:
             self._failed()
             raise
