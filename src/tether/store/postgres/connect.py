@@ -1,30 +1,40 @@
-"""How the PostgreSQL store connects: what every connection is given, and the
-pools it keeps.
+"""How the PostgreSQL store connects: what every connection is given, the
+pools it keeps, and what changes behind a transaction pooler.
 
 A store keeps four sets of connections: a pool for most statements, a small
 one for a worker's rounds (claim, complete, complete_and_claim), and the same
-two per event loop for async calls. The two kinds differ in one session
-setting, sent as a startup option: the main ones plan every statement for its
-arguments, the round ones plan theirs once.
+two per event loop for async calls. Directly on the server, the two kinds
+differ in one session setting, sent as a startup option: the main ones plan
+every statement for its arguments, the round ones plan theirs once.
+
+Behind PgBouncer in transaction pooling mode (``?pgbouncer=transaction``) a
+client's connection is not a server session: each transaction may run on
+another server connection, so nothing may rely on session state. The store
+then sends no startup options (PgBouncer refuses them), prepares no
+statements on the server (a statement prepared on one server connection is
+unknown on the next; every statement goes as an unnamed one, planned for its
+arguments as force_custom_plan would), and does not LISTEN through the
+pooler (see ``PostgresStore.listen``). Advisory locks are taken only per
+transaction (``migrate``), which transaction pooling keeps whole.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from ...config import DatabaseURL
+from ...config import DatabaseURL, redact_url
 from ...errors import InvalidDSN
 from .loop_connections import LoopConnections
 
 __all__ = [
     "ASYNC_CONNECTIONS",
     "CONN_DEFAULTS",
+    "POOLED_POLL_INTERVAL",
     "POOL_TIMEOUT",
     "RECONNECT_TIMEOUT",
     "ROUND_CONNECTIONS",
@@ -32,8 +42,8 @@ __all__ = [
     "literal",
     "net_defaults",
     "open_connections",
+    "pooled",
     "quote",
-    "redact",
 ]
 
 # Connection settings; any of these in the URL wins. A worker cut off by a
@@ -44,6 +54,7 @@ CONN_DEFAULTS = {
     # from 1 to thousands of elements, and a generic plan chosen for one size
     # turned the heartbeat quadratic at 5,000 held jobs (8.6 s a beat). The
     # exceptions (GENERIC_PLANS in store.py) run on connections of their own.
+    # Not sent through a transaction pooler (see SESSION_SETTINGS).
     "options": "-c plan_cache_mode=force_custom_plan",
     "connect_timeout": "5",
     "keepalives": "1",
@@ -52,6 +63,8 @@ CONN_DEFAULTS = {
     "keepalives_count": "3",
     "tcp_user_timeout": "10000",
 }
+#: the defaults that set up a server session: none goes through a transaction pooler
+SESSION_SETTINGS = frozenset({"options"})
 _GENERIC_OPTIONS = "-c plan_cache_mode=force_generic_plan"
 
 #: how long a caller waits for a free pooled connection before the call fails
@@ -68,22 +81,24 @@ ASYNC_CONNECTIONS = 4
 #: connections for a worker's rounds (GENERIC_PLANS), per event loop and in the
 #: sync pool: a worker has at most a claim ahead and a report in flight
 ROUND_CONNECTIONS = 2
+#: how often an idle worker claims behind a transaction pooler with no
+#: ``listen_url``: polling is its only wake-up, so it sets an idle worker's
+#: latency. An empty claim is one index probe of the partial claim index.
+POOLED_POLL_INTERVAL = 0.5
+
 Pool = ConnectionPool[psycopg.Connection[TupleRow]]
 
 
-def net_defaults(url: str) -> dict[str, Any]:
-    """CONN_DEFAULTS that the URL does not set."""
+def pooled(dsn: DatabaseURL) -> bool:
+    """Whether the URL asks for no session state (``pgbouncer=transaction``)."""
+    return dsn.options.get("pgbouncer") == "transaction"
+
+
+def net_defaults(url: str, *, session: bool = True) -> dict[str, Any]:
+    """CONN_DEFAULTS that the URL does not set; without the session settings
+    unless ``session``."""
     given = psycopg.conninfo.conninfo_to_dict(url)
-    return {k: v for k, v in CONN_DEFAULTS.items() if k not in given}
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    return {k: v for k, v in CONN_DEFAULTS.items() if k not in given and (session or k not in SESSION_SETTINGS)}
 
 
 def quote(ident: str) -> str:
@@ -106,19 +121,23 @@ class Connections:
 
 def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
     """The store's pools, opened, after one direct connection that fails fast
-    and says why (refused, unknown database, bad password) where a pool
-    would only time out."""
+    and says why (refused, unknown database, bad password, a pooler that
+    refuses startup options) where a pool would only time out."""
     try:
         psycopg.conninfo.conninfo_to_dict(dsn.url)
     except psycopg.ProgrammingError as exc:
         raise InvalidDSN(f"malformed PostgreSQL URL: {exc}") from None
-    net = net_defaults(dsn.url)
-    kwargs = {"autocommit": True, "prepare_threshold": 0, **net}
+    session = not pooled(dsn)
+    net = net_defaults(dsn.url, session=session)
+    # Server-side prepared statements from the first execution on a session of
+    # our own; none through a pooler (None: never prepare).
+    kwargs = {"autocommit": True, "prepare_threshold": 0 if session else None, **net}
     rounds = {**kwargs, "options": _GENERIC_OPTIONS} if "options" in kwargs else kwargs
     try:
         psycopg.connect(dsn.url, connect_timeout=5, **{k: v for k, v in net.items() if k != "connect_timeout"}).close()
     except psycopg.Error as exc:
-        raise InvalidDSN(f"cannot connect to PostgreSQL at {redact(dsn.url)}: {str(exc).strip()}") from None
+        reason = _hint(str(exc).strip())
+        raise InvalidDSN(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {reason}") from None
     pool: Pool = ConnectionPool(
         dsn.url, min_size=1, max_size=pool_size, timeout=POOL_TIMEOUT, reconnect_timeout=RECONNECT_TIMEOUT,
         kwargs=kwargs, open=False, name=f"tether-{dsn.schema}",
@@ -134,7 +153,7 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
     except Exception as exc:
         pool.close()
         round_pool.close()
-        raise InvalidDSN(f"cannot connect to PostgreSQL at {redact(dsn.url)}: {exc}") from None
+        raise InvalidDSN(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {exc}") from None
     return Connections(
         pool=pool,
         round_pool=round_pool,
@@ -143,3 +162,11 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
         round_async=LoopConnections(dsn.url, size=ROUND_CONNECTIONS, **rounds),
     )
 
+
+def _hint(message: str) -> str:
+    """The server's (or pooler's) refusal, with what to do when it is a pooler
+    refusing the startup options."""
+    if "unsupported startup parameter" in message:
+        return message + (" (a PgBouncer or another pooler in transaction mode? add pgbouncer=transaction "
+                          "to the URL: tether then sends no startup options)")
+    return message

@@ -1,6 +1,11 @@
 """LISTEN for enqueues, on a connection of its own: the push channel that
-wakes idle workers (``PostgresStore.listen``). A LISTEN belongs to a server
-session, so it holds a connection for itself, outside the store's pools.
+wakes idle workers (``PostgresStore.listen``).
+
+A LISTEN belongs to a server session, so it needs a connection that is one:
+the database URL itself, or, behind a transaction pooler, a direct URL to the
+server (``listen_url=``). The NOTIFY side needs no session: the enqueue
+trigger and the ``notify`` query send theirs inside the statement's own
+transaction, through the pooler like any other.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Workers on many machines share one database; every ownership decision is a
 statement below, and every statement is in ``queries.sql`` beside this file.
-How the store connects is ``connect.py``; the operations' statements, without
-I/O, are ``steps.py``; the LISTEN channel is ``listener.py``.
+How the store connects (and what changes behind PgBouncer) is ``connect.py``;
+the operations' statements, without I/O, are ``steps.py``; the LISTEN channel
+is ``listener.py``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
-from ...config import DatabaseURL
-from ...errors import InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
+from ...config import DatabaseURL, redact_url
+from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
 from ..rows import attempt_from_row, claimed_from_rows, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
-from .connect import literal, open_connections, quote
+from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote
 from .listener import NotifyListener
 from .steps import Rows, Steps, beats, claim_steps, complete_and_claim_steps, complete_steps, enqueue_steps
 
@@ -45,6 +46,8 @@ _MIGRATE_LOCK = 0x7E7E_0001
 #: success's fence and result are looked up in one jsonb object by id, not
 #: through a join that a plan made for unknown sizes could turn into a
 #: quadratic loop, nor with array_position (quadratic whatever the plan).
+#: Behind a transaction pooler nothing is prepared, so these too are planned
+#: on every execution (see connect.py).
 GENERIC_PLANS = frozenset({"claim", "complete", "complete_and_claim"})
 # Their results come back in binary: a claim's two times (and its numbers)
 # are read from their binary form in a fraction of the time it takes to parse
@@ -74,6 +77,13 @@ class PostgresStore(Store):
         macros = {"schema": quote(dsn.schema), "now": NOW, "channel": literal(self.channel)}
         self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros)
         self._migrations = load_migrations(f"{__package__}.migrations", macros)
+        if pooled(dsn):
+            # behind a transaction pooler: LISTEN only on a direct URL, if given
+            self.listen_url = dsn.options.get("listen_url")
+            if self.listen_url is None:
+                self.default_poll_interval = POOLED_POLL_INTERVAL
+        else:
+            self.listen_url = dsn.options.get("listen_url", dsn.url)
         conns = open_connections(dsn, pool_size=pool_size)
         self.pool = conns.pool
         #: for GENERIC_PLANS; connected on first use (only workers claim)
@@ -406,4 +416,20 @@ class PostgresStore(Store):
         return [worker_from_row(r) for r in self._all("list_workers", {"host": host, "live_only": live_only})]
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
-        return NotifyListener(self.dsn.url, self.channel, on_enqueue)
+        """LISTEN on the database URL, or on ``listen_url`` when given; behind
+        a transaction pooler without one, None: a LISTEN through the pooler
+        would hold a server connection that the next transaction gives to
+        another client, and its notifications would be lost, so workers poll
+        (every POOLED_POLL_INTERVAL) instead."""
+        if self.listen_url is None:
+            return None
+        if self.listen_url != self.dsn.url:
+            # a separate URL: find a mistake in it now, not as warnings from
+            # a listener that never connects while workers fall back on polling
+            try:
+                psycopg.connect(self.listen_url, **net_defaults(self.listen_url)).close()
+            except psycopg.Error as exc:
+                raise InvalidDSN(
+                    f"cannot connect to listen_url {redact_url(self.listen_url)}: {str(exc).strip()}"
+                ) from None
+        return NotifyListener(self.listen_url, self.channel, on_enqueue)
