@@ -98,6 +98,11 @@ def test_the_pooler_options_are_tethers_and_never_reach_the_driver() -> None:
     assert dsn.schema == "jobs"
     assert dsn.options["pgbouncer"] == "transaction"
     assert dsn.options["listen_url"] == "postgresql://u:pw@db:5432/db?sslmode=require"
+    # as the README writes it: a listen_url without a query of its own needs no encoding
+    dsn = parse_database_url("postgresql://app@pooler:6432/mydb?pgbouncer=transaction"
+                             "&listen_url=postgresql://app@db-host:5432/mydb")
+    assert (dsn.url, dsn.options["listen_url"]) == ("postgresql://app@pooler:6432/mydb",
+                                                    "postgresql://app@db-host:5432/mydb")
 
 
 BAD_POOLER_URLS = {
