@@ -106,8 +106,8 @@ def due_ticks(
     Candidates are the ticks in ``(max(after, since), now]``: ``after`` is the
     last tick already decided (fired or skipped), ``since`` when the schedule's
     cron or time zone last changed (so a change takes effect at the next tick,
-    without firing the new expression's past ones). Of those, every tick at
-    most ``grace`` seconds old is on time and due; older ones were missed
+    without firing the new expression's past ones). Of those, every tick less
+    than ``grace`` seconds old is on time and due; older ones were missed
     (every worker was down), and only the ``catch_up`` most recent of them are
     due: never a storm.
     """

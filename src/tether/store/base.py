@@ -309,7 +309,7 @@ class Store(abc.ABC):
         self, names: Sequence[str], *, grace: float, now: datetime | None = None
     ) -> list[FiredTick]:
         """Decide the due ticks of these schedules (those synced, and still so
-        named): on-time ticks (at most ``grace`` seconds old) and, of the older
+        named): on-time ticks (less than ``grace`` seconds old) and, of the older
         ones missed, the ``catch_up`` most recent. Each tick becomes one job,
         or is skipped (overlap=False while the last job is active), in the
         database; a tick another worker decided first is left out."""
