@@ -10,6 +10,7 @@ own connection.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -20,8 +21,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from click.testing import CliRunner
 
 from tether import JobContext, Tether
+from tether.cli.main import cli
 from tether.cron import parse_cron
 from tether.errors import ConfigError
 from tether.model import ClaimedJob, FiredTick, JobState, NewJob, Outcome, ScheduleInfo, ScheduleSpec
@@ -377,3 +380,28 @@ def test_the_handler_reads_its_tick_as_ctx_scheduled_for(store: Store) -> None:
     ctx = JobContext(job, "w", lambda *_: False)
     assert ctx.scheduled_for == t.tick == minute(1)
     assert ctx.scheduled_for is not None and ctx.scheduled_for.tzinfo is not None
+
+
+# -- tether schedules ---------------------------------------------------------------------------
+
+
+def test_tether_schedules_prints_the_table_and_json(backend: str, db_url: str, store: Store) -> None:
+    runner = CliRunner()
+    empty = runner.invoke(cli, ["-d", db_url, "schedules"])
+    assert empty.exit_code == 0, empty.output
+    assert "no schedules yet" in empty.stdout
+    store.sync_schedules([spec("reports.nightly", "0 3 * * *", timezone="Europe/Paris", queue="reports"),
+                          spec("s.gone")], now=T0)
+    store.sync_schedules([spec("reports.nightly", "0 3 * * *", timezone="Europe/Paris", queue="reports")],
+                         now=at(0.1))
+    store.fire_schedules(["reports.nightly"], grace=GRACE, now=datetime(2031, 1, 7, 2, 0, 1, tzinfo=UTC))
+    table = runner.invoke(cli, ["-d", db_url, "schedules"], env={"COLUMNS": "250"})
+    assert table.exit_code == 0, table.output
+    assert "reports.nightly" in table.stdout and "0 3 * * *" in table.stdout and "Europe/Paris" in table.stdout
+    assert "2031-01-07 03:00:00 CET" in table.stdout  # the last tick fired, as the cron reads it
+    assert "s.gone (orphaned)" in table.stdout
+    as_json = runner.invoke(cli, ["-d", db_url, "schedules", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    rows = {r["name"]: r for r in json.loads(as_json.stdout)}
+    assert rows["reports.nightly"]["last_fired"] == "2031-01-07T02:00:00+00:00"
+    assert rows["reports.nightly"]["last_job_id"] is not None and rows["s.gone"]["orphaned"] is True
