@@ -31,14 +31,14 @@ from tether.model import ClaimedJob, FiredTick, JobState, NewJob, Outcome, Sched
 from tether.store import Store
 from tether.worker.scheduler import Scheduler
 
-from .conftest import BACKENDS, backend_param
+from .conftest import STORE_BACKENDS, backend_param
 
 T0 = datetime(2031, 1, 6, 12, 0, 30, tzinfo=UTC)  # a Monday, half a minute past noon
 GRACE = 10.0
 PARIS = ZoneInfo("Europe/Paris")
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=STORE_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return backend_param(request)
 
@@ -197,6 +197,14 @@ def test_a_schedule_removed_from_the_code_is_shown_orphaned_and_stops_firing(sto
     # declared again (a rollback): no longer orphaned, and the gap is not a storm
     Scheduler(store, [keep, gone], grace=GRACE).run_once(now=at(3.6))
     assert not info(store, "s.gone").orphaned
+
+
+def test_a_sync_with_a_bad_expression_or_zone_is_refused_quoting_it(store: Store) -> None:
+    with pytest.raises(ConfigError, match=re.escape("'61 * * * *'")):
+        store.sync_schedules([spec(cron="61 * * * *")], now=T0)
+    with pytest.raises(ConfigError, match=re.escape("'Mars/Olympus'")):
+        store.sync_schedules([spec(timezone="Mars/Olympus")], now=T0)
+    assert store.list_schedules(now=T0) == []
 
 
 # -- time zones and DST ----------------------------------------------------------------------

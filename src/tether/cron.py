@@ -82,7 +82,7 @@ def parse_cron(expr: str, timezone: str = "UTC") -> Cron:
         raise ConfigError(f"timezone must be an IANA time zone name such as 'Europe/Paris', got {timezone!r}")
     try:
         _zone(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory, a name too long
         raise ConfigError(f"unknown timezone {timezone!r}: use an IANA name such as 'Europe/Paris' or 'UTC'") from None
     text = " ".join(expr.split())
     fields = NICKNAMES.get(text.lower(), text)
@@ -90,7 +90,7 @@ def parse_cron(expr: str, timezone: str = "UTC") -> Cron:
         raise ConfigError(f"bad cron expression {expr!r}: unknown nickname (known: {', '.join(NICKNAMES)})")
     try:
         CronSim(fields, datetime(2000, 1, 1, tzinfo=UTC))
-    except CronSimError as exc:
+    except (CronSimError, ValueError, OverflowError) as exc:
         raise ConfigError(
             f"bad cron expression {expr!r}: {exc} (five fields 'minute hour day month weekday', "
             "six with seconds first, or @hourly/@daily/...)"

@@ -233,7 +233,7 @@ def _in_zone(dt: datetime | None, zone: str, now: datetime) -> str:
         return "-"
     try:
         local = dt.astimezone(ZoneInfo(zone))
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, OSError):
         local = dt
     return f"{local.strftime('%Y-%m-%d %H:%M:%S %Z')} ({fmt_rel(dt, now)})"
 

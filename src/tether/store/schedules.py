@@ -39,7 +39,12 @@ class Fire:
 
 
 def sorted_specs(specs: Sequence[ScheduleSpec]) -> list[ScheduleSpec]:
-    """By name, so concurrent syncs lock rows in one order; a name twice is refused."""
+    """By name, so concurrent syncs lock rows in one order; a name twice, a bad
+    cron expression or an unknown time zone is refused (ConfigError)."""
+    for spec in specs:
+        parse_cron(spec.cron, spec.timezone)
+        if spec.catch_up < 0:
+            raise ConfigError(f"schedule {spec.name!r}: catch_up must be >= 0, got {spec.catch_up!r}")
     out = sorted(specs, key=lambda s: s.name)
     for a, b in itertools.pairwise(out):
         if a.name == b.name:
