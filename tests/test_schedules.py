@@ -88,12 +88,17 @@ def test_a_due_tick_becomes_one_job_carrying_its_tick(store: Store) -> None:
     assert job.scheduled_for is not None and job.scheduled_for.utcoffset() == timedelta(0)
     got = info(store, s.name)
     assert (got.last_tick, got.last_fired, got.last_job_id, got.skipped) == (minute(1), minute(1), t.job_id, 0)
+    record = store.get_job(job.id)
+    assert record is not None and (record.schedule, record.scheduled_for) == (s.name, minute(1))
+    assert [(j.schedule, j.scheduled_for) for j in store.list_jobs(task=s.name)] == [(s.name, minute(1))]
 
 
 def test_an_ordinary_job_has_no_scheduled_for(store: Store) -> None:
     (job_id,) = store.enqueue([NewJob(task="plain", args_json="{}")])
     [c] = store.claim("w", ["default"], 10, 30.0)
     assert c.id == job_id and c.scheduled_for is None
+    job = store.get_job(job_id)
+    assert job is not None and job.schedule is None and job.scheduled_for is None
 
 
 def test_two_workers_firing_the_same_tick_make_one_job(store: Store) -> None:
@@ -205,6 +210,12 @@ def test_a_sync_with_a_bad_expression_or_zone_is_refused_quoting_it(store: Store
     with pytest.raises(ConfigError, match=re.escape("'Mars/Olympus'")):
         store.sync_schedules([spec(timezone="Mars/Olympus")], now=T0)
     assert store.list_schedules(now=T0) == []
+
+
+def test_a_sync_without_schedules_orphans_every_one_and_deletes_none(store: Store) -> None:
+    store.sync_schedules([spec("s.a"), spec("s.b", lease_ttl=5.0, timeout=60.0)], now=T0)
+    store.sync_schedules([], now=at(1))
+    assert [(s.name, s.orphaned) for s in store.list_schedules(now=at(1))] == [("s.a", True), ("s.b", True)]
 
 
 # -- time zones and DST ----------------------------------------------------------------------
@@ -369,6 +380,11 @@ def test_the_scheduler_validates_its_config(tmp_path: Path) -> None:
         Scheduler(app.store, [spec()], interval=0)
     with pytest.raises(ConfigError, match="unique"):
         Scheduler(app.store, [spec(), spec()])
+    with pytest.raises(ConfigError, match="grace"):
+        Scheduler(app.store, [spec()], grace=float("nan"))
+    assert Scheduler(app.store, [spec()]).interval == 1.0
+    short = Scheduler(app.store, [spec()], grace=0.5)  # a worker whose reaper runs every 0.5 s
+    assert (short.interval, short.grace) == (0.25, 0.5)
     app.close()
 
 
@@ -413,3 +429,26 @@ def test_tether_schedules_prints_the_table_and_json(backend: str, db_url: str, s
     rows = {r["name"]: r for r in json.loads(as_json.stdout)}
     assert rows["reports.nightly"]["last_fired"] == "2031-01-07T02:00:00+00:00"
     assert rows["reports.nightly"]["last_job_id"] is not None and rows["s.gone"]["orphaned"] is True
+
+
+# -- the dashboard's Schedules page -----------------------------------------------------------
+
+
+def test_the_dashboard_lists_schedules_in_their_zone(make_app: Callable[..., Tether]) -> None:
+    from starlette.testclient import TestClient
+
+    from tether.dashboard import create_app
+
+    app = make_app()
+
+    @app.periodic("0 3 * * *", name="reports.nightly", timezone="Europe/Paris")
+    def nightly(ctx: JobContext) -> None: ...
+
+    client = TestClient(create_app(app, token=None), follow_redirects=False)
+    page = client.get("/schedules")
+    assert page.status_code == 200 and "reports.nightly" in page.text and "0 3 * * *" in page.text
+    assert "03:00:00 CE" in page.text  # the next tick, as the cron reads it (CET or CEST)
+    app.store.sync_schedules([spec("s.other")])
+    page = client.get("/schedules")
+    assert "s.other" in page.text and "orphaned" not in page.text.split("s.other")[1].split("</tr>")[0]
+    assert 'href="/schedules"' in client.get("/").text

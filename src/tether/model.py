@@ -145,6 +145,9 @@ class Job:
     created_at: datetime
     finished_at: datetime | None
     meta: dict[str, Any] | None = None
+    #: the schedule and tick that fired this job; None for a job enqueued any other way
+    schedule: str | None = None
+    scheduled_for: datetime | None = None
     attempts: list[Attempt] = field(default_factory=list)
 
     @property

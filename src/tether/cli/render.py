@@ -156,6 +156,8 @@ def job_details(job: Job, now: datetime, *, tracebacks: bool = False) -> Rendera
         grid.add_row("last error", Text(job.last_error, style="red"))
     if job.dedup_key:
         grid.add_row("dedup key", job.dedup_key)
+    if job.schedule is not None:
+        grid.add_row("schedule", f"{job.schedule}, tick {fmt_time(job.scheduled_for)}")
     if job.lease_ttl is not None or job.timeout is not None:
         grid.add_row("limits", f"lease_ttl={job.lease_ttl or 'worker default'} timeout={job.timeout or 'none'}")
     parts: list[RenderableType] = [grid, Text()]

@@ -44,7 +44,7 @@ def job_from_row(
         timeout=r[11], dedup_key=r[12], locked_by=r[13], claimed_at=ts(r[14]), lease_until=ts(r[15]),
         cancel_requested=bool(r[16]), progress=r[17], progress_message=r[18], result=js(r[19]),
         last_error=r[20], created_at=ts(r[21]), finished_at=ts(r[22]), meta=js(r[23]),
-        attempts=_with_running(r, attempts, ts),
+        schedule=r[24], scheduled_for=ts(r[25]), attempts=_with_running(r, attempts, ts),
     )
 
 

@@ -50,10 +50,15 @@ class Scheduler(PeriodicService):
 
     def __init__(
         self, store: Store, schedules: Sequence[ScheduleSpec], *,
-        interval: float = DEFAULT_SCHEDULER_INTERVAL, grace: float = DEFAULT_MISFIRE_GRACE,
+        interval: float | None = None, grace: float = DEFAULT_MISFIRE_GRACE,
         events: Events | None = None, on_fired: Callable[[list[FiredTick]], object] | None = None,
     ) -> None:
-        super().__init__(interval)
+        """``interval`` None: DEFAULT_SCHEDULER_INTERVAL, or less where ``grace``
+        is short (a worker with a sub-second reaper interval) so that grace
+        still covers MIN_GRACE_INTERVALS of them."""
+        if interval is None and isinstance(grace, int | float) and grace > 0:
+            interval = min(DEFAULT_SCHEDULER_INTERVAL, grace / MIN_GRACE_INTERVALS)
+        super().__init__(DEFAULT_SCHEDULER_INTERVAL if interval is None else interval)
         if not schedules:
             raise ConfigError("a scheduler needs at least one schedule (declare them with @app.periodic)")
         names = [s.name for s in schedules]

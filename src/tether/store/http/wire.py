@@ -98,7 +98,8 @@ JOB_RECORD = obj({
     "progress_message": nullable(string(10**7)), "result": ANY_JSON, "last_error": nullable(string(10**7)),
     "created_at": DATETIME, "finished_at": nullable(DATETIME), "meta": ANY_JSON,
     "attempts": array(ATTEMPT_RECORD, 10**6),
-})
+    "schedule": nullable(string(1000)), "scheduled_for": nullable(DATETIME),
+}, optional=("schedule", "scheduled_for"))  # optional: servers older than schedules do not send them
 CLAIMED_RECORD = obj({
     "id": JOB_ID, "attempt": ATTEMPT, "task": string(1000), "args": ANY_JSON, "queue": string(1000),
     "priority": integer(-(2**31), 2**31 - 1), "max_attempts": ATTEMPT, "lease_ttl": {"type": "number"},
@@ -390,6 +391,7 @@ def encode_job(j: Job) -> dict[str, Any]:
         "progress": j.progress, "progress_message": j.progress_message, "result": j.result,
         "last_error": j.last_error, "created_at": _dt(j.created_at), "finished_at": _dt(j.finished_at),
         "meta": j.meta, "attempts": [encode_attempt(a) for a in j.attempts],
+        "schedule": j.schedule, "scheduled_for": _dt(j.scheduled_for),
     }
 
 
@@ -402,6 +404,7 @@ def decode_job(d: dict[str, Any]) -> Job:
         cancel_requested=d["cancel_requested"], progress=d["progress"], progress_message=d["progress_message"],
         result=d["result"], last_error=d["last_error"], created_at=_req_dt(d["created_at"]),
         finished_at=_parse_dt(d["finished_at"]), meta=d["meta"],
+        schedule=d.get("schedule"), scheduled_for=_parse_dt(d.get("scheduled_for")),
         attempts=[decode_attempt(a) for a in d["attempts"]],
     )
 

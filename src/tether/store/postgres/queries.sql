@@ -409,7 +409,8 @@ SELECT state FROM {schema}.jobs WHERE id = %(id)s
 -- name: get_job
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: get_attempts
@@ -446,7 +447,8 @@ GROUP BY 1, 2
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM {schema}.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)

@@ -247,7 +247,8 @@ SELECT state FROM tether_jobs WHERE id = :id
 -- name: get_job
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM tether_jobs WHERE id = :id
 
 -- name: get_attempts
@@ -281,7 +282,8 @@ GROUP BY bucket, outcome
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM tether_jobs
 WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
