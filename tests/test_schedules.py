@@ -26,12 +26,12 @@ from click.testing import CliRunner
 from tether import JobContext, Tether
 from tether.cli.main import cli
 from tether.cron import parse_cron
-from tether.errors import ConfigError
+from tether.errors import AccessDenied, ConfigError
 from tether.model import ClaimedJob, FiredTick, JobState, NewJob, Outcome, ScheduleInfo, ScheduleSpec
-from tether.store import Store
+from tether.store import Store, open_store
 from tether.worker.scheduler import Scheduler
 
-from .conftest import STORE_BACKENDS, backend_param
+from .conftest import STORE_BACKENDS, backend_param, served
 
 T0 = datetime(2031, 1, 6, 12, 0, 30, tzinfo=UTC)  # a Monday, half a minute past noon
 GRACE = 10.0
@@ -452,3 +452,25 @@ def test_the_dashboard_lists_schedules_in_their_zone(make_app: Callable[..., Tet
     page = client.get("/schedules")
     assert "s.other" in page.text and "orphaned" not in page.text.split("s.other")[1].split("</tr>")[0]
     assert 'href="/schedules"' in client.get("/").text
+
+
+# -- over HTTP: who may write schedules ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_over_http_a_worker_token_fires_and_only_a_producer_token_writes_schedules(db_url: str) -> None:
+    worker_token, producer_token = "w-" + "x" * 30, "p-" + "y" * 30
+    with served(db_url, tokens=f"{worker_token} worker\n{producer_token} producer") as url:
+        as_worker, as_producer = open_store(url, token=worker_token), open_store(url, token=producer_token)
+        try:
+            with pytest.raises(AccessDenied, match="producer"):
+                as_worker.sync_schedules([spec()], now=T0)
+            as_producer.sync_schedules([spec()], now=T0)
+            scheduler = Scheduler(as_worker, [spec(args_json='{"v": 2}')], grace=GRACE)
+            [t] = scheduler.run_once(now=at(0.6))  # its sync is refused (logged); the stored definition fires
+            assert scheduler.synced and t.job_id is not None
+            with pytest.raises(AccessDenied):
+                as_producer.fire_schedules([spec().name], grace=GRACE, now=at(1.6))
+        finally:
+            as_worker.close()
+            as_producer.close()

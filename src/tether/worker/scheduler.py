@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import ClassVar
 
 from ..config import DEFAULT_REAPER_INTERVAL
-from ..errors import ConfigError
+from ..errors import AccessDenied, ConfigError
 from ..events import Event, Events
 from ..model import FiredTick, JobState, ScheduleSpec
 from ..store import Store
@@ -86,9 +86,17 @@ class Scheduler(PeriodicService):
         what is due; returns the ticks this worker decided (a tick another
         worker decided first is not among them). ``now`` is for tests."""
         if not self.synced:
-            self.store.sync_schedules(self.schedules, now=now)
+            try:
+                self.store.sync_schedules(self.schedules, now=now)
+            except AccessDenied as exc:
+                # A remote worker whose token has the worker scope only: a
+                # schedule makes jobs, so writing one needs a producer's. The
+                # definitions someone else wrote are still fired.
+                log.warning("cannot write this app's schedules (%s); firing the definitions the database holds",
+                            exc)
+            else:
+                log.info("synced %d schedule(s): %s", len(self.schedules), ", ".join(self.names))
             self.synced = True
-            log.info("synced %d schedule(s): %s", len(self.schedules), ", ".join(self.names))
         decided = self.store.fire_schedules(self.names, grace=self.grace, now=now)
         jobs = [t for t in decided if t.job_id is not None]
         for t in decided:

@@ -288,8 +288,9 @@ OPS: list[Op] = [
     Op("check_schema", "GET", "/v1/schema", ANY, "Whether every migration has been applied (409 if not)",
        EMPTY, errors=(409,)),
     # schedules (I6)
-    Op("sync_schedules", "POST", "/v1/schedules/sync", W,
-       "Upsert an app's schedules; every other schedule is marked orphaned (kept, not deleted)", EMPTY,
+    Op("sync_schedules", "POST", "/v1/schedules/sync", P,
+       "Upsert an app's schedules; every other schedule is marked orphaned (kept, not deleted). Producer "
+       "scope: a schedule makes jobs, as an enqueue does", EMPTY,
        body=obj({"schedules": array(SCHEDULE_SPEC, 10_000)}), takes_now=True, errors=(422,)),
     Op("fire_schedules", "POST", "/v1/schedules/fire", W,
        "Decide the due ticks of these schedules on the database clock: each becomes one job or is skipped; "
