@@ -308,11 +308,12 @@ class Store(abc.ABC):
     def fire_schedules(
         self, names: Sequence[str], *, grace: float, now: datetime | None = None
     ) -> list[FiredTick]:
-        """Decide the due ticks of these schedules (those synced, and still so
-        named): on-time ticks (less than ``grace`` seconds old) and, of the older
-        ones missed, the ``catch_up`` most recent. Each tick becomes one job,
-        or is skipped (overlap=False while the last job is active), in the
-        database; a tick another worker decided first is left out."""
+        """Decide the due ticks of the named schedules, as the database holds
+        them (names it lacks are ignored), at the database's ``now``: on-time
+        ticks (less than ``grace`` seconds old) and, of the older ones missed,
+        the ``catch_up`` most recent. Each tick becomes one job, or is skipped
+        (overlap=False while the last job is active), in the database; the
+        answer leaves out the ticks another worker decided first."""
         raise NotImplementedError(f"the {self.backend} store has no schedules")
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
