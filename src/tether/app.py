@@ -26,8 +26,9 @@ from .config import (
 )
 from .errors import ConfigError, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
-from .model import Job, JobState, NewJob
+from .model import Job, JobState, NewJob, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name
+from .periodic import DEFAULT_CATCH_UP, check_schedule, merge_declared, schedule_spec
 from .store import Store, open_store
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
@@ -220,6 +221,8 @@ class Tether:
             raise ConfigError(f"max_payload_bytes must be positive, got {max_payload_bytes!r}")
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: the schedules declared with ``@app.periodic``, by name (the task's name)
+        self.schedule_specs: dict[str, ScheduleSpec] = {}
         #: lifecycle hooks (see ``on``)
         self.events = Events()
         #: OpenTelemetry tracing, set by ``tether.otel.instrument(app)``
@@ -276,6 +279,59 @@ class Tether:
             return t
 
         return register(fn) if fn is not None else register
+
+    # -- schedules ----------------------------------------------------------------------
+    def periodic(
+        self,
+        cron: str,
+        /,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+        args: Mapping[str, Any] | None = None,
+        queue: str = DEFAULT_QUEUE,
+        catch_up: int = DEFAULT_CATCH_UP,
+        overlap: bool = True,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_ttl: float | None = None,
+        timeout: float | None = None,
+        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a task that the database also fires on a schedule: each
+        tick of ``cron`` (five fields, six with seconds first, or ``@hourly``,
+        ``@daily``, ...) in ``timezone`` becomes exactly one job with ``args``,
+        whatever number of workers run (I6). ``catch_up``: after every worker
+        was down, fire at most this many of the missed ticks (the latest
+        ones). ``overlap=False``: skip a tick while the previous job is still
+        queued or running. The handler reads its tick as ``ctx.scheduled_for``.
+        The rest are ``@app.task``'s options."""
+        check_schedule(cron, timezone, catch_up, overlap, args)
+        register = self.task(name=name, queue=queue, priority=priority, max_attempts=max_attempts,
+                             lease_ttl=lease_ttl, timeout=timeout, retry_backoff=retry_backoff)
+
+        def schedule(f: Callable[P, R]) -> Task[P, R]:
+            t = register(f)
+            try:
+                spec = schedule_spec(t, cron=cron, timezone=timezone, args=args, catch_up=catch_up,
+                                     overlap=overlap, max_payload_bytes=self.max_payload_bytes)
+            except Exception:
+                del self.tasks[t.name]
+                raise
+            self.schedule_specs[t.name] = spec
+            return t
+
+        return schedule
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule in the database (orphaned ones too: no longer declared
+        by the app that synced last) and the ones this app declares that no
+        worker has synced yet: cron, time zone, next tick, last tick fired and
+        its job."""
+        stored = self.store.list_schedules()
+        known = {s.name for s in stored}
+        unsynced = [spec for name, spec in self.schedule_specs.items() if name not in known]
+        return merge_declared(stored, unsynced, self.store.db_now()) if unsynced else stored
 
     def on(self, event: str) -> Callable[[EventHook], EventHook]:
         """Subscribe a hook to a lifecycle event: ``@app.on("job.failed")``; it is

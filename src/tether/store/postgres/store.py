@@ -28,6 +28,7 @@ from ..rows import attempt_from_row, claimed_from_rows, job_from_row, worker_fro
 from ..sqlfile import load_migrations, load_queries
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote
 from .listener import NotifyListener
+from .schedules import PostgresSchedules
 from .steps import Rows, Steps, beats, claim_steps, complete_and_claim_steps, complete_steps, enqueue_steps
 
 __all__ = ["PostgresStore"]
@@ -65,7 +66,7 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return res is not None and res.status == TUPLES_OK
 
 
-class PostgresStore(Store):
+class PostgresStore(PostgresSchedules, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0
