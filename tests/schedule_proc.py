@@ -1,33 +1,24 @@
-"""A process that runs only a Scheduler (tests/test_schedule_processes.py):
-the service as a worker will run it, on a real database, so that SIGKILL and
-SIGSTOP hit a real process. Until the worker runtime starts the Scheduler
-itself, this stands in for "a worker whose app declares a schedule".
+"""A worker app with a one-second schedule (tests/test_schedule_processes.py),
+run as ``python tests/schedule_proc.py``: the default layout, an app module
+that runs its own worker, whose runtime starts the scheduler because the app
+declares a schedule. Default timers (the reaper interval, 10 s, is the
+scheduler's grace: the I6 bound).
 
-Environment: TETHER_DATABASE_URL, T_MARK_DIR (a file named after the pid is
-written once the first sync and fire succeeded), T_INTERVAL, T_GRACE."""
+Environment: TETHER_DATABASE_URL."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-from pathlib import Path
 
-from tether.model import ScheduleSpec
-from tether.store import open_store
-from tether.worker.scheduler import Scheduler
+from tether import JobContext, Tether
 
-SPEC = ScheduleSpec(name="proc.tick", cron="* * * * * *", timezone="UTC", args_json="{}", queue="default",
-                    catch_up=1, overlap=True)
+app = Tether(os.environ["TETHER_DATABASE_URL"])
 
 
-async def main() -> None:
-    store = open_store(os.environ["TETHER_DATABASE_URL"])
-    scheduler = Scheduler(store, [SPEC], interval=float(os.environ.get("T_INTERVAL", "1")),
-                          grace=float(os.environ.get("T_GRACE", "10")))
-    await asyncio.to_thread(scheduler.run_once)
-    Path(os.environ["T_MARK_DIR"], str(os.getpid())).write_text("ready")
-    await scheduler.serve(asyncio.to_thread)
+@app.periodic("* * * * * *", name="proc.tick")
+def tick(ctx: JobContext) -> str | None:
+    return None if ctx.scheduled_for is None else ctx.scheduled_for.isoformat()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    app.run_worker(concurrency=4)

@@ -1,10 +1,11 @@
-"""I6 under real process faults: four processes fire a one-second schedule
-while one is SIGKILLed and one SIGSTOPped (and later continued); every tick in
-the window becomes exactly one job, none is missed while healthy processes
-run, and each fires within one reaper interval of its tick.
+"""I6 under real process faults: four worker processes fire a one-second
+schedule while one is SIGKILLed and one SIGSTOPped (and later continued);
+every tick in the window becomes exactly one job, none is missed while healthy
+processes run, and each fires within one reaper interval of its tick.
 
-The processes run the Scheduler alone (``tests/schedule_proc.py``), as a
-worker will once its runtime starts the service. PostgreSQL only: on SQLite a
+The processes are real workers (``tests/schedule_proc.py``: an app module that
+runs its own worker, default timers), whose runtime starts the scheduler
+because the app declares a schedule. PostgreSQL only: on SQLite a
 process stopped inside its write transaction holds the one write lock, which
 stalls every writer (schedules included) until it is continued; that is
 SQLite's, and tether's README says so.
@@ -48,9 +49,8 @@ def pg_store(db_url: str) -> Iterator[Store]:
     store.close()
 
 
-def _start(db_url: str, marks: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "TETHER_DATABASE_URL": db_url, "T_MARK_DIR": str(marks), "T_INTERVAL": str(INTERVAL),
-           "T_GRACE": str(GRACE), "PYTHONPATH": str(ROOT / "src")}
+def _start(db_url: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "TETHER_DATABASE_URL": db_url, "PYTHONPATH": str(ROOT / "src")}
     with log.open("wb") as err:
         return subprocess.Popen([sys.executable, str(PROC)], env=env, stdout=subprocess.DEVNULL, stderr=err)
 
@@ -59,15 +59,14 @@ def _start(db_url: str, marks: Path, log: Path) -> subprocess.Popen[bytes]:
 def test_four_processes_fire_each_tick_once_under_sigkill_and_sigstop(
     pg_store: Store, db_url: str, tmp_path: Path
 ) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    procs = [_start(db_url, marks, tmp_path / f"sched-{i}.log") for i in range(4)]
+    procs = [_start(db_url, tmp_path / f"worker-{i}.log") for i in range(4)]
     try:
         deadline = time.monotonic() + 30
-        while len(list(marks.iterdir())) < 4:
+        while len(pg_store.list_workers(live_only=True)) < 4:
             assert time.monotonic() < deadline, [p.read_text() for p in tmp_path.glob("*.log")]
             assert all(p.poll() is None for p in procs), [p.read_text() for p in tmp_path.glob("*.log")]
             time.sleep(0.1)
+        time.sleep(2 * INTERVAL)  # each worker's scheduler has synced and fired once
         start = pg_store.db_now()
         time.sleep(SOAK * 0.2)
         procs[0].send_signal(signal.SIGKILL)
