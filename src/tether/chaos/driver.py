@@ -291,7 +291,8 @@ class _Run:
                 self._event("resume", slot=slot.index, pid=slot.proc.pid)
             if slot.proxy is not None and (now >= self._heal_at.get(slot.index, float("inf")) or not faults_on):
                 slot.proxy.heal()
-                self._heal_at.pop(slot.index, None)
+                if self._heal_at.pop(slot.index, None) is not None:
+                    self._event("heal", slot=slot.index, pid=slot.proc.pid)
             if slot.proc.poll() is not None:
                 if slot.restart_at is None:
                     slot.restart_at = now + (self.rng.uniform(0.2, 1.5) if faults_on else 0)
@@ -414,6 +415,10 @@ class _Run:
 
     def _check(self) -> CheckReport:
         events: list[dict[str, Any]] = list(self.driver_events)
+        # Kept beside the workers' histories (not among them: they are read from
+        # memory) so that --artifacts carries the fault schedule too.
+        with (self.tmp / "driver.jsonl").open("w") as out:
+            out.writelines(json.dumps(e, default=str) + "\n" for e in self.driver_events)
         for path in sorted(self.hist.glob("*.jsonl")):
             for line in path.read_text().splitlines():
                 if line.strip():
