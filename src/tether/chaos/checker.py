@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-__all__ = ["AttemptRow", "CheckReport", "JobRow", "check"]
+__all__ = ["AttemptRow", "CheckReport", "JobRow", "answered_since", "check", "healthy_spans"]
 
 TERMINAL = {"succeeded", "dead", "cancelled"}
 FAIL_OUTCOMES = {"failed", "timed_out", "cancelled"}
@@ -353,6 +353,19 @@ def _unhealthy(events: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
     return out
 
 
+def answered_since(e: Mapping[str, Any], since: float) -> bool:
+    """Whether a worker's record is the database's answer to a request the
+    worker sent at or after ``since`` (monotonic): proof its link works."""
+    kind = e.get("e")
+    if kind == "reap":
+        sent = float(e["started"]) if e.get("ok") else -math.inf
+    elif kind in ("claimed", "hb", "report"):
+        sent = float(e.get("sent", e["m"]))
+    else:
+        return False
+    return sent >= since
+
+
 def healthy_spans(events: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[float, float]]]:
     """Each worker process's healthy (start, end) spans, monotonic clock, by pid.
 
@@ -380,19 +393,6 @@ def healthy_spans(events: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[f
     healed_at: dict[int, float] = {}  # pid -> heal time, while it waits for its first answer since
     since: dict[int, float] = {}  # pid -> healthy since
 
-    def answered(e: Mapping[str, Any]) -> bool:
-        pid = e.get("pid")
-        if pid not in healed_at:
-            return False
-        kind = e.get("e")
-        if kind == "reap":
-            sent = float(e["started"]) if e.get("ok") else -math.inf
-        elif kind in ("claimed", "hb", "report"):
-            sent = float(e.get("sent", e["m"]))
-        else:
-            return False
-        return sent >= healed_at[pid]
-
     for e in events:
         kind, m, pid = e.get("e"), float(e["m"]), e.get("pid")
         driver = e.get("w") == "driver"
@@ -417,9 +417,9 @@ def healthy_spans(events: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[f
             started.add(int(e["pid"]))
         elif not driver and kind == "stopped":
             gone.add(int(e["pid"]))
-        elif not driver and answered(e):
-            cut.discard(int(pid))  # type: ignore[arg-type]
-            del healed_at[int(pid)]  # type: ignore[arg-type]
+        elif not driver and pid in healed_at and answered_since(e, healed_at[int(pid)]):
+            cut.discard(int(pid))
+            del healed_at[int(pid)]
         healthy = started - gone - stopped - cut
         for p in healthy - since.keys():
             since[p] = m
