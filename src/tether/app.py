@@ -27,8 +27,9 @@ from .config import (
 )
 from .errors import ConfigError, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
-from .model import Job, JobState, NewJob
+from .model import Job, JobState, NewJob, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name
+from .periodic import DEFAULT_CATCH_UP, check_schedule, merge_declared, schedule_spec
 from .store import Store, open_store
 from .store.caller import after_commit, driver_connection, driver_connection_async
 from .tracing import Tracer
@@ -229,6 +230,8 @@ class Tether:
             raise ConfigError(f"max_payload_bytes must be positive, got {max_payload_bytes!r}")
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: the schedules declared with ``@app.periodic``, by name (the task's name)
+        self.schedule_specs: dict[str, ScheduleSpec] = {}
         #: lifecycle hooks (see ``on``)
         self.events = Events()
         #: OpenTelemetry tracing, set by ``tether.otel.instrument(app)``
@@ -285,6 +288,59 @@ class Tether:
             return t
 
         return register(fn) if fn is not None else register
+
+    # -- schedules ----------------------------------------------------------------------
+    def periodic(
+        self,
+        cron: str,
+        /,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+        args: Mapping[str, Any] | None = None,
+        queue: str = DEFAULT_QUEUE,
+        catch_up: int = DEFAULT_CATCH_UP,
+        overlap: bool = True,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_ttl: float | None = None,
+        timeout: float | None = None,
+        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a task that the database also fires on a schedule: each
+        tick of ``cron`` (five fields, six with seconds first, or ``@hourly``,
+        ``@daily``, ...) in ``timezone`` becomes exactly one job with ``args``,
+        whatever number of workers run (I6). ``catch_up``: after every worker
+        was down, fire at most this many of the missed ticks (the latest
+        ones). ``overlap=False``: skip a tick while the previous job is still
+        queued or running. The handler reads its tick as ``ctx.scheduled_for``.
+        The rest are ``@app.task``'s options."""
+        check_schedule(cron, timezone, catch_up, overlap, args)
+        register = self.task(name=name, queue=queue, priority=priority, max_attempts=max_attempts,
+                             lease_ttl=lease_ttl, timeout=timeout, retry_backoff=retry_backoff)
+
+        def schedule(f: Callable[P, R]) -> Task[P, R]:
+            t = register(f)
+            try:
+                spec = schedule_spec(t, cron=cron, timezone=timezone, args=args, catch_up=catch_up,
+                                     overlap=overlap, max_payload_bytes=self.max_payload_bytes)
+            except Exception:
+                del self.tasks[t.name]
+                raise
+            self.schedule_specs[t.name] = spec
+            return t
+
+        return schedule
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule in the database (orphaned ones too: no longer declared
+        by the app that synced last) and the ones this app declares that no
+        worker has synced yet: cron, time zone, next tick, last tick fired and
+        its job."""
+        stored = self.store.list_schedules()
+        known = {s.name for s in stored}
+        unsynced = [spec for name, spec in self.schedule_specs.items() if name not in known]
+        return merge_declared(stored, unsynced, self.store.db_now()) if unsynced else stored
 
     def on(self, event: str) -> Callable[[EventHook], EventHook]:
         """Subscribe a hook to a lifecycle event: ``@app.on("job.failed")``; it is
@@ -369,15 +425,8 @@ class Tether:
             await asyncio.to_thread(announce, self.transport, due_now(jobs, ids))
         return ids
 
-    # On the caller's connection: nothing is committed here, so nothing is
-    # published now either (a transport could announce a job that then rolls
-    # back, or before its commit is visible). A SQLAlchemy Session says when
-    # it has committed, and the jobs are published then; psycopg, sqlite3 and
-    # a SQLAlchemy Connection have no after-commit hook, and with NATS the
-    # workers' sweep publishes such a job once it has been due for the
-    # transport's sweep_grace (5 s by default). On PostgreSQL without NATS,
-    # the enqueue trigger's NOTIFY is part of the caller's transaction: sent
-    # at its commit.
+    # On the caller's connection nothing is committed, so nothing is published
+    # now: at a SQLAlchemy Session's commit, else by the sweep (store/caller.py).
     def _write_on(self, connection: object, jobs: list[NewJob]) -> list[int]:
         ids = self.store.enqueue_on(driver_connection(connection), jobs)
         self._enqueued(jobs, ids)
@@ -385,10 +434,9 @@ class Tether:
         return ids
 
     def _announce_at_commit(self, connection: object, jobs: list[NewJob], ids: list[int]) -> None:
-        if self.transport.delivers:
-            due = due_now(jobs, ids)
-            if due:
-                after_commit(connection, partial(announce, self.transport, due))
+        due = due_now(jobs, ids) if self.transport.delivers else []
+        if due:
+            after_commit(connection, partial(announce, self.transport, due))
 
     async def _write_on_async(self, connection: object, jobs: list[NewJob]) -> list[int]:
         conn = await driver_connection_async(connection)

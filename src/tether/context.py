@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 from .errors import ConfigError, StaleAttempt, TetherError
@@ -110,6 +111,13 @@ class JobContext:
     @property
     def meta(self) -> dict[str, Any] | None:
         return self._job.meta
+
+    @property
+    def scheduled_for(self) -> datetime | None:
+        """The schedule tick this job was fired for (a timezone-aware UTC
+        datetime; ``astimezone`` it for the schedule's zone); None for a job
+        enqueued any other way."""
+        return self._job.scheduled_for
 
     # -- progress (a heartbeat) -------------------------------------------------------
     def progress(self, fraction: float | None = None, message: str | None = None) -> None:

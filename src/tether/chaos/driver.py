@@ -32,8 +32,8 @@ from ..model import JobState, NewJob
 from ..store import Store, open_store
 from ..transport import Transport, open_transport
 from ..worker.failpoints import NAMES as FAILPOINTS
-from .checker import AttemptRow, CheckReport, JobRow, check
-from .effects import TX_TASKS, Effects, check_effects
+from .checker import AttemptRow, CheckReport, JobRow, answered_since, check
+from .effects import TX_TASKS, Effects
 from .pgserver import ScratchPostgres
 from .proxy import TCPProxy
 from .workerproc import ASYNC_TASK, QUEUE, SYNC_TASK
@@ -129,6 +129,11 @@ class _Slot:
         self.stopped_until: float | None = None
         self.restart_at: float | None = None
         self.killed = False  # by the driver, as opposed to by one of its own failpoints
+        #: the worker has reached the database (its history holds its first record, 'started')
+        self.started = False
+        #: when its partition healed, until the database answers a request it sent since
+        self.healed_at: float | None = None
+        self.read = 0  # how far its history has been read
 
 
 class _Run:
@@ -200,8 +205,9 @@ class _Run:
         with (self.tmp / f"worker-{slot.index}.log").open("ab") as err:
             slot.proc = subprocess.Popen([sys.executable, "-m", "tether.chaos.workerproc"], env=env,
                                          stdout=subprocess.DEVNULL, stderr=err)
-        slot.restart_at = slot.stopped_until = None
-        slot.killed = False
+        slot.restart_at = slot.stopped_until = slot.healed_at = None
+        slot.killed = slot.started = False
+        slot.read = 0
         self._event("spawn", slot=slot.index, pid=slot.proc.pid, skew=slot.skew)
 
     def start_workers(self) -> None:
@@ -220,9 +226,30 @@ class _Run:
     def _healthy(self) -> list[_Slot]:
         """Workers running, not stopped and not cut off. Faults never take the
         last of these: I5 promises recovery by a healthy worker, so the
-        schedule keeps one (failpoints may still take it, briefly)."""
+        schedule keeps one (failpoints may still take it, briefly). The same
+        rules as the checker's (``healthy_spans``): a new worker counts once it
+        has reached the database, and a healed one once the database answered
+        a request sent after the heal (one caught in the blackhole waits on a
+        connection whose bytes were dropped)."""
         return [s for s in self.slots if s.proc is not None and s.proc.poll() is None
-                and s.stopped_until is None and s.index not in self._heal_at]
+                and s.stopped_until is None and s.index not in self._heal_at and self._reached(s)]
+
+    def _reached(self, slot: _Slot) -> bool:
+        if slot.started and slot.healed_at is None:
+            return True
+        assert slot.proc is not None
+        for path in self.hist.glob(f"worker-{slot.proc.pid}-*.jsonl"):
+            with path.open("rb") as f:
+                f.seek(slot.read)
+                chunk = f.read()
+            whole = chunk[:chunk.rfind(b"\n") + 1]  # a line being written is read next time
+            slot.read += len(whole)
+            for line in whole.splitlines():
+                e = json.loads(line)
+                slot.started = slot.started or e.get("e") == "started"
+                if slot.healed_at is not None and answered_since(e, slot.healed_at):
+                    slot.healed_at = None
+        return slot.started and slot.healed_at is None
 
     def _fault(self) -> None:
         """Inject the next fault. Faults come in rounds, each switched-on kind
@@ -294,7 +321,9 @@ class _Run:
                 self._event("resume", slot=slot.index, pid=slot.proc.pid)
             if slot.proxy is not None and (now >= self._heal_at.get(slot.index, float("inf")) or not faults_on):
                 slot.proxy.heal()
-                self._heal_at.pop(slot.index, None)
+                if self._heal_at.pop(slot.index, None) is not None:
+                    slot.healed_at = time.monotonic()
+                    self._event("heal", slot=slot.index, pid=slot.proc.pid)
             if slot.proc.poll() is not None:
                 if slot.restart_at is None:
                     slot.restart_at = now + (self.rng.uniform(0.2, 1.5) if faults_on else 0)
@@ -417,19 +446,21 @@ class _Run:
 
     def _check(self) -> CheckReport:
         events: list[dict[str, Any]] = list(self.driver_events)
+        # Kept beside the workers' histories (not among them: they are read from
+        # memory) so that --artifacts carries the fault schedule too.
+        with (self.tmp / "driver.jsonl").open("w") as out:
+            out.writelines(json.dumps(e, default=str) + "\n" for e in self.driver_events)
         for path in sorted(self.hist.glob("*.jsonl")):
             for line in path.read_text().splitlines():
                 if line.strip():
                     events.append(json.loads(line))
         jobs: dict[int, JobRow] = {}
-        tasks: dict[int, str] = {}
         attempts: list[AttemptRow] = []
         for job_id in self.enqueued:
             job = self.store.get_job(job_id)
             if job is None:
                 continue
             jobs[job.id] = JobRow(job.id, str(job.state), job.attempt, job.result)
-            tasks[job.id] = job.task
             attempts.extend(
                 AttemptRow(a.job_id, a.attempt, a.worker, a.claimed_at.timestamp(), a.finished_at.timestamp(),
                            str(a.outcome))
@@ -437,10 +468,7 @@ class _Run:
             )
         report = check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
                        reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages)
-        effects = self.effects.read()
-        report.invariants["I7"] = check_effects(jobs, tasks, attempts, effects)
-        report.counts["effect_rows"] = len(effects)
-        return report
+        return self.effects.judge(report, jobs, attempts)  # I7
 
     def cleanup(self) -> None:
         for slot in self.slots:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..config import parse_database_url
 from ..store.sqlfile import load_queries
-from .checker import AttemptRow, Invariant, JobRow
+from .checker import AttemptRow, CheckReport, Invariant, JobRow
 
 __all__ = ["EFFECTS_TABLE", "TX_TASKS", "EffectRow", "Effects", "check_effects"]
 
@@ -52,8 +52,10 @@ class Effects:
         dsn = parse_database_url(url)
         self.backend = dsn.backend
         self.url = dsn.url
-        table = EFFECTS_TABLE if dsn.backend == "sqlite" else f'"{dsn.schema}".{EFFECTS_TABLE}'
-        self.q = load_queries(__package__ or "tether.chaos", "effects.sql", {"table": table})
+        sqlite = dsn.backend == "sqlite"
+        table = EFFECTS_TABLE if sqlite else f'"{dsn.schema}".{EFFECTS_TABLE}'
+        jobs = "tether_jobs" if sqlite else f'"{dsn.schema}".jobs'
+        self.q = load_queries(__package__ or "tether.chaos", "effects.sql", {"table": table, "jobs": jobs})
         #: the insert a handler runs on its ctx.transaction() connection
         self.insert = self.q[f"insert_{self.backend}"]
 
@@ -79,6 +81,20 @@ class Effects:
             return [EffectRow(int(j), int(a), str(w)) for j, a, w in conn.execute(self.q["read"]).fetchall()]
         finally:
             conn.close()
+
+    def tasks(self) -> dict[int, str]:
+        conn = self._connect()
+        try:
+            return {int(i): str(t) for i, t in conn.execute(self.q["tasks"]).fetchall()}
+        finally:
+            conn.close()
+
+    def judge(self, report: CheckReport, jobs: Mapping[int, JobRow], attempts: Iterable[AttemptRow]) -> CheckReport:
+        """Add I7 (and the effect rows' count) to the checker's report."""
+        effects = self.read()
+        report.invariants["I7"] = check_effects(jobs, self.tasks(), attempts, effects)
+        report.counts["effect_rows"] = len(effects)
+        return report
 
 
 def check_effects(jobs: Mapping[int, JobRow], tasks: Mapping[int, str], attempts: Iterable[AttemptRow],

@@ -30,3 +30,7 @@ INSERT INTO {table} (job_id, attempt, worker) VALUES (?, ?, ?)
 
 -- name: read
 SELECT job_id, attempt, worker FROM {table} ORDER BY job_id, attempt
+
+-- name: tasks
+-- Which task each job of the run ran: I7 judges the transactional ones.
+SELECT id, task FROM {jobs}

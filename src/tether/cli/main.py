@@ -355,6 +355,27 @@ def retry(state: CLIState, job_id: int, transport: str | None) -> None:
 
 
 @cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_state
+def schedules(state: CLIState, as_json: bool) -> None:
+    """Periodic schedules: cron, time zone, next tick, last tick fired and its job."""
+    with opened(state) as app:
+        found = app.store.list_schedules()
+        now = app.store.db_now()
+    if as_json:
+        click.echo(render.schedules_json(found))
+        return
+    console = make_console()
+    if not found:
+        console.print("no schedules yet (a worker whose app declares @app.periodic tasks records them)")
+        return
+    console.print(render.schedules_table(found, now))
+    if any(s.orphaned for s in found):
+        console.print("[dim]orphaned: the app that synced last does not declare it; kept for its history, "
+                      "fired only by workers that still do[/dim]")
+
+
+@cli.command()
 @click.option("--watch", "-w", is_flag=True, help="Keep the view live until Ctrl-C.")
 @click.option("--interval", type=Seconds(), default=2.0, show_default=True, help="Refresh period for --watch.")
 @pass_state

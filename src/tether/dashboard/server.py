@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlencode
+from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -132,6 +134,10 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             lambda: (store.recent_attempts([Outcome.LEASE_EXPIRED], limit=100), store.db_now()))
         return render(request, session, "recoveries.html", recoveries=found, now=now)
 
+    async def schedules(request: Request, session: Session) -> Response:
+        found, now = await run_in_threadpool(lambda: (tether.schedules(), store.db_now()))
+        return render(request, session, "schedules.html", schedules=found, now=now, zoned=_zoned)
+
     # -- actions -----------------------------------------------------------------------------
     async def do_cancel(request: Request, session: Session, form: dict[str, str]) -> Response:
         job_id = int(request.path_params["job_id"])
@@ -213,6 +219,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/jobs/{job_id:int}/retry", page(action(do_retry)), methods=["POST"]),
         Route("/workers", page(workers)),
         Route("/recoveries", page(recoveries)),
+        Route("/schedules", page(schedules)),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", page(action(logout)), methods=["POST"]),
         Route("/metrics", metrics_endpoint),
@@ -242,3 +249,11 @@ def _path(request: Request) -> str:
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _zoned(dt: datetime, zone: str) -> str:
+    """A tick as its schedule's cron reads it: in the schedule's own zone."""
+    try:
+        return dt.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    except (KeyError, ValueError, OSError):
+        return fmt_time(dt)

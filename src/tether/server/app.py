@@ -41,6 +41,7 @@ from ..store import Listener, Store
 from ..store.http import wire
 from ..store.http.schema import parse_datetime
 from ..transport import Transport, announce, due_now
+from . import schedules
 from .auth import Caller, TokenTable
 from .openapi import build_document
 from .owners import WorkerOwners
@@ -256,6 +257,9 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},
     "integrity_check": lambda s, a: {"problems": s.store.integrity_check()},
     "destroy": _destroy,
+    "sync_schedules": lambda s, a: schedules.sync_schedules(s.store, a, s.max_payload),
+    "fire_schedules": lambda s, a: schedules.fire_schedules(s.store, s.transport, a),
+    "list_schedules": lambda s, a: schedules.list_schedules(s.store, a),
 }
 #: operations that end in a claim, which may long-poll (``_long_poll``): their
 #: first step, which returns the rest of the answer and the jobs claimed
@@ -264,7 +268,7 @@ LONG_POLLS: dict[str, Callable[[_Server, Args], tuple[Args, list[ClaimedJob]]]] 
     "complete_and_claim": _complete_and_claim_first,
 }
 #: operations after which queued jobs may be due: wake long-polling claims
-WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases"})
+WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules"})
 
 
 #: operations that bind their worker to the token (checked after they ran)

@@ -31,7 +31,22 @@ from datetime import datetime
 from functools import partial
 
 from ..errors import ConfigError
-from ..model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ..model import (
+    Attempt,
+    Beat,
+    ClaimedJob,
+    DueJob,
+    FiredTick,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+    Reaped,
+    ScheduleInfo,
+    ScheduleSpec,
+    Stats,
+    WorkerInfo,
+)
 from .buckets import Buckets
 
 __all__ = ["Listener", "Store"]
@@ -322,6 +337,31 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]: ...
+
+    # -- schedules (I6) ------------------------------------------------------------
+    # Each tick of a schedule becomes at most one job: the (schedule, tick)
+    # primary key of the ticks table admits one insert, whichever worker sends
+    # it first; ticks are judged on the database clock.
+    def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:
+        """Upsert an app's schedules; every other schedule is marked orphaned
+        (kept, not fired by this app). A changed cron or timezone takes effect
+        at its next tick: ticks at or before the change are not owed."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
+    def fire_schedules(
+        self, names: Sequence[str], *, grace: float, now: datetime | None = None
+    ) -> list[FiredTick]:
+        """Decide the due ticks of the named schedules, as the database holds
+        them (names it lacks are ignored), at the database's ``now``: on-time
+        ticks (less than ``grace`` seconds old) and, of the older ones missed,
+        the ``catch_up`` most recent. Each tick becomes one job, or is skipped
+        (overlap=False while the last job is active), in the database; the
+        answer leaves out the ticks another worker decided first."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
+    def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
+        """Every schedule in the database, orphaned ones too, by name."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
 
     @abc.abstractmethod
     def db_now(self) -> datetime:

@@ -40,10 +40,25 @@ from ...errors import (
     StaleAttempt,
     TetherError,
 )
-from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ...model import (
+    Attempt,
+    Beat,
+    ClaimedJob,
+    DueJob,
+    FiredTick,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+    Reaped,
+    ScheduleInfo,
+    ScheduleSpec,
+    Stats,
+    WorkerInfo,
+)
 from ..base import Store
 from ..buckets import Buckets, check_sizes
-from . import wire
+from . import wire, wire_schedules
 
 __all__ = ["HttpStore"]
 
@@ -332,6 +347,22 @@ class HttpStore(Store):
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
         found = self._call("list_workers", query={"host": host, "live_only": live_only})
         return [wire.decode_worker(w) for w in found["workers"]]
+
+    # -- schedules (I6) ---------------------------------------------------------------------
+    def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:
+        self._call("sync_schedules", {"schedules": [wire_schedules.encode_spec(x) for x in specs]}, now=now)
+
+    def fire_schedules(
+        self, names: Sequence[str], *, grace: float, now: datetime | None = None
+    ) -> list[FiredTick]:
+        if not names:
+            return []
+        answer = self._call("fire_schedules", {"names": list(names), "grace": grace}, now=now)
+        return [wire_schedules.decode_fired(t) for t in answer["fired"]]
+
+    def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
+        query = {"now": None if now is None else now.isoformat()}
+        return [wire_schedules.decode_schedule(x) for x in self._call("list_schedules", query=query)["schedules"]]
 
     def db_now(self) -> datetime:
         return datetime.fromisoformat(self._call("db_now")["now"])

@@ -89,7 +89,8 @@ SET state = 'running',
     progress_message = NULL
 WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM picked))
 RETURNING j.id, j.attempt, j.task, j.args::text, j.queue, j.priority, j.max_attempts,
-          coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta::text, j.run_at
+          coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta::text, j.run_at,
+          j.scheduled_for
 
 -- name: _claim_picked
 -- The choice of jobs that claim and complete_and_claim share (two CTEs,
@@ -261,7 +262,7 @@ WITH done AS (
 )
 SELECT 0 AS kind, claimed.* FROM claimed
 UNION ALL
-SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM audit
+SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM audit
 
 -- name: fail
 -- The retry-or-dead choice: a cancelled attempt, or any attempt of a job with a
@@ -408,7 +409,8 @@ SELECT state FROM {schema}.jobs WHERE id = %(id)s
 -- name: get_job
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: get_attempts
@@ -445,7 +447,8 @@ GROUP BY 1, 2
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM {schema}.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -513,3 +516,134 @@ WHERE j.id = %(id)s AND j.attempt = %(attempt)s AND j.state = 'succeeded'
               WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.worker = %(worker)s
                 AND a.outcome = 'succeeded')
 RETURNING j.id
+
+-- ---------------------------------------------------------------------------
+-- Schedules (I6: each tick of a schedule becomes at most one job).
+-- The decider is the primary key of schedule_ticks (schedule, tick): every
+-- worker that finds a tick due inserts it ON CONFLICT DO NOTHING, and only the
+-- statement whose insert landed makes the job, in that same statement. No
+-- leader, no lock held between workers, nothing a paused worker could hold.
+
+-- name: sync_schedules
+-- A worker's app declares its schedules: upsert each (sorted by name, so two
+-- workers starting together lock the rows in the same order), and mark every
+-- other schedule orphaned (kept, not deleted: its ticks and jobs stay).
+-- version rises on any change to the definition, which voids fires computed
+-- from the old one (fire_ticks matches on it). since moves only when the cron
+-- or the timezone changed: the ticks owed are those after it, so a new
+-- expression takes effect at its next tick and never fires its past ones; a
+-- change of args or options keeps since, so no tick is lost to it.
+-- The orphaning UPDATE runs beside the upsert (a data-modifying CTE runs
+-- whether or not it is referenced) and touches only rows it did not upsert.
+WITH declared AS (
+    INSERT INTO {schema}.schedules AS s
+        (name, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
+         catch_up, overlap, since, created_at, updated_at, last_seen)
+    SELECT d.name, d.cron, d.timezone, d.args::jsonb, d.queue, d.priority, d.max_attempts, d.lease_ttl,
+           d.timeout, d.backoff_base, d.catch_up, d.overlap, {now}, {now}, {now}, {now}
+    FROM unnest(%(name)s::text[], %(cron)s::text[], %(timezone)s::text[], %(args)s::text[], %(queue)s::text[],
+                %(priority)s::int[], %(max_attempts)s::int[], %(lease_ttl)s::float8[], %(timeout)s::float8[],
+                %(backoff_base)s::float8[], %(catch_up)s::int[], %(overlap)s::boolean[])
+         WITH ORDINALITY AS d(name, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout,
+                              backoff_base, catch_up, overlap, ord)
+    ORDER BY d.ord
+    ON CONFLICT (name) DO UPDATE SET
+        cron = excluded.cron, timezone = excluded.timezone, args = excluded.args, queue = excluded.queue,
+        priority = excluded.priority, max_attempts = excluded.max_attempts, lease_ttl = excluded.lease_ttl,
+        timeout = excluded.timeout, backoff_base = excluded.backoff_base, catch_up = excluded.catch_up,
+        overlap = excluded.overlap,
+        version = s.version + CASE
+            WHEN (s.cron, s.timezone, s.args, s.queue, s.priority, s.max_attempts, s.lease_ttl, s.timeout,
+                  s.backoff_base, s.catch_up, s.overlap)
+                 IS DISTINCT FROM
+                 (excluded.cron, excluded.timezone, excluded.args, excluded.queue, excluded.priority,
+                  excluded.max_attempts, excluded.lease_ttl, excluded.timeout, excluded.backoff_base,
+                  excluded.catch_up, excluded.overlap)
+            THEN 1 ELSE 0 END,
+        since = CASE WHEN (s.cron, s.timezone) IS DISTINCT FROM (excluded.cron, excluded.timezone)
+                     THEN excluded.since ELSE s.since END,
+        updated_at = CASE
+            WHEN (s.cron, s.timezone, s.args, s.queue, s.priority, s.max_attempts, s.lease_ttl, s.timeout,
+                  s.backoff_base, s.catch_up, s.overlap)
+                 IS DISTINCT FROM
+                 (excluded.cron, excluded.timezone, excluded.args, excluded.queue, excluded.priority,
+                  excluded.max_attempts, excluded.lease_ttl, excluded.timeout, excluded.backoff_base,
+                  excluded.catch_up, excluded.overlap)
+            THEN excluded.updated_at ELSE s.updated_at END,
+        last_seen = excluded.last_seen,
+        orphaned = false
+    RETURNING name
+)
+UPDATE {schema}.schedules
+SET orphaned = true
+WHERE NOT orphaned AND name <> ALL(%(name)s::text[])
+
+-- name: schedules_to_fire
+-- What a fire needs to compute the due ticks in Python (cron is not SQL),
+-- read with the database clock: the ticks are judged on {now}, never on a
+-- worker's clock. Primary-key lookups, once a scheduler tick per worker.
+SELECT {now}, name, cron, timezone, catch_up, overlap, version, since, last_tick
+FROM {schema}.schedules
+WHERE name = ANY(%(names)s::text[])
+
+-- name: fire_ticks
+-- One schedule's due ticks (oldest first) in one statement:
+-- s:      the definition, only while it is still the version the ticks were
+--         computed from (a deploy that changed it since voids this fire; the
+--         next round computes again from the new one);
+-- won:    the decider: each tick inserted ON CONFLICT DO NOTHING; a tick
+--         another worker decided first returns nothing here. A tick is skipped
+--         (overlap=False) when the caller says so (a later tick of this same
+--         fire, behind the job its first tick makes) or when the schedule's
+--         last job is still queued or running: a primary-key probe, not a scan
+--         of the schedule's history;
+-- made:   a job for each tick won and not skipped, due at its tick;
+-- marked: the schedule's bookkeeping, only ever forward (GREATEST and the
+--         comparisons below), since fires for different ticks may commit in
+--         any order.
+WITH s AS (
+    SELECT * FROM {schema}.schedules WHERE name = %(name)s AND version = %(version)s
+), won AS (
+    INSERT INTO {schema}.schedule_ticks (schedule, tick, skipped, decided_at)
+    SELECT s.name, d.tick,
+           d.skip OR (NOT s.overlap AND EXISTS (
+               SELECT 1 FROM {schema}.jobs AS j WHERE j.id = s.last_job_id AND j.state IN ('queued', 'running'))),
+           {now}
+    FROM s CROSS JOIN unnest(%(ticks)s::timestamptz[], %(skip)s::boolean[]) AS d(tick, skip)
+    ORDER BY d.tick
+    ON CONFLICT (schedule, tick) DO NOTHING
+    RETURNING schedule, tick, skipped
+), made AS (
+    INSERT INTO {schema}.jobs
+        (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
+         schedule, scheduled_for)
+    SELECT s.queue, s.name, s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl, s.timeout,
+           s.backoff_base, {now}, won.schedule, won.tick
+    FROM won CROSS JOIN s
+    WHERE NOT won.skipped
+    ORDER BY won.tick
+    RETURNING id, scheduled_for
+), latest AS (
+    SELECT max(won.tick) AS tick,
+           count(*) FILTER (WHERE won.skipped) AS skipped,
+           (SELECT m.scheduled_for FROM made AS m ORDER BY m.scheduled_for DESC LIMIT 1) AS fired,
+           (SELECT m.id FROM made AS m ORDER BY m.scheduled_for DESC LIMIT 1) AS job_id
+    FROM won
+), marked AS (
+    UPDATE {schema}.schedules AS t
+    SET last_tick = GREATEST(t.last_tick, l.tick),
+        last_fired = CASE WHEN l.fired > coalesce(t.last_fired, '-infinity') THEN l.fired ELSE t.last_fired END,
+        last_job_id = CASE WHEN l.fired > coalesce(t.last_fired, '-infinity') THEN l.job_id ELSE t.last_job_id END,
+        skipped = t.skipped + l.skipped
+    FROM latest AS l
+    WHERE t.name = %(name)s AND l.tick IS NOT NULL
+)
+SELECT won.tick, made.id, s.queue
+FROM won CROSS JOIN s LEFT JOIN made ON made.scheduled_for = won.tick
+ORDER BY won.tick
+
+-- name: list_schedules
+SELECT {now}, name, cron, timezone, args, queue, catch_up, overlap, since, last_tick, last_fired,
+       last_job_id, skipped, orphaned, last_seen
+FROM {schema}.schedules
+ORDER BY name

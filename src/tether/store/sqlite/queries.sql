@@ -45,7 +45,7 @@ SET state = 'running',
 
 -- name: _claimed_row
 RETURNING id, attempt, task, args, queue, priority, max_attempts,
-          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at
+          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at, scheduled_for
 
 -- name: claim
 -- The subquery walks tether_jobs_claim_idx; the UPDATE grants the lease and
@@ -247,7 +247,8 @@ SELECT state FROM tether_jobs WHERE id = :id
 -- name: get_job
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM tether_jobs WHERE id = :id
 
 -- name: get_attempts
@@ -281,7 +282,8 @@ GROUP BY bucket, outcome
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM tether_jobs
 WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
@@ -339,3 +341,99 @@ WHERE id = :id AND attempt = :attempt AND state = 'succeeded'
               WHERE a.job_id = tether_jobs.id AND a.attempt = tether_jobs.attempt AND a.worker = :worker
                 AND a.outcome = 'succeeded')
 RETURNING id
+
+-- ---------------------------------------------------------------------------
+-- Schedules (I6: each tick of a schedule becomes at most one job).
+-- As on PostgreSQL, the decider is the primary key of tether_schedule_ticks
+-- (schedule, tick), inserted ON CONFLICT DO NOTHING. Here a fire is one
+-- BEGIN IMMEDIATE transaction (read, compute the due ticks in Python, insert),
+-- and SQLite runs one writer at a time, so two workers never decide the same
+-- tick at once; the key still makes the second one's insert a no-op.
+
+-- name: sync_schedule
+-- One declared schedule, upserted (see PostgreSQL's sync_schedules for the
+-- rules). SQLite evaluates every SET expression against the row as it was, so
+-- the comparisons below see the old definition. Row values compare with IS
+-- NOT, which treats NULLs (lease_ttl, timeout) as equal to each other.
+INSERT INTO tether_schedules
+    (name, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
+     catch_up, overlap, since, created_at, updated_at, last_seen)
+VALUES (:name, :cron, :timezone, :args, :queue, :priority, :max_attempts, :lease_ttl, :timeout, :backoff_base,
+        :catch_up, :overlap, {now}, {now}, {now}, {now})
+ON CONFLICT (name) DO UPDATE SET
+    cron = excluded.cron, timezone = excluded.timezone, args = excluded.args, queue = excluded.queue,
+    priority = excluded.priority, max_attempts = excluded.max_attempts, lease_ttl = excluded.lease_ttl,
+    timeout = excluded.timeout, backoff_base = excluded.backoff_base, catch_up = excluded.catch_up,
+    overlap = excluded.overlap,
+    version = version + ((cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
+                          catch_up, overlap)
+                         IS NOT (excluded.cron, excluded.timezone, excluded.args, excluded.queue, excluded.priority,
+                                 excluded.max_attempts, excluded.lease_ttl, excluded.timeout,
+                                 excluded.backoff_base, excluded.catch_up, excluded.overlap)),
+    since = CASE WHEN (cron, timezone) IS NOT (excluded.cron, excluded.timezone) THEN excluded.since ELSE since END,
+    updated_at = CASE
+        WHEN (cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base, catch_up, overlap)
+             IS NOT (excluded.cron, excluded.timezone, excluded.args, excluded.queue, excluded.priority,
+                     excluded.max_attempts, excluded.lease_ttl, excluded.timeout, excluded.backoff_base,
+                     excluded.catch_up, excluded.overlap)
+        THEN excluded.updated_at ELSE updated_at END,
+    last_seen = excluded.last_seen,
+    orphaned = 0
+
+-- name: orphan_schedules
+-- Every schedule the syncing app did not declare: shown orphaned, not deleted.
+UPDATE tether_schedules SET orphaned = 1
+WHERE NOT orphaned AND name NOT IN (SELECT value FROM json_each(:names))
+
+-- name: schedules_to_fire
+-- Inside the fire's BEGIN IMMEDIATE: what the due ticks are computed from,
+-- with the one clock expression (the machine's clock).
+SELECT {now}, name, cron, timezone, catch_up, overlap, version, since, last_tick
+FROM tether_schedules
+WHERE name IN (SELECT value FROM json_each(:names))
+
+-- name: decide_ticks
+-- The decider: the due ticks ([tick, skip] pairs, oldest first) inserted
+-- ON CONFLICT DO NOTHING, only while the definition is the version they were
+-- computed from. Skipped (overlap=False) when the caller says so, or while
+-- the schedule's last job is still queued or running (a rowid probe, not a
+-- scan of its history). "ORDER BY" stands where SQLite needs a clause before
+-- ON CONFLICT in an INSERT ... SELECT.
+INSERT INTO tether_schedule_ticks (schedule, tick, skipped, decided_at)
+SELECT s.name, t.value ->> 0,
+       (t.value ->> 1) OR (NOT s.overlap AND EXISTS (
+           SELECT 1 FROM tether_jobs AS j WHERE j.id = s.last_job_id AND j.state IN ('queued', 'running'))),
+       {now}
+FROM tether_schedules AS s, json_each(:ticks) AS t
+WHERE s.name = :name AND s.version = :version
+ORDER BY t.key
+ON CONFLICT (schedule, tick) DO NOTHING
+RETURNING tick, skipped
+
+-- name: fire_job
+-- The job for one tick this fire decided, due at its tick.
+INSERT INTO tether_jobs
+    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
+     schedule, scheduled_for)
+SELECT queue, name, args, priority, :tick, max_attempts, lease_ttl, timeout, backoff_base, {now}, name, :tick
+FROM tether_schedules
+WHERE name = :name
+RETURNING id, queue
+
+-- name: mark_schedule
+-- Bookkeeping, only ever forward. The transaction serialises fires, so the
+-- caller's values are the newest unless a later tick was already recorded.
+UPDATE tether_schedules
+SET last_tick = CASE WHEN last_tick IS NULL OR :tick > last_tick THEN :tick ELSE last_tick END,
+    last_job_id = CASE WHEN :fired IS NOT NULL AND (last_fired IS NULL OR :fired > last_fired)
+                       THEN :job_id ELSE last_job_id END,
+    last_fired = CASE WHEN :fired IS NOT NULL AND (last_fired IS NULL OR :fired > last_fired)
+                      THEN :fired ELSE last_fired END,
+    skipped = skipped + :skipped
+WHERE name = :name
+
+-- name: list_schedules
+SELECT {now}, name, cron, timezone, args, queue, catch_up, overlap, since, last_tick, last_fired,
+       last_job_id, skipped, orphaned, last_seen
+FROM tether_schedules
+ORDER BY name
