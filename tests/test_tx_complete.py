@@ -26,9 +26,15 @@ from tether.config import parse_database_url
 from tether.model import ClaimedJob, Outcome
 from tether.store import Store, open_store
 
-from .conftest import PG_URL, TEST_TOKEN, served
+from .conftest import BACKENDS, PG_URL, PGBOUNCER, TEST_TOKEN, backend_param, served
 from .test_conformance import TTL, W, claim_one, enqueue_one, finished_attempts, get, sec, start_job
 from .test_worker import FAST, is_final, running, wait_job
+
+
+@pytest.fixture(params=[*BACKENDS, PGBOUNCER])
+def backend(request: pytest.FixtureRequest) -> str:
+    """SQLite, PostgreSQL, and PostgreSQL through PgBouncer in transaction mode."""
+    return backend_param(request)
 
 
 class Effects:
@@ -258,7 +264,7 @@ def test_a_worker_whose_attempt_was_handed_on_commits_nothing_aba(
     the very same worker id. The old attempt's block commits nothing."""
     app, effects = app_effects
     started, proceed = threading.Event(), threading.Event()
-    in_block = backend == "postgresql"
+    in_block = backend.startswith("postgresql")
 
     @app.task(name="slow_charge")
     def slow_charge(ctx: JobContext) -> str:

@@ -23,7 +23,13 @@ import pytest
 from tether import ConfigError, JobContext, JobState, SchemaMissing, Tether
 from tether.config import parse_database_url
 
-from .conftest import PG_URL
+from .conftest import BACKENDS, PG_URL, PGBOUNCER, backend_param
+
+
+@pytest.fixture(params=[*BACKENDS, PGBOUNCER])
+def backend(request: pytest.FixtureRequest) -> str:
+    """SQLite, PostgreSQL, and PostgreSQL through PgBouncer in transaction mode."""
+    return backend_param(request)
 
 
 def _tasks(app: Tether) -> Any:
@@ -86,7 +92,7 @@ def test_a_job_enqueued_on_the_callers_connection_exists_only_once_they_commit(
     assert len(set(ids)) == 7
     # the app's own connections (a worker's view) see none of it yet
     assert all(app.get_job(i) is None for i in ids)
-    if backend == "postgresql":  # (SQLite: the caller's write transaction holds the one write lock)
+    if backend.startswith("postgresql"):  # (SQLite: the caller's write transaction holds the one write lock)
         assert app.store.claim("w", ["default"], 10, 30.0) == []
     conn.commit()
     jobs = [app.get_job(i) for i in ids]
@@ -119,7 +125,7 @@ def test_a_rollback_takes_the_job_with_it(
 def test_postgres_notify_is_sent_at_commit_and_never_after_a_rollback(
     make_app: Callable[..., Tether], caller: Callable[[], Any], backend: str, db_url: str,
 ) -> None:
-    if backend != "postgresql":
+    if not backend.startswith("postgresql"):
         pytest.skip("NOTIFY is PostgreSQL's")
     app = make_app()
     receipt = _tasks(app)
@@ -141,7 +147,7 @@ def test_postgres_notify_is_sent_at_commit_and_never_after_a_rollback(
 def test_psycopg_async_connection_with_enqueue_async_and_many_async(
     make_app: Callable[..., Tether], backend: str, db_url: str,
 ) -> None:
-    if backend != "postgresql":
+    if not backend.startswith("postgresql"):
         pytest.skip("an async driver connection is psycopg's")
     app = make_app()
     receipt = _tasks(app)
@@ -212,7 +218,7 @@ def test_sqlalchemy_connection_and_session(make_app: Callable[..., Tether], back
 
 
 def test_sqlalchemy_async_connection_and_session(make_app: Callable[..., Tether], backend: str) -> None:
-    if backend != "postgresql":
+    if not backend.startswith("postgresql"):
         pytest.skip("an async driver connection is psycopg's")
     pytest.importorskip("sqlalchemy")
     pytest.importorskip("greenlet")
@@ -303,7 +309,7 @@ def test_a_closed_connection_is_refused(
     conn.close()
     with pytest.raises(ConfigError, match="closed"):
         receipt.using(connection=conn).enqueue(order_id=1)
-    if backend == "postgresql":
+    if backend.startswith("postgresql"):
 
         async def closed_async() -> None:
             aconn = await psycopg.AsyncConnection.connect(PG_URL)
@@ -317,7 +323,7 @@ def test_a_closed_connection_is_refused(
 def test_postgres_refuses_an_async_connection_in_sync_calls_and_a_failed_transaction(
     make_app: Callable[..., Tether], caller: Callable[[], Any], backend: str,
 ) -> None:
-    if backend != "postgresql":
+    if not backend.startswith("postgresql"):
         pytest.skip("psycopg's")
     app = make_app()
     receipt = _tasks(app)
