@@ -341,3 +341,41 @@ def test_an_async_handler_timed_out_inside_the_block_commits_nothing(app_effects
     assert job.state is JobState.DEAD and "timed out" in (job.last_error or "")
     assert effects.rows() == []
     assert finished_attempts(job) == [(1, Outcome.TIMED_OUT, w.id)]
+
+
+def test_after_the_commit_the_job_stays_succeeded_whatever_the_handler_does(
+    app_effects: tuple[Tether, Effects], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Terminal is final: a raise after the block, or a result that is not
+    JSON, is logged; the job stays succeeded (without a result), written once."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="tether")
+    app, effects = app_effects
+
+    @app.task(name="raise_after")
+    def raise_after(ctx: JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(effects.insert, (ctx.job_id, ctx.attempt))
+        raise RuntimeError("after the commit")
+
+    @app.task(name="not_json_after")
+    async def not_json_after(ctx: JobContext) -> object:
+        async with ctx.transaction() as conn:
+            await _run(conn, effects.insert, (ctx.job_id, ctx.attempt))
+        return object()
+
+    raised, not_json = app.enqueue("raise_after"), app.enqueue("not_json_after")
+    with running(app) as w:
+        jobs = [wait_job(app, i, is_final) for i in (raised, not_json)]
+        deadline = time.monotonic() + 10
+        while w.state.counts["succeeded"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    for job in jobs:
+        assert (job.state, job.result, job.attempt) == (JobState.SUCCEEDED, None, 1)
+        assert finished_attempts(job) == [(1, Outcome.SUCCEEDED, w.id)]
+    assert effects.rows() == sorted([(raised, 1), (not_json, 1)])
+    assert "raised after its ctx.transaction() committed" in caplog.text
+    assert "stays succeeded without a result" in caplog.text
+    assert w.state.counts["stale_reports"] == 0
