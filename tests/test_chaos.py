@@ -1,7 +1,8 @@
 """`tether chaos` in short mode: real workers, real faults, and the checker's
-clean verdict, on SQLite (kill, stop) and on a scratch PostgreSQL the harness
-starts itself (kill, stop, partition, restart, and clock skew where libfaketime
-is installed). The checker itself is tested in test_checker.py."""
+clean verdict (I1-I6: the workers also fire a one-second schedule), on SQLite
+(kill, stop) and on a scratch PostgreSQL the harness starts itself (kill, stop,
+partition, restart, and clock skew where libfaketime is installed). The
+checker itself is tested in test_checker.py and test_schedule_check.py."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def test_chaos_sqlite_kill_and_stop(tmp_path: Path) -> None:
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
     assert result.integrity_checks > 1
     assert result.report.invariants["I7"].checked > 0, "no transactional job: I7 was not tested"
+    assert result.report.invariants["I6"].checked >= 5, "the schedule check judged (almost) no tick"
+    assert result.to_dict()["check"]["invariants"]["I6"]["ok"]
 
 
 def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
@@ -48,6 +51,7 @@ def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
     for kind in ("stop", "partition", "restart"):
         assert result.faults[kind] > 0, f"no {kind} fault was injected"
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
+    assert result.report.invariants["I6"].checked >= 5, "the schedule check judged (almost) no tick"
 
 
 def test_a_worker_counts_as_healthy_only_once_it_reached_the_database(tmp_path: Path) -> None:

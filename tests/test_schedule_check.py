@@ -50,3 +50,23 @@ def test_a_skipped_tick_counts_as_decided() -> None:
     inv = check_schedule("s", [T + 1], [TickRow(tick=T + 1, job_id=None, created_at=None)],
                          healthy=[(T, T + 60)], bound=BOUND)
     assert inv.ok
+
+
+def test_healthy_windows_lose_outages_and_on_sqlite_every_stop() -> None:
+    """What a chaos run's I6 counts as healthy (tether.chaos.collect): the
+    workers' healthy spans less the database's outages (plus the reconnect
+    grace), and on SQLite less every window in which a worker was stopped."""
+    from tether.chaos.collect import _minus, _stopped
+
+    assert _minus([(0.0, 10.0)], [(2.0, 3.0), (5.0, 6.0)]) == [(0.0, 2.0), (3.0, 5.0), (6.0, 10.0)]
+    assert _minus([(0.0, 4.0), (8.0, 9.0)], [(3.0, 8.5)]) == [(0.0, 3.0), (8.5, 9.0)]
+    assert _minus([(1.0, 2.0)], [(0.0, 5.0)]) == []
+    events = [
+        {"w": "driver", "e": "fault", "kind": "stop", "pid": 7, "m": 1.0},
+        {"w": "driver", "e": "fault", "kind": "stop", "pid": 8, "m": 2.0},
+        {"w": "driver", "e": "resume", "pid": 7, "m": 3.0},
+        {"w": "driver", "e": "fault", "kind": "kill", "pid": 8, "m": 4.0},
+        {"w": "driver", "e": "fault", "kind": "stop", "pid": 9, "m": 5.0},
+        {"w": "w1", "e": "claimed", "m": 6.0},
+    ]
+    assert sorted(_stopped(events)) == [(1.0, 3.0), (2.0, 4.0), (5.0, 6.0)]

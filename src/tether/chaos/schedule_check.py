@@ -7,8 +7,8 @@ over the run, and the wall-clock windows in which at least one worker was
 healthy (running, not stopped, not cut off, the database up). Times are epoch
 seconds; database times are the database's clock, on the driver's machine.
 
-Not yet called by ``tether chaos``: the driver needs its chaos workers to run
-the Scheduler (the worker runtime will) and to record its healthy windows.
+``tether chaos`` calls it through ``collect.schedule_invariant``: its
+workers' app declares a one-second schedule, so every worker runs a scheduler.
 """
 
 from __future__ import annotations

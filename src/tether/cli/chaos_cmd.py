@@ -113,7 +113,7 @@ def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int,
           seed: int | None, lease_ttl: float, heartbeat_interval: float, reaper_interval: float,
           concurrency: int, drain_timeout: float, json_out: Path | None, keep: bool,
           transport: str | None, artifacts: Path | None) -> None:
-    """Run workers under faults and check the contract (I1-I5, and I7) held."""
+    """Run workers under faults and check the contract (I1-I7) held."""
     console = make_console()
     seed = random.randrange(2**31) if seed is None else seed
     cfg = ChaosConfig(
