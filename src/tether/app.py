@@ -31,6 +31,7 @@ from .naming import default_task_name
 from .store import Store, open_store
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
+from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_retention
 from .worker.runtime import Worker
 
 __all__ = ["Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
@@ -209,8 +210,13 @@ class Tether:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         transport: str | Transport | None = None,
         token: str | None = None,
+        retention: RetentionSpec | None = RETENTION_DEFAULTS,
     ) -> None:
         self.dsn = parse_database_url(url)
+        #: how long finished jobs are kept, by state, in seconds (workers prune the
+        #: rest): ``{"succeeded": "7d", "cancelled": "30d", "dead": "30d"}`` by
+        #: default; a state given None, or ``retention=None``, is kept forever
+        self.retention = parse_retention(retention)
         self.token = token  # for a tether server URL (http/https); else TETHER_TOKEN
         self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
                              reaper_interval=reaper_interval)

@@ -402,10 +402,12 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
 
 def _register_extras() -> None:
     from .chaos_cmd import chaos
+    from .control_cmd import prune
     from .dashboard_cmd import dashboard
     from .server_cmd import server
 
     cli.add_command(chaos)
+    cli.add_command(prune)
     cli.add_command(dashboard)
     cli.add_command(server)
 

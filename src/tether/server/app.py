@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import ClaimedJob, NewJob, Outcome, WorkerInfo
+from ..model import ClaimedJob, JobState, NewJob, Outcome, WorkerInfo
 from ..store import Listener, Store
 from ..store.http import wire
 from ..store.http.schema import parse_datetime
@@ -224,6 +224,14 @@ def _destroy(s: _Server, a: Args) -> Args:
     return {}
 
 
+def _ages(a: Args) -> dict[JobState, float]:
+    return {JobState(k): v for k, v in a["ages"].items()}
+
+
+def _counts(found: dict[JobState, int]) -> Args:
+    return {str(k): v for k, v in found.items()}
+
+
 #: every operation but those that long-poll (``LONG_POLLS``)
 HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "enqueue": _enqueue,
@@ -252,6 +260,8 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
         host=a.get("host"), live_only=a.get("live_only", False))]},
     "db_now": lambda s, a: {"now": s.store.db_now().isoformat()},
     "check_schema": lambda s, a: s.store.check_schema() or {},
+    "prune": lambda s, a: {"pruned": _counts(s.store.prune(_ages(a), a["limit"], now=a["now"]))},
+    "prunable": lambda s, a: {"pruned": _counts(s.store.prunable(_ages(a), now=a["now"]))},
     "migrate": lambda s, a: {"applied": s.store.migrate()},
     "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},
     "integrity_check": lambda s, a: {"problems": s.store.integrity_check()},

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -41,7 +41,7 @@ from ...errors import (
     TetherError,
 )
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
-from ..base import Store
+from ..base import Store, check_prune
 from ..buckets import Buckets, check_sizes
 from . import wire
 
@@ -285,6 +285,15 @@ class HttpStore(Store):
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
         body = {"worker": worker, "job_id": job_id, "attempt": attempt}
         return JobState(self._call("release", body, now=now)["state"])
+
+    # -- job control: retention ---------------------------------------------------------------
+    def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
+        body = {"ages": {str(k): v for k, v in check_prune(ages, limit).items()}, "limit": limit}
+        return {JobState(k): int(v) for k, v in self._call("prune", body, now=now)["pruned"].items()}
+
+    def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
+        body = {"ages": {str(k): v for k, v in check_prune(ages).items()}}
+        return {JobState(k): int(v) for k, v in self._call("prunable", body, now=now)["pruned"].items()}
 
     # -- maintenance --------------------------------------------------------------------------
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:

@@ -24,7 +24,20 @@ from ...errors import (
     TetherError,
     UnknownTask,
 )
-from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, Outcome, Reaped, Stats, Throughput, WorkerInfo
+from ...model import (
+    TERMINAL_STATES,
+    Attempt,
+    Beat,
+    ClaimedJob,
+    DueJob,
+    Job,
+    JobState,
+    Outcome,
+    Reaped,
+    Stats,
+    Throughput,
+    WorkerInfo,
+)
 from ..buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
 from .schema import (
     ANY_JSON,
@@ -140,6 +153,10 @@ ERROR_RECORD: Schema = {
     "required": ["error", "message"],
 }
 EMPTY = obj({})
+#: retention: {finished state: age in seconds}, and what went (or would), by state
+AGES = obj({str(st): number(0, 1e11) for st in TERMINAL_STATES}, optional=tuple(str(st) for st in TERMINAL_STATES))
+PRUNED = obj({str(st): integer(0, 2**63 - 1) for st in TERMINAL_STATES},
+             optional=tuple(str(st) for st in TERMINAL_STATES))
 #: successes to record, each fenced on its own (id, attempt) and the request's worker
 DONE = array(obj({"id": JOB_ID, "attempt": ATTEMPT, "result": ANY_JSON}, optional=("result",)), 10_000)
 
@@ -270,6 +287,13 @@ OPS: list[Op] = [
     Op("db_now", "GET", "/v1/now", ANY, "The database clock", obj({"now": DATETIME})),
     Op("check_schema", "GET", "/v1/schema", ANY, "Whether every migration has been applied (409 if not)",
        EMPTY, errors=(409,)),
+    # job control (issue 20)
+    Op("prune", "POST", "/v1/prune", A,
+       "Delete up to limit finished jobs (with their attempts), oldest first, older than their state's age in "
+       "seconds; how many went, by state", obj({"pruned": PRUNED}),
+       body=obj({"ages": AGES, "limit": integer(1, 100_000)}), takes_now=True, errors=(422,)),
+    Op("prunable", "POST", "/v1/prunable", A, "How many finished jobs prune would delete, by state",
+       obj({"pruned": PRUNED}), body=obj({"ages": AGES}), takes_now=True, errors=(422,)),
     # admin
     Op("migrate", "POST", "/v1/migrate", A, "Apply pending migrations", obj({"applied": array(string(1000))}),
        body=obj({})),

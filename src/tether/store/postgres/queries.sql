@@ -497,3 +497,57 @@ SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 
 -- name: db_now
 SELECT now()
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): retention.
+
+-- name: prune
+-- Retention: delete the oldest finished jobs, with their attempts rows, up to
+-- `limit` per statement. The (state, age) pairs arrive as two arrays, and each
+-- state is read on its own (LATERAL, as claim does per queue), because only an
+-- equality on state lets jobs_finished_idx (state, finished_at) hand rows over
+-- already in finish order, so each scan stops after `limit` rows however much
+-- history there is. `finished_at < cutoff` implies the index's predicate
+-- (finished_at IS NOT NULL), and only finished rows have a finished_at, so a
+-- queued or running row is never read, locked or deleted; the DELETE checks
+-- the state once more so that no future statement that sets finished_at on a
+-- live row could make the pruner delete it.
+-- SKIP LOCKED: pruners on every worker pass over each other's rows instead of
+-- queueing behind them. Claims never wait for the pruner: they lock queued
+-- rows only, and a finished row never becomes queued except by an operator's
+-- retry, which waits for this short statement, then finds no job.
+-- The caller passes only finished states (Store.prune checks them).
+-- The rows are deleted by the ctids picked locked (a TID scan, as claim does):
+-- a locked row cannot move, and no join is left for the planner to turn into
+-- a scan of the table (with a join on id it hashed the whole jobs table).
+-- The attempts go by `job_id = ANY(...)`: the primary key (job_id, attempt).
+WITH doomed AS (
+    SELECT c.ctid, c.finished_at
+    FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(state, age)
+    CROSS JOIN LATERAL (
+        SELECT ctid, finished_at FROM {schema}.jobs
+        WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age)
+        ORDER BY finished_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.finished_at
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM {schema}.jobs AS j
+    WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM doomed))
+      AND j.state IN ('succeeded', 'dead', 'cancelled')
+    RETURNING j.id, j.state
+), audit AS (
+    DELETE FROM {schema}.attempts AS a
+    WHERE a.job_id = ANY(ARRAY(SELECT id FROM gone))
+)
+SELECT state, count(*) FROM gone GROUP BY state
+
+-- name: prunable
+-- What prune would delete, by state (tether prune --dry-run, and the total of
+-- its progress bar): the same WHERE, counted over jobs_finished_idx.
+SELECT r.state,
+       (SELECT count(*) FROM {schema}.jobs
+        WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age))
+FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(state, age)

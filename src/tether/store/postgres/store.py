@@ -27,6 +27,7 @@ from ..buckets import Buckets, fill, window
 from ..rows import attempt_from_row, claimed_from_rows, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote
+from .control import PostgresControl
 from .listener import NotifyListener
 from .steps import Rows, Steps, beats, claim_steps, complete_and_claim_steps, complete_steps, enqueue_steps
 
@@ -65,7 +66,7 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return res is not None and res.status == TUPLES_OK
 
 
-class PostgresStore(Store):
+class PostgresStore(PostgresControl, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0

@@ -325,3 +325,47 @@ ORDER BY started_at
 
 -- name: db_now
 SELECT {now}
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): retention.
+
+-- name: prune
+-- Retention (as on PostgreSQL): the oldest finished jobs past their state's
+-- age, up to :limit, inside the caller's BEGIN IMMEDIATE (prune_attempts
+-- follows). One branch per state, each an equality on state plus
+-- `finished_at < cutoff`, so each walks tether_jobs_finished_idx in finish
+-- order and stops after :limit rows; the cutoff implies the index's predicate
+-- (finished_at IS NOT NULL), which only finished rows satisfy. A state whose
+-- age is NULL (not asked for) compares with NULL and matches nothing. The
+-- outer state check keeps a live row out whatever sets finished_at one day.
+DELETE FROM tether_jobs
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND id IN (
+    SELECT id FROM (
+        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
+                       WHERE state = 'succeeded' AND finished_at < {now} - :succeeded
+                       ORDER BY finished_at LIMIT :limit)
+        UNION ALL
+        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
+                       WHERE state = 'dead' AND finished_at < {now} - :dead
+                       ORDER BY finished_at LIMIT :limit)
+        UNION ALL
+        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
+                       WHERE state = 'cancelled' AND finished_at < {now} - :cancelled
+                       ORDER BY finished_at LIMIT :limit)
+    )
+    ORDER BY finished_at
+    LIMIT :limit
+)
+RETURNING id, state
+
+-- name: prune_attempts
+-- The pruned jobs' attempts rows, by the primary key's first column.
+DELETE FROM tether_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prunable
+-- What prune would delete, by state: the same WHERE, counted.
+SELECT 'succeeded', count(*) FROM tether_jobs WHERE state = 'succeeded' AND finished_at < {now} - :succeeded
+UNION ALL
+SELECT 'dead', count(*) FROM tether_jobs WHERE state = 'dead' AND finished_at < {now} - :dead
+UNION ALL
+SELECT 'cancelled', count(*) FROM tether_jobs WHERE state = 'cancelled' AND finished_at < {now} - :cancelled

@@ -31,6 +31,7 @@ from ..rows import (
     worker_from_row,
 )
 from ..sqlfile import load_migrations, load_queries
+from .control import SQLiteControl
 
 __all__ = ["SQLiteStore"]
 
@@ -47,7 +48,7 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteControl, Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2

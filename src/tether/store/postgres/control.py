@@ -1,0 +1,32 @@
+"""Job control on PostgreSQL (issue 20): retention. A mixin of
+``PostgresStore``, in a module of its own so the store's module stays small;
+its statements are in ``queries.sql`` beside it, under "Job control"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ...model import JobState
+from ..base import check_prune
+
+__all__ = ["PostgresControl"]
+
+
+def _ages(ages: Mapping[JobState, float], limit: int | None, now: datetime | None) -> dict[str, Any]:
+    checked = check_prune(ages, limit)
+    return {"states": [str(s) for s in checked], "ages": list(checked.values()), "limit": limit, "now": now}
+
+
+class PostgresControl:
+    """Retention for ``PostgresStore`` (which provides ``_all``)."""
+
+    def _all(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
+        return {JobState(s): int(n) for s, n in self._all("prune", _ages(ages, limit, now))}
+
+    def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
+        return {JobState(s): int(n) for s, n in self._all("prunable", _ages(ages, None, now))}
