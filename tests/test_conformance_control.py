@@ -9,12 +9,12 @@ from datetime import datetime
 
 import pytest
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, StaleAttempt
 from tether.model import JobState, Outcome
 from tether.store import Store
 
 from .conftest import STORE_BACKENDS, backend_param
-from .test_conformance import W, enqueue_one, get, sec, start_job
+from .test_conformance import TTL, W2, W, claim_one, close_to, enqueue_one, get, sec, start_job
 
 DAY = 86400.0
 FINISHED = {JobState.SUCCEEDED: 7 * DAY, JobState.DEAD: 30 * DAY, JobState.CANCELLED: 30 * DAY}
@@ -137,3 +137,63 @@ def test_prune_refuses_bad_arguments_with_a_clear_error(
     with pytest.raises(ConfigError, match=message):
         store.prune(ages, limit)
     assert get(store, job_id).state is JobState.QUEUED
+
+
+# -- retry policies: what fail records ---------------------------------------------------
+
+
+def test_a_snooze_queues_the_job_later_without_spending_its_budget(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=1)
+    assert store.fail(W, c.id, c.attempt, outcome=Outcome.SNOOZED, error="snoozed for 30s", delay=30,
+                      now=t0) is JobState.QUEUED
+    job = get(store, c.id)
+    assert job.state is JobState.QUEUED and job.finished_at is None
+    assert close_to(job.run_at, t0 + sec(30))
+    assert job.last_error is None  # a snooze is no error
+    assert [(a.attempt, a.outcome, a.error) for a in job.attempts] == [(1, Outcome.SNOOZED, "snoozed for 30s")]
+    assert store.claim(W, ["default"], 1, TTL, now=t0 + sec(29)) == []
+    again = claim_one(store, t0 + sec(31))
+    assert again.attempt == 2
+    # max_attempts=1 and two claims: the snooze did not count, so a failure now
+    # is the job's first and last
+    assert store.fail(W, c.id, 2, outcome=Outcome.FAILED, error="boom", now=t0 + sec(31)) is JobState.DEAD
+    assert get(store, c.id).attempts_used == 1
+
+
+def test_a_snooze_of_a_job_with_a_cancel_request_ends_it_cancelled(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    assert store.cancel(c.id, now=t0) is JobState.RUNNING
+    assert store.fail(W, c.id, c.attempt, outcome=Outcome.SNOOZED, error="snoozed", delay=5,
+                      now=t0) is JobState.CANCELLED
+
+
+def test_a_discard_ends_the_job_dead_at_once_with_its_reason(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=5)
+    assert store.fail(W, c.id, c.attempt, outcome=Outcome.DISCARDED, error="discarded: bad input", retry=False,
+                      now=t0) is JobState.DEAD
+    job = get(store, c.id)
+    assert job.last_error == "discarded: bad input" and close_to(job.finished_at, t0)  # type: ignore[arg-type]
+    assert [(a.outcome, a.error) for a in job.attempts] == [(Outcome.DISCARDED, "discarded: bad input")]
+
+
+def test_fail_with_a_delay_retries_after_exactly_that_delay(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, max_attempts=3, backoff_base=1.0)
+    assert store.fail(W, c.id, c.attempt, outcome=Outcome.FAILED, error="x", delay=123.5, now=t0) is JobState.QUEUED
+    job = get(store, c.id)
+    assert close_to(job.run_at, t0 + sec(123.5)) and job.attempts_used == 1
+    # a delay changes nothing for a job whose budget is spent
+    c2 = start_job(store, t0, queue="q2", max_attempts=1)
+    assert store.fail(W, c2.id, 1, outcome=Outcome.FAILED, error="x", delay=5, now=t0) is JobState.DEAD
+
+
+def test_a_stale_snooze_changes_nothing(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0)
+    before = get(store, c.id)
+    with pytest.raises(StaleAttempt):
+        store.fail(W2, c.id, c.attempt, outcome=Outcome.SNOOZED, error="snoozed", delay=1, now=t0)
+    assert get(store, c.id) == before

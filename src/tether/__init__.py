@@ -11,7 +11,7 @@ from __future__ import annotations
 from ._version import __version__
 from .app import Task, TaskCall, Tether
 from .config import Timers
-from .context import CancelReason, JobCancelled, JobContext
+from .context import CancelReason, Discard, JobCancelled, JobContext, Retry
 from .errors import (
     ConfigError,
     InvalidDSN,
@@ -29,6 +29,7 @@ __all__ = [
     "Attempt",
     "CancelReason",
     "ConfigError",
+    "Discard",
     "InvalidDSN",
     "InvalidTransition",
     "Job",
@@ -38,6 +39,7 @@ __all__ = [
     "JobState",
     "Outcome",
     "PayloadError",
+    "Retry",
     "SchemaMissing",
     "StaleAttempt",
     "Task",

@@ -61,10 +61,13 @@ class TaskOptions:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lease_ttl: float | None = None  # None: the worker's lease_ttl
     timeout: float | None = None  # per attempt; None: no limit
-    retry_backoff: float = DEFAULT_BACKOFF_BASE  # seconds before the first retry; doubles
+    #: seconds before the first retry, doubling; or a callable (attempt) -> seconds
+    retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE
     delay: float = 0.0
     run_at: datetime | None = None
     dedup_key: str | None = None
+    #: exceptions worth another attempt; any other ends the job dead at once (None: all)
+    retry_on: tuple[type[BaseException], ...] | None = None
 
     def checked(self, timers: Timers, where: str) -> TaskOptions:
         validate_queue(self.queue)
@@ -75,8 +78,14 @@ class TaskOptions:
         timers.check_job_ttl(self.lease_ttl, where)
         if self.timeout is not None and not (_finite(self.timeout) and self.timeout > 0):
             raise ConfigError(f"{where}: timeout must be a positive number of seconds, got {self.timeout!r}")
-        if not (_finite(self.retry_backoff) and self.retry_backoff >= 0):
-            raise ConfigError(f"{where}: retry_backoff must be >= 0 seconds, got {self.retry_backoff!r}")
+        if not callable(self.retry_backoff) and not (_finite(self.retry_backoff) and self.retry_backoff >= 0):
+            raise ConfigError(f"{where}: retry_backoff must be >= 0 seconds or a callable (attempt) -> seconds, "
+                              f"got {self.retry_backoff!r}")
+        if self.retry_on is not None and not (
+                isinstance(self.retry_on, tuple)
+                and all(isinstance(t, type) and issubclass(t, BaseException) for t in self.retry_on)):
+            raise ConfigError(f"{where}: retry_on must be an exception class or a tuple of them, "
+                              f"got {self.retry_on!r}")
         if not (_finite(self.delay) and self.delay >= 0):
             raise ConfigError(f"{where}: delay must be >= 0 seconds, got {self.delay!r}")
         if self.run_at is not None:
@@ -152,6 +161,10 @@ class Task(Generic[P, R]):
             raise ConfigError(f"unknown option(s) {sorted(unknown)} for task {self.name!r}")
         if "retry_backoff" in options and options["retry_backoff"] is None:
             options.pop("retry_backoff")
+        if "retry_on" in options or callable(options.get("retry_backoff")):
+            # the worker runs the task's policy, not one a producer passed along
+            raise ConfigError(f"task {self.name!r}: retry_on and a callable retry_backoff are set where the "
+                              "task is registered (@app.task(...)), not per call")
         merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
         return TaskCall(self, merged)
 
@@ -182,7 +195,8 @@ class Task(Generic[P, R]):
         return NewJob(
             task=self.name, args_json=args, queue=o.queue, priority=o.priority, run_at=o.run_at,
             delay=o.delay, max_attempts=o.max_attempts, lease_ttl=o.lease_ttl, timeout=o.timeout,
-            backoff_base=o.retry_backoff, dedup_key=o.dedup_key,
+            backoff_base=DEFAULT_BACKOFF_BASE if callable(o.retry_backoff) else o.retry_backoff,
+            dedup_key=o.dedup_key,
         )
 
 
@@ -251,7 +265,8 @@ class Tether:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_ttl: float | None = None,
         timeout: float | None = None,
-        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+        retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -265,18 +280,27 @@ class Tether:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_ttl: float | None = None,
         timeout: float | None = None,
-        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+        retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     ) -> Any:
         """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``.
         Its name defaults to ``module.qualname``, the module named as importers
-        name it even when it runs as a script (see ``tether.naming``)."""
+        name it even when it runs as a script (see ``tether.naming``).
+
+        Retry policy: ``retry_on`` (an exception class or a tuple of them): only
+        those are retried, any other ends the job dead at once; ``retry_backoff``:
+        seconds before the first retry, doubling (capped at an hour, jittered),
+        or a callable ``(attempt) -> seconds``. A handler may also raise
+        ``tether.Retry(delay=...)`` (again later, no failure counted) or
+        ``tether.Discard(reason)`` (dead now)."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = name or default_task_name(f)
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
             opts = TaskOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
-                               timeout=timeout, retry_backoff=retry_backoff)
+                               timeout=timeout, retry_backoff=retry_backoff,
+                               retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on)
             t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
             self.tasks[task_name] = t
             return t

@@ -195,7 +195,8 @@ def _complete(s: _Server, a: Args) -> Args:
 
 def _fail(s: _Server, a: Args) -> Args:
     state = s.store.fail(a["worker"], a["job_id"], a["attempt"], outcome=Outcome(a["outcome"]), error=a["error"],
-                         traceback=a.get("traceback"), retry=a.get("retry", True), now=a["now"])
+                         traceback=a.get("traceback"), retry=a.get("retry", True), now=a["now"],
+                         delay=a.get("delay"))
     return {"state": str(state)}
 
 

@@ -276,9 +276,14 @@ class Store(abc.ABC):
         traceback: str | None = None,
         retry: bool = True,
         now: datetime | None = None,
+        delay: float | None = None,
     ) -> JobState:
         """Fenced: retry with backoff, or dead once the budget is spent (or when
-        ``retry`` is False). ``outcome`` CANCELLED ends the job cancelled."""
+        ``retry`` is False). ``outcome`` CANCELLED ends the job cancelled.
+        ``delay``: seconds before the retry, instead of the exponential backoff.
+        ``outcome`` SNOOZED (``tether.Retry``) queues the job again after
+        ``delay`` without spending its budget (as ``release`` does); DISCARDED
+        comes with ``retry=False`` (``tether.Discard``): dead at once."""
 
     @abc.abstractmethod
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:

@@ -276,10 +276,10 @@ class HttpStore(Store):
 
     def fail(
         self, worker: str, job_id: int, attempt: int, *, outcome: Outcome, error: str,
-        traceback: str | None = None, retry: bool = True, now: datetime | None = None,
+        traceback: str | None = None, retry: bool = True, now: datetime | None = None, delay: float | None = None,
     ) -> JobState:
         body = {"worker": worker, "job_id": job_id, "attempt": attempt, "outcome": str(outcome), "error": error,
-                "traceback": traceback, "retry": retry}
+                "traceback": traceback, "retry": retry, "delay": delay}
         return JobState(self._call("fail", body, now=now)["state"])
 
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:

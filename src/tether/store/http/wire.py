@@ -92,7 +92,8 @@ TTL = number(0, 1e6, exclusive_min=True)
 STATE = {"type": "string", "enum": [str(s) for s in JobState]}
 OUTCOME = {"type": "string", "enum": [str(o) for o in Outcome]}
 FAIL_OUTCOME = {"type": "string", "enum": [str(o) for o in (Outcome.FAILED, Outcome.TIMED_OUT,
-                                                                Outcome.CANCELLED, Outcome.LEASE_EXPIRED)]}
+                                                                Outcome.CANCELLED, Outcome.LEASE_EXPIRED,
+                                                                Outcome.SNOOZED, Outcome.DISCARDED)]}
 JSON_OBJECT: Schema = {"type": "object"}
 TEXT = string(100_000)
 
@@ -261,8 +262,9 @@ OPS: list[Op] = [
     Op("fail", "POST", "/v1/fail", W, "Report a failed attempt (fenced): retry with backoff, or dead",
        obj({"state": STATE}),
        body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT, "outcome": FAIL_OUTCOME,
-                 "error": TEXT, "traceback": nullable(string(1_000_000)), "retry": boolean()},
-                optional=("traceback", "retry")),
+                 "error": TEXT, "traceback": nullable(string(1_000_000)), "retry": boolean(),
+                 "delay": nullable(number(0, 1e9))},
+                optional=("traceback", "retry", "delay")),
        takes_now=True, errors=(409,), acts_for="worker"),
     Op("release", "POST", "/v1/release", W, "Hand a job back (fenced) without spending its budget",
        obj({"state": STATE}), body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT}),

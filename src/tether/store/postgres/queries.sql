@@ -270,24 +270,34 @@ SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NU
 -- operator's cancel, since the next claim clears cancel_requested); a spent
 -- budget (attempt - released >= max_attempts) or a non-retryable error ends it
 -- dead; otherwise back to queued after an exponential backoff with jitter
--- (half fixed, half random), capped at an hour.
+-- (half fixed, half random), capped at an hour, or after %(delay)s seconds
+-- when the task's own retry_backoff (a callable) chose them.
+-- A snooze (outcome 'snoozed': the handler raised tether.Retry(delay)) is a
+-- hand-back, not a failure: queued again at now + delay with released + 1, as
+-- release does, so the claim that follows does not spend the budget.
 WITH gone AS (
     UPDATE {schema}.jobs AS j
     SET state = CASE
             WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN 'cancelled'
+            WHEN %(outcome)s = 'snoozed' THEN 'queued'
             WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN 'dead'
             ELSE 'queued' END,
         run_at = CASE
-            WHEN %(outcome)s <> 'cancelled' AND NOT j.cancel_requested AND %(retry)s
-                 AND j.attempt - j.released < j.max_attempts
-            THEN {now} + make_interval(secs => LEAST(3600, j.backoff_base * power(2, j.attempt - j.released - 1))
-                                               * (0.5 + random() * 0.5))
-            ELSE j.run_at END,
+            WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN j.run_at
+            WHEN %(outcome)s = 'snoozed' THEN {now} + make_interval(secs => coalesce(%(delay)s::float8, 0))
+            WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN j.run_at
+            ELSE {now} + make_interval(secs => coalesce(
+                %(delay)s::float8,
+                LEAST(3600, j.backoff_base * power(2, j.attempt - j.released - 1)) * (0.5 + random() * 0.5)))
+            END,
+        released = CASE WHEN %(outcome)s = 'snoozed' AND NOT j.cancel_requested
+                        THEN j.released + 1 ELSE j.released END,
         finished_at = CASE
-            WHEN %(outcome)s = 'cancelled' OR j.cancel_requested OR NOT %(retry)s
-                 OR j.attempt - j.released >= j.max_attempts
-            THEN {now} END,
-        last_error = %(error)s,
+            WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN {now}
+            WHEN %(outcome)s = 'snoozed' THEN NULL
+            WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN {now} END,
+        -- a snooze is no error: the job's last one stays what it was
+        last_error = CASE WHEN %(outcome)s = 'snoozed' THEN j.last_error ELSE %(error)s END,
         locked_by = NULL,
         lease_until = NULL,
         deadline = NULL

@@ -358,12 +358,13 @@ class PostgresStore(PostgresControl, Store):
         traceback: str | None = None,
         retry: bool = True,
         now: datetime | None = None,
+        delay: float | None = None,
     ) -> JobState:
         rows = self._all(
             "fail",
             {
                 "worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome),
-                "error": error, "traceback": traceback, "retry": retry, "now": now,
+                "error": error, "traceback": traceback, "retry": retry, "now": now, "delay": delay,
             },
         )
         if not rows:

@@ -146,21 +146,30 @@ VALUES (:job_id, :attempt, :worker, :claimed_at, :finished_at, :outcome, :error,
 -- with a pending cancel request, ends cancelled (a retry would lose the
 -- operator's cancel: the next claim clears cancel_requested); a spent budget
 -- or a non-retryable error ends dead; otherwise queued again after
--- base * 2^(failures-1) seconds, capped at an hour, with half of it jittered.
+-- base * 2^(failures-1) seconds, capped at an hour, with half of it jittered,
+-- or after :delay seconds when the task's callable retry_backoff chose them.
+-- A snooze ('snoozed': tether.Retry(delay)) is a hand-back, as on PostgreSQL:
+-- queued at now + delay with released + 1, the budget untouched.
 UPDATE tether_jobs
 SET state = CASE
         WHEN :outcome = 'cancelled' OR cancel_requested THEN 'cancelled'
+        WHEN :outcome = 'snoozed' THEN 'queued'
         WHEN NOT :retry OR attempt - released >= max_attempts THEN 'dead'
         ELSE 'queued' END,
     run_at = CASE
-        WHEN :outcome <> 'cancelled' AND NOT cancel_requested AND :retry AND attempt - released < max_attempts
-        THEN {now} + min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
-                     * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0))
-        ELSE run_at END,
+        WHEN :outcome = 'cancelled' OR cancel_requested THEN run_at
+        WHEN :outcome = 'snoozed' THEN {now} + coalesce(:delay, 0)
+        WHEN NOT :retry OR attempt - released >= max_attempts THEN run_at
+        ELSE {now} + coalesce(:delay, min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
+                                      * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0)))
+        END,
+    released = CASE WHEN :outcome = 'snoozed' AND NOT cancel_requested THEN released + 1 ELSE released END,
     finished_at = CASE
-        WHEN :outcome = 'cancelled' OR cancel_requested OR NOT :retry OR attempt - released >= max_attempts
-        THEN {now} END,
-    last_error = :error,
+        WHEN :outcome = 'cancelled' OR cancel_requested THEN {now}
+        WHEN :outcome = 'snoozed' THEN NULL
+        WHEN NOT :retry OR attempt - released >= max_attempts THEN {now} END,
+    -- a snooze is no error: the job's last one stays what it was
+    last_error = CASE WHEN :outcome = 'snoozed' THEN last_error ELSE :error END,
     locked_by = NULL,
     lease_until = NULL,
     deadline = NULL

@@ -387,9 +387,10 @@ class SQLiteStore(SQLiteControl, Store):
         traceback: str | None = None,
         retry: bool = True,
         now: datetime | None = None,
+        delay: float | None = None,
     ) -> JobState:
         params = {"worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome), "error": error,
-                  "retry": retry, "now": _ts(now)}
+                  "retry": retry, "now": _ts(now), "delay": delay}
         return self._finish("fail", params, outcome, error, traceback)
 
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
