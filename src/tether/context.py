@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import ConfigError, StaleAttempt, TetherError
-from .model import ClaimedJob
+from .model import ClaimedJob, Job
 
 __all__ = ["CancelReason", "Discard", "JobCancelled", "JobContext", "Retry"]
 
@@ -26,11 +26,14 @@ class CancelReason:
 
 
 class JobCancelled(TetherError):
-    """Raised by ``ctx.raise_if_cancelled()``; the worker maps it to the right ending."""
+    """Raised by ``ctx.raise_if_cancelled()``; the worker maps it to the right ending.
+    Also raised by ``app.wait`` for a job that ended cancelled (``job``: the
+    finished ``Job``)."""
 
-    def __init__(self, job_id: int, reason: str) -> None:
+    def __init__(self, job_id: int, reason: str, job: Job | None = None) -> None:
         self.job_id = job_id
         self.reason = reason
+        self.job = job
         super().__init__(f"job {job_id}: {reason}")
 
 

@@ -344,6 +344,12 @@ class Store(abc.ABC):
         """Problems the database reports with its own storage; empty when fine."""
         return []
 
+    def listen_finished(self, on_finished: Callable[[str], None]) -> Listener | None:
+        """Start a push channel calling ``on_finished(ids)`` when jobs finish
+        (``ids``: comma-separated job ids, or ``"*"``: anything may have
+        finished, look again); None if the backend has none (``app.wait`` polls)."""
+        return None
+
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         """Start a push channel calling ``on_enqueue(queue)``; None if the backend has none."""
         return None

@@ -392,12 +392,17 @@ RETURNING id
 -- One statement, both cases, judged on the old row: a queued job ends
 -- cancelled at once; a running one gets a request its worker reads from its
 -- next heartbeat. Finished jobs do not match (terminal is final).
-UPDATE {schema}.jobs
-SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-    finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
-    cancel_requested = (state = 'running')
-WHERE id = %(id)s AND state IN ('queued', 'running')
-RETURNING state
+-- A job cancelled here writes no attempt row, so no trigger announces it: the
+-- statement sends the notification app.wait() listens for itself.
+WITH c AS (
+    UPDATE {schema}.jobs
+    SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+        finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
+        cancel_requested = (state = 'running')
+    WHERE id = %(id)s AND state IN ('queued', 'running')
+    RETURNING id, state
+)
+SELECT state, CASE WHEN state = 'cancelled' THEN pg_notify({done_channel}, id::text)::text END FROM c
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at

@@ -75,7 +75,11 @@ class PostgresStore(PostgresControl, Store):
         self.dsn = dsn
         self.schema = dsn.schema
         self.channel = f"tether_{dsn.schema}"
-        macros = {"schema": quote(dsn.schema), "now": NOW, "channel": literal(self.channel)}
+        #: where finished jobs' ids are announced (app.wait); cut to PostgreSQL's
+        #: 63-byte limit: two schemas sharing a long prefix only wake each other's waiters
+        self.done_channel = f"tether_done_{dsn.schema}"[:63]
+        macros = {"schema": quote(dsn.schema), "now": NOW, "channel": literal(self.channel),
+                  "done_channel": literal(self.done_channel)}
         self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros)
         self._migrations = load_migrations(f"{__package__}.migrations", macros)
         if pooled(dsn):
@@ -440,3 +444,10 @@ class PostgresStore(PostgresControl, Store):
                     f"cannot connect to listen_url {redact_url(self.listen_url)}: {str(exc).strip()}"
                 ) from None
         return NotifyListener(self.listen_url, self.channel, on_enqueue)
+
+    def listen_finished(self, on_finished: Callable[[str], None]) -> Listener | None:
+        """LISTEN for finished jobs where ``listen`` would LISTEN for enqueues
+        (None behind a pooler without ``listen_url``: app.wait polls)."""
+        if self.listen_url is None:
+            return None
+        return NotifyListener(self.listen_url, self.done_channel, on_finished)

@@ -26,3 +26,37 @@ ALTER TABLE {schema}.attempts DROP CONSTRAINT attempts_outcome_check;
 ALTER TABLE {schema}.attempts ADD CONSTRAINT attempts_outcome_check
     CHECK (outcome IN ('succeeded', 'failed', 'lease_expired', 'timed_out', 'cancelled', 'released',
                        'snoozed', 'discarded')) NOT VALID;
+
+-- Results: wake app.wait() when a job finishes. One NOTIFY per statement that
+-- writes attempts rows (complete, complete_and_claim, fail, release, reap),
+-- not one per job: the payload is the finished jobs' ids, comma-separated,
+-- 400 to a notification (well under the 8,000-byte payload limit). Ids only,
+-- never job data. A 'succeeded' attempt always ends its job; any other ends
+-- it only if the job is now dead or cancelled (the statement's own update is
+-- visible here: an AFTER trigger runs once the whole statement is done), read
+-- by primary key for those rows only, so a batch of successes costs no lookup.
+-- A snooze never finishes a job. Cancelling a queued job writes no attempt:
+-- the cancel query sends its own notification.
+-- The channel is {done_channel}, not the enqueue channel: workers do not
+-- LISTEN on it, so a busy queue's completions wake nobody but waiters.
+CREATE FUNCTION {schema}.notify_finished() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM pg_notify({done_channel}, string_agg(f.job_id::text, ','))
+    FROM (
+        SELECT a.job_id, (row_number() OVER ()) / 400 AS chunk
+        FROM new_attempts AS a
+        WHERE a.outcome = 'succeeded'
+           OR (a.outcome <> 'snoozed' AND EXISTS (
+                SELECT 1 FROM {schema}.jobs AS j
+                WHERE j.id = a.job_id AND j.state IN ('dead', 'cancelled')))
+    ) AS f
+    GROUP BY f.chunk;
+    RETURN NULL;
+END
+$fn$;
+
+CREATE TRIGGER attempts_notify_finished
+    AFTER INSERT ON {schema}.attempts
+    REFERENCING NEW TABLE AS new_attempts
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_finished();
