@@ -197,3 +197,41 @@ def test_a_stale_snooze_changes_nothing(store: Store) -> None:
     with pytest.raises(StaleAttempt):
         store.fail(W2, c.id, c.attempt, outcome=Outcome.SNOOZED, error="snoozed", delay=1, now=t0)
     assert get(store, c.id) == before
+
+
+# -- pause and resume ----------------------------------------------------------------------
+
+
+def test_no_claim_takes_a_paused_queues_jobs_until_it_is_resumed(store: Store) -> None:
+    t0 = store.db_now()
+    mail = enqueue_one(store, t0, queue="emails")
+    other = enqueue_one(store, t0, queue="reports")
+    assert store.paused_queues() == []
+    store.set_paused("emails", True)
+    store.set_paused("emails", True)  # twice: still one paused queue
+    assert store.paused_queues() == ["emails"]
+    got = store.claim(W, ["emails", "reports"], 10, TTL, now=t0)
+    assert [c.id for c in got] == [other]
+    assert store.claim(W, ["emails"], 10, TTL, now=t0) == []
+    _, more = store.complete_and_claim(W, [(other, 1, None)], ["emails"], 10, TTL, now=t0)
+    assert more == []
+    assert store.claim_ids(W, [mail], ["emails"], TTL, now=t0) == []
+    assert store.due_unclaimed(["emails"], grace=0, limit=10, now=t0 + sec(60)) == []
+    store.set_paused("emails", False)
+    assert store.paused_queues() == []
+    assert [c.id for c in store.claim(W, ["emails"], 10, TTL, now=t0)] == [mail]
+
+
+def test_a_running_job_on_a_paused_queue_still_finishes(store: Store) -> None:
+    t0 = store.db_now()
+    c = start_job(store, t0, queue="emails")
+    store.set_paused("emails", True)
+    assert store.heartbeat(W, [(c.id, c.attempt)], TTL, now=t0)[c.id].value == "renewed"
+    assert store.complete(W, [(c.id, c.attempt, None)], now=t0) == {c.id}
+    assert get(store, c.id).state is JobState.SUCCEEDED
+
+
+def test_pausing_a_queue_is_refused_for_a_bad_name(store: Store) -> None:
+    with pytest.raises(ConfigError, match="queue"):
+        store.set_paused("no spaces allowed", True)
+    assert store.paused_queues() == []

@@ -32,6 +32,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
         "id", "host", "pid", "proc_start", "started_at", "last_seen", "queues", "concurrency", "stopped_at", "owner",
     },
     "migrations": {"version", "name", "applied_at"},
+    "queues": {"queue", "paused", "updated_at"},
 }
 REQUIRED_INDEXES = {"jobs_claim_idx", "jobs_reap_idx", "jobs_dedup_idx", "attempts_finished_idx"}
 

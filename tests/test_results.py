@@ -199,3 +199,52 @@ def test_a_pushed_wait_wakes_on_the_notification_not_a_poll(pg: Tether, monkeypa
     job = pg.wait(job_id, timeout=20)
     assert job.state is JobState.SUCCEEDED
     assert time.monotonic() - started < 2.0
+
+
+# -- pause and resume in a running worker ---------------------------------------------------
+
+
+def test_a_paused_queue_is_not_claimed_by_a_running_worker_until_resumed(make_app: Callable[..., Tether]) -> None:
+    app = make_app(**FAST)
+    started: list[int] = []
+
+    @app.task(name="mail", queue="emails")
+    async def mail(ctx: JobContext) -> None:
+        started.append(ctx.job_id)
+        await asyncio.sleep(0.5)
+
+    with running(app, poll_interval=0.05):
+        first = mail.enqueue()
+        deadline = time.monotonic() + 10
+        while not started:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        app.pause("emails")  # while the first job runs
+        later = [mail.enqueue() for _ in range(3)]
+        assert app.wait(first, timeout=10).state is JobState.SUCCEEDED  # the running job finished
+        time.sleep(0.5)  # several poll intervals: nothing else claimed
+        assert started == [first]
+        assert all(app.get_job(i).state is JobState.QUEUED for i in later)  # type: ignore[union-attr]
+        app.resume("emails")
+        for i in later:
+            assert app.wait(i, timeout=10).state is JobState.SUCCEEDED
+    assert sorted(started) == [first, *later]
+
+
+def test_tether_pause_and_resume_commands(db_url: str, make_app: Callable[..., Tether]) -> None:
+    from click.testing import CliRunner
+
+    from tether.cli.main import cli
+
+    app = make_app()
+    app.store.enqueue([new_job(queue="emails")])
+    runner = CliRunner()
+    out = runner.invoke(cli, ["--database", db_url, "pause", "emails"], catch_exceptions=False)
+    assert out.exit_code == 0 and "queue emails: paused (paused now: emails)" in out.output
+    out = runner.invoke(cli, ["--database", db_url, "status"], catch_exceptions=False)
+    assert "paused: emails" in out.output
+    out = runner.invoke(cli, ["--database", db_url, "resume", "emails"], catch_exceptions=False)
+    assert out.exit_code == 0 and "queue emails: resumed (paused now: none)" in out.output
+    out = runner.invoke(cli, ["--database", db_url, "pause", "bad queue"])
+    assert out.exit_code == 2
+    assert app.store.paused_queues() == []

@@ -434,6 +434,15 @@ class Tether:
         return watch
 
     # -- admin ------------------------------------------------------------------------
+    def pause(self, queue: str) -> None:
+        """Pause a queue: from their next claim round on, no worker claims its
+        jobs (stored in the database, so for every worker); running jobs finish."""
+        self.store.set_paused(validate_queue(queue), True)
+
+    def resume(self, queue: str) -> None:
+        """Resume a paused queue (idle workers on PostgreSQL are woken at once)."""
+        self.store.set_paused(validate_queue(queue), False)
+
     def get_job(self, job_id: int) -> Job | None:
         return self.store.get_job(job_id)
 

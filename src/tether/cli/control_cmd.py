@@ -1,4 +1,5 @@
-"""Job control from the command line (issue 20): ``tether prune``."""
+"""Job control from the command line (issue 20): ``tether prune``, ``tether pause``
+and ``tether resume``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ..model import TERMINAL_STATES, JobState
 from ..worker.pruner import DEFAULT_PRUNE_LIMIT, RETENTION_DEFAULTS, parse_age
 from .common import BadUsage, CLIState, make_console, opened
 
-__all__ = ["prune"]
+__all__ = ["pause", "prune", "resume"]
 
 _FINISHED = [str(s) for s in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.DEAD)]
 
@@ -68,3 +69,26 @@ def prune(state: CLIState, states: tuple[str, ...], older_than: str | None, dry_
                 if sum(gone.values()) < batch:
                     break
     click.echo(f"pruned {sum(done.values())} job(s): {_summary({**dict.fromkeys(ages, 0), **done})}")
+
+
+@click.command()
+@click.argument("queue")
+@click.pass_obj
+def pause(state: CLIState, queue: str) -> None:
+    """Pause QUEUE: from their next claim round on, no worker claims its jobs;
+    running jobs finish. Undo with `tether resume QUEUE`."""
+    with opened(state) as app:
+        app.pause(queue)
+        paused = app.store.paused_queues()
+    click.echo(f"queue {queue}: paused (paused now: {', '.join(paused)})")
+
+
+@click.command()
+@click.argument("queue")
+@click.pass_obj
+def resume(state: CLIState, queue: str) -> None:
+    """Resume a paused QUEUE."""
+    with opened(state) as app:
+        app.resume(queue)
+        paused = app.store.paused_queues()
+    click.echo(f"queue {queue}: resumed (paused now: {', '.join(paused) or 'none'})")

@@ -262,6 +262,8 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "db_now": lambda s, a: {"now": s.store.db_now().isoformat()},
     "check_schema": lambda s, a: s.store.check_schema() or {},
     "prune": lambda s, a: {"pruned": _counts(s.store.prune(_ages(a), a["limit"], now=a["now"]))},
+    "set_paused": lambda s, a: s.store.set_paused(a["queue"], a["paused"], now=a["now"]) or {},
+    "paused_queues": lambda s, a: {"queues": s.store.paused_queues()},
     "prunable": lambda s, a: {"pruned": _counts(s.store.prunable(_ages(a), now=a["now"]))},
     "migrate": lambda s, a: {"applied": s.store.migrate()},
     "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},
@@ -275,7 +277,7 @@ LONG_POLLS: dict[str, Callable[[_Server, Args], tuple[Args, list[ClaimedJob]]]] 
     "complete_and_claim": _complete_and_claim_first,
 }
 #: operations after which queued jobs may be due: wake long-polling claims
-WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases"})
+WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "set_paused"})
 
 
 #: operations that bind their worker to the token (checked after they ran)

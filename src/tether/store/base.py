@@ -307,6 +307,16 @@ class Store(abc.ABC):
     def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
         """How many jobs ``prune`` would delete, by state (every state of ``ages``)."""
 
+    # -- pause and resume (job control) --------------------------------------------
+    @abc.abstractmethod
+    def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
+        """Pause a queue (no claim takes its jobs from the next claim round on;
+        running jobs go on) or resume it. ConfigError for a bad queue name."""
+
+    @abc.abstractmethod
+    def paused_queues(self) -> list[str]:
+        """The queues paused now, by name."""
+
     @abc.abstractmethod
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         """End the leases held by these (provably dead) workers now, so the next

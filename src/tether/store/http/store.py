@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from ...config import DatabaseURL
+from ...config import DatabaseURL, validate_queue
 from ...errors import (
     AccessDenied,
     ConfigError,
@@ -294,6 +294,12 @@ class HttpStore(Store):
     def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
         body = {"ages": {str(k): v for k, v in check_prune(ages).items()}}
         return {JobState(k): int(v) for k, v in self._call("prunable", body, now=now)["pruned"].items()}
+
+    def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
+        self._call("set_paused", {"queue": validate_queue(queue), "paused": paused}, now=now)
+
+    def paused_queues(self) -> list[str]:
+        return [str(q) for q in self._call("paused_queues")["queues"]]
 
     # -- maintenance --------------------------------------------------------------------------
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:

@@ -296,6 +296,11 @@ OPS: list[Op] = [
        body=obj({"ages": AGES, "limit": integer(1, 100_000)}), takes_now=True, errors=(422,)),
     Op("prunable", "POST", "/v1/prunable", A, "How many finished jobs prune would delete, by state",
        obj({"pruned": PRUNED}), body=obj({"ages": AGES}), takes_now=True, errors=(422,)),
+    Op("set_paused", "POST", "/v1/queues/pause", A,
+       "Pause a queue (no claim takes its jobs from the next claim on; running jobs go on) or resume it",
+       EMPTY, body=obj({"queue": QUEUE, "paused": boolean()}), takes_now=True, errors=(422,)),
+    Op("paused_queues", "GET", "/v1/queues/paused", ANY, "The queues paused now",
+       obj({"queues": array(string(1000), 100_000)})),
     # admin
     Op("migrate", "POST", "/v1/migrate", A, "Apply pending migrations", obj({"applied": array(string(1000))}),
        body=obj({})),

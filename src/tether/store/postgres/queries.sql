@@ -102,9 +102,12 @@ RETURNING j.id, j.attempt, j.task, j.args::text, j.queue, j.priority, j.max_atte
 -- instead of queueing behind it. With several queues each may lock up to
 -- `limit` rows; only the best `limit` are taken, the rest are unlocked when the
 -- statement ends.
+-- Paused queues (the queues table: app.pause) are left out of the list before
+-- any of its rows is read or locked: one read of that tiny table per claim.
 candidates AS (
     SELECT c.ctid, c.id, c.priority, c.run_at
-    FROM unnest(%(queues)s::text[]) AS q(name)
+    FROM (SELECT name FROM unnest(%(queues)s::text[]) AS u(name)
+          WHERE name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
     CROSS JOIN LATERAL (
         SELECT ctid, id, priority, run_at FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
@@ -134,11 +137,13 @@ UPDATE {schema}.jobs AS j
 -- waits for the first, re-checks the WHERE on the new row version (running
 -- now) and takes nothing. Rows are locked in id order, so two claims over
 -- overlapping id sets cannot deadlock; no SKIP LOCKED, because a skipped row
--- would be a delivered job nobody claimed.
+-- would be a delivered job nobody claimed. A job on a paused queue is not
+-- claimed either: the sweep delivers it again once its queue is resumed.
 WITH picked AS (
     SELECT ctid FROM {schema}.jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND state = 'queued'
       AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
+      AND queue <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))
     ORDER BY id
     FOR UPDATE
 )
@@ -152,8 +157,10 @@ UPDATE {schema}.jobs AS j
 -- created (delayed jobs and retries, which nothing publishes until they are
 -- due; an immediate job's run_at is exactly its created_at, one now() in one
 -- transaction). One queue at a time over jobs_claim_idx, as claim does, bounded.
+-- Paused queues are skipped: no claim would take their jobs.
 SELECT c.id, c.queue, c.attempt, c.run_at
-FROM unnest(%(queues)s::text[]) AS q(name)
+FROM (SELECT name FROM unnest(%(queues)s::text[]) AS u(name)
+      WHERE name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
 CROSS JOIN LATERAL (
     SELECT id, queue, attempt, run_at, priority FROM {schema}.jobs
     WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
@@ -566,3 +573,21 @@ SELECT r.state,
        (SELECT count(*) FROM {schema}.jobs
         WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age))
 FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(state, age)
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): pause and resume.
+
+-- name: set_paused
+-- Pause or resume a queue: one row per queue, upserted. A resume wakes idle
+-- workers on the queue's channel at once (the enqueue trigger's NOTIFY), so
+-- its backlog does not wait for their next poll.
+WITH s AS (
+    INSERT INTO {schema}.queues AS q (queue, paused, updated_at)
+    VALUES (%(queue)s, %(paused)s, {now})
+    ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
+    RETURNING q.queue, q.paused
+)
+SELECT queue, CASE WHEN NOT paused THEN pg_notify({channel}, queue)::text END FROM s
+
+-- name: paused_queues
+SELECT queue FROM {schema}.queues WHERE paused ORDER BY queue

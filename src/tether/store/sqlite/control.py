@@ -1,4 +1,4 @@
-"""Job control on SQLite (issue 20): retention. A mixin of ``SQLiteStore``,
+"""Job control on SQLite (issue 20): retention, pause and resume. A mixin of ``SQLiteStore``,
 in a module of its own so the store's module stays small; its statements are
 in ``queries.sql`` beside it, under "Job control"."""
 
@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from ...config import validate_queue
 from ...model import TERMINAL_STATES, JobState
 from ..base import check_prune
 
@@ -26,7 +27,7 @@ def _ages(ages: Mapping[JobState, float], limit: int | None, now: datetime | Non
 
 
 class SQLiteControl:
-    """Retention for ``SQLiteStore`` (which provides ``q``, ``_all`` and ``_write``)."""
+    """Retention, pause and resume for ``SQLiteStore`` (which provides ``q``, ``_all`` and ``_write``)."""
 
     q: dict[str, str]
 
@@ -46,6 +47,13 @@ class SQLiteControl:
         for _, state in gone:
             out[JobState(state)] = out.get(JobState(state), 0) + 1
         return out
+
+    def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
+        self._all("set_paused", {"queue": validate_queue(queue), "paused": bool(paused),
+                                 "now": None if now is None else now.timestamp()})
+
+    def paused_queues(self) -> list[str]:
+        return [str(r[0]) for r in self._all("paused_queues")]
 
     def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
         params = _ages(ages, None, now)

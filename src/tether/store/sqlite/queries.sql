@@ -51,11 +51,14 @@ RETURNING id, attempt, task, args, queue, priority, max_attempts,
 -- The subquery walks tether_jobs_claim_idx; the UPDATE grants the lease and
 -- bumps attempt (the fencing token) in the same statement. lease_until is
 -- capped at the attempt's deadline so one index finds lapsed and timed-out rows.
+-- Paused queues (tether_queues: app.pause) are left out of the list.
 UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (
     SELECT id FROM tether_jobs
-    WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
+    WHERE state = 'queued' AND run_at <= {now}
+      AND queue IN (SELECT value FROM json_each(:queues)
+                    WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
     ORDER BY priority DESC, run_at, id
     LIMIT :limit
 )
@@ -72,7 +75,8 @@ UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND state = 'queued'
-  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue IN (SELECT value FROM json_each(:queues)
+                WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
   AND run_at <= {now}
 {_claimed_row}
 
@@ -85,7 +89,9 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 -- Walks tether_jobs_claim_idx in claim order, bounded per tick.
 SELECT id, queue, attempt, run_at
 FROM tether_jobs
-WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
+WHERE state = 'queued' AND run_at <= {now}
+  AND queue IN (SELECT value FROM json_each(:queues)
+                WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
   AND (run_at <= {now} - :grace OR run_at > created_at)
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
@@ -378,3 +384,13 @@ UNION ALL
 SELECT 'dead', count(*) FROM tether_jobs WHERE state = 'dead' AND finished_at < {now} - :dead
 UNION ALL
 SELECT 'cancelled', count(*) FROM tether_jobs WHERE state = 'cancelled' AND finished_at < {now} - :cancelled
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): pause and resume.
+
+-- name: set_paused
+INSERT INTO tether_queues (queue, paused, updated_at) VALUES (:queue, :paused, {now})
+ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+
+-- name: paused_queues
+SELECT queue FROM tether_queues WHERE paused ORDER BY queue

@@ -60,3 +60,13 @@ CREATE TRIGGER attempts_notify_finished
     AFTER INSERT ON {schema}.attempts
     REFERENCING NEW TABLE AS new_attempts
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_finished();
+
+-- Queues an operator paused (app.pause, tether pause): one row per queue ever
+-- paused or resumed, so a handful of rows. The claim statements read it once
+-- per statement (an InitPlan over this tiny table) and leave paused queues out:
+-- no worker claims from a paused queue after the claim round it is in.
+CREATE TABLE {schema}.queues (
+    queue      text        PRIMARY KEY,
+    paused     boolean     NOT NULL DEFAULT false,
+    updated_at timestamptz NOT NULL
+);

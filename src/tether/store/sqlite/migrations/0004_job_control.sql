@@ -28,3 +28,11 @@ INSERT INTO tether_attempts_v4 (job_id, attempt, worker, claimed_at, finished_at
 DROP TABLE tether_attempts;
 ALTER TABLE tether_attempts_v4 RENAME TO tether_attempts;
 CREATE INDEX tether_attempts_finished_idx ON tether_attempts (finished_at, outcome);
+
+-- Queues an operator paused (app.pause): read by the claim statements, which
+-- leave paused queues out. A handful of rows.
+CREATE TABLE tether_queues (
+    queue      TEXT    PRIMARY KEY,
+    paused     INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL    NOT NULL
+);
