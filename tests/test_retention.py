@@ -23,6 +23,7 @@ from tether.store.sqlite.store import SQLiteStore
 from tether.worker.pruner import Pruner, parse_age, parse_retention
 
 from .test_conformance import TTL, W, new_job
+from .test_migrations import raw_sql
 
 DAY = 86400.0
 
@@ -203,5 +204,42 @@ def test_tether_prune_dry_run_then_prune(backend: str, db_url: str) -> None:
         assert out.exit_code == 2 and "--older-than must be a duration" in out.output
         out = runner.invoke(cli, [*base, "--state", "queued"])
         assert out.exit_code == 2
+    finally:
+        store.close()
+
+
+# -- the migration ---------------------------------------------------------------------------
+
+
+def test_migrating_a_version_3_database_keeps_its_jobs_and_attempts(backend: str, db_url: str) -> None:
+    """0004_job_control on a database with history: the attempts table (rebuilt
+    on SQLite for its wider outcome check) keeps every row, and the new
+    outcomes are accepted afterwards."""
+    store = open_store(db_url)
+    try:
+        everything = store._migrations  # type: ignore[attr-defined]
+        store._migrations = [m for m in everything if m[0] <= 3]  # type: ignore[attr-defined]
+        assert store.migrate()[-1] == "0003_worker_owner"
+        # history as version 3 wrote it (its claim statements are gone: raw SQL)
+        ids = store.enqueue([new_job(queue="done") for _ in range(4)])
+        with raw_sql(db_url) as (run, prefix):
+            clock = "now()" if backend == "postgresql" else "(julianday('now') - 2440587.5) * 86400.0"
+            for n, i in enumerate(ids):
+                state, outcome = ("succeeded", "succeeded") if n % 2 else ("dead", "failed")
+                run(f"UPDATE {prefix}jobs SET state = '{state}', attempt = 1, finished_at = {clock} WHERE id = {i}")
+                run(f"INSERT INTO {prefix}attempts (job_id, attempt, worker, claimed_at, finished_at, outcome) "
+                    f"VALUES ({i}, 1, 'w', {clock}, {clock}, '{outcome}')")
+        before = [store.get_job(i) for i in ids]
+        assert all(j is not None and len(j.attempts) == 1 for j in before)
+        store._migrations = everything  # type: ignore[attr-defined]
+        assert [m for m in store.migrate() if m.startswith("0004")] == ["0004_job_control"]
+        store.check_schema()
+        assert [store.get_job(i) for i in ids] == before
+        (job_id,) = store.enqueue([new_job()])
+        (c,) = store.claim(W, ["default"], 1, TTL)
+        store.fail(W, c.id, c.attempt, outcome=Outcome.SNOOZED, error="snoozed", delay=0)
+        assert [a.outcome for a in store.get_job(job_id).attempts] == [Outcome.SNOOZED]  # type: ignore[union-attr]
+        assert store.prune({JobState.SUCCEEDED: 0.0, JobState.DEAD: 0.0}, 100) == {JobState.SUCCEEDED: 2,
+                                                                                   JobState.DEAD: 2}
     finally:
         store.close()
