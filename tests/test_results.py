@@ -248,3 +248,31 @@ def test_tether_pause_and_resume_commands(db_url: str, make_app: Callable[..., T
     out = runner.invoke(cli, ["--database", db_url, "pause", "bad queue"])
     assert out.exit_code == 2
     assert app.store.paused_queues() == []
+
+
+def test_the_dashboard_pauses_and_resumes_a_queue(make_app: Callable[..., Tether]) -> None:
+    from starlette.testclient import TestClient
+
+    from tether.dashboard import create_app
+    from tether.metrics import Metrics
+
+    from .test_dashboard import ORIGIN, TOKEN, csrf_of, login
+
+    app = make_app()
+    app.store.enqueue([new_job(queue="emails")])
+    metrics = Metrics(depth_cache=0).attach(app).watch_store(app.store)
+    with TestClient(create_app(app, token=TOKEN, metrics=metrics), follow_redirects=False) as web:
+        login(web)
+        page = web.get("/").text
+        assert 'action="/queues/emails/pause"' in page
+        r = web.post("/queues/emails/pause", data={"csrf": csrf_of(page)}, headers=ORIGIN)
+        assert r.status_code == 303 and app.store.paused_queues() == ["emails"]
+        page = web.get(r.headers["location"]).text
+        assert "queue emails: paused" in page and 'action="/queues/emails/resume"' in page
+        assert web.post("/queues/emails/resume", data={"csrf": "forged"}, headers=ORIGIN).status_code == 403
+        assert app.store.paused_queues() == ["emails"]
+        r = web.post("/queues/emails/resume", data={"csrf": csrf_of(page)}, headers=ORIGIN)
+        assert r.status_code == 303 and app.store.paused_queues() == []
+        r = web.post("/queues/bad queue/pause", data={"csrf": csrf_of(page)}, headers=ORIGIN)
+        assert "is not a plain identifier" in web.get(r.headers["location"]).text
+        assert app.store.paused_queues() == []
