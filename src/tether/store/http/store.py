@@ -279,7 +279,9 @@ class HttpStore(Store):
         traceback: str | None = None, retry: bool = True, now: datetime | None = None, delay: float | None = None,
     ) -> JobState:
         body = {"worker": worker, "job_id": job_id, "attempt": attempt, "outcome": str(outcome), "error": error,
-                "traceback": traceback, "retry": retry, "delay": delay}
+                "traceback": traceback, "retry": retry}
+        if delay is not None:  # only when set: a server from before retry policies refuses the field
+            body["delay"] = delay
         return JobState(self._call("fail", body, now=now)["state"])
 
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
