@@ -38,6 +38,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
         "orphaned", "last_tick", "last_fired", "last_job_id", "skipped",
     },
     "schedule_ticks": {"schedule", "tick", "skipped", "decided_at"},
+    "queues": {"queue", "paused", "updated_at"},
 }
 REQUIRED_INDEXES = {
     "jobs_claim_idx", "jobs_reap_idx", "jobs_dedup_idx", "attempts_finished_idx", "jobs_schedule_tick_idx",

@@ -50,6 +50,10 @@ class Outcome(enum.StrEnum):
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
     RELEASED = "released"
+    #: the handler raised ``tether.Retry(delay)``: queued again later, budget not spent
+    SNOOZED = "snoozed"
+    #: the handler raised ``tether.Discard(reason)``: dead at once
+    DISCARDED = "discarded"
 
 
 class Beat(enum.StrEnum):

@@ -388,6 +388,9 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
                 f"[bold]{mask_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})",
                 render.queues_table(stats) if stats.counts else "no jobs yet",
             ]
+            paused = app.store.paused_queues()
+            if paused:
+                parts.append(f"[bold yellow]paused:[/bold yellow] {', '.join(paused)} (no new claims; `tether resume`)")
             if stats.workers:
                 parts += [render.workers_table(stats.workers, stats.now),
                           "[dim]a worker silent for longer than its lease TTL is probably gone; "
@@ -423,10 +426,14 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
 
 def _register_extras() -> None:
     from .chaos_cmd import chaos
+    from .control_cmd import pause, prune, resume
     from .dashboard_cmd import dashboard
     from .server_cmd import server
 
     cli.add_command(chaos)
+    cli.add_command(prune)
+    cli.add_command(pause)
+    cli.add_command(resume)
     cli.add_command(dashboard)
     cli.add_command(server)
 

@@ -53,6 +53,8 @@ OUTCOME_STYLE = {
     Outcome.TIMED_OUT: "red",
     Outcome.CANCELLED: "magenta",
     Outcome.RELEASED: "dim",
+    Outcome.SNOOZED: "cyan",
+    Outcome.DISCARDED: "bold red",
 }
 #: a worker not seen for longer than the default lease TTL is probably gone
 SILENT_AFTER = 30.0

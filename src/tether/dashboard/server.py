@@ -90,13 +90,14 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
     # -- pages ---------------------------------------------------------------------------
     async def overview(request: Request, session: Session) -> Response:
-        stats, recoveries, throughput = await run_in_threadpool(lambda: (
+        stats, recoveries, throughput, paused = await run_in_threadpool(lambda: (
             store.stats(), store.recent_attempts([Outcome.LEASE_EXPIRED], limit=5),
-            store.throughput(buckets=CHART_BUCKETS, bucket_seconds=CHART_SECONDS)))
-        queues = sorted({q for q, _ in stats.counts})
+            store.throughput(buckets=CHART_BUCKETS, bucket_seconds=CHART_SECONDS), store.paused_queues()))
+        queues = sorted({q for q, _ in stats.counts} | set(paused))
         totals = {s: sum(n for (_, st), n in stats.counts.items() if st == s) for s in STATE_ORDER}
         return render(request, session, "overview.html", stats=stats, queues=queues, states=STATE_ORDER,
-                      totals=totals, recoveries=recoveries, now=stats.now, chart=chart(throughput))
+                      totals=totals, recoveries=recoveries, now=stats.now, chart=chart(throughput),
+                      paused=set(paused))
 
     async def jobs(request: Request, session: Session) -> Response:
         q = request.query_params
@@ -158,6 +159,16 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             notice = str(exc)
         return RedirectResponse(f"/jobs/{job_id}?" + urlencode({"notice": notice}), 303)
 
+    async def do_pause(request: Request, session: Session, form: dict[str, str]) -> Response:
+        """Pause (or, with ``resume`` in the path, resume) a queue: app.pause / app.resume."""
+        queue, resume = request.path_params["queue"], request.url.path.endswith("/resume")
+        try:
+            await run_in_threadpool(tether.resume if resume else tether.pause, queue)
+            notice = f"queue {queue}: {'resumed' if resume else 'paused; running jobs finish'}"
+        except TetherError as exc:
+            notice = str(exc)
+        return RedirectResponse("/?" + urlencode({"notice": notice}), 303)
+
     async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
         ids = [int(i) for i in form.get("ids", "").split(",") if i.strip().isdigit()]
         done, problems = 0, []
@@ -217,6 +228,8 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/jobs/{job_id:int}", page(job)),
         Route("/jobs/{job_id:int}/cancel", page(action(do_cancel)), methods=["POST"]),
         Route("/jobs/{job_id:int}/retry", page(action(do_retry)), methods=["POST"]),
+        Route("/queues/{queue}/pause", page(action(do_pause)), methods=["POST"]),
+        Route("/queues/{queue}/resume", page(action(do_pause)), methods=["POST"]),
         Route("/workers", page(workers)),
         Route("/recoveries", page(recoveries)),
         Route("/schedules", page(schedules)),

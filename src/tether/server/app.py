@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import ClaimedJob, NewJob, Outcome, WorkerInfo
+from ..model import ClaimedJob, JobState, NewJob, Outcome, WorkerInfo
 from ..store import Listener, Store
 from ..store.http import wire
 from ..store.http.schema import parse_datetime
@@ -196,7 +196,8 @@ def _complete(s: _Server, a: Args) -> Args:
 
 def _fail(s: _Server, a: Args) -> Args:
     state = s.store.fail(a["worker"], a["job_id"], a["attempt"], outcome=Outcome(a["outcome"]), error=a["error"],
-                         traceback=a.get("traceback"), retry=a.get("retry", True), now=a["now"])
+                         traceback=a.get("traceback"), retry=a.get("retry", True), now=a["now"],
+                         delay=a.get("delay"))
     return {"state": str(state)}
 
 
@@ -223,6 +224,14 @@ def _destroy(s: _Server, a: Args) -> Args:
     s.store.destroy()
     s.owners.forget()
     return {}
+
+
+def _ages(a: Args) -> dict[JobState, float]:
+    return {JobState(k): v for k, v in a["ages"].items()}
+
+
+def _counts(found: dict[JobState, int]) -> Args:
+    return {str(k): v for k, v in found.items()}
 
 
 #: every operation but those that long-poll (``LONG_POLLS``)
@@ -253,6 +262,10 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
         host=a.get("host"), live_only=a.get("live_only", False))]},
     "db_now": lambda s, a: {"now": s.store.db_now().isoformat()},
     "check_schema": lambda s, a: s.store.check_schema() or {},
+    "prune": lambda s, a: {"pruned": _counts(s.store.prune(_ages(a), a["limit"], now=a["now"]))},
+    "set_paused": lambda s, a: s.store.set_paused(a["queue"], a["paused"], now=a["now"]) or {},
+    "paused_queues": lambda s, a: {"queues": s.store.paused_queues()},
+    "prunable": lambda s, a: {"pruned": _counts(s.store.prunable(_ages(a), now=a["now"]))},
     "migrate": lambda s, a: {"applied": s.store.migrate()},
     "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},
     "integrity_check": lambda s, a: {"problems": s.store.integrity_check()},
@@ -268,7 +281,7 @@ LONG_POLLS: dict[str, Callable[[_Server, Args], tuple[Args, list[ClaimedJob]]]] 
     "complete_and_claim": _complete_and_claim_first,
 }
 #: operations after which queued jobs may be due: wake long-polling claims
-WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules"})
+WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused"})
 
 
 #: operations that bind their worker to the token (checked after they ran)

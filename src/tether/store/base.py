@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
@@ -32,6 +32,7 @@ from functools import partial
 
 from ..errors import ConfigError
 from ..model import (
+    TERMINAL_STATES,
     Attempt,
     Beat,
     ClaimedJob,
@@ -49,7 +50,26 @@ from ..model import (
 )
 from .buckets import Buckets
 
-__all__ = ["Listener", "Store"]
+__all__ = ["Listener", "Store", "check_prune"]
+
+
+def check_prune(ages: Mapping[JobState, float], limit: int | None = None) -> dict[JobState, float]:
+    """``prune``'s arguments checked (ConfigError naming the bad one), as
+    {finished state: age in seconds}."""
+    out: dict[JobState, float] = {}
+    for state, age in ages.items():
+        try:
+            st = JobState(state)
+        except ValueError:
+            st = None
+        if st is None or st not in TERMINAL_STATES:
+            raise ConfigError(f"only finished jobs are pruned (succeeded, dead, cancelled), not {state!r}")
+        if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < float("inf"):
+            raise ConfigError(f"the age to prune {st} jobs at must be a finite number of seconds >= 0, got {age!r}")
+        out[st] = float(age)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"prune limit must be an int >= 1, got {limit!r}")
+    return out
 
 _NO_SHARED_TX = (
     "{what} needs a direct connection to tether's database, and this app's store is {backend}: "
@@ -266,9 +286,14 @@ class Store(abc.ABC):
         traceback: str | None = None,
         retry: bool = True,
         now: datetime | None = None,
+        delay: float | None = None,
     ) -> JobState:
         """Fenced: retry with backoff, or dead once the budget is spent (or when
-        ``retry`` is False). ``outcome`` CANCELLED ends the job cancelled."""
+        ``retry`` is False). ``outcome`` CANCELLED ends the job cancelled.
+        ``delay``: seconds before the retry, instead of the exponential backoff.
+        ``outcome`` SNOOZED (``tether.Retry``) queues the job again after
+        ``delay`` without spending its budget (as ``release`` does); DISCARDED
+        comes with ``retry=False`` (``tether.Discard``): dead at once."""
 
     @abc.abstractmethod
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
@@ -313,6 +338,29 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
         """Send up to ``limit`` lapsed leases, oldest first, down the retry-or-dead path."""
+
+    # -- retention (job control) ------------------------------------------------
+    @abc.abstractmethod
+    def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
+        """Delete up to ``limit`` finished jobs, oldest finished first, with their
+        attempts rows: those in a state of ``ages`` that finished more than
+        ``ages[state]`` seconds before ``now``. One statement (or one short
+        transaction); never a queued or running job. Returns how many went, by
+        state (states with none are left out). ConfigError for a bad argument."""
+
+    @abc.abstractmethod
+    def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
+        """How many jobs ``prune`` would delete, by state (every state of ``ages``)."""
+
+    # -- pause and resume (job control) --------------------------------------------
+    @abc.abstractmethod
+    def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
+        """Pause a queue (no claim takes its jobs from the next claim round on;
+        running jobs go on) or resume it. ConfigError for a bad queue name."""
+
+    @abc.abstractmethod
+    def paused_queues(self) -> list[str]:
+        """The queues paused now, by name."""
 
     @abc.abstractmethod
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
@@ -375,6 +423,12 @@ class Store(abc.ABC):
     def integrity_check(self) -> list[str]:
         """Problems the database reports with its own storage; empty when fine."""
         return []
+
+    def listen_finished(self, on_finished: Callable[[str], None]) -> Listener | None:
+        """Start a push channel calling ``on_finished(ids)`` when jobs finish
+        (``ids``: comma-separated job ids, or ``"*"``: anything may have
+        finished, look again); None if the backend has none (``app.wait`` polls)."""
+        return None
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         """Start a push channel calling ``on_enqueue(queue)``; None if the backend has none."""

@@ -41,6 +41,7 @@ from ..transport import Delivery
 from . import failpoints
 from .appview import TaskView
 from .inflight import Running
+from .policy import on_error
 from .pool import HandlerThreads, ThreadCall
 from .reporter import Reporter, ended
 from .state import WorkerState
@@ -336,8 +337,9 @@ class Executor:
             self.lost(running, str(exc))
             reporter.forget(running)
             return
-        if exc is not None:
-            reporter.fail(running, Outcome.FAILED, f"{type(exc).__name__}: {exc}", _tb(exc), True)
+        if exc is not None:  # Retry, Discard, retry_on and retry_backoff: policy.py
+            task = self.tasks.get(job.task)
+            reporter.fail(running, *on_error(task.options if task is not None else None, job, exc))
             return
         try:
             result_json = None if result is None else dump_json(result, f"result of task {job.task!r}",

@@ -45,6 +45,7 @@ from .heartbeat import Heartbeater
 from .history import recorder_from_env
 from .identity import host_name, make_worker_id, process_start_time
 from .inflight import InFlight
+from .pruner import Pruner
 from .reaper import Reaper
 from .reconcile import Reconciler
 from .reporter import CARRY_MAX, Reporter
@@ -120,7 +121,7 @@ class Worker:
         self.sweeper.on_tick = self._swept
         self.reconciler = Reconciler(s.store, worker_id=self.id, host=self.host, reaper=self.reaper)
         #: the timer-driven duties this worker runs
-        self.services: list[PeriodicService] = [self.reaper]
+        self.services: list[PeriodicService] = [self.reaper, *Pruner.for_app(s.store, app)]
         if s.transport.delivers:
             self.services.append(self.sweeper)
         #: fires the app's schedules (I6); only in a worker whose app declares

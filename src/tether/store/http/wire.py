@@ -25,7 +25,20 @@ from ...errors import (
     TetherError,
     UnknownTask,
 )
-from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, Outcome, Reaped, Stats, Throughput, WorkerInfo
+from ...model import (
+    TERMINAL_STATES,
+    Attempt,
+    Beat,
+    ClaimedJob,
+    DueJob,
+    Job,
+    JobState,
+    Outcome,
+    Reaped,
+    Stats,
+    Throughput,
+    WorkerInfo,
+)
 from ..buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
 from .schema import (
     ANY_JSON,
@@ -80,7 +93,8 @@ TTL = number(0, 1e6, exclusive_min=True)
 STATE = {"type": "string", "enum": [str(s) for s in JobState]}
 OUTCOME = {"type": "string", "enum": [str(o) for o in Outcome]}
 FAIL_OUTCOME = {"type": "string", "enum": [str(o) for o in (Outcome.FAILED, Outcome.TIMED_OUT,
-                                                                Outcome.CANCELLED, Outcome.LEASE_EXPIRED)]}
+                                                                Outcome.CANCELLED, Outcome.LEASE_EXPIRED,
+                                                                Outcome.SNOOZED, Outcome.DISCARDED)]}
 JSON_OBJECT: Schema = {"type": "object"}
 TEXT = string(100_000)
 
@@ -157,6 +171,10 @@ ERROR_RECORD: Schema = {
     "required": ["error", "message"],
 }
 EMPTY = obj({})
+#: retention: {finished state: age in seconds}, and what went (or would), by state
+AGES = obj({str(st): number(0, 1e11) for st in TERMINAL_STATES}, optional=tuple(str(st) for st in TERMINAL_STATES))
+PRUNED = obj({str(st): integer(0, 2**63 - 1) for st in TERMINAL_STATES},
+             optional=tuple(str(st) for st in TERMINAL_STATES))
 #: successes to record, each fenced on its own (id, attempt) and the request's worker
 DONE = array(obj({"id": JOB_ID, "attempt": ATTEMPT, "result": ANY_JSON}, optional=("result",)), 10_000)
 
@@ -261,8 +279,9 @@ OPS: list[Op] = [
     Op("fail", "POST", "/v1/fail", W, "Report a failed attempt (fenced): retry with backoff, or dead",
        obj({"state": STATE}),
        body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT, "outcome": FAIL_OUTCOME,
-                 "error": TEXT, "traceback": nullable(string(1_000_000)), "retry": boolean()},
-                optional=("traceback", "retry")),
+                 "error": TEXT, "traceback": nullable(string(1_000_000)), "retry": boolean(),
+                 "delay": nullable(number(0, 1e9))},
+                optional=("traceback", "retry", "delay")),
        takes_now=True, errors=(409,), acts_for="worker"),
     Op("release", "POST", "/v1/release", W, "Hand a job back (fenced) without spending its budget",
        obj({"state": STATE}), body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT}),
@@ -300,6 +319,18 @@ OPS: list[Op] = [
        errors=(422,)),
     Op("list_schedules", "GET", "/v1/schedules", ANY, "Every schedule, orphaned ones too, with its next tick",
        obj({"schedules": array(SCHEDULE_RECORD, 10**6)}), takes_now=True),
+    # job control (issue 20)
+    Op("prune", "POST", "/v1/prune", A,
+       "Delete up to limit finished jobs (with their attempts), oldest first, older than their state's age in "
+       "seconds; how many went, by state", obj({"pruned": PRUNED}),
+       body=obj({"ages": AGES, "limit": integer(1, 100_000)}), takes_now=True, errors=(422,)),
+    Op("prunable", "POST", "/v1/prunable", A, "How many finished jobs prune would delete, by state",
+       obj({"pruned": PRUNED}), body=obj({"ages": AGES}), takes_now=True, errors=(422,)),
+    Op("set_paused", "POST", "/v1/queues/pause", A,
+       "Pause a queue (no claim takes its jobs from the next claim on; running jobs go on) or resume it",
+       EMPTY, body=obj({"queue": QUEUE, "paused": boolean()}), takes_now=True, errors=(422,)),
+    Op("paused_queues", "GET", "/v1/queues/paused", ANY, "The queues paused now",
+       obj({"queues": array(string(1000), 100_000)})),
     # admin
     Op("migrate", "POST", "/v1/migrate", A, "Apply pending migrations", obj({"applied": array(string(1000))}),
        body=obj({})),

@@ -27,6 +27,7 @@ from ..buckets import Buckets, fill, window
 from ..rows import attempt_from_row, claimed_from_rows, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote
+from .control import PostgresControl
 from .listener import NotifyListener
 from .schedules import PostgresSchedules
 from .steps import Rows, Steps, beats, claim_steps, complete_and_claim_steps, complete_steps, enqueue_steps
@@ -67,7 +68,7 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return res is not None and res.status == TUPLES_OK
 
 
-class PostgresStore(PostgresSchedules, TransactionsMixin, Store):
+class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0
@@ -76,7 +77,11 @@ class PostgresStore(PostgresSchedules, TransactionsMixin, Store):
         self.dsn = dsn
         self.schema = dsn.schema
         self.channel = f"tether_{dsn.schema}"
-        macros = {"schema": quote(dsn.schema), "now": NOW, "channel": literal(self.channel)}
+        #: where finished jobs' ids are announced (app.wait); cut to PostgreSQL's
+        #: 63-byte limit: two schemas sharing a long prefix only wake each other's waiters
+        self.done_channel = f"tether_done_{dsn.schema}"[:63]
+        macros = {"schema": quote(dsn.schema), "now": NOW, "channel": literal(self.channel),
+                  "done_channel": literal(self.done_channel)}
         self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros)
         self._migrations = load_migrations(f"{__package__}.migrations", macros)
         if pooled(dsn):
@@ -360,12 +365,13 @@ class PostgresStore(PostgresSchedules, TransactionsMixin, Store):
         traceback: str | None = None,
         retry: bool = True,
         now: datetime | None = None,
+        delay: float | None = None,
     ) -> JobState:
         rows = self._all(
             "fail",
             {
                 "worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome),
-                "error": error, "traceback": traceback, "retry": retry, "now": now,
+                "error": error, "traceback": traceback, "retry": retry, "now": now, "delay": delay,
             },
         )
         if not rows:
@@ -453,3 +459,10 @@ class PostgresStore(PostgresSchedules, TransactionsMixin, Store):
                     f"cannot connect to listen_url {redact_url(self.listen_url)}: {str(exc).strip()}"
                 ) from None
         return NotifyListener(self.listen_url, self.channel, on_enqueue)
+
+    def listen_finished(self, on_finished: Callable[[str], None]) -> Listener | None:
+        """LISTEN for finished jobs where ``listen`` would LISTEN for enqueues
+        (None behind a pooler without ``listen_url``: app.wait polls)."""
+        if self.listen_url is None:
+            return None
+        return NotifyListener(self.listen_url, self.done_channel, on_finished)

@@ -51,11 +51,14 @@ RETURNING id, attempt, task, args, queue, priority, max_attempts,
 -- The subquery walks tether_jobs_claim_idx; the UPDATE grants the lease and
 -- bumps attempt (the fencing token) in the same statement. lease_until is
 -- capped at the attempt's deadline so one index finds lapsed and timed-out rows.
+-- Paused queues (tether_queues: app.pause) are left out of the list.
 UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (
     SELECT id FROM tether_jobs
-    WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
+    WHERE state = 'queued' AND run_at <= {now}
+      AND queue IN (SELECT value FROM json_each(:queues)
+                    WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
     ORDER BY priority DESC, run_at, id
     LIMIT :limit
 )
@@ -72,7 +75,8 @@ UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND state = 'queued'
-  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue IN (SELECT value FROM json_each(:queues)
+                WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
   AND run_at <= {now}
 {_claimed_row}
 
@@ -85,7 +89,9 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 -- Walks tether_jobs_claim_idx in claim order, bounded per tick.
 SELECT id, queue, attempt, run_at
 FROM tether_jobs
-WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
+WHERE state = 'queued' AND run_at <= {now}
+  AND queue IN (SELECT value FROM json_each(:queues)
+                WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
   AND (run_at <= {now} - :grace OR run_at > created_at)
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
@@ -146,21 +152,30 @@ VALUES (:job_id, :attempt, :worker, :claimed_at, :finished_at, :outcome, :error,
 -- with a pending cancel request, ends cancelled (a retry would lose the
 -- operator's cancel: the next claim clears cancel_requested); a spent budget
 -- or a non-retryable error ends dead; otherwise queued again after
--- base * 2^(failures-1) seconds, capped at an hour, with half of it jittered.
+-- base * 2^(failures-1) seconds, capped at an hour, with half of it jittered,
+-- or after :delay seconds when the task's callable retry_backoff chose them.
+-- A snooze ('snoozed': tether.Retry(delay)) is a hand-back, as on PostgreSQL:
+-- queued at now + delay with released + 1, the budget untouched.
 UPDATE tether_jobs
 SET state = CASE
         WHEN :outcome = 'cancelled' OR cancel_requested THEN 'cancelled'
+        WHEN :outcome = 'snoozed' THEN 'queued'
         WHEN NOT :retry OR attempt - released >= max_attempts THEN 'dead'
         ELSE 'queued' END,
     run_at = CASE
-        WHEN :outcome <> 'cancelled' AND NOT cancel_requested AND :retry AND attempt - released < max_attempts
-        THEN {now} + min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
-                     * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0))
-        ELSE run_at END,
+        WHEN :outcome = 'cancelled' OR cancel_requested THEN run_at
+        WHEN :outcome = 'snoozed' THEN {now} + coalesce(:delay, 0)
+        WHEN NOT :retry OR attempt - released >= max_attempts THEN run_at
+        ELSE {now} + coalesce(:delay, min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
+                                      * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0)))
+        END,
+    released = CASE WHEN :outcome = 'snoozed' AND NOT cancel_requested THEN released + 1 ELSE released END,
     finished_at = CASE
-        WHEN :outcome = 'cancelled' OR cancel_requested OR NOT :retry OR attempt - released >= max_attempts
-        THEN {now} END,
-    last_error = :error,
+        WHEN :outcome = 'cancelled' OR cancel_requested THEN {now}
+        WHEN :outcome = 'snoozed' THEN NULL
+        WHEN NOT :retry OR attempt - released >= max_attempts THEN {now} END,
+    -- a snooze is no error: the job's last one stays what it was
+    last_error = CASE WHEN :outcome = 'snoozed' THEN last_error ELSE :error END,
     locked_by = NULL,
     lease_until = NULL,
     deadline = NULL
@@ -437,3 +452,57 @@ SELECT {now}, name, cron, timezone, args, queue, catch_up, overlap, since, last_
        last_job_id, skipped, orphaned, last_seen
 FROM tether_schedules
 ORDER BY name
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): retention.
+
+-- name: prune
+-- Retention (as on PostgreSQL): the oldest finished jobs past their state's
+-- age, up to :limit, inside the caller's BEGIN IMMEDIATE (prune_attempts
+-- follows). One branch per state, each an equality on state plus
+-- `finished_at < cutoff`, so each walks tether_jobs_finished_idx in finish
+-- order and stops after :limit rows; the cutoff implies the index's predicate
+-- (finished_at IS NOT NULL), which only finished rows satisfy. A state whose
+-- age is NULL (not asked for) compares with NULL and matches nothing. The
+-- outer state check keeps a live row out whatever sets finished_at one day.
+DELETE FROM tether_jobs
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND id IN (
+    SELECT id FROM (
+        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
+                       WHERE state = 'succeeded' AND finished_at < {now} - :succeeded
+                       ORDER BY finished_at LIMIT :limit)
+        UNION ALL
+        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
+                       WHERE state = 'dead' AND finished_at < {now} - :dead
+                       ORDER BY finished_at LIMIT :limit)
+        UNION ALL
+        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
+                       WHERE state = 'cancelled' AND finished_at < {now} - :cancelled
+                       ORDER BY finished_at LIMIT :limit)
+    )
+    ORDER BY finished_at
+    LIMIT :limit
+)
+RETURNING id, state
+
+-- name: prune_attempts
+-- The pruned jobs' attempts rows, by the primary key's first column.
+DELETE FROM tether_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prunable
+-- What prune would delete, by state: the same WHERE, counted.
+SELECT 'succeeded', count(*) FROM tether_jobs WHERE state = 'succeeded' AND finished_at < {now} - :succeeded
+UNION ALL
+SELECT 'dead', count(*) FROM tether_jobs WHERE state = 'dead' AND finished_at < {now} - :dead
+UNION ALL
+SELECT 'cancelled', count(*) FROM tether_jobs WHERE state = 'cancelled' AND finished_at < {now} - :cancelled
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): pause and resume.
+
+-- name: set_paused
+INSERT INTO tether_queues (queue, paused, updated_at) VALUES (:queue, :paused, {now})
+ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+
+-- name: paused_queues
+SELECT queue FROM tether_queues WHERE paused ORDER BY queue
