@@ -39,6 +39,7 @@ from ..model import WorkerInfo
 from ..store import Listener, Store
 from ..transport import Transport
 from .appview import AppView
+from .burst import BurstClaimer
 from .claimer import STOP_GRACE, Claimer
 from .executor import Executor
 from .heartbeat import Heartbeater
@@ -75,6 +76,7 @@ class Worker:
         poll_interval: float | None = None,
         claim_batch: int | None = None,
         prefetch: bool = True,
+        burst: bool = False,
     ) -> None:
         if shutdown_timeout < 0:
             raise ConfigError(f"shutdown_timeout must be >= 0 seconds, got {shutdown_timeout!r}")
@@ -105,7 +107,11 @@ class Worker:
             and not s.transport.delivers
         reporter.lost = executor.lost
         self.reporter = reporter
-        self.claimer = Claimer(s, executor, reporter, poll_interval=poll_interval or s.store.default_poll_interval)
+        interval = poll_interval or s.store.default_poll_interval
+        #: burst: stop once no job is due and none is running (``BurstClaimer``)
+        self.burst = burst
+        self.claimer = BurstClaimer(s, executor, reporter, poll_interval=interval, on_empty=self.stop) if burst \
+            else Claimer(s, executor, reporter, poll_interval=interval)
         self.heartbeater = Heartbeater(
             s.store, self.id, s.inflight,
             interval=s.timers.heartbeat_interval, lease_ttl=s.timers.lease_ttl,
