@@ -25,6 +25,9 @@ import pytest
 from tether import Tether
 from tether.store import Store, open_store
 
+#: the plugin a user gets through the pytest11 entry point (named so that both may load it)
+pytest_plugins = ["tether.testing.pytest_plugin"]
+
 PG_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", "postgresql"]
 HTTP_BACKENDS = ["http-sqlite", "http-postgresql"]

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("app", ("tether.app",)),
     ("package", ("tether",)),
     ("faces", ("tether.cli", "tether.dashboard", "tether.server", "tether.otel", "tether.metrics",
-               "tether.chaos", "tether.__main__")),
+               "tether.chaos", "tether.__main__", "tether.testing", "tether.contrib")),
 ]
 #: faces are listed last above but must win over "tether" for their own names
 _FACES = LAYERS[-1][1]

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import shutil
+import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from .config import (
     DEFAULT_BACKOFF_BASE,
@@ -24,6 +27,7 @@ from .config import (
     parse_database_url,
     validate_queue,
 )
+from .context import JobContext
 from .errors import ConfigError, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob
@@ -31,13 +35,16 @@ from .naming import default_task_name
 from .store import Store, open_store
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
+from .worker.drain import Drained, drain, drain_async
 from .worker.runtime import Worker
 
-__all__ = ["Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
+__all__ = ["MEMORY_URL", "Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 Handler = Callable[..., Any]
+#: ``Tether(MEMORY_URL)``: a private, throwaway database for tests (see ``Tether``)
+MEMORY_URL = "sqlite:///:memory:"
 
 
 def _finite(value: object) -> bool:
@@ -51,6 +58,7 @@ class WorkerOptions(TypedDict, total=False):
     poll_interval: float | None
     claim_batch: int | None
     prefetch: bool
+    burst: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,17 +96,21 @@ class TaskOptions:
         return self
 
 
-class TaskCall:
+class TaskCall(Generic[P]):
     """A task with per-call options, from ``task.using(...)``."""
 
-    def __init__(self, task: Task[Any, Any], options: TaskOptions) -> None:
+    def __init__(self, task: Task[P, Any], options: TaskOptions) -> None:
         self.task = task
         self.options = options
 
-    def enqueue(self, **kwargs: Any) -> int:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Enqueue with these args, by name (typed: a type checker holds them
+        to the handler's parameters after ``ctx``)."""
+        _by_name(self.task, args)
         return self.task.app._enqueue([self.task._new_job(kwargs, self.options)])[0]
 
-    async def enqueue_async(self, **kwargs: Any) -> int:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        _by_name(self.task, args)
         return (await self.task.app._enqueue_async([self.task._new_job(kwargs, self.options)]))[0]
 
     def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -114,8 +126,18 @@ class TaskCall:
         return jobs
 
 
+def _by_name(task: Task[Any, Any], args: tuple[Any, ...]) -> None:
+    if args:
+        raise TypeError(f"task {task.name!r}: pass the job's args by name (they are stored as JSON by name), "
+                        f"got {len(args)} positional")
+
+
 class Task(Generic[P, R]):
-    """A registered handler. Call ``.enqueue(**args)`` to run it in a worker."""
+    """A registered handler. Call ``.enqueue(**args)`` to run it in a worker.
+
+    ``P`` is the handler's parameters after ``ctx`` and ``R`` what it returns:
+    ``enqueue`` is typed by them, so a type checker refuses args the handler
+    does not take (``resize.enqueue(path=1)`` for ``path: str``)."""
 
     def __init__(self, app: Tether, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
         self.app = app
@@ -145,7 +167,7 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
 
-    def using(self, **options: Any) -> TaskCall:
+    def using(self, **options: Any) -> TaskCall[P]:
         unknown = set(options) - set(TaskOptions.__dataclass_fields__)
         if unknown:
             raise ConfigError(f"unknown option(s) {sorted(unknown)} for task {self.name!r}")
@@ -154,11 +176,11 @@ class Task(Generic[P, R]):
         merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
         return TaskCall(self, merged)
 
-    def enqueue(self, **kwargs: Any) -> int:
-        return TaskCall(self, self.options).enqueue(**kwargs)
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        return TaskCall(self, self.options).enqueue(*args, **kwargs)
 
-    async def enqueue_async(self, **kwargs: Any) -> int:
-        return await TaskCall(self, self.options).enqueue_async(**kwargs)
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        return await TaskCall(self, self.options).enqueue_async(*args, **kwargs)
 
     def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
         return TaskCall(self, self.options).enqueue_many(many)
@@ -197,6 +219,13 @@ class Tether:
 
     ``Tether("http://host:port", token=...)`` talks to a ``tether server``
     instead of a database (the token may also come from ``TETHER_TOKEN``).
+
+    ``Tether("sqlite:///:memory:")`` (``MEMORY_URL``), for tests: a private
+    database that only this object sees, its tables created on first use, gone
+    with the object. It is a SQLite file in a temporary directory, not RAM
+    (each connection to a real ``:memory:`` database would be a database of its
+    own, and a worker uses several): its workers and ``drain()`` share it, and
+    another process cannot. Nothing runs at enqueue: ``drain()`` runs the jobs.
     """
 
     def __init__(
@@ -210,6 +239,12 @@ class Tether:
         transport: str | Transport | None = None,
         token: str | None = None,
     ) -> None:
+        #: the temporary directory behind a MEMORY_URL app, removed with the app
+        self.scratch: str | None = None
+        if url is not None and url.strip() == MEMORY_URL:
+            self.scratch = tempfile.mkdtemp(prefix="tether-memory-")
+            weakref.finalize(self, shutil.rmtree, self.scratch, True)
+            url = f"sqlite:///{self.scratch}/tether.db"
         self.dsn = parse_database_url(url)
         self.token = token  # for a tether server URL (http/https); else TETHER_TOKEN
         self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
@@ -232,7 +267,7 @@ class Tether:
 
     # -- registry -------------------------------------------------------------------
     @overload
-    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    def task(self, fn: Callable[Concatenate[JobContext, P], R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -246,7 +281,7 @@ class Tether:
         lease_ttl: float | None = None,
         timeout: float | None = None,
         retry_backoff: float = DEFAULT_BACKOFF_BASE,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 
     def task(
         self,
@@ -297,7 +332,10 @@ class Tether:
         if self._store is None:
             with self._store_lock:
                 if self._store is None:
-                    self._store = open_store(self.dsn, token=self.token)
+                    store = open_store(self.dsn, token=self.token)
+                    if self.scratch is not None:
+                        store.migrate()  # a private database: nobody else would create its tables
+                    self._store = store
         return self._store
 
     def close(self) -> None:
@@ -385,7 +423,8 @@ class Tether:
         (every registered task's queue), ``shutdown_timeout`` (30 s),
         ``poll_interval`` (the backend's), ``claim_batch`` (= concurrency) and
         ``prefetch`` (True: while handlers are short, claim ahead, up to twice
-        the claim batch a claim)."""
+        the claim batch a claim) and ``burst`` (False: True stops the worker
+        once no job is due and none is running)."""
         return Worker(self, **options)
 
     def run_worker(self, **options: Unpack[WorkerOptions]) -> None:
@@ -398,3 +437,17 @@ class Tether:
         """Run a worker inside a running event loop; stop it by cancelling this
         coroutine (running jobs are released at once) or with ``worker.stop()``."""
         await self.worker(**options).run(install_signal_handlers=False)
+
+    # -- running jobs here (tests, scripts) -----------------------------------------------
+    def drain(self, queues: Iterable[str] | None = None, max_jobs: int | None = None) -> list[Drained]:
+        """Run the due jobs of ``queues`` (default: every registered task's) in
+        this process, one at a time, until none is due or ``max_jobs`` have
+        started, and return each attempt's ``Drained`` (job id, task, outcome,
+        state, result or error). A real burst worker does it, through the
+        store: leases, fencing, retries and the event hooks all apply. Jobs due
+        later (``delay``, ``run_at``, a retry's backoff) stay queued."""
+        return drain(self, queues, max_jobs)
+
+    async def drain_async(self, queues: Iterable[str] | None = None, max_jobs: int | None = None) -> list[Drained]:
+        """``drain`` from a coroutine: the worker runs on this event loop."""
+        return await drain_async(self, queues, max_jobs)
