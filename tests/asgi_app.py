@@ -1,11 +1,10 @@
-"""The FastAPI app of the README's "FastAPI / ASGI" section, as
-``tests/test_asgi.py`` runs it under a real uvicorn process (configuration
-from the environment: the database URL and a short shutdown timeout)."""
+"""The FastAPI app of the README's "FastAPI / ASGI" section (everything after
+this docstring and the __future__ import is the README's example, verbatim),
+which tests/test_asgi.py serves with a real uvicorn process."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,18 +13,20 @@ from fastapi import FastAPI
 from tether import JobContext, Tether
 from tether.contrib.asgi import worker_lifespan
 
-app = Tether(os.environ["TETHER_DATABASE_URL"], lease_ttl=4, heartbeat_interval=1)
+app = Tether()  # TETHER_DATABASE_URL, else sqlite:///tether.db
 
 
 @app.task
 async def resize(ctx: JobContext, path: str, seconds: float = 0.0) -> str:
-    await asyncio.sleep(seconds)  # the real work; a stopping worker cancels it here
+    await asyncio.sleep(seconds)  # the work; at shutdown the worker cancels it here and releases the job
     return f"resized {path}"
 
 
 @asynccontextmanager
 async def lifespan(api: FastAPI) -> AsyncIterator[None]:
-    async with worker_lifespan(app, concurrency=4, shutdown_timeout=float(os.environ.get("T_SHUTDOWN", "30"))):
+    # a worker on uvicorn's event loop while the app runs; at shutdown, running
+    # jobs get 2 s to finish, then go back to the queue, their budget untouched
+    async with worker_lifespan(app, concurrency=4, shutdown_timeout=2):
         yield
 
 

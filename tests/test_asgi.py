@@ -51,7 +51,7 @@ def test_sigterm_to_uvicorn_releases_the_embedded_workers_job(db_url: str, tmp_p
     app.migrate()
     port = _free_port()
     log = tmp_path / "uvicorn.log"
-    env = {**os.environ, "TETHER_DATABASE_URL": db_url, "T_SHUTDOWN": "0.5",
+    env = {**os.environ, "TETHER_DATABASE_URL": db_url,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
     with log.open("wb") as out:
         server = subprocess.Popen([sys.executable, "-m", "uvicorn", "asgi_app:api", "--host", "127.0.0.1",

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import re
+import shutil
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tether.errors import ConfigError, StaleAttempt
 from tether.testing import MEMORY_URL, assert_enqueued, assert_not_enqueued, context, enqueued
 
 SRC = Path(__file__).resolve().parent.parent / "src"
+EXAMPLES = Path(__file__).resolve().parent / "examples"
 
 
 def test_drain_runs_every_due_job_through_the_store_and_says_how_each_ended(
@@ -207,39 +209,20 @@ def test_enqueue_takes_args_by_name_only(tether_app: Tether) -> None:
 
 
 def test_the_pytest_plugin_in_a_real_pytest_run(tmp_path: Path) -> None:
-    """A user's project: an app module, the ini option naming it, and tests
-    that use the fixture, the assertions and drain; run by pytest in a process
-    of its own with the plugin loaded as ``-p`` names it."""
-    (tmp_path / "myapp.py").write_text(textwrap.dedent("""
-        from tether import JobContext, Tether
-
-        app = Tether("sqlite:////nonexistent/never-used.db")  # the fixture swaps the database
-
-        @app.task(name="greet")
-        def greet(ctx: JobContext, name: str) -> str:
-            return f"hello {name}"
-    """))
-    (tmp_path / "pytest.ini").write_text("[pytest]\ntether_app = myapp:app\nfilterwarnings = error\n")
-    (tmp_path / "test_user.py").write_text(textwrap.dedent("""
-        from tether.testing import assert_enqueued
-        from myapp import app, greet
-
-        def test_one(tether_app):
-            assert tether_app is app
-            greet.enqueue(name="ann")
-            assert_enqueued(greet, name="ann")
-            [ran] = tether_app.drain()
-            assert ran.result == "hello ann"
-
-        def test_two_starts_empty(tether_app):
-            assert tether_app.store.list_jobs() == []
-    """))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(tmp_path)])}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tether.testing.pytest_plugin",
-                           "-p", "no:cacheprovider", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    """The README's "Testing your tasks" project (tests/examples/testing: an app
+    module, the ini option naming it, tests using the fixture, the assertions,
+    context() and drain), run by pytest in a process of its own with the plugin
+    loaded as ``-p`` names it (an installed tether loads it by entry point)."""
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLES / "testing", project)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(project)])}
+    env.pop("TETHER_DATABASE_URL", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "tether.testing.pytest_plugin",
+                           "-p", "no:cacheprovider", str(project)],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 passed" in proc.stdout
+    assert "3 passed" in proc.stdout
+    assert not (project / "tether.db").exists()  # the app's own database was never touched
 
 
 TYPED_EXAMPLE = """
@@ -283,3 +266,17 @@ def test_enqueue_is_typed_by_the_handlers_parameters(tmp_path: Path) -> None:
     assert len(bad) == 4 and lines == bad, proc.stdout + proc.stderr
     assert any('"path" to "enqueue" of "Task" has incompatible type "int"; expected "str"' in e for e in errors), errors
     assert proc.returncode == 1
+
+
+def test_the_readmes_examples_are_the_ones_the_suite_runs() -> None:
+    """Each code block of the README's "Testing your tasks" and "FastAPI / ASGI"
+    sections is, past its first-line file name, verbatim in a file the suite runs."""
+    readme = (SRC.parent / "README.md").read_text()
+    section = readme[readme.index("## Testing your tasks"):readme.index("## The contract, in plain words")]
+    sources = [path.read_text() for path in [*(EXAMPLES / "testing").iterdir(), SRC.parent / "tests" / "asgi_app.py"]
+               if path.is_file()]
+    blocks = re.findall(r"```(?:python|ini)\n(.*?)```", section, re.S)
+    assert len(blocks) == 4
+    for block in blocks:
+        body = block.split("\n", 1)[1]  # past "# tasks.py"
+        assert any(body in text for text in sources), block
