@@ -19,7 +19,7 @@ import pytest
 
 from tether import JobContext, JobState, Outcome, Tether
 from tether.context import CancelReason, JobCancelled
-from tether.errors import ConfigError, StaleAttempt
+from tether.errors import ConfigError, SchemaMissing, StaleAttempt
 from tether.testing import MEMORY_URL, assert_enqueued, assert_not_enqueued, context, enqueued
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -110,6 +110,33 @@ def test_a_retry_is_due_later_so_drain_leaves_it_queued_with_its_error(make_app:
     assert ran.job_id == job_id
     assert (ran.outcome, ran.state, ran.error) == (Outcome.FAILED, JobState.QUEUED, "RuntimeError: attempt 1")
     assert app.drain() == []
+
+
+def test_a_retry_due_at_once_runs_again_in_the_same_drain(make_app: Callable[..., Tether]) -> None:
+    """The burst worker waits for the failed attempt's report before its last
+    look: the retry it queued (no backoff) is due, so the drain runs it too."""
+    app = make_app()
+
+    @app.task(name="second_time_lucky", retry_backoff=0)
+    def second_time_lucky(ctx: JobContext) -> int:
+        if ctx.attempt == 1:
+            raise RuntimeError("first")
+        return ctx.attempt
+
+    job_id = second_time_lucky.enqueue()
+    first, second = app.drain()
+    assert (first.job_id, first.attempt, first.outcome, first.error) == (job_id, 1, Outcome.FAILED, "RuntimeError: first")
+    assert (second.job_id, second.attempt, second.outcome, second.result) == (job_id, 2, Outcome.SUCCEEDED, 2)
+    assert first.state is second.state is JobState.SUCCEEDED  # where the job is now
+
+
+def test_drain_on_a_database_without_tether_tables_says_so(tmp_path: Path) -> None:
+    app = Tether(f"sqlite:///{tmp_path / 'empty.db'}")
+    try:
+        with pytest.raises(SchemaMissing, match="tether migrate"):
+            app.drain()
+    finally:
+        app.close()
 
 
 def test_drain_async_runs_on_the_callers_loop_and_drain_refuses_to_block_it(tmp_path: Path) -> None:
