@@ -22,6 +22,15 @@ async def resize(ctx: JobContext, path: str, seconds: float = 0.0) -> str:
     return f"resized {path}"
 
 
+@app.task
+def thumbnail(ctx: JobContext, path: str, seconds: float = 0.0) -> str:
+    # a def handler runs on the worker's threads; a thread cannot be interrupted,
+    # so it looks at ctx.cancelled (here: a wait that a stopping worker cuts short)
+    if ctx.wait_cancelled(seconds):
+        ctx.raise_if_cancelled()
+    return f"thumbnail of {path}"
+
+
 @asynccontextmanager
 async def lifespan(api: FastAPI) -> AsyncIterator[None]:
     # a worker on uvicorn's event loop while the app runs; at shutdown, running
@@ -36,3 +45,8 @@ api = FastAPI(lifespan=lifespan)
 @api.post("/resize")
 async def enqueue_resize(path: str, seconds: float = 0.0) -> dict[str, int]:
     return {"job_id": await resize.enqueue_async(path=path, seconds=seconds)}
+
+
+@api.post("/thumbnail")
+async def enqueue_thumbnail(path: str, seconds: float = 0.0) -> dict[str, int]:
+    return {"job_id": await thumbnail.enqueue_async(path=path, seconds=seconds)}

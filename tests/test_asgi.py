@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from tether import JobState, Outcome, Tether
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +48,11 @@ def _post(port: int, path: str) -> int:
         return int(json.loads(resp.read())["job_id"])
 
 
-def test_sigterm_to_uvicorn_releases_the_embedded_workers_job(db_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("endpoint", "result"), [("resize", "resized a.png"), ("thumbnail", "thumbnail of a.png")])
+def test_sigterm_to_uvicorn_releases_the_embedded_workers_job(db_url: str, tmp_path: Path, endpoint: str,
+                                                              result: str) -> None:
+    """An async handler (cancelled at its await) and a def one (on a thread,
+    told through ctx.cancelled): either way the job goes back to the queue."""
     app = Tether(db_url)
     app.migrate()
     port = _free_port()
@@ -61,12 +67,12 @@ def test_sigterm_to_uvicorn_releases_the_embedded_workers_job(db_url: str, tmp_p
               "uvicorn to start")
         assert server.poll() is None, log.read_text()
 
-        quick = _post(port, "/resize?path=a.png")
+        quick = _post(port, f"/{endpoint}?path=a.png")
         done = _wait(lambda: (j := app.get_job(quick)) is not None and j.state is JobState.SUCCEEDED and j, 20,
                      "the quick job to succeed")
-        assert done.result == "resized a.png"
+        assert done.result == result
 
-        slow = _post(port, "/resize?path=b.png&seconds=60")
+        slow = _post(port, f"/{endpoint}?path=b.png&seconds=60")
         _wait(lambda: (j := app.get_job(slow)) is not None and j.state is JobState.RUNNING, 20, "the slow job to run")
         server.send_signal(signal.SIGTERM)
         # uvicorn shuts down gracefully, then re-raises the signal it caught (0.29+: exit -15)

@@ -254,6 +254,7 @@ def test_the_pytest_plugin_in_a_real_pytest_run(tmp_path: Path) -> None:
 
 TYPED_EXAMPLE = """
 from tether import JobContext, Tether
+from tether.testing import context
 
 app = Tether()
 
@@ -269,6 +270,7 @@ async def thumbnail(ctx: JobContext, path: str) -> None:
 
 
 resize.enqueue(path="a.png")
+name: str = resize(context(), path="a.png")  # a direct call is typed too
 resize.enqueue(path="a.png", width=50)
 resize.using(priority=5).enqueue(path="a.png")
 thumbnail.enqueue(path="a.png")
@@ -276,6 +278,7 @@ resize.enqueue(path=1)  # error: wrong type
 resize.enqueue(paht="a.png")  # error: no such parameter
 thumbnail.enqueue()  # error: missing path
 resize.using(priority=5).enqueue(width="wide")  # error: wrong type, and missing path
+resize(context(), path=2)  # error: wrong type
 """
 
 
@@ -290,7 +293,7 @@ def test_enqueue_is_typed_by_the_handlers_parameters(tmp_path: Path) -> None:
     errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
     lines = sorted({int(line.split(":")[1]) for line in errors})
     bad = [n for n, line in enumerate(TYPED_EXAMPLE.splitlines(), 1) if "# error:" in line]
-    assert len(bad) == 4 and lines == bad, proc.stdout + proc.stderr
+    assert len(bad) == 5 and lines == bad, proc.stdout + proc.stderr
     assert any('"path" to "enqueue" of "Task" has incompatible type "int"; expected "str"' in e for e in errors), errors
     assert proc.returncode == 1
 

@@ -160,9 +160,11 @@ class Task(Generic[P, R]):
         # a required positional-only parameter can never be given by name: bind says so
         self._fast = not any(p.kind is p.POSITIONAL_ONLY and p.default is p.empty for p in rest)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the handler directly, in-process (handy in tests)."""
-        return self.fn(*args, **kwargs)
+    def __call__(self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the handler directly, in-process (in a unit test, with
+        ``tether.testing.context()`` as ``ctx``)."""
+        result: R = self.fn(ctx, *args, **kwargs)
+        return result
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
