@@ -4,6 +4,7 @@ once no job is due and none is running."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from tether import JobState, Tether
+from tether import JobContext, JobState, Tether
 from tether.model import NewJob
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,3 +86,33 @@ def test_burst_runs_what_is_due_then_exits_0(db_url: str, tmp_path: Path) -> Non
         assert quick < 30 and took < 60
     finally:
         app.close()
+
+
+def test_a_burst_worker_with_prefetch_finishes_every_job_before_it_stops(db_url: str) -> None:
+    """Short handlers on PostgreSQL make the worker claim ahead into its buffer;
+    buffered jobs count as in flight, so the burst ends only after all of them."""
+    app = Tether(db_url)
+    app.migrate()
+
+    @app.task(name="noop")
+    async def noop(ctx: JobContext, i: int) -> int:
+        return i
+
+    try:
+        ids = noop.enqueue_many([{"i": i} for i in range(300)])
+        worker = app.worker(concurrency=8, burst=True, shutdown_timeout=5)
+        asyncio.run(asyncio.wait_for(worker.run(), 60))
+        assert worker.counts["succeeded"] == 300 and worker.counts["released"] == 0, worker.counts
+        done = store_states(app, ids)
+        assert done == {JobState.SUCCEEDED: 300}
+    finally:
+        app.close()
+
+
+def store_states(app: Tether, ids: list[int]) -> dict[JobState, int]:
+    states: dict[JobState, int] = {}
+    for job_id in ids:
+        job = app.get_job(job_id)
+        assert job is not None
+        states[job.state] = states.get(job.state, 0) + 1
+    return states
