@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Concatenate, Generic, NoReturn, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from .config import (
     DEFAULT_BACKOFF_BASE,
@@ -106,11 +106,13 @@ class TaskCall(Generic[P]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Enqueue with these args, by name (typed: a type checker holds them
         to the handler's parameters after ``ctx``)."""
-        _by_name(self.task, args)
+        if args:
+            _positional(self.task, args)
         return self.task.app._enqueue([self.task._new_job(kwargs, self.options)])[0]
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
-        _by_name(self.task, args)
+        if args:
+            _positional(self.task, args)
         return (await self.task.app._enqueue_async([self.task._new_job(kwargs, self.options)]))[0]
 
     def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -126,10 +128,9 @@ class TaskCall(Generic[P]):
         return jobs
 
 
-def _by_name(task: Task[Any, Any], args: tuple[Any, ...]) -> None:
-    if args:
-        raise TypeError(f"task {task.name!r}: pass the job's args by name (they are stored as JSON by name), "
-                        f"got {len(args)} positional")
+def _positional(task: Task[Any, Any], args: tuple[Any, ...]) -> NoReturn:
+    raise TypeError(f"task {task.name!r}: pass the job's args by name (they are stored as JSON by name), "
+                    f"got {len(args)} positional")
 
 
 class Task(Generic[P, R]):
