@@ -18,7 +18,7 @@ ROOT = SRC / "tether"
 #: first prefix that matches a module's dotted name decides its layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.logs", "tether.naming",
-                "tether.display")),
+                "tether.display", "tether.scratch")),
     ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.rows", "tether.store.sqlfile",
                      "tether.store.http.schema", "tether.store.http.wire")),
     ("backends", ("tether.store.sqlite", "tether.store.postgres", "tether.store.http")),

@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-import shutil
-import tempfile
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -32,19 +29,18 @@ from .errors import ConfigError, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob
 from .naming import default_task_name
+from .scratch import scratch_database
 from .store import Store, open_store
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
 from .worker.drain import Drained, drain, drain_async
 from .worker.runtime import Worker
 
-__all__ = ["MEMORY_URL", "Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
+__all__ = ["Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 Handler = Callable[..., Any]
-#: ``Tether(MEMORY_URL)``: a private, throwaway database for tests (see ``Tether``)
-MEMORY_URL = "sqlite:///:memory:"
 
 
 def _finite(value: object) -> bool:
@@ -104,8 +100,6 @@ class TaskCall(Generic[P]):
         self.options = options
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
-        """Enqueue with these args, by name (typed: a type checker holds them
-        to the handler's parameters after ``ctx``)."""
         if args:
             _positional(self.task, args)
         return self.task.app._enqueue([self.task._new_job(kwargs, self.options)])[0]
@@ -134,11 +128,8 @@ def _positional(task: Task[Any, Any], args: tuple[Any, ...]) -> NoReturn:
 
 
 class Task(Generic[P, R]):
-    """A registered handler. Call ``.enqueue(**args)`` to run it in a worker.
-
-    ``P`` is the handler's parameters after ``ctx`` and ``R`` what it returns:
-    ``enqueue`` is typed by them, so a type checker refuses args the handler
-    does not take (``resize.enqueue(path=1)`` for ``path: str``)."""
+    """A registered handler. Call ``.enqueue(**args)`` to run it in a worker;
+    ``P`` (its parameters after ``ctx``) types those args, ``R`` its result."""
 
     def __init__(self, app: Tether, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
         self.app = app
@@ -223,12 +214,8 @@ class Tether:
     ``Tether("http://host:port", token=...)`` talks to a ``tether server``
     instead of a database (the token may also come from ``TETHER_TOKEN``).
 
-    ``Tether("sqlite:///:memory:")`` (``MEMORY_URL``), for tests: a private
-    database that only this object sees, its tables created on first use, gone
-    with the object. It is a SQLite file in a temporary directory, not RAM
-    (each connection to a real ``:memory:`` database would be a database of its
-    own, and a worker uses several): its workers and ``drain()`` share it, and
-    another process cannot. Nothing runs at enqueue: ``drain()`` runs the jobs.
+    ``Tether("sqlite:///:memory:")``, for tests: a database private to this
+    object, its tables made on first use, gone with it (``tether.scratch``).
     """
 
     def __init__(
@@ -242,12 +229,7 @@ class Tether:
         transport: str | Transport | None = None,
         token: str | None = None,
     ) -> None:
-        #: the temporary directory behind a MEMORY_URL app, removed with the app
-        self.scratch: str | None = None
-        if url is not None and url.strip() == MEMORY_URL:
-            self.scratch = tempfile.mkdtemp(prefix="tether-memory-")
-            weakref.finalize(self, shutil.rmtree, self.scratch, True)
-            url = f"sqlite:///{self.scratch}/tether.db"
+        url, self.scratch = scratch_database(self, url)  # the memory URL's temporary directory
         self.dsn = parse_database_url(url)
         self.token = token  # for a tether server URL (http/https); else TETHER_TOKEN
         self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
@@ -443,12 +425,9 @@ class Tether:
 
     # -- running jobs here (tests, scripts) -----------------------------------------------
     def drain(self, queues: Iterable[str] | None = None, max_jobs: int | None = None) -> list[Drained]:
-        """Run the due jobs of ``queues`` (default: every registered task's) in
-        this process, one at a time, until none is due or ``max_jobs`` have
-        started, and return each attempt's ``Drained`` (job id, task, outcome,
-        state, result or error). A real burst worker does it, through the
-        store: leases, fencing, retries and the event hooks all apply. Jobs due
-        later (``delay``, ``run_at``, a retry's backoff) stay queued."""
+        """Run due jobs here, one at a time, through a real burst worker, until
+        none is due or ``max_jobs`` started; a ``Drained`` per attempt
+        (``tether.worker.drain``)."""
         return drain(self, queues, max_jobs)
 
     async def drain_async(self, queues: Iterable[str] | None = None, max_jobs: int | None = None) -> list[Drained]:

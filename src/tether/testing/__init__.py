@@ -17,11 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..app import MEMORY_URL, Task, Tether
+from ..app import Task, Tether
 from ..config import parse_database_url
 from ..context import CancelReason, JobContext
 from ..errors import StaleAttempt
 from ..model import ClaimedJob, Job, JobState
+from ..scratch import MEMORY_URL
 from ..worker.drain import Drained
 
 __all__ = [
