@@ -9,11 +9,18 @@ of this process, over a fresh database, and the HTTP store talking to it.
 PostgreSQL comes from ``TETHER_TEST_PG_URL`` (default: the local server on
 127.0.0.1:5432, database ``test``). Without a server the PostgreSQL half is
 skipped locally, but under ``CI=true`` it fails: CI must prove both backends.
+
+``postgresql-pgbouncer`` is the same server through PgBouncer in transaction
+pooling mode (``TETHER_TEST_PGBOUNCER_URL``, default 127.0.0.1:64329, the
+private pooler ``scripts/test`` starts), with ``?pgbouncer=transaction``; the
+conformance suite and the real-process tests run on it too. Skipped locally
+without a pooler, failed under ``CI=true``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 from collections.abc import Iterator
@@ -31,9 +38,12 @@ pytest_plugins = ["tether.testing.pytest_plugin"]
 collect_ignore = ["examples"]
 
 PG_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+PGBOUNCER_URL = os.environ.get("TETHER_TEST_PGBOUNCER_URL", "postgresql://postgres@127.0.0.1:64329/test")
+#: PostgreSQL through PgBouncer in transaction pooling mode
+PGBOUNCER = "postgresql-pgbouncer"
 BACKENDS = ["sqlite", "postgresql"]
 HTTP_BACKENDS = ["http-sqlite", "http-postgresql"]
-STORE_BACKENDS = BACKENDS + HTTP_BACKENDS
+STORE_BACKENDS = [*BACKENDS, PGBOUNCER, *HTTP_BACKENDS]
 #: an admin token for the in-process test servers
 TEST_TOKEN = secrets.token_urlsafe(24)
 
@@ -57,14 +67,34 @@ def _require_pg() -> None:
         pytest.skip(f"no PostgreSQL at {PG_URL}: {_PG_PROBLEM}")
 
 
+@functools.cache
+def _pgbouncer_problem() -> str | None:
+    try:  # nothing prepared: the pooler may hand each statement another server connection
+        with psycopg.connect(PGBOUNCER_URL, connect_timeout=3, prepare_threshold=None) as conn:
+            conn.execute("SELECT 1")
+        return None
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        return str(exc)
+
+
+def require_pgbouncer() -> None:
+    problem = _pgbouncer_problem()
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PgBouncer is required under CI=true but {PGBOUNCER_URL} is unreachable: {problem}")
+        pytest.skip(f"no PgBouncer at {PGBOUNCER_URL} (scripts/test starts one): {problem}")
+
+
 def _with_schema(url: str, schema: str) -> str:
     return url + ("&" if "?" in url else "?") + f"schema={schema}"
 
 
 def backend_param(request: pytest.FixtureRequest) -> str:
     """The backend fixture's body, for modules that parametrize it over more backends."""
-    if str(request.param).removeprefix("http-") == "postgresql":
+    if str(request.param).removeprefix("http-") in ("postgresql", PGBOUNCER):
         _require_pg()
+    if request.param == PGBOUNCER:
+        require_pgbouncer()
     return str(request.param)
 
 
@@ -81,7 +111,10 @@ def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'tether.db'}"
         return
     schema = f"t_{secrets.token_hex(6)}"
-    yield _with_schema(PG_URL, schema)
+    if backend == PGBOUNCER:
+        yield _with_schema(PGBOUNCER_URL, schema) + "&pgbouncer=transaction"
+    else:
+        yield _with_schema(PG_URL, schema)
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 

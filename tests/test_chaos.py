@@ -1,11 +1,13 @@
 """`tether chaos` in short mode: real workers, real faults, and the checker's
-clean verdict, on SQLite (kill, stop) and on a scratch PostgreSQL the harness
-starts itself (kill, stop, partition, restart, and clock skew where libfaketime
-is installed). The checker itself is tested in test_checker.py."""
+clean verdict (I1-I6: the workers also fire a one-second schedule), on SQLite
+(kill, stop) and on a scratch PostgreSQL the harness starts itself (kill, stop,
+partition, restart, and clock skew where libfaketime is installed). The
+checker itself is tested in test_checker.py and test_schedule_check.py."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,8 @@ def test_chaos_sqlite_kill_and_stop(tmp_path: Path) -> None:
     assert result.faults["kill"] + result.faults["failpoint"] > 0 and result.faults["stop"] > 0
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
     assert result.integrity_checks > 1
+    assert result.report.invariants["I6"].checked >= 5, "the schedule check judged (almost) no tick"
+    assert result.to_dict()["check"]["invariants"]["I6"]["ok"]
 
 
 def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
@@ -45,3 +49,27 @@ def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
     for kind in ("stop", "partition", "restart"):
         assert result.faults[kind] > 0, f"no {kind} fault was injected"
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
+    assert result.report.invariants["I6"].checked >= 5, "the schedule check judged (almost) no tick"
+
+
+def test_a_worker_counts_as_healthy_only_once_it_reached_the_database(tmp_path: Path) -> None:
+    """The fault schedule keeps one healthy worker for I5. A worker still
+    starting (importing, connecting) cannot reap anything: the driver must not
+    count it, or it stops the only worker that can (found by issue 17.7)."""
+    from tether.chaos.driver import _Run
+
+    r = _Run(ChaosConfig(database=f"sqlite:///{tmp_path / 'x.db'}", workers=2, faults=frozenset({"kill"}),
+                         seed=5), say=lambda _: None)
+    try:
+        r.start_workers()
+        assert r._healthy() == []  # just spawned: nothing has reached the database yet
+        deadline = time.monotonic() + 60
+        while len(r._healthy()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(r._healthy()) == 2
+        for slot in r.slots:
+            assert slot.proc is not None
+            assert list(r.hist.glob(f"worker-{slot.proc.pid}-*.jsonl")), "healthy without a history"
+    finally:
+        r._stop_workers()
+        r.cleanup()

@@ -181,3 +181,82 @@ def test_recovery_is_timed_from_the_database_s_last_renewal_even_one_the_worker_
     assert report.ok
     assert report.recovery["renewals_unheard"] == 1
     assert report.recovery["max"] == pytest.approx(2.8)
+
+
+def lifecycle(*, resume_at: float) -> list[dict[str, Any]]:
+    """Two worker processes: w1 (pid 1, slot 0) claims job 1 and is killed at
+    m=2.0; w2 (pid 2, slot 1) is stopped at m=3.0 and resumed at ``resume_at``.
+    Job 1's lease (last renewed at m=1.5) lapses at m=3.5."""
+    return [
+        ev("spawn", 0.0, "driver", slot=0, pid=1), ev("spawn", 0.0, "driver", slot=1, pid=2),
+        ev("started", 0.5, "w1", pid=1), ev("started", 0.6, "w2", pid=2),
+        ev("claimed", 1.0, job=1, attempt=1, sent=0.99),
+        ev("hb", 1.5, job=1, attempt=1, beat="renewed", sent=1.49),
+        ev("fault", 2.0, "driver", kind="kill", slot=0, pid=1), ev("died", 2.05, "driver", slot=0, pid=1, code=-9),
+        ev("fault", 3.0, "driver", kind="stop", slot=1, pid=2), ev("resume", resume_at, "driver", slot=1, pid=2),
+    ]
+
+
+def late(reaped_m: float) -> tuple[list[JobRow], list[AttemptRow]]:
+    return [JobRow(1, "succeeded", 2, {"attempt": 2})], [
+        AttemptRow(1, 1, "w1", T0 + 1.0, T0 + reaped_m, "lease_expired"),
+        AttemptRow(1, 2, "w2", T0 + reaped_m + 0.1, T0 + reaped_m + 1.0, "succeeded"),
+    ]
+
+
+def test_recovery_is_not_judged_while_no_worker_was_healthy() -> None:
+    """From the lapse (m=3.5) to w2's SIGCONT (m=5.5) no worker was healthy:
+    w1 dead, w2 stopped. Reaped at m=6.3, 4.8 s after the last renewal, it is
+    0.8 s after a healthy worker came back: within the bound, not a violation."""
+    jobs, attempts = late(6.3)
+    events = [*lifecycle(resume_at=5.5), ev("reap", 6.3, "w2", pid=2, started=6.28, ok=True, jobs=[[1, 1, None]])]
+    report = run(events, jobs, attempts)
+    assert report.ok, report.to_dict()
+    assert report.not_judged == ["no healthy worker from +3.00s to +5.50s"]
+    assert report.recovery["waited_on_no_healthy"] == 1
+    assert report.recovery["waited_on_no_healthy_max"] == pytest.approx(2.0)
+
+
+def test_recovery_is_judged_on_the_time_a_healthy_worker_existed() -> None:
+    """The same recovery when w2 came back at m=4.0: it had 2.3 s to reap a
+    lapsed lease with a 1 s reaper, and that is a violation naming the 0.5 s
+    it is not charged for."""
+    jobs, attempts = late(6.3)
+    events = [*lifecycle(resume_at=4.0), ev("reap", 6.3, "w2", pid=2, started=6.28, ok=True, jobs=[[1, 1, None]])]
+    report = run(events, jobs, attempts)
+    (message,) = report.invariants["I5"].violations
+    assert "recovered 4.80s after its last renewal (bound 3s + 0.5s slack + 0.50s with no healthy worker)" in message
+
+
+def test_a_late_recovery_with_a_healthy_worker_throughout_is_flagged() -> None:
+    """Lifecycle records do not excuse a recovery when some worker was healthy."""
+    jobs, attempts = late(6.3)
+    events = [e for e in lifecycle(resume_at=5.5) if e["e"] not in ("fault", "resume") or e["pid"] != 2]
+    events.append(ev("reap", 6.3, "w2", pid=2, started=6.28, ok=True, jobs=[[1, 1, None]]))
+    report = run(events, jobs, attempts)
+    assert "I5" in failing(report)
+    assert report.not_judged == []
+
+
+def test_a_healed_partition_counts_from_the_worker_s_first_answer_after_the_heal() -> None:
+    """w2 is cut off (blackhole) at m=3.0 and healed at m=4.0, but a request
+    caught in the blackhole answers nothing: w2 is healthy again only from the
+    first answer to a request sent after the heal (its tick sent at 4.9,
+    answered at 5.3). A tick sent before the heal proves nothing."""
+    jobs, attempts = late(6.0)
+    events = [e for e in lifecycle(resume_at=5.5) if e["e"] not in ("fault", "resume") or e["pid"] != 2]
+    events += [
+        ev("fault", 3.0, "driver", kind="partition", mode="blackhole", slot=1),
+        ev("heal", 4.0, "driver", slot=1, pid=2),
+        ev("reap", 4.5, "w2", pid=2, started=2.9, ok=True, jobs=[]),  # sent before the heal
+        ev("reap", 5.3, "w2", pid=2, started=4.9, ok=True, jobs=[]),  # the first answer since
+        ev("reap", 6.0, "w2", pid=2, started=5.95, ok=True, jobs=[[1, 1, None]]),
+    ]
+    report = run(events, jobs, attempts)
+    assert report.ok, report.to_dict()
+    assert report.not_judged == ["no healthy worker from +3.00s to +5.30s"]
+    # Had the heal counted, 2.5 s of healthy time without a tick would be a violation.
+    healed = [e for e in events if not (e["e"] == "reap" and e["m"] == 5.3)]
+    healed.append(ev("claimed", 4.2, "w2", pid=2, job=9, attempt=1, sent=4.1))
+    report = run(healed, jobs, attempts)
+    assert "I5" in failing(report)

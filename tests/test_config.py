@@ -103,6 +103,44 @@ def test_well_formed_database_urls_parse(url: str) -> None:
     assert (dsn.backend, dsn.url, dsn.schema) == GOOD_URLS[url]
 
 
+def test_the_pooler_options_are_tethers_and_never_reach_the_driver() -> None:
+    dsn = parse_database_url(
+        "postgresql://u:pw@pooler:6432/db?sslmode=require&pgbouncer=transaction&schema=jobs"
+        "&listen_url=postgresql%3A%2F%2Fu%3Apw%40db%3A5432%2Fdb%3Fsslmode%3Drequire"
+    )
+    assert dsn.url == "postgresql://u:pw@pooler:6432/db?sslmode=require"
+    assert dsn.schema == "jobs"
+    assert dsn.options["pgbouncer"] == "transaction"
+    assert dsn.options["listen_url"] == "postgresql://u:pw@db:5432/db?sslmode=require"
+    # as the README writes it: a listen_url without a query of its own needs no encoding
+    dsn = parse_database_url("postgresql://app@pooler:6432/mydb?pgbouncer=transaction"
+                             "&listen_url=postgresql://app@db-host:5432/mydb")
+    assert (dsn.url, dsn.options["listen_url"]) == ("postgresql://app@pooler:6432/mydb",
+                                                    "postgresql://app@db-host:5432/mydb")
+
+
+BAD_POOLER_URLS = {
+    "session mode": ("pgbouncer=session", "pgbouncer='session'"),
+    "empty mode": ("pgbouncer=", "pgbouncer=''"),
+    "a boolean": ("pgbouncer=true", "pgbouncer='true'"),
+    "startup options": ("pgbouncer=transaction&options=-c%20work_mem%3D64MB", "options="),
+    "listen_url not postgresql": ("pgbouncer=transaction&listen_url=http://db:5432", "listen_url"),
+    "listen_url with no host": ("pgbouncer=transaction&listen_url=postgresql:///db", "listen_url"),
+    "listen_url through the pooler": (
+        "pgbouncer=transaction&listen_url=" + "postgresql%3A%2F%2Fdb%2Fx%3Fpgbouncer%3Dtransaction", "listen_url"),
+}
+
+
+@pytest.mark.parametrize(("query", "named"), BAD_POOLER_URLS.values(), ids=BAD_POOLER_URLS.keys())
+def test_bad_pooler_options_are_refused_naming_the_option(query: str, named: str) -> None:
+    url = f"postgresql://u:secret@pooler:6432/db?{query}"
+    with pytest.raises(ConfigError) as info:
+        parse_database_url(url)
+    assert isinstance(info.value, InvalidDSN)
+    assert named in str(info.value)
+    assert "secret" not in str(info.value)
+
+
 # -- timers ---------------------------------------------------------------------------
 
 

@@ -1,8 +1,10 @@
 """The store conformance suite: every operation and every fence, on every backend.
 
-Each test runs against a real SQLite file and a real PostgreSQL schema, and
-over HTTP against a ``tether server`` in front of each (``http-sqlite``,
-``http-postgresql``: the ``store`` fixture is parametrized over all four). Nothing sleeps: every
+Each test runs against a real SQLite file and a real PostgreSQL schema, the
+same schema through PgBouncer in transaction pooling mode
+(``postgresql-pgbouncer``), and over HTTP against a ``tether server`` in front
+of each (``http-sqlite``, ``http-postgresql``: the ``store`` fixture is
+parametrized over all five). Nothing sleeps: every
 time-dependent call gets ``now=`` from a base of ``store.db_now()`` plus a
 timedelta, so "the lease lapsed" is a clock we move, not a wait.
 

@@ -18,14 +18,14 @@ ROOT = SRC / "tether"
 #: first prefix that matches a module's dotted name decides its layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.logs", "tether.naming",
-                "tether.display", "tether.scratch")),
+                "tether.display", "tether.cron", "tether.scratch")),
     ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.rows", "tether.store.sqlfile",
-                     "tether.store.http.schema", "tether.store.http.wire")),
+                     "tether.store.http.schema", "tether.store.http.wire", "tether.store.schedules")),
     ("backends", ("tether.store.sqlite", "tether.store.postgres", "tether.store.http")),
     ("store seam", ("tether.store",)),
     ("runtime parts", ("tether.events", "tether.context", "tether.tracing", "tether.transport")),
     ("runtime", ("tether.worker",)),
-    ("app", ("tether.app",)),
+    ("app", ("tether.app", "tether.periodic")),
     ("package", ("tether",)),
     ("faces", ("tether.cli", "tether.dashboard", "tether.server", "tether.otel", "tether.metrics",
                "tether.chaos", "tether.__main__", "tether.testing", "tether.contrib")),

@@ -25,15 +25,24 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
         "id", "queue", "task", "args", "state", "priority", "run_at", "attempt", "released", "max_attempts",
         "lease_ttl", "timeout", "backoff_base", "dedup_key", "locked_by", "claimed_at", "lease_until",
         "deadline", "cancel_requested", "progress", "progress_message", "result", "last_error", "meta",
-        "created_at", "finished_at",
+        "created_at", "finished_at", "schedule", "scheduled_for",
     },
     "attempts": {"job_id", "attempt", "worker", "claimed_at", "finished_at", "outcome", "error", "traceback"},
     "workers": {
         "id", "host", "pid", "proc_start", "started_at", "last_seen", "queues", "concurrency", "stopped_at", "owner",
     },
     "migrations": {"version", "name", "applied_at"},
+    "schedules": {
+        "name", "cron", "timezone", "args", "queue", "priority", "max_attempts", "lease_ttl", "timeout",
+        "backoff_base", "catch_up", "overlap", "version", "since", "created_at", "updated_at", "last_seen",
+        "orphaned", "last_tick", "last_fired", "last_job_id", "skipped",
+    },
+    "schedule_ticks": {"schedule", "tick", "skipped", "decided_at"},
+    "queues": {"queue", "paused", "updated_at"},
 }
-REQUIRED_INDEXES = {"jobs_claim_idx", "jobs_reap_idx", "jobs_dedup_idx", "attempts_finished_idx"}
+REQUIRED_INDEXES = {
+    "jobs_claim_idx", "jobs_reap_idx", "jobs_dedup_idx", "attempts_finished_idx", "jobs_schedule_tick_idx",
+}
 
 
 @contextmanager
@@ -126,6 +135,32 @@ def test_migrating_a_version_1_database_adds_the_finished_at_index_and_keeps_its
     assert sum(b.counts[Outcome.SUCCEEDED] for b in store.throughput(buckets=2, bucket_seconds=3600)) == 1
 
 
+def test_migrating_a_version_3_database_adds_schedules_and_keeps_its_jobs(store: Store, db_url: str) -> None:
+    (job_id,) = store.enqueue([NewJob(task="t", args_json='{"keep": 1}')])
+    with raw_sql(db_url) as (run, prefix):  # back to how version 3 left it
+        run(f"DROP TABLE {prefix}schedules")
+        run(f"DROP TABLE {prefix}schedule_ticks")
+        run(f"DROP INDEX {prefix}jobs_schedule_tick_idx")
+        run(f"ALTER TABLE {prefix}jobs DROP COLUMN schedule")
+        run(f"ALTER TABLE {prefix}jobs DROP COLUMN scheduled_for")
+        run(f"DELETE FROM {prefix}migrations WHERE version = 4")
+    with pytest.raises(SchemaMissing, match="0004_schedules"):
+        store.check_schema()
+    assert store.migrate() == ["0004_schedules"]
+    store.check_schema()
+    job = store.get_job(job_id)
+    assert job is not None and job.args == {"keep": 1}
+    [claimed] = store.claim("w", ["default"], 1, 30.0)
+    assert claimed.id == job_id and claimed.scheduled_for is None
+    assert store.list_schedules() == []
+
+
+def test_the_schedule_tick_index_is_unique_and_partial(store: Store, db_url: str) -> None:
+    index = index_sql(db_url)["jobs_schedule_tick_idx"]
+    assert "unique" in index and "scheduled_for" in index
+    assert "schedule is not null" in index.split("where", 1)[1].replace("(", "").replace(")", "")
+
+
 def test_migrations_are_recorded_by_version(store: Store, db_url: str) -> None:
     with raw_sql(db_url) as (run, prefix):
         rows = run(f"SELECT version, name FROM {prefix}migrations ORDER BY version")
@@ -216,6 +251,9 @@ OPERATIONS: dict[str, Callable[[Store], object]] = {
     "cancel": lambda s: s.cancel(1),
     "stats": lambda s: s.stats(),
     "throughput": lambda s: s.throughput(buckets=60, bucket_seconds=60),
+    "sync_schedules": lambda s: s.sync_schedules([]),
+    "fire_schedules": lambda s: s.fire_schedules(["t"], grace=10.0),
+    "list_schedules": lambda s: s.list_schedules(),
 }
 
 

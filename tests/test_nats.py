@@ -674,7 +674,7 @@ def test_chaos_over_nats_keeps_the_contract(tmp_path: Path, nats_url: str, prefi
     assert result.config["transport"].startswith("nats://")
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
-    assert "deliveries_claimed" in logs  # jobs did come through NATS
+    assert "deliveries claimed" in logs  # jobs did come through NATS (the closing line counts them)
     with pytest.raises(nats.js.errors.NotFoundError):  # the run deleted its stream
         backlog(nats_url, prefix)
 

@@ -2,8 +2,9 @@
 SIGTERM, and handlers that hog the event loop or the CPU.
 
 Workers are real processes (``tests/proc_app.py``) on a real SQLite file or a
-real PostgreSQL schema; timers are short so the suite stays quick. Nothing
-here fakes a crash by back-dating a timestamp.
+real PostgreSQL schema, directly or through PgBouncer in transaction pooling
+mode (where workers have no LISTEN and poll); timers are short so the suite
+stays quick. Nothing here fakes a crash by back-dating a timestamp.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import pytest
 from tether import JobState, Outcome
 from tether.model import Job, NewJob
 from tether.store import Store
+
+from .conftest import BACKENDS, PGBOUNCER, backend_param
 
 pytestmark = pytest.mark.processes
 
@@ -93,6 +96,11 @@ def wait_for(check: Callable[[], T], timeout: float, what: str) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+@pytest.fixture(params=[*BACKENDS, PGBOUNCER])
+def backend(request: pytest.FixtureRequest) -> str:
+    return backend_param(request)
 
 
 @pytest.fixture

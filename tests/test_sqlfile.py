@@ -10,7 +10,8 @@ from tether.store.sqlfile import load_queries, strip_comments
 from tether.store.sqlite.store import NOW as SQLITE_NOW
 
 BACKENDS = {
-    "tether.store.postgres": {"schema": '"tether"', "now": PG_NOW, "channel": "'tether_tether'"},
+    "tether.store.postgres": {"schema": '"tether"', "now": PG_NOW, "channel": "'tether_tether'",
+                              "done_channel": "'tether_done_tether'"},
     "tether.store.sqlite": {"now": SQLITE_NOW},
 }
 

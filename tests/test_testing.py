@@ -302,7 +302,8 @@ def test_the_readmes_examples_are_the_ones_the_suite_runs() -> None:
     """Each code block of the README's "Testing your tasks" and "FastAPI / ASGI"
     sections is, past its first-line file name, verbatim in a file the suite runs."""
     readme = (SRC.parent / "README.md").read_text()
-    section = readme[readme.index("## Testing your tasks"):readme.index("## The contract, in plain words")]
+    start, asgi = readme.index("## Testing your tasks"), readme.index("## FastAPI / ASGI")
+    section = readme[start:readme.index("\n## ", asgi)]
     sources = [path.read_text() for path in [*(EXAMPLES / "testing").iterdir(), SRC.parent / "tests" / "asgi_app.py"]
                if path.is_file()]
     blocks = re.findall(r"```(?:python|ini)\n(.*?)```", section, re.S)

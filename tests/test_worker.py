@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -551,3 +551,27 @@ def test_the_start_and_stop_lines_say_what_happened_in_words(make_app: Callable[
     else:
         assert "transport=notify (LISTEN/NOTIFY, and polling every 0.05s)" in start
     assert ": 3 succeeded; " in stop and "{" not in stop and "Counter" not in stop, stop
+
+
+def test_a_worker_whose_app_declares_a_schedule_fires_and_runs_it(make_app: Callable[..., Tether]) -> None:
+    """The runtime starts the scheduler for an app with ``@app.periodic`` (and
+    none for an app without): a one-second schedule's jobs run with their tick
+    as ``ctx.scheduled_for``, one job per tick."""
+    app = make_app(**FAST)
+    seen: list[datetime] = []
+
+    @app.periodic("* * * * * *", name="every.second")
+    def every_second(ctx: JobContext) -> None:
+        assert ctx.scheduled_for is not None
+        seen.append(ctx.scheduled_for)
+
+    plain = make_app(**FAST)
+    assert plain.worker().scheduler is None
+    with running(app) as w:
+        assert w.scheduler is not None and w.scheduler in w.services
+        deadline = time.monotonic() + 10
+        while len(seen) < 3:
+            assert time.monotonic() < deadline, f"only {len(seen)} tick(s) ran in 10s"
+            time.sleep(0.05)
+    assert len(set(seen)) == len(seen), "a tick ran twice"
+    assert all(t.tzinfo is not None and t.microsecond == 0 for t in seen)

@@ -11,11 +11,12 @@ from __future__ import annotations
 from ._version import __version__
 from .app import Task, TaskCall, Tether
 from .config import Timers
-from .context import CancelReason, JobCancelled, JobContext
+from .context import CancelReason, Discard, JobCancelled, JobContext, Retry
 from .errors import (
     ConfigError,
     InvalidDSN,
     InvalidTransition,
+    JobFailed,
     JobNotFound,
     PayloadError,
     SchemaMissing,
@@ -29,15 +30,18 @@ __all__ = [
     "Attempt",
     "CancelReason",
     "ConfigError",
+    "Discard",
     "InvalidDSN",
     "InvalidTransition",
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobFailed",
     "JobNotFound",
     "JobState",
     "Outcome",
     "PayloadError",
+    "Retry",
     "SchemaMissing",
     "StaleAttempt",
     "Task",

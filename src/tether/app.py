@@ -24,16 +24,19 @@ from .config import (
     parse_database_url,
     validate_queue,
 )
-from .context import JobContext
-from .errors import ConfigError, PayloadError, UnknownTask
+from .context import JobCancelled, JobContext
+from .errors import ConfigError, JobFailed, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
-from .model import Job, JobState, NewJob
+from .model import Job, JobState, NewJob, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name
+from .periodic import DEFAULT_CATCH_UP, check_schedule, merge_declared, schedule_spec
 from .scratch import scratch_database
 from .store import Store, open_store
+from .store.waiting import FinishWatch
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
 from .worker.drain import Drained, drain, drain_async
+from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_retention
 from .worker.runtime import Worker
 
 __all__ = ["Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
@@ -64,10 +67,13 @@ class TaskOptions:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lease_ttl: float | None = None  # None: the worker's lease_ttl
     timeout: float | None = None  # per attempt; None: no limit
-    retry_backoff: float = DEFAULT_BACKOFF_BASE  # seconds before the first retry; doubles
+    #: seconds before the first retry, doubling; or a callable (attempt) -> seconds
+    retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE
     delay: float = 0.0
     run_at: datetime | None = None
     dedup_key: str | None = None
+    #: exceptions worth another attempt; any other ends the job dead at once (None: all)
+    retry_on: tuple[type[BaseException], ...] | None = None
 
     def checked(self, timers: Timers, where: str) -> TaskOptions:
         validate_queue(self.queue)
@@ -78,8 +84,14 @@ class TaskOptions:
         timers.check_job_ttl(self.lease_ttl, where)
         if self.timeout is not None and not (_finite(self.timeout) and self.timeout > 0):
             raise ConfigError(f"{where}: timeout must be a positive number of seconds, got {self.timeout!r}")
-        if not (_finite(self.retry_backoff) and self.retry_backoff >= 0):
-            raise ConfigError(f"{where}: retry_backoff must be >= 0 seconds, got {self.retry_backoff!r}")
+        if not callable(self.retry_backoff) and not (_finite(self.retry_backoff) and self.retry_backoff >= 0):
+            raise ConfigError(f"{where}: retry_backoff must be >= 0 seconds or a callable (attempt) -> seconds, "
+                              f"got {self.retry_backoff!r}")
+        if self.retry_on is not None and not (
+                isinstance(self.retry_on, tuple)
+                and all(isinstance(t, type) and issubclass(t, BaseException) for t in self.retry_on)):
+            raise ConfigError(f"{where}: retry_on must be an exception class or a tuple of them, "
+                              f"got {self.retry_on!r}")
         if not (_finite(self.delay) and self.delay >= 0):
             raise ConfigError(f"{where}: delay must be >= 0 seconds, got {self.delay!r}")
         if self.run_at is not None:
@@ -167,6 +179,10 @@ class Task(Generic[P, R]):
             raise ConfigError(f"unknown option(s) {sorted(unknown)} for task {self.name!r}")
         if "retry_backoff" in options and options["retry_backoff"] is None:
             options.pop("retry_backoff")
+        if "retry_on" in options or callable(options.get("retry_backoff")):
+            # the worker runs the task's policy, not one a producer passed along
+            raise ConfigError(f"task {self.name!r}: retry_on and a callable retry_backoff are set where the "
+                              "task is registered (@app.task(...)), not per call")
         merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
         return TaskCall(self, merged)
 
@@ -197,8 +213,18 @@ class Task(Generic[P, R]):
         return NewJob(
             task=self.name, args_json=args, queue=o.queue, priority=o.priority, run_at=o.run_at,
             delay=o.delay, max_attempts=o.max_attempts, lease_ttl=o.lease_ttl, timeout=o.timeout,
-            backoff_base=o.retry_backoff, dedup_key=o.dedup_key,
+            backoff_base=DEFAULT_BACKOFF_BASE if callable(o.retry_backoff) else o.retry_backoff,
+            dedup_key=o.dedup_key,
         )
+
+
+def _ended(job: Job) -> Job:
+    """A finished job for ``wait``: itself if it succeeded, else the error."""
+    if job.state is JobState.DEAD:
+        raise JobFailed(job)
+    if job.state is JobState.CANCELLED:
+        raise JobCancelled(job.id, "cancelled", job)
+    return job
 
 
 class Tether:
@@ -228,9 +254,14 @@ class Tether:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         transport: str | Transport | None = None,
         token: str | None = None,
+        retention: RetentionSpec | None = RETENTION_DEFAULTS,
     ) -> None:
         url, self.scratch = scratch_database(self, url)  # the memory URL's temporary directory
         self.dsn = parse_database_url(url)
+        #: how long finished jobs are kept, by state, in seconds (workers prune the
+        #: rest): ``{"succeeded": "7d", "cancelled": "30d", "dead": "30d"}`` by
+        #: default; a state given None, or ``retention=None``, is kept forever
+        self.retention = parse_retention(retention)
         self.token = token  # for a tether server URL (http/https); else TETHER_TOKEN
         self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
                              reaper_interval=reaper_interval)
@@ -240,12 +271,15 @@ class Tether:
             raise ConfigError(f"max_payload_bytes must be positive, got {max_payload_bytes!r}")
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: the schedules declared with ``@app.periodic``, by name (the task's name)
+        self.schedule_specs: dict[str, ScheduleSpec] = {}
         #: lifecycle hooks (see ``on``)
         self.events = Events()
         #: OpenTelemetry tracing, set by ``tether.otel.instrument(app)``
         self.tracing: Tracer | None = None
         self._store: Store | None = None
         self._store_lock = threading.Lock()
+        self._finish_watch: FinishWatch | None = None
 
     def __repr__(self) -> str:
         return f"<Tether {self.dsn.backend} tasks={sorted(self.tasks)}>"
@@ -265,7 +299,8 @@ class Tether:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_ttl: float | None = None,
         timeout: float | None = None,
-        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+        retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 
     def task(
@@ -279,23 +314,85 @@ class Tether:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_ttl: float | None = None,
         timeout: float | None = None,
-        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+        retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     ) -> Any:
         """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``.
         Its name defaults to ``module.qualname``, the module named as importers
-        name it even when it runs as a script (see ``tether.naming``)."""
+        name it even when it runs as a script (see ``tether.naming``).
+
+        Retry policy: ``retry_on`` (an exception class or a tuple of them): only
+        those are retried, any other ends the job dead at once; ``retry_backoff``:
+        seconds before the first retry, doubling (capped at an hour, jittered),
+        or a callable ``(attempt) -> seconds``. A handler may also raise
+        ``tether.Retry(delay=...)`` (again later, no failure counted) or
+        ``tether.Discard(reason)`` (dead now)."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = name or default_task_name(f)
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
             opts = TaskOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
-                               timeout=timeout, retry_backoff=retry_backoff)
+                               timeout=timeout, retry_backoff=retry_backoff,
+                               retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on)
             t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
             self.tasks[task_name] = t
             return t
 
         return register(fn) if fn is not None else register
+
+    # -- schedules ----------------------------------------------------------------------
+    def periodic(
+        self,
+        cron: str,
+        /,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+        args: Mapping[str, Any] | None = None,
+        queue: str = DEFAULT_QUEUE,
+        catch_up: int = DEFAULT_CATCH_UP,
+        overlap: bool = True,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_ttl: float | None = None,
+        timeout: float | None = None,
+        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+    ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]:
+        """Register a task that the database also fires on a schedule: each
+        tick of ``cron`` (five fields, six with seconds first, or ``@hourly``,
+        ``@daily``, ...) in ``timezone`` becomes exactly one job with ``args``,
+        whatever number of workers run (I6). ``catch_up``: after every worker
+        was down, fire at most this many of the missed ticks (the latest
+        ones). ``overlap=False``: skip a tick while the previous job is still
+        queued or running. The handler reads its tick as ``ctx.scheduled_for``.
+        The rest are ``@app.task``'s options."""
+        check_schedule(cron, timezone, catch_up, overlap, args)
+        register = self.task(name=name, queue=queue, priority=priority, max_attempts=max_attempts,
+                             lease_ttl=lease_ttl, timeout=timeout, retry_backoff=retry_backoff)
+
+        def schedule(f: Callable[Concatenate[JobContext, P], R]) -> Task[P, R]:
+            t = register(f)
+            try:
+                spec = schedule_spec(t, cron=cron, timezone=timezone, args=args, catch_up=catch_up,
+                                     overlap=overlap, max_payload_bytes=self.max_payload_bytes)
+            except Exception:
+                del self.tasks[t.name]
+                raise
+            self.schedule_specs[t.name] = spec
+            return t
+
+        return schedule
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule in the database (orphaned ones too: no longer declared
+        by the app that synced last) and the ones this app declares that no
+        worker has synced yet: cron, time zone, next tick, last tick fired and
+        its job."""
+        stored = self.store.list_schedules()
+        known = {s.name for s in stored}
+        unsynced = [spec for name, spec in self.schedule_specs.items() if name not in known]
+        return merge_declared(stored, unsynced, self.store.db_now()) if unsynced else stored
 
     def on(self, event: str) -> Callable[[EventHook], EventHook]:
         """Subscribe a hook to a lifecycle event: ``@app.on("job.failed")``; it is
@@ -324,6 +421,9 @@ class Tether:
         return self._store
 
     def close(self) -> None:
+        if self._finish_watch is not None:
+            self._finish_watch.close()
+            self._finish_watch = None
         self.transport.close()
         if self._store is not None:
             self._store.close()
@@ -331,6 +431,9 @@ class Tether:
 
     async def aclose(self) -> None:
         """``close`` from a coroutine, without blocking its event loop."""
+        if self._finish_watch is not None:
+            watch, self._finish_watch = self._finish_watch, None
+            await asyncio.to_thread(watch.close)
         await asyncio.to_thread(self.transport.close)
         if self._store is not None:
             store, self._store = self._store, None
@@ -380,7 +483,44 @@ class Tether:
                 self.events.emit(Event("job.enqueued", job_id=job_id, task=job.task, queue=job.queue,
                                        state=JobState.QUEUED))
 
+    # -- results ----------------------------------------------------------------------
+    def wait(self, job_id: int, timeout: float | None = None) -> Job:
+        """Block until the job finishes and return it (``job.result`` is what its
+        handler returned). Raises ``JobFailed`` (dead; ``.error`` is its last
+        error), ``JobCancelled``, ``TimeoutError`` after ``timeout`` seconds, or
+        ``JobNotFound``. Woken by a notification on PostgreSQL; elsewhere it
+        polls, 50 ms apart at first, up to 1 s. Enqueue, then wait:
+        ``app.wait(task.enqueue(...), timeout=30)``."""
+        return _ended(self._watch().wait(job_id, timeout))
+
+    async def wait_async(self, job_id: int, timeout: float | None = None) -> Job:
+        """``wait`` for a coroutine (its event loop is never blocked)."""
+        watch = self._finish_watch
+        if watch is None:  # opening the store connects: not on the event loop
+            watch = await asyncio.to_thread(self._watch)
+        return _ended(await watch.wait_async(job_id, timeout))
+
+    def _watch(self) -> FinishWatch:
+        with self._store_lock:
+            watch = self._finish_watch
+        if watch is None:
+            store = self.store
+            with self._store_lock:
+                if self._finish_watch is None:
+                    self._finish_watch = FinishWatch(store)
+                watch = self._finish_watch
+        return watch
+
     # -- admin ------------------------------------------------------------------------
+    def pause(self, queue: str) -> None:
+        """Pause a queue: from their next claim round on, no worker claims its
+        jobs (stored in the database, so for every worker); running jobs finish."""
+        self.store.set_paused(validate_queue(queue), True)
+
+    def resume(self, queue: str) -> None:
+        """Resume a paused queue (idle workers on PostgreSQL are woken at once)."""
+        self.store.set_paused(validate_queue(queue), False)
+
     def get_job(self, job_id: int) -> Job | None:
         return self.store.get_job(job_id)
 

@@ -30,6 +30,7 @@ __all__ = [
     "Timers",
     "dump_json",
     "parse_database_url",
+    "redact_url",
     "validate_identifier",
     "validate_queue",
 ]
@@ -165,16 +166,77 @@ def parse_database_url(url: str | None) -> DatabaseURL:
         except ValueError:
             raise InvalidDSN(f"malformed PostgreSQL URL {url!r}: the port is not a number") from None
         del port
+        # tether's own options: the driver never sees them (libpq refuses
+        # parameters it does not know)
+        shown = redact_url(url).split("?")[0]
+        ours = _pooler_options(shown, query.pop("pgbouncer", None), query.pop("listen_url", None), query)
         netloc = parts.netloc
         rest = "&".join(f"{k}={v}" for k, v in query.items())
         driver_url = f"postgresql://{netloc}{parts.path}" + (f"?{rest}" if rest else "")
-        return DatabaseURL("postgresql", driver_url, schema, query)
+        return DatabaseURL("postgresql", driver_url, schema, {**query, **ours})
     if scheme in ("http", "https"):
         return _server_url(url, parts.netloc, scheme, query)
     raise InvalidDSN(
         f"unsupported database URL {url!r}: tether speaks sqlite:///path.db, "
         "postgresql://user@host:port/dbname and http(s)://host:port (a tether server)"
     )
+
+
+#: the values of the PostgreSQL URL's ``pgbouncer=`` option. One is enough:
+#: what transaction pooling needs (no session state) works behind session
+#: pooling too, and statement pooling cannot run tether's transactions (migrate).
+POOLER_MODES = ("transaction",)
+
+
+def _pooler_options(
+    shown: str, pooler: str | None, listen_url: str | None, driver: dict[str, str]
+) -> dict[str, str]:
+    """For the URL ``shown`` (no password, no query: listen_url may carry one):
+    ``pgbouncer=transaction`` (no session state: no startup options, no
+    server-side prepared statements, no LISTEN through the pooler) and
+    ``listen_url=`` (a direct server URL for LISTEN), checked."""
+    out: dict[str, str] = {}
+    if pooler is not None:
+        if pooler not in POOLER_MODES:
+            raise InvalidDSN(
+                f"database URL {shown!r}: pgbouncer={pooler!r} is not a pooling mode tether knows: use "
+                "pgbouncer=transaction behind a PgBouncer (or another pooler) in transaction pooling mode; "
+                "it works behind session pooling too"
+            )
+        if "options" in driver:
+            raise InvalidDSN(
+                f"database URL {shown!r}: options= sends startup parameters, which a transaction pooler "
+                "refuses (or keeps for one server connection only); drop it with pgbouncer=transaction"
+            )
+        out["pgbouncer"] = pooler
+    if listen_url is not None:
+        try:
+            parts = urlsplit(listen_url)
+            parts.port  # noqa: B018 - parsing it is the check
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme.lower() not in ("postgresql", "postgres") or not parts.hostname:
+            raise InvalidDSN(
+                f"database URL {shown!r}: listen_url must be a postgresql://user@host:port/dbname URL "
+                "of the server itself (not the pooler), for LISTEN"
+            )
+        query = parse_qs(parts.query)
+        if "pgbouncer" in query or "schema" in query:
+            raise InvalidDSN(
+                f"database URL {shown!r}: listen_url is a plain connection to the server, for LISTEN "
+                "only; pgbouncer= and schema= belong to the main URL"
+            )
+        out["listen_url"] = listen_url
+    return out
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _server_url(url: str, netloc: str, scheme: str, query: dict[str, str]) -> DatabaseURL:

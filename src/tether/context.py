@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
-from .errors import StaleAttempt, TetherError
-from .model import ClaimedJob
+from .errors import ConfigError, StaleAttempt, TetherError
+from .model import ClaimedJob, Job
 
-__all__ = ["CancelReason", "JobCancelled", "JobContext"]
+__all__ = ["CancelReason", "Discard", "JobCancelled", "JobContext", "Retry"]
 
 
 class CancelReason:
@@ -26,11 +27,14 @@ class CancelReason:
 
 
 class JobCancelled(TetherError):
-    """Raised by ``ctx.raise_if_cancelled()``; the worker maps it to the right ending."""
+    """Raised by ``ctx.raise_if_cancelled()``; the worker maps it to the right ending.
+    Also raised by ``app.wait`` for a job that ended cancelled (``job``: the
+    finished ``Job``)."""
 
-    def __init__(self, job_id: int, reason: str) -> None:
+    def __init__(self, job_id: int, reason: str, job: Job | None = None) -> None:
         self.job_id = job_id
         self.reason = reason
+        self.job = job
         super().__init__(f"job {job_id}: {reason}")
 
 
@@ -91,6 +95,13 @@ class JobContext:
     def meta(self) -> dict[str, Any] | None:
         return self._job.meta
 
+    @property
+    def scheduled_for(self) -> datetime | None:
+        """The schedule tick this job was fired for (a timezone-aware UTC
+        datetime; ``astimezone`` it for the schedule's zone); None for a job
+        enqueued any other way."""
+        return self._job.scheduled_for
+
     # -- progress (a heartbeat) -------------------------------------------------------
     def progress(self, fraction: float | None = None, message: str | None = None) -> None:
         """Record progress on the job and renew its lease (progress is a heartbeat).
@@ -149,3 +160,27 @@ class JobContext:
         if self._on_cancel is not None:
             self._on_cancel(self)
         return True
+
+
+# -- retry policies: what a handler may raise (issue 20) -----------------------------------
+
+
+class Retry(Exception):
+    """Raise in a handler to run the job again after ``delay`` seconds without
+    counting a failure (a snooze): the attempt is recorded as ``snoozed`` and
+    the job's ``max_attempts`` budget is not spent."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < float("inf"):
+            raise ConfigError(f"tether.Retry(delay=...) must be a finite number of seconds >= 0, got {delay!r}")
+        self.delay = float(delay)
+        super().__init__(f"retry in {self.delay:g}s")
+
+
+class Discard(Exception):
+    """Raise in a handler to end the job ``dead`` at once, whatever attempts
+    are left; ``reason`` is recorded as the attempt's error and the job's."""
+
+    def __init__(self, reason: str = "discarded") -> None:
+        self.reason = str(reason)
+        super().__init__(self.reason)

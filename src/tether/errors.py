@@ -23,11 +23,17 @@ that callers who catch the builtin families keep working.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .model import Job
+
 __all__ = [
     "AccessDenied",
     "ConfigError",
     "InvalidDSN",
     "InvalidTransition",
+    "JobFailed",
     "JobNotFound",
     "NotYourWorker",
     "PayloadError",
@@ -112,3 +118,15 @@ class StaleAttempt(TetherError):
             "this attempt no longer owns the job (its lease lapsed or its timeout passed, and the job "
             "was or will be recovered, finished or re-claimed); nothing was changed"
         )
+
+
+class JobFailed(TetherError):
+    """``app.wait``: the job ended dead. ``job`` is the finished ``Job`` (its
+    attempts included), ``error`` its last error."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.job_id = job.id
+        self.error = job.last_error
+        super().__init__(f"job {job.id} ({job.task}) is dead after {job.attempts_used} attempt(s): "
+                         f"{job.last_error or 'no error recorded'}")

@@ -15,11 +15,14 @@ __all__ = [
     "Attempt",
     "Beat",
     "ClaimedJob",
+    "FiredTick",
     "Job",
     "JobState",
     "NewJob",
     "Outcome",
     "Reaped",
+    "ScheduleInfo",
+    "ScheduleSpec",
     "Stats",
     "Throughput",
     "WorkerInfo",
@@ -47,6 +50,10 @@ class Outcome(enum.StrEnum):
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
     RELEASED = "released"
+    #: the handler raised ``tether.Retry(delay)``: queued again later, budget not spent
+    SNOOZED = "snoozed"
+    #: the handler raised ``tether.Discard(reason)``: dead at once
+    DISCARDED = "discarded"
 
 
 class Beat(enum.StrEnum):
@@ -100,6 +107,8 @@ class ClaimedJob(NamedTuple):
     meta: dict[str, Any] | None = None
     #: when the job was due (its queue wait is claimed_at - run_at)
     run_at: datetime | None = None
+    #: the schedule tick this job was fired for (UTC); None if not from a schedule
+    scheduled_for: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +149,9 @@ class Job:
     created_at: datetime
     finished_at: datetime | None
     meta: dict[str, Any] | None = None
+    #: the schedule and tick that fired this job; None for a job enqueued any other way
+    schedule: str | None = None
+    scheduled_for: datetime | None = None
     attempts: list[Attempt] = field(default_factory=list)
 
     @property
@@ -201,3 +213,58 @@ class Throughput:
     start: datetime
     seconds: int
     counts: dict[Outcome, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """A periodic schedule as an app declares it (``@app.periodic``): what a
+    worker syncs into the schedules table. The job options are the task's, so
+    the database can fire a tick without the task's code."""
+
+    name: str  # the schedule's and its task's name
+    cron: str
+    timezone: str
+    args_json: str
+    queue: str
+    catch_up: int
+    overlap: bool
+    priority: int = 0
+    max_attempts: int = 3
+    lease_ttl: float | None = None
+    timeout: float | None = None
+    backoff_base: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A schedule as the database holds it, for ``app.schedules()`` and the CLI."""
+
+    name: str
+    cron: str
+    timezone: str
+    args: dict[str, Any]
+    queue: str
+    catch_up: int
+    overlap: bool
+    #: when the cron or time zone last changed (ticks before it are not owed)
+    since: datetime | None
+    #: the next tick after the database's now (None if the cron never fires again)
+    next_tick: datetime | None
+    #: the latest tick decided, fired or skipped
+    last_tick: datetime | None
+    #: the latest tick that made a job, and that job
+    last_fired: datetime | None
+    last_job_id: int | None
+    skipped: int  # ticks skipped because the previous job was active (overlap=False)
+    orphaned: bool  # the last app to sync did not declare it: no longer fired by it
+    last_seen: datetime | None  # when an app last declared it
+
+
+@dataclass(frozen=True, slots=True)
+class FiredTick:
+    """One tick a fire operation decided: a job, or skipped (``job_id`` None)."""
+
+    schedule: str
+    tick: datetime
+    job_id: int | None
+    queue: str

@@ -9,10 +9,17 @@ Times: events carry the system-wide monotonic clock ``m``; the driver maps it
 to the wall clock with one offset it measured itself, so skewed workers
 (libfaketime) cannot distort the ordering. Database times are the database's
 own clock, on the same machine as the driver.
+
+I5 promises recovery by a *healthy* worker, and a fault schedule may leave
+none for a while (a failpoint kills the last one while the others are stopped
+or cut off). The checker rebuilds, from the driver's fault events and each
+worker's own records, the windows in which no worker was healthy, and does not
+count them against a recovery (see ``_unhealthy``).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -20,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-__all__ = ["AttemptRow", "CheckReport", "JobRow", "check"]
+__all__ = ["AttemptRow", "CheckReport", "JobRow", "answered_since", "check", "healthy_spans"]
 
 TERMINAL = {"succeeded", "dead", "cancelled"}
 FAIL_OUTCOMES = {"failed", "timed_out", "cancelled"}
@@ -65,6 +72,8 @@ class CheckReport:
     recovery: dict[str, float | int | None]
     counts: dict[str, int]
     bound: float
+    #: what I5 did not judge: "no healthy worker from +a to +b s" (seconds into the run)
+    not_judged: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -76,6 +85,7 @@ class CheckReport:
             "bound_s": self.bound,
             "counts": self.counts,
             "recovery_s": self.recovery,
+            "i5_not_judged": self.not_judged,
             "invariants": {
                 k: {"title": v.title, "ok": v.ok, "checked": v.checked, "violations": v.violations[:50],
                     "violation_count": len(v.violations)}
@@ -112,12 +122,15 @@ def check(
     ``RECONNECT_GRACE`` for the workers' connections to come back.
     """
     outage_list = sorted(outages)
+    events = list(events)
+    sick = [(b + mono_to_wall, e + mono_to_wall) for b, e in _unhealthy(events)]
     inv = {
         "I1": Invariant("I1", "no loss: every acknowledged enqueue ended terminal"),
         "I2": Invariant("I2", "one live owner: no two attempts' leases overlap"),
         "I3": Invariant("I3", "fencing: attempts rise by one; stale writes were refused and changed nothing"),
         "I4": Invariant("I4", "terminal is final: nothing finished twice or ran after finishing"),
-        "I5": Invariant("I5", "bounded recovery: lapsed leases claimable within lease_ttl + reaper_interval"),
+        "I5": Invariant("I5", "bounded recovery: lapsed leases claimable within lease_ttl + reaper_interval "
+                                "(time with no healthy worker not counted)"),
     }
     bound = lease_ttl + reaper_interval
 
@@ -233,6 +246,8 @@ def check(
     reap_lag: list[float] = []
     unheard = 0  # recoveries whose last renewal the worker applied but never recorded
     clear_lag: list[float] = []  # recoveries with no database outage in their window
+    waited: list[float] = []  # recoveries that waited on no healthy worker: how long each did
+    used: set[tuple[float, float]] = set()  # the no-healthy windows that mattered to a recovery
     to_claim: list[float] = []
     for job_id, by_attempt in rows.items():
         for k, row in by_attempt.items():
@@ -261,13 +276,25 @@ def check(
             following = by_attempt.get(k + 1)
             if following is not None:
                 to_claim.append(following.claimed_at - last_alive)
-            if lag > bound + slack + excused:
+            # Time after the lapse with no healthy worker to reap it is not the
+            # reapers' to answer for (but a database outage in it is counted once).
+            due = last_alive + lease_ttl
+            hit = [(max(b, due), min(e, row.finished_at)) for b, e in sick if b < row.finished_at and e > due]
+            down = [(max(b, due), min(e, row.finished_at)) for b, e in outage_list
+                    if b < row.finished_at and e > due]
+            no_healthy = _measure(hit + down) - _measure(down)
+            if no_healthy > 0:
+                waited.append(no_healthy)
+                used.update((b, e) for b, e in sick if b < row.finished_at and e > due)
+            if lag > bound + slack + excused + no_healthy:
+                extra = (f" + {excused:.2f}s of database outage" if excused else "") + (
+                    f" + {no_healthy:.2f}s with no healthy worker" if no_healthy else "")
                 inv["I5"].violations.append(
                     f"job {job_id}: attempt {k}'s lease was recovered {lag:.2f}s after its last renewal "
-                    f"(bound {bound:g}s + {slack:g}s slack" + (f" + {excused:.2f}s of database outage)"
-                                                              if excused else ")")
-                    + _reaper_activity(ticks, last_alive + lease_ttl, row.finished_at))
+                    f"(bound {bound:g}s + {slack:g}s slack{extra})"
+                    + _reaper_activity(ticks, due, row.finished_at))
 
+    origin = _origin(events) + mono_to_wall
     states: dict[str, int] = defaultdict(int)
     for job in jobs.values():
         states[job.state] += 1
@@ -283,12 +310,125 @@ def check(
             "to_next_claim_p50": _pct(to_claim, 50), "to_next_claim_p99": _pct(to_claim, 99),
             "to_next_claim_max": max(to_claim, default=None),
             "renewals_unheard": unheard,
+            "no_healthy_windows": len(sick), "no_healthy_s": round(_measure(sick), 2),
+            "waited_on_no_healthy": len(waited), "waited_on_no_healthy_max": max(waited, default=None),
         },
         counts={"jobs": len(jobs), "attempts": n_attempts, **{f"state_{k}": v for k, v in sorted(states.items())},
                 "reports": len(reports), "prefetched": prefetch["buffered"],
                 "prefetch_handed_back": prefetch["handed_back"]},
         bound=bound,
+        not_judged=[f"no healthy worker from +{b - origin:.2f}s to +{e - origin:.2f}s" for b, e in sorted(used)],
     )
+
+
+def _measure(intervals: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) intervals."""
+    total, reach = 0.0, -math.inf
+    for b, e in sorted(intervals):
+        if e > reach:
+            total += e - max(b, reach)
+            reach = e
+    return total
+
+
+def _origin(events: list[Mapping[str, Any]]) -> float:
+    """The run's start on the monotonic clock: its first event."""
+    return min((float(e["m"]) for e in events), default=0.0)
+
+
+def _unhealthy(events: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """The (start, end) windows, monotonic clock, in which no worker was
+    healthy (see ``healthy_spans``), from the first worker's start on."""
+    spans = sorted(span for per in healthy_spans(events).values() for span in per)
+    if not spans:
+        return []
+    out: list[tuple[float, float]] = []
+    reach = spans[0][0]
+    for b, e in spans:
+        if b > reach:
+            out.append((reach, b))
+        reach = max(reach, e)
+    # A run ends with no healthy worker (the drain stops them all): that last
+    # window is open, and nothing after it needs judging.
+    return out
+
+
+def answered_since(e: Mapping[str, Any], since: float) -> bool:
+    """Whether a worker's record is the database's answer to a request the
+    worker sent at or after ``since`` (monotonic): proof its link works."""
+    kind = e.get("e")
+    if kind == "reap":
+        sent = float(e["started"]) if e.get("ok") else -math.inf
+    elif kind in ("claimed", "hb", "report"):
+        sent = float(e.get("sent", e["m"]))
+    else:
+        return False
+    return sent >= since
+
+
+def healthy_spans(events: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[float, float]]]:
+    """Each worker process's healthy (start, end) spans, monotonic clock, by pid.
+
+    A worker process is healthy once it has recorded ``started`` (it reached
+    the database and registered) until the driver kills it, sees it die or
+    stops it (and again from its SIGCONT), or it stops itself. A blackhole
+    partition cuts it off; after the heal it counts as healthy again only from
+    the first answer it gets from the database to a request sent after the
+    heal: a request caught in the blackhole waits on a connection whose bytes
+    were dropped, and the worker cannot know before the server gives up on it.
+    A reset partition closes connections without cutting the link, and a
+    database restart is an outage (``outages``), so neither makes a worker
+    unhealthy here. Histories without ``started`` records (no lifecycle known)
+    have no spans.
+    """
+    events = sorted(events, key=lambda e: float(e["m"]))
+    spans: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    if not any(e.get("e") == "started" for e in events):
+        return spans
+    slot_pid: dict[int, int] = {}
+    started: set[int] = set()
+    gone: set[int] = set()
+    stopped: set[int] = set()
+    cut: set[int] = set()
+    healed_at: dict[int, float] = {}  # pid -> heal time, while it waits for its first answer since
+    since: dict[int, float] = {}  # pid -> healthy since
+
+    for e in events:
+        kind, m, pid = e.get("e"), float(e["m"]), e.get("pid")
+        driver = e.get("w") == "driver"
+        if driver and kind == "spawn":
+            slot_pid[int(e["slot"])] = int(e["pid"])
+        elif driver and kind == "fault" and e.get("kind") in ("kill", "stop"):
+            (gone if e["kind"] == "kill" else stopped).add(int(e["pid"]))
+        elif driver and kind == "died":
+            gone.add(int(e["pid"]))
+        elif driver and kind == "resume":
+            stopped.discard(int(e["pid"]))
+        elif driver and kind == "fault" and e.get("kind") == "partition" and e.get("mode") == "blackhole":
+            target = slot_pid.get(int(e["slot"]))
+            if target is not None:
+                cut.add(target)
+                healed_at.pop(target, None)
+        elif driver and kind == "heal":
+            target = slot_pid.get(int(e["slot"]))
+            if target is not None and target in cut:
+                healed_at[target] = m
+        elif not driver and kind == "started":
+            started.add(int(e["pid"]))
+        elif not driver and kind == "stopped":
+            gone.add(int(e["pid"]))
+        elif not driver and pid in healed_at and answered_since(e, healed_at[int(pid)]):
+            cut.discard(int(pid))
+            del healed_at[int(pid)]
+        healthy = started - gone - stopped - cut
+        for p in healthy - since.keys():
+            since[p] = m
+        for p in since.keys() - healthy:
+            spans[p].append((since.pop(p), m))
+    last = float(events[-1]["m"])
+    for p, b in since.items():
+        spans[p].append((b, last))
+    return spans
 
 
 def _reaper_activity(ticks: list[tuple[float, float, bool]], due: float, reaped_at: float) -> str:

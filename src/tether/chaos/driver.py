@@ -26,72 +26,24 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from ..config import Timers, parse_database_url, validate_identifier
-from ..errors import ConfigError
+from ..config import parse_database_url, validate_identifier
 from ..model import JobState, NewJob
 from ..store import Store, open_store
 from ..transport import Transport, open_transport
 from ..worker.failpoints import NAMES as FAILPOINTS
-from .checker import AttemptRow, CheckReport, JobRow, check
+from .checker import CheckReport, answered_since, check
+from .collect import read_events, read_jobs, schedule_invariant
+from .config import FAULTS, LIBFAKETIME, ChaosConfig
 from .pgserver import ScratchPostgres
 from .proxy import TCPProxy
 from .workerproc import ASYNC_TASK, QUEUE, SYNC_TASK
 
-__all__ = ["FAULTS", "ChaosConfig", "ChaosResult", "run"]
+__all__ = ["FAULTS", "LIBFAKETIME", "ChaosConfig", "ChaosResult", "run"]
 
-FAULTS = ("kill", "stop", "partition", "restart", "skew")
-PG_ONLY = {"partition", "restart", "skew"}
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 #: when kills are on, each worker also SIGKILLs itself at these places now and then
 #: seconds per phase of the job mix: short jobs in bursts, then long ones
 SHORT_PHASE = 5.0
 FAILPOINT_ODDS = {"after_claim": 0.01, "mid_handler": 0.01, "after_side_effect": 0.01, "during_heartbeat": 0.005}
-
-
-@dataclass
-class ChaosConfig:
-    database: str | None = None  # None: a scratch SQLite file
-    scratch_postgres: bool = False  # start a private PostgreSQL (needed for the restart fault)
-    workers: int = 3
-    jobs: int = 300
-    duration: float = 60.0
-    faults: frozenset[str] = frozenset({"kill", "stop"})
-    seed: int = 0
-    lease_ttl: float = 2.0
-    heartbeat_interval: float = 0.5
-    reaper_interval: float = 1.0
-    concurrency: int = 4
-    drain_timeout: float = 120.0
-    keep: bool = False
-    out_dir: Path | None = None
-    #: how job ids reach the workers: None (the database), "poll", or a NATS URL;
-    #: a NATS URL without ?prefix= gets a stream of the run's own, tether_chaos_<seed>
-    transport: str | None = None
-
-    def transport_spec(self) -> str | None:
-        t = self.transport
-        if t is None or "://" not in t or "prefix=" in t:
-            return t
-        return t + ("&" if "?" in t else "?") + f"prefix=tether_chaos_{self.seed}"
-
-    def validate(self) -> None:
-        unknown = set(self.faults) - set(FAULTS)
-        if unknown:
-            raise ConfigError(f"unknown fault(s) {sorted(unknown)}; choose from {', '.join(FAULTS)}")
-        pg = self.scratch_postgres or (self.database is not None and
-                                       parse_database_url(self.database).backend == "postgresql")
-        if not pg and self.faults & PG_ONLY:
-            raise ConfigError(f"fault(s) {sorted(self.faults & PG_ONLY)} need PostgreSQL: partitions cut a "
-                              "network link, and a skewed clock only matters where leases use the database's")
-        if "restart" in self.faults and not self.scratch_postgres:
-            raise ConfigError("the restart fault restarts the server, so it needs one the harness started "
-                              "itself: add --scratch-postgres")
-        if "skew" in self.faults and not os.path.exists(LIBFAKETIME):
-            raise ConfigError(f"the skew fault needs libfaketime ({LIBFAKETIME}): apt-get install libfaketime")
-        open_transport(self.transport_spec()).check(Timers(self.lease_ttl, self.heartbeat_interval,
-                                                           self.reaper_interval))
-        if self.workers < 1 or self.jobs < 1 or self.duration <= 0:
-            raise ConfigError("workers, jobs and duration must be positive")
 
 
 @dataclass
@@ -128,6 +80,11 @@ class _Slot:
         self.stopped_until: float | None = None
         self.restart_at: float | None = None
         self.killed = False  # by the driver, as opposed to by one of its own failpoints
+        #: the worker has reached the database (its history holds its first record, 'started')
+        self.started = False
+        #: when its partition healed, until the database answers a request it sent since
+        self.healed_at: float | None = None
+        self.read = 0  # how far its history has been read
 
 
 class _Run:
@@ -139,6 +96,7 @@ class _Run:
         self.hist = self.tmp / "history"
         self.hist.mkdir()
         self.offset = time.time() - time.monotonic()
+        self.started_wall = time.time()
         self.faults: Counter[str] = Counter()
         self.driver_events: list[dict[str, Any]] = []
         self.pg: ScratchPostgres | None = None
@@ -197,8 +155,9 @@ class _Run:
         with (self.tmp / f"worker-{slot.index}.log").open("ab") as err:
             slot.proc = subprocess.Popen([sys.executable, "-m", "tether.chaos.workerproc"], env=env,
                                          stdout=subprocess.DEVNULL, stderr=err)
-        slot.restart_at = slot.stopped_until = None
-        slot.killed = False
+        slot.restart_at = slot.stopped_until = slot.healed_at = None
+        slot.killed = slot.started = False
+        slot.read = 0
         self._event("spawn", slot=slot.index, pid=slot.proc.pid, skew=slot.skew)
 
     def start_workers(self) -> None:
@@ -217,9 +176,30 @@ class _Run:
     def _healthy(self) -> list[_Slot]:
         """Workers running, not stopped and not cut off. Faults never take the
         last of these: I5 promises recovery by a healthy worker, so the
-        schedule keeps one (failpoints may still take it, briefly)."""
+        schedule keeps one (failpoints may still take it, briefly). The same
+        rules as the checker's (``healthy_spans``): a new worker counts once it
+        has reached the database, and a healed one once the database answered
+        a request sent after the heal (one caught in the blackhole waits on a
+        connection whose bytes were dropped)."""
         return [s for s in self.slots if s.proc is not None and s.proc.poll() is None
-                and s.stopped_until is None and s.index not in self._heal_at]
+                and s.stopped_until is None and s.index not in self._heal_at and self._reached(s)]
+
+    def _reached(self, slot: _Slot) -> bool:
+        if slot.started and slot.healed_at is None:
+            return True
+        assert slot.proc is not None
+        for path in self.hist.glob(f"worker-{slot.proc.pid}-*.jsonl"):
+            with path.open("rb") as f:
+                f.seek(slot.read)
+                chunk = f.read()
+            whole = chunk[:chunk.rfind(b"\n") + 1]  # a line being written is read next time
+            slot.read += len(whole)
+            for line in whole.splitlines():
+                e = json.loads(line)
+                slot.started = slot.started or e.get("e") == "started"
+                if slot.healed_at is not None and answered_since(e, slot.healed_at):
+                    slot.healed_at = None
+        return slot.started and slot.healed_at is None
 
     def _fault(self) -> None:
         """Inject the next fault. Faults come in rounds, each switched-on kind
@@ -291,7 +271,9 @@ class _Run:
                 self._event("resume", slot=slot.index, pid=slot.proc.pid)
             if slot.proxy is not None and (now >= self._heal_at.get(slot.index, float("inf")) or not faults_on):
                 slot.proxy.heal()
-                self._heal_at.pop(slot.index, None)
+                if self._heal_at.pop(slot.index, None) is not None:
+                    slot.healed_at = time.monotonic()
+                    self._event("heal", slot=slot.index, pid=slot.proc.pid)
             if slot.proc.poll() is not None:
                 if slot.restart_at is None:
                     slot.restart_at = now + (self.rng.uniform(0.2, 1.5) if faults_on else 0)
@@ -413,25 +395,14 @@ class _Run:
                 slot.proxy.close()
 
     def _check(self) -> CheckReport:
-        events: list[dict[str, Any]] = list(self.driver_events)
-        for path in sorted(self.hist.glob("*.jsonl")):
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    events.append(json.loads(line))
-        jobs: dict[int, JobRow] = {}
-        attempts: list[AttemptRow] = []
-        for job_id in self.enqueued:
-            job = self.store.get_job(job_id)
-            if job is None:
-                continue
-            jobs[job.id] = JobRow(job.id, str(job.state), job.attempt, job.result)
-            attempts.extend(
-                AttemptRow(a.job_id, a.attempt, a.worker, a.claimed_at.timestamp(), a.finished_at.timestamp(),
-                           str(a.outcome))
-                for a in job.attempts if a.finished_at is not None and a.outcome is not None
-            )
-        return check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
-                     reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages)
+        events = read_events(self.driver_events, self.tmp, self.hist, self.enqueued)
+        jobs, attempts = read_jobs(self.store, self.enqueued)
+        report = check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
+                       reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages)
+        report.invariants["I6"] = schedule_invariant(
+            self.store, events, mono_to_wall=self.offset, start=self.started_wall, end=time.time(),
+            bound=self.cfg.reaper_interval, outages=self.outages, sqlite=self.sqlite_path is not None)
+        return report
 
     def cleanup(self) -> None:
         for slot in self.slots:

@@ -1,6 +1,14 @@
-"""A small TCP proxy for partition tests: pass traffic, or blackhole it (bytes
-vanish, sockets stay open and half-alive, as when a network drops packets), or
-reset every connection. Threads, not asyncio, so it runs beside any worker."""
+"""A small TCP proxy for partition tests: pass traffic, or blackhole it (nothing
+gets through, sockets stay open and half-alive, as when a network drops
+packets), or reset every connection. Threads, not asyncio, so it runs beside
+any worker.
+
+A blackhole holds bytes back; it does not throw them away. TCP never loses
+bytes it has acknowledged: when a real network drops packets, the sender
+retransmits, and after the heal its requests arrive, late. A proxy that read
+and dropped them acknowledged data that never arrived, which no network does;
+the request waited forever for an answer after the heal (a worker's reaper
+sat 22 s on one, until a later reset freed it: issue 17.7)."""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ import contextlib
 import select
 import socket
 import threading
+import time
 
 
 class TCPProxy:
@@ -66,14 +75,19 @@ class TCPProxy:
         peers = {a: b, b: a}
         try:
             while not self._stop.is_set():
-                ready, _, _ = select.select([a, b], [], [], 0.2)
+                if self.mode != "pass":
+                    # blackhole: read nothing, so bytes wait in the kernel's
+                    # buffers, as in a sender's retransmit queue, until the heal
+                    time.sleep(0.02)
+                    continue
+                ready, _, _ = select.select([a, b], [], [], 0.05)
                 for s in ready:
+                    if self.mode != "pass":
+                        break
                     data = s.recv(65536)
                     if not data:
                         return
-                    if self.mode == "pass":
-                        peers[s].sendall(data)
-                    # blackhole: read and drop, so nothing errors on either side
+                    peers[s].sendall(data)
         except (OSError, ValueError):  # ValueError: reset() closed a socket under select()
             return
         finally:

@@ -4,6 +4,8 @@ Everything comes from the environment the driver sets: the database URL, the
 timers, the history directory and the failpoints. The handlers sleep, report
 progress (a heartbeat), fail on request, and hit the failpoints that sit
 inside a handler: mid-handler, and after the side effect but before complete.
+The app also declares a one-second schedule, so every worker runs a scheduler
+and the checker can judge I6.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from ..app import Tether
 from ..context import JobContext
 from ..worker import failpoints
+from .collect import TICK_CRON, TICK_QUEUE, TICK_TASK
 
 QUEUE = "tether_chaos"
 SYNC_TASK = "tether.chaos.work"
@@ -61,6 +64,10 @@ def build_app() -> Tether:
             failpoints.hit("after_side_effect")
         return {"attempt": ctx.attempt, "pid": os.getpid()}
 
+    @app.periodic(TICK_CRON, name=TICK_TASK, queue=TICK_QUEUE)
+    def tick(ctx: JobContext) -> None:
+        """The run's schedule (I6): every worker's scheduler fires it; the job does nothing."""
+
     return app
 
 
@@ -69,7 +76,7 @@ def main() -> None:
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     build_app().run_worker(
         concurrency=int(os.environ.get("TETHER_CHAOS_CONCURRENCY", "4")),
-        queues=[QUEUE],
+        queues=[QUEUE, TICK_QUEUE],
         shutdown_timeout=float(os.environ.get("TETHER_CHAOS_SHUTDOWN", "5")),
         prefetch=os.environ.get("TETHER_PREFETCH", "1").lower() not in ("0", "false", "no", "off"),
     )

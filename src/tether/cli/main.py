@@ -360,6 +360,27 @@ def retry(state: CLIState, job_id: int, transport: str | None) -> None:
 
 
 @cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_state
+def schedules(state: CLIState, as_json: bool) -> None:
+    """Periodic schedules: cron, time zone, next tick, last tick fired and its job."""
+    with opened(state) as app:
+        found = app.store.list_schedules()
+        now = app.store.db_now()
+    if as_json:
+        click.echo(render.schedules_json(found))
+        return
+    console = make_console()
+    if not found:
+        console.print("no schedules yet (a worker whose app declares @app.periodic tasks records them)")
+        return
+    console.print(render.schedules_table(found, now))
+    if any(s.orphaned for s in found):
+        console.print("[dim]orphaned: the app that synced last does not declare it; kept for its history, "
+                      "fired only by workers that still do[/dim]")
+
+
+@cli.command()
 @click.option("--watch", "-w", is_flag=True, help="Keep the view live until Ctrl-C.")
 @click.option("--interval", type=Seconds(), default=2.0, show_default=True, help="Refresh period for --watch.")
 @pass_state
@@ -372,6 +393,9 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
                 f"[bold]{mask_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})",
                 render.queues_table(stats) if stats.counts else "no jobs yet",
             ]
+            paused = app.store.paused_queues()
+            if paused:
+                parts.append(f"[bold yellow]paused:[/bold yellow] {', '.join(paused)} (no new claims; `tether resume`)")
             if stats.workers:
                 parts += [render.workers_table(stats.workers, stats.now),
                           "[dim]a worker silent for longer than its lease TTL is probably gone; "
@@ -407,10 +431,14 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
 
 def _register_extras() -> None:
     from .chaos_cmd import chaos
+    from .control_cmd import pause, prune, resume
     from .dashboard_cmd import dashboard
     from .server_cmd import server
 
     cli.add_command(chaos)
+    cli.add_command(prune)
+    cli.add_command(pause)
+    cli.add_command(resume)
     cli.add_command(dashboard)
     cli.add_command(server)
 

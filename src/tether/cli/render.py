@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -19,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..display import STATE_ORDER, fmt_age, fmt_rel, fmt_time
-from ..model import Attempt, Job, JobState, Outcome, Stats, WorkerInfo
+from ..model import Attempt, Job, JobState, Outcome, ScheduleInfo, Stats, WorkerInfo
 
 __all__ = [
     "STATE_ORDER",
@@ -32,6 +33,8 @@ __all__ = [
     "outcome_text",
     "progress_text",
     "queues_table",
+    "schedules_json",
+    "schedules_table",
     "state_text",
     "workers_table",
 ]
@@ -50,6 +53,8 @@ OUTCOME_STYLE = {
     Outcome.TIMED_OUT: "red",
     Outcome.CANCELLED: "magenta",
     Outcome.RELEASED: "dim",
+    Outcome.SNOOZED: "cyan",
+    Outcome.DISCARDED: "bold red",
 }
 #: a worker not seen for longer than the default lease TTL is probably gone
 SILENT_AFTER = 30.0
@@ -153,6 +158,8 @@ def job_details(job: Job, now: datetime, *, tracebacks: bool = False) -> Rendera
         grid.add_row("last error", Text(job.last_error, style="red"))
     if job.dedup_key:
         grid.add_row("dedup key", job.dedup_key)
+    if job.schedule is not None:
+        grid.add_row("schedule", f"{job.schedule}, tick {fmt_time(job.scheduled_for)}")
     if job.lease_ttl is not None or job.timeout is not None:
         grid.add_row("limits", f"lease_ttl={job.lease_ttl or 'worker default'} timeout={job.timeout or 'none'}")
     parts: list[RenderableType] = [grid, Text()]
@@ -221,3 +228,44 @@ def workers_table(workers: Sequence[WorkerInfo], now: datetime) -> Table:
         table.add_row(w.id, w.host, str(w.pid), seen_text, fmt_age((now - w.started_at).total_seconds()),
                       ",".join(w.queues), str(w.concurrency))
     return table
+
+
+# -- schedules --------------------------------------------------------------------------
+def _in_zone(dt: datetime | None, zone: str, now: datetime) -> str:
+    """A tick in its schedule's time zone (as the cron reads it) and relative to now."""
+    if dt is None:
+        return "-"
+    try:
+        local = dt.astimezone(ZoneInfo(zone))
+    except (KeyError, ValueError, OSError):
+        local = dt
+    return f"{local.strftime('%Y-%m-%d %H:%M:%S %Z')} ({fmt_rel(dt, now)})"
+
+
+def schedules_table(schedules: Sequence[ScheduleInfo], now: datetime) -> Table:
+    table = Table(title="schedules", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("name", style="bold")
+    table.add_column("cron")
+    table.add_column("timezone")
+    table.add_column("queue")
+    table.add_column("next tick")
+    table.add_column("last fired")
+    table.add_column("job", justify="right")
+    table.add_column("skipped", justify="right")
+    table.add_column("catch-up / overlap")
+    for s in schedules:
+        name = Text(s.name)
+        if s.orphaned:
+            name.append(" (orphaned)", style="yellow")
+        table.add_row(
+            name, s.cron, s.timezone, s.queue,
+            Text("not fired: orphaned", style="dim") if s.orphaned else _in_zone(s.next_tick, s.timezone, now),
+            _in_zone(s.last_fired, s.timezone, now), "-" if s.last_job_id is None else str(s.last_job_id),
+            str(s.skipped) if s.skipped else Text("0", style="dim"),
+            f"{s.catch_up} / {'yes' if s.overlap else 'no'}",
+        )
+    return table
+
+
+def schedules_json(schedules: Sequence[ScheduleInfo]) -> str:
+    return json.dumps([dataclasses.asdict(s) for s in schedules], indent=2, default=_plain)

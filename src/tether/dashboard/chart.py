@@ -18,7 +18,7 @@ from ..model import Outcome, Throughput
 
 __all__ = ["BAR_GAP", "BAR_WIDTH", "FAILED", "HEIGHT", "Bar", "Chart", "chart"]
 
-FAILED = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LEASE_EXPIRED)
+FAILED = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LEASE_EXPIRED, Outcome.DISCARDED)
 #: drawing units of the SVG's viewBox (it scales to the page's width)
 BAR_WIDTH, BAR_GAP, HEIGHT = 8, 2, 100
 

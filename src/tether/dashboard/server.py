@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlencode
+from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -88,13 +90,14 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
     # -- pages ---------------------------------------------------------------------------
     async def overview(request: Request, session: Session) -> Response:
-        stats, recoveries, throughput = await run_in_threadpool(lambda: (
+        stats, recoveries, throughput, paused = await run_in_threadpool(lambda: (
             store.stats(), store.recent_attempts([Outcome.LEASE_EXPIRED], limit=5),
-            store.throughput(buckets=CHART_BUCKETS, bucket_seconds=CHART_SECONDS)))
-        queues = sorted({q for q, _ in stats.counts})
+            store.throughput(buckets=CHART_BUCKETS, bucket_seconds=CHART_SECONDS), store.paused_queues()))
+        queues = sorted({q for q, _ in stats.counts} | set(paused))
         totals = {s: sum(n for (_, st), n in stats.counts.items() if st == s) for s in STATE_ORDER}
         return render(request, session, "overview.html", stats=stats, queues=queues, states=STATE_ORDER,
-                      totals=totals, recoveries=recoveries, now=stats.now, chart=chart(throughput))
+                      totals=totals, recoveries=recoveries, now=stats.now, chart=chart(throughput),
+                      paused=set(paused))
 
     async def jobs(request: Request, session: Session) -> Response:
         q = request.query_params
@@ -132,6 +135,10 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             lambda: (store.recent_attempts([Outcome.LEASE_EXPIRED], limit=100), store.db_now()))
         return render(request, session, "recoveries.html", recoveries=found, now=now)
 
+    async def schedules(request: Request, session: Session) -> Response:
+        found, now = await run_in_threadpool(lambda: (tether.schedules(), store.db_now()))
+        return render(request, session, "schedules.html", schedules=found, now=now, zoned=_zoned)
+
     # -- actions -----------------------------------------------------------------------------
     async def do_cancel(request: Request, session: Session, form: dict[str, str]) -> Response:
         job_id = int(request.path_params["job_id"])
@@ -151,6 +158,16 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         except TetherError as exc:
             notice = str(exc)
         return RedirectResponse(f"/jobs/{job_id}?" + urlencode({"notice": notice}), 303)
+
+    async def do_pause(request: Request, session: Session, form: dict[str, str]) -> Response:
+        """Pause (or, with ``resume`` in the path, resume) a queue: app.pause / app.resume."""
+        queue, resume = request.path_params["queue"], request.url.path.endswith("/resume")
+        try:
+            await run_in_threadpool(tether.resume if resume else tether.pause, queue)
+            notice = f"queue {queue}: {'resumed' if resume else 'paused; running jobs finish'}"
+        except TetherError as exc:
+            notice = str(exc)
+        return RedirectResponse("/?" + urlencode({"notice": notice}), 303)
 
     async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
         ids = [int(i) for i in form.get("ids", "").split(",") if i.strip().isdigit()]
@@ -211,8 +228,11 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/jobs/{job_id:int}", page(job)),
         Route("/jobs/{job_id:int}/cancel", page(action(do_cancel)), methods=["POST"]),
         Route("/jobs/{job_id:int}/retry", page(action(do_retry)), methods=["POST"]),
+        Route("/queues/{queue}/pause", page(action(do_pause)), methods=["POST"]),
+        Route("/queues/{queue}/resume", page(action(do_pause)), methods=["POST"]),
         Route("/workers", page(workers)),
         Route("/recoveries", page(recoveries)),
+        Route("/schedules", page(schedules)),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", page(action(logout)), methods=["POST"]),
         Route("/metrics", metrics_endpoint),
@@ -242,3 +262,11 @@ def _path(request: Request) -> str:
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _zoned(dt: datetime, zone: str) -> str:
+    """A tick as its schedule's cron reads it: in the schedule's own zone."""
+    try:
+        return dt.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    except (KeyError, ValueError, OSError):
+        return fmt_time(dt)

@@ -36,11 +36,12 @@ from starlette.routing import Route
 
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import ClaimedJob, NewJob, Outcome, WorkerInfo
+from ..model import ClaimedJob, JobState, NewJob, Outcome, WorkerInfo
 from ..store import Listener, Store
 from ..store.http import wire
 from ..store.http.schema import parse_datetime
 from ..transport import Transport, announce, due_now
+from . import schedules
 from .auth import Caller, TokenTable
 from .openapi import build_document
 from .owners import WorkerOwners
@@ -195,7 +196,8 @@ def _complete(s: _Server, a: Args) -> Args:
 
 def _fail(s: _Server, a: Args) -> Args:
     state = s.store.fail(a["worker"], a["job_id"], a["attempt"], outcome=Outcome(a["outcome"]), error=a["error"],
-                         traceback=a.get("traceback"), retry=a.get("retry", True), now=a["now"])
+                         traceback=a.get("traceback"), retry=a.get("retry", True), now=a["now"],
+                         delay=a.get("delay"))
     return {"state": str(state)}
 
 
@@ -222,6 +224,14 @@ def _destroy(s: _Server, a: Args) -> Args:
     s.store.destroy()
     s.owners.forget()
     return {}
+
+
+def _ages(a: Args) -> dict[JobState, float]:
+    return {JobState(k): v for k, v in a["ages"].items()}
+
+
+def _counts(found: dict[JobState, int]) -> Args:
+    return {str(k): v for k, v in found.items()}
 
 
 #: every operation but those that long-poll (``LONG_POLLS``)
@@ -252,10 +262,17 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
         host=a.get("host"), live_only=a.get("live_only", False))]},
     "db_now": lambda s, a: {"now": s.store.db_now().isoformat()},
     "check_schema": lambda s, a: s.store.check_schema() or {},
+    "prune": lambda s, a: {"pruned": _counts(s.store.prune(_ages(a), a["limit"], now=a["now"]))},
+    "set_paused": lambda s, a: s.store.set_paused(a["queue"], a["paused"], now=a["now"]) or {},
+    "paused_queues": lambda s, a: {"queues": s.store.paused_queues()},
+    "prunable": lambda s, a: {"pruned": _counts(s.store.prunable(_ages(a), now=a["now"]))},
     "migrate": lambda s, a: {"applied": s.store.migrate()},
     "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},
     "integrity_check": lambda s, a: {"problems": s.store.integrity_check()},
     "destroy": _destroy,
+    "sync_schedules": lambda s, a: schedules.sync_schedules(s.store, a, s.max_payload),
+    "fire_schedules": lambda s, a: schedules.fire_schedules(s.store, s.transport, a),
+    "list_schedules": lambda s, a: schedules.list_schedules(s.store, a),
 }
 #: operations that end in a claim, which may long-poll (``_long_poll``): their
 #: first step, which returns the rest of the answer and the jobs claimed
@@ -264,7 +281,7 @@ LONG_POLLS: dict[str, Callable[[_Server, Args], tuple[Args, list[ClaimedJob]]]] 
     "complete_and_claim": _complete_and_claim_first,
 }
 #: operations after which queued jobs may be due: wake long-polling claims
-WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases"})
+WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused"})
 
 
 #: operations that bind their worker to the token (checked after they ran)

@@ -24,15 +24,51 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
 from functools import partial
 
-from ..model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ..errors import ConfigError
+from ..model import (
+    TERMINAL_STATES,
+    Attempt,
+    Beat,
+    ClaimedJob,
+    DueJob,
+    FiredTick,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+    Reaped,
+    ScheduleInfo,
+    ScheduleSpec,
+    Stats,
+    WorkerInfo,
+)
 from .buckets import Buckets
 
-__all__ = ["Listener", "Store"]
+__all__ = ["Listener", "Store", "check_prune"]
+
+
+def check_prune(ages: Mapping[JobState, float], limit: int | None = None) -> dict[JobState, float]:
+    """``prune``'s arguments checked (ConfigError naming the bad one), as
+    {finished state: age in seconds}."""
+    out: dict[JobState, float] = {}
+    for state, age in ages.items():
+        try:
+            st = JobState(state)
+        except ValueError:
+            st = None
+        if st is None or st not in TERMINAL_STATES:
+            raise ConfigError(f"only finished jobs are pruned (succeeded, dead, cancelled), not {state!r}")
+        if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < float("inf"):
+            raise ConfigError(f"the age to prune {st} jobs at must be a finite number of seconds >= 0, got {age!r}")
+        out[st] = float(age)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"prune limit must be an int >= 1, got {limit!r}")
+    return out
 
 
 class Listener(abc.ABC):
@@ -243,9 +279,14 @@ class Store(abc.ABC):
         traceback: str | None = None,
         retry: bool = True,
         now: datetime | None = None,
+        delay: float | None = None,
     ) -> JobState:
         """Fenced: retry with backoff, or dead once the budget is spent (or when
-        ``retry`` is False). ``outcome`` CANCELLED ends the job cancelled."""
+        ``retry`` is False). ``outcome`` CANCELLED ends the job cancelled.
+        ``delay``: seconds before the retry, instead of the exponential backoff.
+        ``outcome`` SNOOZED (``tether.Retry``) queues the job again after
+        ``delay`` without spending its budget (as ``release`` does); DISCARDED
+        comes with ``retry=False`` (``tether.Discard``): dead at once."""
 
     @abc.abstractmethod
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
@@ -255,6 +296,29 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
         """Send up to ``limit`` lapsed leases, oldest first, down the retry-or-dead path."""
+
+    # -- retention (job control) ------------------------------------------------
+    @abc.abstractmethod
+    def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
+        """Delete up to ``limit`` finished jobs, oldest finished first, with their
+        attempts rows: those in a state of ``ages`` that finished more than
+        ``ages[state]`` seconds before ``now``. One statement (or one short
+        transaction); never a queued or running job. Returns how many went, by
+        state (states with none are left out). ConfigError for a bad argument."""
+
+    @abc.abstractmethod
+    def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
+        """How many jobs ``prune`` would delete, by state (every state of ``ages``)."""
+
+    # -- pause and resume (job control) --------------------------------------------
+    @abc.abstractmethod
+    def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
+        """Pause a queue (no claim takes its jobs from the next claim round on;
+        running jobs go on) or resume it. ConfigError for a bad queue name."""
+
+    @abc.abstractmethod
+    def paused_queues(self) -> list[str]:
+        """The queues paused now, by name."""
 
     @abc.abstractmethod
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
@@ -280,6 +344,31 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]: ...
 
+    # -- schedules (I6) ------------------------------------------------------------
+    # Each tick of a schedule becomes at most one job: the (schedule, tick)
+    # primary key of the ticks table admits one insert, whichever worker sends
+    # it first; ticks are judged on the database clock.
+    def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:
+        """Upsert an app's schedules; every other schedule is marked orphaned
+        (kept, not fired by this app). A changed cron or timezone takes effect
+        at its next tick: ticks at or before the change are not owed."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
+    def fire_schedules(
+        self, names: Sequence[str], *, grace: float, now: datetime | None = None
+    ) -> list[FiredTick]:
+        """Decide the due ticks of the named schedules, as the database holds
+        them (names it lacks are ignored), at the database's ``now``: on-time
+        ticks (less than ``grace`` seconds old) and, of the older ones missed,
+        the ``catch_up`` most recent. Each tick becomes one job, or is skipped
+        (overlap=False while the last job is active), in the database; the
+        answer leaves out the ticks another worker decided first."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
+    def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
+        """Every schedule in the database, orphaned ones too, by name."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
     @abc.abstractmethod
     def db_now(self) -> datetime:
         """The database clock (the machine's clock for SQLite)."""
@@ -292,6 +381,12 @@ class Store(abc.ABC):
     def integrity_check(self) -> list[str]:
         """Problems the database reports with its own storage; empty when fine."""
         return []
+
+    def listen_finished(self, on_finished: Callable[[str], None]) -> Listener | None:
+        """Start a push channel calling ``on_finished(ids)`` when jobs finish
+        (``ids``: comma-separated job ids, or ``"*"``: anything may have
+        finished, look again); None if the backend has none (``app.wait`` polls)."""
+        return None
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         """Start a push channel calling ``on_enqueue(queue)``; None if the backend has none."""

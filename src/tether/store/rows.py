@@ -44,7 +44,7 @@ def job_from_row(
         timeout=r[11], dedup_key=r[12], locked_by=r[13], claimed_at=ts(r[14]), lease_until=ts(r[15]),
         cancel_requested=bool(r[16]), progress=r[17], progress_message=r[18], result=js(r[19]),
         last_error=r[20], created_at=ts(r[21]), finished_at=ts(r[22]), meta=js(r[23]),
-        attempts=_with_running(r, attempts, ts),
+        schedule=r[24], scheduled_for=ts(r[25]), attempts=_with_running(r, attempts, ts),
     )
 
 
@@ -77,7 +77,7 @@ def claimed_from_rows(rows: Sequence[Row], ts: Callable[[Any], Any] | None = Non
     order within a priority); the args of the whole batch are decoded by one
     ``json.loads`` (a JSON loader per row was most of a claim's client CPU);
     and each record is made from its row in one tuple construction. ``ts``
-    converts the two times (SQLite's epoch seconds); PostgreSQL's are
+    converts the times (SQLite's epoch seconds); PostgreSQL's are
     datetimes already.
     """
     if not rows:
@@ -89,7 +89,10 @@ def claimed_from_rows(rows: Sequence[Row], ts: Callable[[Any], Any] | None = Non
     if ts is None:
         out = [new(ClaimedJob, (r[0], r[1], r[2], a, *r[4:])) for r, a in zip(rows, args, strict=True)]
     else:
-        out = [new(ClaimedJob, (r[0], r[1], r[2], a, *r[4:9], ts(r[9]), r[10], ts(r[11])))
+        # scheduled_for (r[12]) is NULL but for a schedule's jobs: tested
+        # inline, not through ts, so an ordinary job pays no call for it
+        out = [new(ClaimedJob, (r[0], r[1], r[2], a, *r[4:9], ts(r[9]), r[10], ts(r[11]),
+                                None if r[12] is None else ts(r[12])))
                for r, a in zip(rows, args, strict=True)]
     for k, r in enumerate(rows):
         if r[10] is not None:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ..config import Timers
 from ..events import Events
+from ..model import ScheduleSpec
 from ..store import Store
 from ..tracing import AttemptTracer
 from ..transport import Transport
@@ -61,3 +62,8 @@ class AppView(Protocol):
 
     @property
     def max_payload_bytes(self) -> int: ...
+
+    @property
+    def schedule_specs(self) -> Mapping[str, ScheduleSpec]:
+        """The app's periodic schedules (``@app.periodic``), by name."""
+        ...

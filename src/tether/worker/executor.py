@@ -41,7 +41,8 @@ from ..transport import Delivery
 from . import failpoints
 from .appview import TaskView
 from .inflight import Running
-from .pool import DaemonPool
+from .policy import on_error
+from .pool import HandlerThreads, ThreadCall
 from .reporter import Reporter, ended
 from .state import WorkerState
 
@@ -98,7 +99,8 @@ class Executor:
         #: claimed jobs waiting for a handler slot (prefetch), oldest first
         self.ready: deque[Running] = deque()
         self.avg_run = math.inf  # running average of handler durations, seconds
-        self.handlers = DaemonPool()
+        #: the threads of ``def`` handlers (started as needed)
+        self.handlers = HandlerThreads()
         # Bound once: each job's context and handler would otherwise bind them anew.
         self._progress_fn = self.progress
         self._on_ctx_cancel_fn = self.on_ctx_cancel
@@ -107,6 +109,8 @@ class Executor:
 
     def bind(self) -> None:
         self._nudge = self.state.nudge
+        assert self.state.loop is not None
+        self.handlers.bind(self.state.loop, self._thread_done)
 
     # -- how much to claim ----------------------------------------------------------------
     def room(self) -> int:
@@ -234,7 +238,6 @@ class Executor:
             wait = (job.claimed_at - job.run_at).total_seconds() if job.run_at is not None else None
             s.events.emit(Event("job.started", job_id=job.id, attempt=job.attempt, task=job.task, queue=job.queue,
                                 worker=s.id, state=JobState.RUNNING, queue_wait=wait))
-        fut: asyncio.Future[Any]
         tracing = s.tracing
         self.busy += 1  # before the start: an eager task (3.12+) may end within it
         if task.is_async:
@@ -243,6 +246,7 @@ class Executor:
             # trip through the loop, per job. Calling the handler only binds the
             # arguments; a binding error (args that do not fit) fails the
             # attempt as a raise inside would.
+            fut: asyncio.Future[Any]
             try:
                 coro = (task.fn(ctx, **job.args) if tracing is None else  # the span is current while it runs
                         tracing.call_async(running.span, task.fn, ctx, job.args))
@@ -252,13 +256,15 @@ class Executor:
                 fut.add_done_callback(partial(self._finished_fn, running))
             else:
                 fut = _start(loop, self._drive(running, coro))
+            running.handler = fut
         else:
-            if tracing is None:
-                fut = loop.run_in_executor(self.handlers, _call_sync, task, ctx, job.args)
-            else:
-                fut = loop.run_in_executor(self.handlers, tracing.call_sync, running.span, task.fn, ctx, job.args)
-            fut.add_done_callback(partial(self._finished_fn, running))
-        running.handler = fut
+            # A def handler's call goes to the handler threads; its outcome
+            # comes back in a batch with the others that finished meanwhile
+            # (_thread_done), on a later turn of this loop.
+            call = (ThreadCall(self.handlers, running, _call_sync, (task, ctx, job.args)) if tracing is None else
+                    ThreadCall(self.handlers, running, tracing.call_sync, (running.span, task.fn, ctx, job.args)))
+            running.handler = call
+            self.handlers.submit(call)
         hard = running.hard_deadline  # from the claim: a prefetched job's wait counts against it
         if hard is not None:
             loop.call_at(loop.time() + (hard - time.monotonic()), self._timed_out, running)
@@ -279,13 +285,19 @@ class Executor:
         self._handler_ended(running, result, None)
 
     def _finished(self, running: Running, fut: asyncio.Future[Any]) -> None:
-        """A handler's future is done (a ``def`` handler's thread, or a call
-        that failed to bind its args)."""
+        """An ``async def`` handler's call that failed to bind its args."""
         if fut.cancelled():
             self._handler_ended(running, None, asyncio.CancelledError())
         else:
             exc = fut.exception()
             self._handler_ended(running, None if exc is not None else fut.result(), exc)
+
+    def _thread_done(self, call: ThreadCall) -> None:
+        """A ``def`` handler's call ended (or the worker stopped waiting for it)."""
+        if call.cancelled():
+            self._handler_ended(call.owner, None, asyncio.CancelledError())
+        else:
+            self._handler_ended(call.owner, call.result, call.exc)
 
     def _handler_ended(self, running: Running, result: Any, exc: BaseException | None) -> None:
         """The handler returned ``result`` or raised ``exc``: free its slot and
@@ -320,8 +332,9 @@ class Executor:
             self.lost(running, str(exc))
             reporter.forget(running)
             return
-        if exc is not None:
-            reporter.fail(running, Outcome.FAILED, f"{type(exc).__name__}: {exc}", _tb(exc), True)
+        if exc is not None:  # Retry, Discard, retry_on and retry_backoff: policy.py
+            task = self.tasks.get(job.task)
+            reporter.fail(running, *on_error(task.options if task is not None else None, job, exc))
             return
         try:
             result_json = None if result is None else dump_json(result, f"result of task {job.task!r}",

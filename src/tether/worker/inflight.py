@@ -9,16 +9,24 @@ handler's thread, takes the lock."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..context import JobContext
 from ..model import ClaimedJob
 from ..transport import Delivery
 
-__all__ = ["InFlight", "Running"]
+__all__ = ["Handle", "InFlight", "Running"]
+
+
+class Handle(Protocol):
+    """What the executor needs of a running handler: an asyncio task, or a
+    ``def`` handler's ``pool.ThreadCall``."""
+
+    def done(self) -> bool: ...
+
+    def cancel(self, msg: Any = None) -> bool: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -32,7 +40,8 @@ class Running:
     started: float
     #: monotonic end of the attempt's timeout, if it has one
     hard_deadline: float | None = None
-    handler: asyncio.Future[object] | None = None
+    #: the running handler: an asyncio task, or a def handler's ThreadCall
+    handler: Handle | None = None
     #: set when this attempt no longer owns the job; its report is skipped
     lost: bool = False
     #: set when the handler has finished: from then on its outcome's report,

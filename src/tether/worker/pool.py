@@ -1,65 +1,144 @@
-"""A thread pool of daemon threads for synchronous handlers.
+"""The threads that run ``def`` handlers, and how their outcomes reach the loop.
 
-A thread handler cannot be interrupted. When its attempt is lost or times out,
-the worker stops waiting for it and frees the slot; the thread runs on until
-the handler returns. Daemon threads keep such a straggler from holding the
-process open at exit, and a new thread is started whenever none is idle, so a
-straggler never blocks the jobs behind it.
+Long-lived daemon threads take calls from one queue. A finished call goes
+into a deque, and the loop is woken once for everything that finished since
+it last looked (one ``call_soon_threadsafe``, one write to the loop's
+self-pipe, per batch rather than per job); no futures are made per call.
+Under load the loop takes many outcomes per wake-up, which is where the
+``def`` handler's cost used to go: a ``concurrent.futures.Future``, an
+asyncio future chained to it, a done callback and a self-pipe write for
+every job.
+
+A thread handler cannot be interrupted. When its attempt is lost, timed out
+or shut down, the worker stops waiting for it (``ThreadCall.cancel``) and
+frees the slot; the thread runs on until the handler returns, and its outcome
+is dropped. Daemon threads keep such a straggler from holding the process
+open at exit, and a new thread is started whenever none is idle, so a
+straggler never blocks the calls behind it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
-__all__ = ["DaemonPool"]
+__all__ = ["HandlerThreads", "ThreadCall"]
 
-P = ParamSpec("P")
-T = TypeVar("T")
-_Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+#: a call's states
+_PENDING, _DONE, _CANCELLED = 0, 1, 2
 
 
-class DaemonPool(Executor):
+class ThreadCall:
+    """One ``def`` handler call: the handle the executor keeps as the attempt's
+    ``handler`` (``done()``, ``cancel()``, as an asyncio task offers)."""
+
+    __slots__ = ("args", "exc", "fn", "owner", "pool", "result", "state")
+
+    def __init__(self, pool: HandlerThreads, owner: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.pool = pool
+        #: what the loop is told about when the call ends (the executor's Running)
+        self.owner = owner
+        self.fn = fn
+        self.args = args
+        self.result: Any = None
+        self.exc: BaseException | None = None
+        self.state = _PENDING
+
+    def done(self) -> bool:
+        return self.state != _PENDING
+
+    def cancelled(self) -> bool:
+        return self.state == _CANCELLED
+
+    def cancel(self, msg: Any = None) -> bool:
+        """The loop only: stop waiting for this call. The pool reports it ended
+        cancelled (on the loop's next turn, as a cancelled future's callback
+        would be); whatever the thread later returns is dropped."""
+        if self.state != _PENDING:
+            return False
+        self.state = _CANCELLED
+        self.pool.cancelled(self)
+        return True
+
+
+class HandlerThreads:
     def __init__(self, name: str = "tether-handler") -> None:
         self._name = name
-        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[ThreadCall | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
         self._threads = 0
         self._shutdown = False
+        #: calls finished on their threads, not yet taken by the loop
+        self._finished: deque[ThreadCall] = deque()
+        #: set while a delivery to the loop is scheduled and has not begun
+        self._signalled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_done: Callable[[ThreadCall], None] = lambda call: None
 
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        fut: Future[T] = Future()
+    def bind(self, loop: asyncio.AbstractEventLoop, on_done: Callable[[ThreadCall], None]) -> None:
+        """The loop that takes the outcomes, and what it calls for each (on the loop)."""
+        self._loop = loop
+        self._on_done = on_done
+
+    def submit(self, call: ThreadCall) -> None:
         with self._lock:
             if self._shutdown:
-                raise RuntimeError("pool is shut down")
+                raise RuntimeError("the handler threads are shut down")
             if self._idle == 0:
                 self._threads += 1
                 threading.Thread(target=self._run, name=f"{self._name}-{self._threads}", daemon=True).start()
             else:
                 self._idle -= 1
-        self._queue.put((fut, fn, args, kwargs))
-        return fut
+        self._queue.put(call)
 
     def _run(self) -> None:
+        get, finished = self._queue.get, self._finished
         while True:
-            item = self._queue.get()
-            if item is None:
+            call = get()
+            if call is None:
                 return
-            fut, fn, args, kwargs = item
-            if fut.set_running_or_notify_cancel():
+            if call.state == _PENDING:
                 try:
-                    fut.set_result(fn(*args, **kwargs))
+                    call.result = call.fn(*call.args)
                 except BaseException as exc:
-                    fut.set_exception(exc)
-            del item, fut, fn, args, kwargs
+                    call.exc = exc
+                finished.append(call)
+                # Once per batch: a delivery already scheduled (and not begun)
+                # takes this one too. _deliver clears the flag before it
+                # drains, so a call appended after the drain began schedules
+                # another.
+                if not self._signalled:
+                    self._signalled = True
+                    loop = self._loop
+                    if loop is not None:
+                        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
+                            loop.call_soon_threadsafe(self._deliver)
+            del call
             with self._lock:
                 self._idle += 1
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+    def _deliver(self) -> None:
+        """On the loop: every call finished since the last delivery, in order."""
+        self._signalled = False
+        finished, on_done = self._finished, self._on_done
+        while finished:
+            call = finished.popleft()
+            if call.state == _PENDING:  # not cancelled meanwhile
+                call.state = _DONE
+                on_done(call)
+
+    def cancelled(self, call: ThreadCall) -> None:
+        """On the loop: report a call the worker stopped waiting for."""
+        assert self._loop is not None
+        self._loop.call_soon(self._on_done, call)
+
+    def shutdown(self, wait: bool = True) -> None:
         with self._lock:
             self._shutdown = True
             n = self._threads

@@ -164,9 +164,11 @@ class Reporter:
         self._nudge.set()
 
     # -- failures, cancellations, releases ---------------------------------------------------
-    def fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool) -> None:
-        """Write a failed (or cancelled, timed-out) attempt in the background."""
-        self._spawn(self._report_one(running, self._fail, outcome, error, tb, retry))
+    def fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool,
+             delay: float | None = None) -> None:
+        """Write a failed (or cancelled, timed-out, snoozed, discarded) attempt in
+        the background; ``delay``: seconds before a retry (else the backoff)."""
+        self._spawn(self._report_one(running, self._fail, outcome, error, tb, retry, delay))
 
     def release(self, running: Running) -> None:
         """Hand the job back (fenced; its budget untouched), in the background."""
@@ -232,13 +234,13 @@ class Reporter:
             return None
         return JobState.QUEUED if job.state is JobState.RUNNING else job.state
 
-    def _fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool, *,
-              recorded: JobState | None = None) -> None:
+    def _fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool,
+              delay: float | None = None, *, recorded: JobState | None = None) -> None:
         """Database thread: write a failed attempt (``recorded``: an earlier try
         already did) and tell the world."""
         s = self.state
         state = recorded or s.store.fail(s.id, running.job.id, running.job.attempt, outcome=outcome,
-                                         error=error, traceback=tb, retry=retry)
+                                         error=error, traceback=tb, retry=retry, delay=delay)
         s.counts[str(outcome)] += 1
         if running.span is not None:
             ended(running, outcome, error, state)
@@ -247,7 +249,7 @@ class Reporter:
                   state, extra=job_fields(running.job, s.id))
         if s.events.active:
             took = time.monotonic() - running.started
-            if outcome is not Outcome.CANCELLED:
+            if outcome not in (Outcome.CANCELLED, Outcome.SNOOZED):  # a snooze is no failure
                 s.emit("job.failed", running, took, state=state, outcome=outcome, error=error)
             follow = after_attempt(state)
             if follow is not None:

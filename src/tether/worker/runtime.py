@@ -35,9 +35,9 @@ from typing import Any
 
 from ..config import DEFAULT_QUEUE, Timers, validate_queue
 from ..errors import ConfigError
-from ..model import WorkerInfo
+from ..model import FiredTick, WorkerInfo
 from ..store import Listener, Store
-from ..transport import Transport
+from ..transport import Transport, announce
 from .appview import AppView
 from .burst import BurstClaimer
 from .claimer import STOP_GRACE, Claimer
@@ -46,9 +46,11 @@ from .heartbeat import Heartbeater
 from .history import recorder_from_env
 from .identity import host_name, make_worker_id, process_start_time
 from .inflight import InFlight
+from .pruner import Pruner
 from .reaper import Reaper
 from .reconcile import Reconciler
 from .reporter import CARRY_MAX, Reporter
+from .scheduler import Scheduler
 from .service import PeriodicService
 from .state import WorkerState
 from .sweeper import Sweeper
@@ -120,14 +122,23 @@ class Worker:
         )
         self.reaper = Reaper(s.store, interval=s.timers.reaper_interval, events=s.events,
                              on_requeued=reporter.republish, history=s.history)
-        self.reaper.on_tick = self._reaped
+        self.reaper.on_tick = self._made_due
         self.sweeper = Sweeper(s.store, s.transport, queues)
         self.sweeper.on_tick = self._swept
         self.reconciler = Reconciler(s.store, worker_id=self.id, host=self.host, reaper=self.reaper)
         #: the timer-driven duties this worker runs
-        self.services: list[PeriodicService] = [self.reaper]
+        self.services: list[PeriodicService] = [self.reaper, *Pruner.for_app(s.store, app)]
         if s.transport.delivers:
             self.services.append(self.sweeper)
+        #: fires the app's schedules (I6); only in a worker whose app declares
+        #: some: its first tick syncs them, and a sync from an app without any
+        #: would mark every schedule orphaned
+        self.scheduler: Scheduler | None = None
+        if app.schedule_specs:
+            self.scheduler = Scheduler(s.store, list(app.schedule_specs.values()), grace=s.timers.reaper_interval,
+                                       events=s.events, on_fired=self._fired)
+            self.scheduler.on_tick = self._made_due
+            self.services.append(self.scheduler)
 
     # -- read-only views of the configuration and the state --------------------------------
     @property
@@ -285,9 +296,15 @@ class Worker:
             return f"{t.name} (LISTEN/NOTIFY, and polling every {every})"
         return f"poll (every {every})"
 
-    def _reaped(self, reaped: Any) -> None:
-        if reaped:
-            self.state.nudge.set()  # recovered jobs are due now: claim them if we have room
+    def _fired(self, fired: list[FiredTick]) -> None:
+        """Database thread: announce the jobs a scheduler tick made (a delivering
+        transport publishes them; the database transport's NOTIFY went with the insert)."""
+        announce(self.state.transport, [(t.job_id, t.queue) for t in fired if t.job_id is not None])
+
+    def _made_due(self, jobs: Any) -> None:
+        """A reaper or scheduler tick made jobs due (recovered, fired): wake the claimer."""
+        if jobs:
+            self.state.nudge.set()
 
     def _swept(self, sent: Any) -> None:
         self.state.counts["swept"] += sent

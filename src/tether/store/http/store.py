@@ -25,12 +25,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from ...config import DatabaseURL
+from ...config import DatabaseURL, validate_queue
 from ...errors import (
     AccessDenied,
     ConfigError,
@@ -40,10 +40,25 @@ from ...errors import (
     StaleAttempt,
     TetherError,
 )
-from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
-from ..base import Store
+from ...model import (
+    Attempt,
+    Beat,
+    ClaimedJob,
+    DueJob,
+    FiredTick,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+    Reaped,
+    ScheduleInfo,
+    ScheduleSpec,
+    Stats,
+    WorkerInfo,
+)
+from ..base import Store, check_prune
 from ..buckets import Buckets, check_sizes
-from . import wire
+from . import wire, wire_schedules
 
 __all__ = ["HttpStore"]
 
@@ -276,15 +291,32 @@ class HttpStore(Store):
 
     def fail(
         self, worker: str, job_id: int, attempt: int, *, outcome: Outcome, error: str,
-        traceback: str | None = None, retry: bool = True, now: datetime | None = None,
+        traceback: str | None = None, retry: bool = True, now: datetime | None = None, delay: float | None = None,
     ) -> JobState:
         body = {"worker": worker, "job_id": job_id, "attempt": attempt, "outcome": str(outcome), "error": error,
                 "traceback": traceback, "retry": retry}
+        if delay is not None:  # only when set: a server from before retry policies refuses the field
+            body["delay"] = delay
         return JobState(self._call("fail", body, now=now)["state"])
 
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
         body = {"worker": worker, "job_id": job_id, "attempt": attempt}
         return JobState(self._call("release", body, now=now)["state"])
+
+    # -- job control: retention ---------------------------------------------------------------
+    def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
+        body = {"ages": {str(k): v for k, v in check_prune(ages, limit).items()}, "limit": limit}
+        return {JobState(k): int(v) for k, v in self._call("prune", body, now=now)["pruned"].items()}
+
+    def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
+        body = {"ages": {str(k): v for k, v in check_prune(ages).items()}}
+        return {JobState(k): int(v) for k, v in self._call("prunable", body, now=now)["pruned"].items()}
+
+    def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
+        self._call("set_paused", {"queue": validate_queue(queue), "paused": paused}, now=now)
+
+    def paused_queues(self) -> list[str]:
+        return [str(q) for q in self._call("paused_queues")["queues"]]
 
     # -- maintenance --------------------------------------------------------------------------
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
@@ -332,6 +364,22 @@ class HttpStore(Store):
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
         found = self._call("list_workers", query={"host": host, "live_only": live_only})
         return [wire.decode_worker(w) for w in found["workers"]]
+
+    # -- schedules (I6) ---------------------------------------------------------------------
+    def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:
+        self._call("sync_schedules", {"schedules": [wire_schedules.encode_spec(x) for x in specs]}, now=now)
+
+    def fire_schedules(
+        self, names: Sequence[str], *, grace: float, now: datetime | None = None
+    ) -> list[FiredTick]:
+        if not names:
+            return []
+        answer = self._call("fire_schedules", {"names": list(names), "grace": grace}, now=now)
+        return [wire_schedules.decode_fired(t) for t in answer["fired"]]
+
+    def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
+        query = {"now": None if now is None else now.isoformat()}
+        return [wire_schedules.decode_schedule(x) for x in self._call("list_schedules", query=query)["schedules"]]
 
     def db_now(self) -> datetime:
         return datetime.fromisoformat(self._call("db_now")["now"])

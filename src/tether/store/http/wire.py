@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ...cron import MAX_CATCH_UP
 from ...errors import (
     ConfigError,
     InvalidDSN,
@@ -24,7 +25,20 @@ from ...errors import (
     TetherError,
     UnknownTask,
 )
-from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, Outcome, Reaped, Stats, Throughput, WorkerInfo
+from ...model import (
+    TERMINAL_STATES,
+    Attempt,
+    Beat,
+    ClaimedJob,
+    DueJob,
+    Job,
+    JobState,
+    Outcome,
+    Reaped,
+    Stats,
+    Throughput,
+    WorkerInfo,
+)
 from ..buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
 from .schema import (
     ANY_JSON,
@@ -79,7 +93,8 @@ TTL = number(0, 1e6, exclusive_min=True)
 STATE = {"type": "string", "enum": [str(s) for s in JobState]}
 OUTCOME = {"type": "string", "enum": [str(o) for o in Outcome]}
 FAIL_OUTCOME = {"type": "string", "enum": [str(o) for o in (Outcome.FAILED, Outcome.TIMED_OUT,
-                                                                Outcome.CANCELLED, Outcome.LEASE_EXPIRED)]}
+                                                                Outcome.CANCELLED, Outcome.LEASE_EXPIRED,
+                                                                Outcome.SNOOZED, Outcome.DISCARDED)]}
 JSON_OBJECT: Schema = {"type": "object"}
 TEXT = string(100_000)
 
@@ -97,12 +112,14 @@ JOB_RECORD = obj({
     "progress_message": nullable(string(10**7)), "result": ANY_JSON, "last_error": nullable(string(10**7)),
     "created_at": DATETIME, "finished_at": nullable(DATETIME), "meta": ANY_JSON,
     "attempts": array(ATTEMPT_RECORD, 10**6),
-})
+    "schedule": nullable(string(1000)), "scheduled_for": nullable(DATETIME),
+}, optional=("schedule", "scheduled_for"))  # optional: servers older than schedules do not send them
 CLAIMED_RECORD = obj({
     "id": JOB_ID, "attempt": ATTEMPT, "task": string(1000), "args": ANY_JSON, "queue": string(1000),
     "priority": integer(-(2**31), 2**31 - 1), "max_attempts": ATTEMPT, "lease_ttl": {"type": "number"},
     "timeout": nullable({"type": "number"}), "claimed_at": DATETIME, "meta": ANY_JSON, "run_at": nullable(DATETIME),
-})
+    "scheduled_for": nullable(DATETIME),
+}, optional=("scheduled_for",))  # optional: servers older than schedules do not send it
 REAPED_RECORD = obj({"id": JOB_ID, "attempt": ATTEMPT, "worker": string(1000), "outcome": OUTCOME,
                      "state": STATE, "queue": string(1000), "lease_until": nullable(DATETIME)})
 DUE_RECORD = obj({"id": JOB_ID, "queue": string(1000), "attempt": ATTEMPT, "run_at": DATETIME})
@@ -134,12 +151,30 @@ NEW_JOB = obj(
     optional=("queue", "priority", "run_at", "delay", "max_attempts", "lease_ttl", "timeout", "backoff_base",
               "dedup_key", "meta"),
 )
+# schedules (I6); records encoded by wire_schedules.py
+SCHEDULE_SPEC = obj({
+    "name": TASK, "cron": string(200, 1), "timezone": string(100, 1), "args": JSON_OBJECT, "queue": QUEUE,
+    "catch_up": integer(0, MAX_CATCH_UP), "overlap": boolean(), "priority": integer(-(2**31) + 1, 2**31 - 1),
+    "max_attempts": integer(1, 2**31 - 1), "lease_ttl": nullable(TTL), "timeout": nullable(TTL),
+    "backoff_base": number(0, 1e6),
+})
+SCHEDULE_RECORD = obj({
+    "name": string(1000), "cron": string(1000), "timezone": string(1000), "args": ANY_JSON, "queue": string(1000),
+    "catch_up": integer(0), "overlap": boolean(), "since": nullable(DATETIME), "next_tick": nullable(DATETIME),
+    "last_tick": nullable(DATETIME), "last_fired": nullable(DATETIME), "last_job_id": nullable(JOB_ID),
+    "skipped": integer(0), "orphaned": boolean(), "last_seen": nullable(DATETIME),
+})
+FIRED_RECORD = obj({"schedule": string(1000), "tick": DATETIME, "job_id": nullable(JOB_ID), "queue": string(1000)})
 ERROR_RECORD: Schema = {
     "type": "object",
     "properties": {"error": string(100), "message": string(10**6)},
     "required": ["error", "message"],
 }
 EMPTY = obj({})
+#: retention: {finished state: age in seconds}, and what went (or would), by state
+AGES = obj({str(st): number(0, 1e11) for st in TERMINAL_STATES}, optional=tuple(str(st) for st in TERMINAL_STATES))
+PRUNED = obj({str(st): integer(0, 2**63 - 1) for st in TERMINAL_STATES},
+             optional=tuple(str(st) for st in TERMINAL_STATES))
 #: successes to record, each fenced on its own (id, attempt) and the request's worker
 DONE = array(obj({"id": JOB_ID, "attempt": ATTEMPT, "result": ANY_JSON}, optional=("result",)), 10_000)
 
@@ -244,8 +279,9 @@ OPS: list[Op] = [
     Op("fail", "POST", "/v1/fail", W, "Report a failed attempt (fenced): retry with backoff, or dead",
        obj({"state": STATE}),
        body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT, "outcome": FAIL_OUTCOME,
-                 "error": TEXT, "traceback": nullable(string(1_000_000)), "retry": boolean()},
-                optional=("traceback", "retry")),
+                 "error": TEXT, "traceback": nullable(string(1_000_000)), "retry": boolean(),
+                 "delay": nullable(number(0, 1e9))},
+                optional=("traceback", "retry", "delay")),
        takes_now=True, errors=(409,), acts_for="worker"),
     Op("release", "POST", "/v1/release", W, "Hand a job back (fenced) without spending its budget",
        obj({"state": STATE}), body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT}),
@@ -270,6 +306,31 @@ OPS: list[Op] = [
     Op("db_now", "GET", "/v1/now", ANY, "The database clock", obj({"now": DATETIME})),
     Op("check_schema", "GET", "/v1/schema", ANY, "Whether every migration has been applied (409 if not)",
        EMPTY, errors=(409,)),
+    # schedules (I6)
+    Op("sync_schedules", "POST", "/v1/schedules/sync", P,
+       "Upsert an app's schedules; every other schedule is marked orphaned (kept, not deleted). Producer "
+       "scope: a schedule makes jobs, as an enqueue does", EMPTY,
+       body=obj({"schedules": array(SCHEDULE_SPEC, 10_000)}), takes_now=True, errors=(422,)),
+    Op("fire_schedules", "POST", "/v1/schedules/fire", W,
+       "Decide the due ticks of these schedules on the database clock: each becomes one job or is skipped; "
+       "ticks another worker decided first are left out",
+       obj({"fired": array(FIRED_RECORD, 10**6)}),
+       body=obj({"names": array(TASK, 10_000), "grace": number(0, 1e6, exclusive_min=True)}), takes_now=True,
+       errors=(422,)),
+    Op("list_schedules", "GET", "/v1/schedules", ANY, "Every schedule, orphaned ones too, with its next tick",
+       obj({"schedules": array(SCHEDULE_RECORD, 10**6)}), takes_now=True),
+    # job control (issue 20)
+    Op("prune", "POST", "/v1/prune", A,
+       "Delete up to limit finished jobs (with their attempts), oldest first, older than their state's age in "
+       "seconds; how many went, by state", obj({"pruned": PRUNED}),
+       body=obj({"ages": AGES, "limit": integer(1, 100_000)}), takes_now=True, errors=(422,)),
+    Op("prunable", "POST", "/v1/prunable", A, "How many finished jobs prune would delete, by state",
+       obj({"pruned": PRUNED}), body=obj({"ages": AGES}), takes_now=True, errors=(422,)),
+    Op("set_paused", "POST", "/v1/queues/pause", A,
+       "Pause a queue (no claim takes its jobs from the next claim on; running jobs go on) or resume it",
+       EMPTY, body=obj({"queue": QUEUE, "paused": boolean()}), takes_now=True, errors=(422,)),
+    Op("paused_queues", "GET", "/v1/queues/paused", ANY, "The queues paused now",
+       obj({"queues": array(string(1000), 100_000)})),
     # admin
     Op("migrate", "POST", "/v1/migrate", A, "Apply pending migrations", obj({"applied": array(string(1000))}),
        body=obj({})),
@@ -362,6 +423,7 @@ def encode_job(j: Job) -> dict[str, Any]:
         "progress": j.progress, "progress_message": j.progress_message, "result": j.result,
         "last_error": j.last_error, "created_at": _dt(j.created_at), "finished_at": _dt(j.finished_at),
         "meta": j.meta, "attempts": [encode_attempt(a) for a in j.attempts],
+        "schedule": j.schedule, "scheduled_for": _dt(j.scheduled_for),
     }
 
 
@@ -374,6 +436,7 @@ def decode_job(d: dict[str, Any]) -> Job:
         cancel_requested=d["cancel_requested"], progress=d["progress"], progress_message=d["progress_message"],
         result=d["result"], last_error=d["last_error"], created_at=_req_dt(d["created_at"]),
         finished_at=_parse_dt(d["finished_at"]), meta=d["meta"],
+        schedule=d.get("schedule"), scheduled_for=_parse_dt(d.get("scheduled_for")),
         attempts=[decode_attempt(a) for a in d["attempts"]],
     )
 
@@ -381,14 +444,15 @@ def decode_job(d: dict[str, Any]) -> Job:
 def encode_claimed(c: ClaimedJob) -> dict[str, Any]:
     return {"id": c.id, "attempt": c.attempt, "task": c.task, "args": c.args, "queue": c.queue,
             "priority": c.priority, "max_attempts": c.max_attempts, "lease_ttl": c.lease_ttl, "timeout": c.timeout,
-            "claimed_at": _dt(c.claimed_at), "meta": c.meta, "run_at": _dt(c.run_at)}
+            "claimed_at": _dt(c.claimed_at), "meta": c.meta, "run_at": _dt(c.run_at),
+            "scheduled_for": _dt(c.scheduled_for)}
 
 
 def decode_claimed(d: dict[str, Any]) -> ClaimedJob:
     return ClaimedJob(id=d["id"], attempt=d["attempt"], task=d["task"], args=d["args"], queue=d["queue"],
                       priority=d["priority"], max_attempts=d["max_attempts"], lease_ttl=d["lease_ttl"],
                       timeout=d["timeout"], claimed_at=_req_dt(d["claimed_at"]), meta=d["meta"],
-                      run_at=_parse_dt(d["run_at"]))
+                      run_at=_parse_dt(d["run_at"]), scheduled_for=_parse_dt(d.get("scheduled_for")))
 
 
 def encode_reaped(r: Reaped) -> dict[str, Any]:

@@ -89,7 +89,8 @@ SET state = 'running',
     progress_message = NULL
 WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM picked))
 RETURNING j.id, j.attempt, j.task, j.args::text, j.queue, j.priority, j.max_attempts,
-          coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta::text, j.run_at
+          coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta::text, j.run_at,
+          j.scheduled_for
 
 -- name: _claim_picked
 -- The choice of jobs that claim and complete_and_claim share (two CTEs,
@@ -102,9 +103,12 @@ RETURNING j.id, j.attempt, j.task, j.args::text, j.queue, j.priority, j.max_atte
 -- instead of queueing behind it. With several queues each may lock up to
 -- `limit` rows; only the best `limit` are taken, the rest are unlocked when the
 -- statement ends.
+-- Paused queues (the queues table: app.pause) are left out of the list before
+-- any of its rows is read or locked: one read of that tiny table per claim.
 candidates AS (
     SELECT c.ctid, c.id, c.priority, c.run_at
-    FROM unnest(%(queues)s::text[]) AS q(name)
+    FROM (SELECT name FROM unnest(%(queues)s::text[]) AS u(name)
+          WHERE name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
     CROSS JOIN LATERAL (
         SELECT ctid, id, priority, run_at FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
@@ -134,11 +138,13 @@ UPDATE {schema}.jobs AS j
 -- waits for the first, re-checks the WHERE on the new row version (running
 -- now) and takes nothing. Rows are locked in id order, so two claims over
 -- overlapping id sets cannot deadlock; no SKIP LOCKED, because a skipped row
--- would be a delivered job nobody claimed.
+-- would be a delivered job nobody claimed. A job on a paused queue is not
+-- claimed either: the sweep delivers it again once its queue is resumed.
 WITH picked AS (
     SELECT ctid FROM {schema}.jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND state = 'queued'
       AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
+      AND queue <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))
     ORDER BY id
     FOR UPDATE
 )
@@ -152,8 +158,10 @@ UPDATE {schema}.jobs AS j
 -- created (delayed jobs and retries, which nothing publishes until they are
 -- due; an immediate job's run_at is exactly its created_at, one now() in one
 -- transaction). One queue at a time over jobs_claim_idx, as claim does, bounded.
+-- Paused queues are skipped: no claim would take their jobs.
 SELECT c.id, c.queue, c.attempt, c.run_at
-FROM unnest(%(queues)s::text[]) AS q(name)
+FROM (SELECT name FROM unnest(%(queues)s::text[]) AS u(name)
+      WHERE name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
 CROSS JOIN LATERAL (
     SELECT id, queue, attempt, run_at, priority FROM {schema}.jobs
     WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
@@ -261,7 +269,7 @@ WITH done AS (
 )
 SELECT 0 AS kind, claimed.* FROM claimed
 UNION ALL
-SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM audit
+SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM audit
 
 -- name: fail
 -- The retry-or-dead choice: a cancelled attempt, or any attempt of a job with a
@@ -270,24 +278,34 @@ SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NU
 -- operator's cancel, since the next claim clears cancel_requested); a spent
 -- budget (attempt - released >= max_attempts) or a non-retryable error ends it
 -- dead; otherwise back to queued after an exponential backoff with jitter
--- (half fixed, half random), capped at an hour.
+-- (half fixed, half random), capped at an hour, or after %(delay)s seconds
+-- when the task's own retry_backoff (a callable) chose them.
+-- A snooze (outcome 'snoozed': the handler raised tether.Retry(delay)) is a
+-- hand-back, not a failure: queued again at now + delay with released + 1, as
+-- release does, so the claim that follows does not spend the budget.
 WITH gone AS (
     UPDATE {schema}.jobs AS j
     SET state = CASE
             WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN 'cancelled'
+            WHEN %(outcome)s = 'snoozed' THEN 'queued'
             WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN 'dead'
             ELSE 'queued' END,
         run_at = CASE
-            WHEN %(outcome)s <> 'cancelled' AND NOT j.cancel_requested AND %(retry)s
-                 AND j.attempt - j.released < j.max_attempts
-            THEN {now} + make_interval(secs => LEAST(3600, j.backoff_base * power(2, j.attempt - j.released - 1))
-                                               * (0.5 + random() * 0.5))
-            ELSE j.run_at END,
+            WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN j.run_at
+            WHEN %(outcome)s = 'snoozed' THEN {now} + make_interval(secs => coalesce(%(delay)s::float8, 0))
+            WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN j.run_at
+            ELSE {now} + make_interval(secs => coalesce(
+                %(delay)s::float8,
+                LEAST(3600, j.backoff_base * power(2, j.attempt - j.released - 1)) * (0.5 + random() * 0.5)))
+            END,
+        released = CASE WHEN %(outcome)s = 'snoozed' AND NOT j.cancel_requested
+                        THEN j.released + 1 ELSE j.released END,
         finished_at = CASE
-            WHEN %(outcome)s = 'cancelled' OR j.cancel_requested OR NOT %(retry)s
-                 OR j.attempt - j.released >= j.max_attempts
-            THEN {now} END,
-        last_error = %(error)s,
+            WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN {now}
+            WHEN %(outcome)s = 'snoozed' THEN NULL
+            WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN {now} END,
+        -- a snooze is no error: the job's last one stays what it was
+        last_error = CASE WHEN %(outcome)s = 'snoozed' THEN j.last_error ELSE %(error)s END,
         locked_by = NULL,
         lease_until = NULL,
         deadline = NULL
@@ -382,12 +400,17 @@ RETURNING id
 -- One statement, both cases, judged on the old row: a queued job ends
 -- cancelled at once; a running one gets a request its worker reads from its
 -- next heartbeat. Finished jobs do not match (terminal is final).
-UPDATE {schema}.jobs
-SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-    finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
-    cancel_requested = (state = 'running')
-WHERE id = %(id)s AND state IN ('queued', 'running')
-RETURNING state
+-- A job cancelled here writes no attempt row, so no trigger announces it: the
+-- statement sends the notification app.wait() listens for itself.
+WITH c AS (
+    UPDATE {schema}.jobs
+    SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+        finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
+        cancel_requested = (state = 'running')
+    WHERE id = %(id)s AND state IN ('queued', 'running')
+    RETURNING id, state
+)
+SELECT state, CASE WHEN state = 'cancelled' THEN pg_notify({done_channel}, id::text)::text END FROM c
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at
@@ -408,7 +431,8 @@ SELECT state FROM {schema}.jobs WHERE id = %(id)s
 -- name: get_job
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: get_attempts
@@ -445,7 +469,8 @@ GROUP BY 1, 2
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM {schema}.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -497,3 +522,206 @@ SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 
 -- name: db_now
 SELECT now()
+
+-- ---------------------------------------------------------------------------
+-- Schedules (I6: each tick of a schedule becomes at most one job).
+-- The decider is the primary key of schedule_ticks (schedule, tick): every
+-- worker that finds a tick due inserts it ON CONFLICT DO NOTHING, and only the
+-- statement whose insert landed makes the job, in that same statement. No
+-- leader, no lock held between workers, nothing a paused worker could hold.
+
+-- name: sync_schedules
+-- A worker's app declares its schedules: upsert each (sorted by name, so two
+-- workers starting together lock the rows in the same order), and mark every
+-- other schedule orphaned (kept, not deleted: its ticks and jobs stay).
+-- version rises on any change to the definition, which voids fires computed
+-- from the old one (fire_ticks matches on it). since moves only when the cron
+-- or the timezone changed: the ticks owed are those after it, so a new
+-- expression takes effect at its next tick and never fires its past ones; a
+-- change of args or options keeps since, so no tick is lost to it.
+-- The orphaning UPDATE runs beside the upsert (a data-modifying CTE runs
+-- whether or not it is referenced) and touches only rows it did not upsert.
+WITH declared AS (
+    INSERT INTO {schema}.schedules AS s
+        (name, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
+         catch_up, overlap, since, created_at, updated_at, last_seen)
+    SELECT d.name, d.cron, d.timezone, d.args::jsonb, d.queue, d.priority, d.max_attempts, d.lease_ttl,
+           d.timeout, d.backoff_base, d.catch_up, d.overlap, {now}, {now}, {now}, {now}
+    FROM unnest(%(name)s::text[], %(cron)s::text[], %(timezone)s::text[], %(args)s::text[], %(queue)s::text[],
+                %(priority)s::int[], %(max_attempts)s::int[], %(lease_ttl)s::float8[], %(timeout)s::float8[],
+                %(backoff_base)s::float8[], %(catch_up)s::int[], %(overlap)s::boolean[])
+         WITH ORDINALITY AS d(name, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout,
+                              backoff_base, catch_up, overlap, ord)
+    ORDER BY d.ord
+    ON CONFLICT (name) DO UPDATE SET
+        cron = excluded.cron, timezone = excluded.timezone, args = excluded.args, queue = excluded.queue,
+        priority = excluded.priority, max_attempts = excluded.max_attempts, lease_ttl = excluded.lease_ttl,
+        timeout = excluded.timeout, backoff_base = excluded.backoff_base, catch_up = excluded.catch_up,
+        overlap = excluded.overlap,
+        version = s.version + CASE
+            WHEN (s.cron, s.timezone, s.args, s.queue, s.priority, s.max_attempts, s.lease_ttl, s.timeout,
+                  s.backoff_base, s.catch_up, s.overlap)
+                 IS DISTINCT FROM
+                 (excluded.cron, excluded.timezone, excluded.args, excluded.queue, excluded.priority,
+                  excluded.max_attempts, excluded.lease_ttl, excluded.timeout, excluded.backoff_base,
+                  excluded.catch_up, excluded.overlap)
+            THEN 1 ELSE 0 END,
+        since = CASE WHEN (s.cron, s.timezone) IS DISTINCT FROM (excluded.cron, excluded.timezone)
+                     THEN excluded.since ELSE s.since END,
+        updated_at = CASE
+            WHEN (s.cron, s.timezone, s.args, s.queue, s.priority, s.max_attempts, s.lease_ttl, s.timeout,
+                  s.backoff_base, s.catch_up, s.overlap)
+                 IS DISTINCT FROM
+                 (excluded.cron, excluded.timezone, excluded.args, excluded.queue, excluded.priority,
+                  excluded.max_attempts, excluded.lease_ttl, excluded.timeout, excluded.backoff_base,
+                  excluded.catch_up, excluded.overlap)
+            THEN excluded.updated_at ELSE s.updated_at END,
+        last_seen = excluded.last_seen,
+        orphaned = false
+    RETURNING name
+)
+UPDATE {schema}.schedules
+SET orphaned = true
+WHERE NOT orphaned AND name <> ALL(%(name)s::text[])
+
+-- name: schedules_to_fire
+-- What a fire needs to compute the due ticks in Python (cron is not SQL),
+-- read with the database clock: the ticks are judged on {now}, never on a
+-- worker's clock. Primary-key lookups, once a scheduler tick per worker.
+SELECT {now}, name, cron, timezone, catch_up, overlap, version, since, last_tick
+FROM {schema}.schedules
+WHERE name = ANY(%(names)s::text[])
+
+-- name: fire_ticks
+-- One schedule's due ticks (oldest first) in one statement:
+-- s:      the definition, only while it is still the version the ticks were
+--         computed from (a deploy that changed it since voids this fire; the
+--         next round computes again from the new one);
+-- won:    the decider: each tick inserted ON CONFLICT DO NOTHING; a tick
+--         another worker decided first returns nothing here. A tick is skipped
+--         (overlap=False) when the caller says so (a later tick of this same
+--         fire, behind the job its first tick makes) or when the schedule's
+--         last job is still queued or running: a primary-key probe, not a scan
+--         of the schedule's history;
+-- made:   a job for each tick won and not skipped, due at its tick;
+-- marked: the schedule's bookkeeping, only ever forward (GREATEST and the
+--         comparisons below), since fires for different ticks may commit in
+--         any order.
+WITH s AS (
+    SELECT * FROM {schema}.schedules WHERE name = %(name)s AND version = %(version)s
+), won AS (
+    INSERT INTO {schema}.schedule_ticks (schedule, tick, skipped, decided_at)
+    SELECT s.name, d.tick,
+           d.skip OR (NOT s.overlap AND EXISTS (
+               SELECT 1 FROM {schema}.jobs AS j WHERE j.id = s.last_job_id AND j.state IN ('queued', 'running'))),
+           {now}
+    FROM s CROSS JOIN unnest(%(ticks)s::timestamptz[], %(skip)s::boolean[]) AS d(tick, skip)
+    ORDER BY d.tick
+    ON CONFLICT (schedule, tick) DO NOTHING
+    RETURNING schedule, tick, skipped
+), made AS (
+    INSERT INTO {schema}.jobs
+        (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
+         schedule, scheduled_for)
+    SELECT s.queue, s.name, s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl, s.timeout,
+           s.backoff_base, {now}, won.schedule, won.tick
+    FROM won CROSS JOIN s
+    WHERE NOT won.skipped
+    ORDER BY won.tick
+    RETURNING id, scheduled_for
+), latest AS (
+    SELECT max(won.tick) AS tick,
+           count(*) FILTER (WHERE won.skipped) AS skipped,
+           (SELECT m.scheduled_for FROM made AS m ORDER BY m.scheduled_for DESC LIMIT 1) AS fired,
+           (SELECT m.id FROM made AS m ORDER BY m.scheduled_for DESC LIMIT 1) AS job_id
+    FROM won
+), marked AS (
+    UPDATE {schema}.schedules AS t
+    SET last_tick = GREATEST(t.last_tick, l.tick),
+        last_fired = CASE WHEN l.fired > coalesce(t.last_fired, '-infinity') THEN l.fired ELSE t.last_fired END,
+        last_job_id = CASE WHEN l.fired > coalesce(t.last_fired, '-infinity') THEN l.job_id ELSE t.last_job_id END,
+        skipped = t.skipped + l.skipped
+    FROM latest AS l
+    WHERE t.name = %(name)s AND l.tick IS NOT NULL
+)
+SELECT won.tick, made.id, s.queue
+FROM won CROSS JOIN s LEFT JOIN made ON made.scheduled_for = won.tick
+ORDER BY won.tick
+
+-- name: list_schedules
+SELECT {now}, name, cron, timezone, args, queue, catch_up, overlap, since, last_tick, last_fired,
+       last_job_id, skipped, orphaned, last_seen
+FROM {schema}.schedules
+ORDER BY name
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): retention.
+
+-- name: prune
+-- Retention: delete the oldest finished jobs, with their attempts rows, up to
+-- `limit` per statement. The (state, age) pairs arrive as two arrays, and each
+-- state is read on its own (LATERAL, as claim does per queue), because only an
+-- equality on state lets jobs_finished_idx (state, finished_at) hand rows over
+-- already in finish order, so each scan stops after `limit` rows however much
+-- history there is. `finished_at < cutoff` implies the index's predicate
+-- (finished_at IS NOT NULL), and only finished rows have a finished_at, so a
+-- queued or running row is never read, locked or deleted; the DELETE checks
+-- the state once more so that no future statement that sets finished_at on a
+-- live row could make the pruner delete it.
+-- SKIP LOCKED: pruners on every worker pass over each other's rows instead of
+-- queueing behind them. Claims never wait for the pruner: they lock queued
+-- rows only, and a finished row never becomes queued except by an operator's
+-- retry, which waits for this short statement, then finds no job.
+-- The caller passes only finished states (Store.prune checks them).
+-- The rows are deleted by the ctids picked locked (a TID scan, as claim does):
+-- a locked row cannot move, and no join is left for the planner to turn into
+-- a scan of the table (with a join on id it hashed the whole jobs table).
+-- The attempts go by `job_id = ANY(...)`: the primary key (job_id, attempt).
+WITH doomed AS (
+    SELECT c.ctid, c.finished_at
+    FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(state, age)
+    CROSS JOIN LATERAL (
+        SELECT ctid, finished_at FROM {schema}.jobs
+        WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age)
+        ORDER BY finished_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.finished_at
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM {schema}.jobs AS j
+    WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM doomed))
+      AND j.state IN ('succeeded', 'dead', 'cancelled')
+    RETURNING j.id, j.state
+), audit AS (
+    DELETE FROM {schema}.attempts AS a
+    WHERE a.job_id = ANY(ARRAY(SELECT id FROM gone))
+)
+SELECT state, count(*) FROM gone GROUP BY state
+
+-- name: prunable
+-- What prune would delete, by state (tether prune --dry-run, and the total of
+-- its progress bar): the same WHERE, counted over jobs_finished_idx.
+SELECT r.state,
+       (SELECT count(*) FROM {schema}.jobs
+        WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age))
+FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(state, age)
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): pause and resume.
+
+-- name: set_paused
+-- Pause or resume a queue: one row per queue, upserted. A resume wakes idle
+-- workers on the queue's channel at once (the enqueue trigger's NOTIFY), so
+-- its backlog does not wait for their next poll.
+WITH s AS (
+    INSERT INTO {schema}.queues AS q (queue, paused, updated_at)
+    VALUES (%(queue)s, %(paused)s, {now})
+    ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
+    RETURNING q.queue, q.paused
+)
+SELECT queue, CASE WHEN NOT paused THEN pg_notify({channel}, queue)::text END FROM s
+
+-- name: paused_queues
+SELECT queue FROM {schema}.queues WHERE paused ORDER BY queue

@@ -1,61 +1,42 @@
-"""The PostgreSQL store: psycopg 3 with its connection pool.
+"""The PostgreSQL store: psycopg 3 with its connection pools.
 
 Workers on many machines share one database; every ownership decision is a
 statement below, and every statement is in ``queries.sql`` beside this file.
+How the store connects (and what changes behind PgBouncer) is ``connect.py``;
+the operations' statements, without I/O, are ``steps.py``; the LISTEN channel
+is ``listener.py``.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
-from operator import attrgetter
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
-from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool
 
-from ...config import DatabaseURL
+from ...config import DatabaseURL, redact_url
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
-from ..rows import assign_ids, attempt_from_row, claimed_from_rows, job_from_row, missing_keys, worker_from_row
+from ..rows import attempt_from_row, claimed_from_rows, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
-from .loop_connections import LoopConnections
+from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote
+from .control import PostgresControl
+from .listener import NotifyListener
+from .schedules import PostgresSchedules
+from .steps import Rows, Steps, beats, claim_steps, complete_and_claim_steps, complete_steps, enqueue_steps
 
 __all__ = ["PostgresStore"]
-
-log = logging.getLogger("tether.store.postgres")
 
 NOW = "coalesce(%(now)s::timestamptz, now())"
 # Every process and schema uses its own advisory lock key for migrations.
 _MIGRATE_LOCK = 0x7E7E_0001
-
-
-# Connection settings; any of these in the URL wins. A worker cut off by a
-# network partition must find out in seconds, not after the kernel's two-hour
-# keepalive default: probe idle connections and give up on unacknowledged writes.
-CONN_DEFAULTS = {
-    # Plan every execution for its own arguments: the arrays tether passes vary
-    # from 1 to thousands of elements, and a generic plan chosen for one size
-    # turned the heartbeat quadratic at 5,000 held jobs (8.6 s a beat). The
-    # exceptions (GENERIC_PLANS) run on a pool of their own.
-    "options": "-c plan_cache_mode=force_custom_plan",
-    "connect_timeout": "5",
-    "keepalives": "1",
-    "keepalives_idle": "5",
-    "keepalives_interval": "2",
-    "keepalives_count": "3",
-    "tcp_user_timeout": "10000",
-}
 
 
 #: A worker's per-round statements, whatever their size, are planned once (a
@@ -67,38 +48,15 @@ CONN_DEFAULTS = {
 #: success's fence and result are looked up in one jsonb object by id, not
 #: through a join that a plan made for unknown sizes could turn into a
 #: quadratic loop, nor with array_position (quadratic whatever the plan).
+#: Behind a transaction pooler nothing is prepared, so these too are planned
+#: on every execution (see connect.py).
 GENERIC_PLANS = frozenset({"claim", "complete", "complete_and_claim"})
 # Their results come back in binary: a claim's two times (and its numbers)
 # are read from their binary form in a fraction of the time it takes to parse
 # their text (0.2 us a job, of about 10 in a worker's CPU per no-op job).
-#: at most this many successes per statement (a reporter's batch after an
-#: outage can be thousands), so that no one statement is unbounded
-DONE_CHUNK = 200
-_GENERIC_OPTIONS = "-c plan_cache_mode=force_generic_plan"
 
-#: how long a caller waits for a free pooled connection before the call fails
-POOL_TIMEOUT = 10.0
-#: psycopg_pool retries a failed connection with a delay that doubles until
-#: reconnect_timeout (300 s by default): after a server restart or a partition a
-#: worker could then sit out tens of seconds with the server already back, and
-#: its reaper with it (found by `tether chaos`: leases recovered 35 s late).
-#: Giving up early makes the next request start a fresh attempt, 1 s apart.
-RECONNECT_TIMEOUT = 2.0
-#: connections per event loop for async calls (``enqueue_async``): each is
-#: busy only for one statement's round trip, and a loop is one thread
-ASYNC_CONNECTIONS = 4
-#: connections for a worker's rounds (GENERIC_PLANS), per event loop and in the
-#: sync pool: a worker has at most a claim ahead and a report in flight
-ROUND_CONNECTIONS = 2
-
-Rows = list[tuple[Any, ...]]
 TUPLES_OK = ExecStatus.TUPLES_OK
 T = TypeVar("T")
-#: An operation as the statements it needs, without any I/O, so that the sync
-#: and the async paths run the same plan (and retries, chunks, lookups): it
-#: yields (query name, params), is sent each statement's rows, and returns
-#: its answer. ``_drive`` and ``_drive_async`` run one.
-Steps = Generator[tuple[str, dict[str, Any]], Rows, T]
 
 
 def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
@@ -109,29 +67,7 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return res is not None and res.status == TUPLES_OK
 
 
-def _net_defaults(url: str) -> dict[str, Any]:
-    given = psycopg.conninfo.conninfo_to_dict(url)
-    return {k: v for k, v in CONN_DEFAULTS.items() if k not in given}
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
-
-
-def _quote(ident: str) -> str:
-    return '"' + ident.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-class PostgresStore(Store):
+class PostgresStore(PostgresSchedules, PostgresControl, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0
@@ -140,54 +76,27 @@ class PostgresStore(Store):
         self.dsn = dsn
         self.schema = dsn.schema
         self.channel = f"tether_{dsn.schema}"
-        macros = {"schema": _quote(dsn.schema), "now": NOW, "channel": _literal(self.channel)}
+        #: where finished jobs' ids are announced (app.wait); cut to PostgreSQL's
+        #: 63-byte limit: two schemas sharing a long prefix only wake each other's waiters
+        self.done_channel = f"tether_done_{dsn.schema}"[:63]
+        macros = {"schema": quote(dsn.schema), "now": NOW, "channel": literal(self.channel),
+                  "done_channel": literal(self.done_channel)}
         self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros)
         self._migrations = load_migrations(f"{__package__}.migrations", macros)
-        try:
-            psycopg.conninfo.conninfo_to_dict(dsn.url)
-        except psycopg.ProgrammingError as exc:
-            raise InvalidDSN(f"malformed PostgreSQL URL: {exc}") from None
-        kwargs = {"autocommit": True, "prepare_threshold": 0, **_net_defaults(dsn.url)}
-        self.pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
-            dsn.url,
-            min_size=1,
-            max_size=pool_size,
-            timeout=POOL_TIMEOUT,
-            reconnect_timeout=RECONNECT_TIMEOUT,
-            kwargs=kwargs,
-            open=False,
-            name=f"tether-{dsn.schema}",
-        )
+        if pooled(dsn):
+            # behind a transaction pooler: LISTEN only on a direct URL, if given
+            self.listen_url = dsn.options.get("listen_url")
+            if self.listen_url is None:
+                self.default_poll_interval = POOLED_POLL_INTERVAL
+        else:
+            self.listen_url = dsn.options.get("listen_url", dsn.url)
+        conns = open_connections(dsn, pool_size=pool_size)
+        self.pool = conns.pool
         #: for GENERIC_PLANS; connected on first use (only workers claim)
-        self.round_pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
-            dsn.url,
-            min_size=0,
-            max_size=ROUND_CONNECTIONS,
-            timeout=POOL_TIMEOUT,
-            reconnect_timeout=RECONNECT_TIMEOUT,
-            kwargs={**kwargs, "options": _GENERIC_OPTIONS} if "options" in kwargs else kwargs,
-            open=False,
-            name=f"tether-{dsn.schema}-rounds",
-        )
+        self.round_pool = conns.round_pool
         #: for async calls, each event loop's own; round_async as round_pool
-        self.async_connections = LoopConnections(dsn.url, size=ASYNC_CONNECTIONS, **kwargs)
-        self.round_async = LoopConnections(
-            dsn.url, size=ROUND_CONNECTIONS,
-            **({**kwargs, "options": _GENERIC_OPTIONS} if "options" in kwargs else kwargs))
-        # One direct connection first: it fails fast and says why (refused,
-        # unknown database, bad password), where the pool would only time out.
-        try:
-            psycopg.connect(dsn.url, connect_timeout=5, **{k: v for k, v in _net_defaults(dsn.url).items()
-                                                           if k != "connect_timeout"}).close()
-        except psycopg.Error as exc:
-            raise InvalidDSN(f"cannot connect to PostgreSQL at {_redact(dsn.url)}: {str(exc).strip()}") from None
-        try:
-            self.pool.open(wait=True, timeout=10)
-            self.round_pool.open()
-        except Exception as exc:
-            self.pool.close()
-            self.round_pool.close()
-            raise InvalidDSN(f"cannot connect to PostgreSQL at {_redact(dsn.url)}: {exc}") from None
+        self.async_connections = conns.async_connections
+        self.round_async = conns.round_async
 
     # -- plumbing -----------------------------------------------------------------
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -227,19 +136,19 @@ class PostgresStore(Store):
         applied: list[str] = []
         with self.pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_MIGRATE_LOCK, self.schema))
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(self.schema)}")
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(self.schema)}")
             conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {_quote(self.schema)}.migrations ("
+                f"CREATE TABLE IF NOT EXISTS {quote(self.schema)}.migrations ("
                 "version integer PRIMARY KEY, name text NOT NULL, "
                 "applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            done = {r[0] for r in conn.execute(f"SELECT version FROM {_quote(self.schema)}.migrations")}
+            done = {r[0] for r in conn.execute(f"SELECT version FROM {quote(self.schema)}.migrations")}
             for version, name, sql in self._migrations:
                 if version in done:
                     continue
                 conn.execute(sql.encode(), prepare=False)  # a script: many statements, no params
                 conn.execute(
-                    f"INSERT INTO {_quote(self.schema)}.migrations (version, name) VALUES (%s, %s)",
+                    f"INSERT INTO {quote(self.schema)}.migrations (version, name) VALUES (%s, %s)",
                     (version, name),
                 )
                 applied.append(f"{version:04d}_{name}")
@@ -247,12 +156,12 @@ class PostgresStore(Store):
 
     def destroy(self) -> None:
         with self.pool.connection() as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {_quote(self.schema)} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {quote(self.schema)} CASCADE")
 
     def check_schema(self) -> None:
         with self.pool.connection() as conn:
             try:
-                rows = conn.execute(f"SELECT version FROM {_quote(self.schema)}.migrations").fetchall()
+                rows = conn.execute(f"SELECT version FROM {quote(self.schema)}.migrations").fetchall()
             except pg_errors.UndefinedTable:
                 raise SchemaMissing(
                     f"no tether schema in PostgreSQL schema {self.schema!r}: run `tether migrate` first"
@@ -297,10 +206,10 @@ class PostgresStore(Store):
             return done.value  # type: ignore[no-any-return]
 
     def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
-        return self._drive(_enqueue_steps(jobs, now))
+        return self._drive(enqueue_steps(jobs, now))
 
     async def enqueue_async(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
-        return await self._drive_async(_enqueue_steps(jobs, now))
+        return await self._drive_async(enqueue_steps(jobs, now))
 
     def get_job(self, job_id: int) -> Job | None:
         rows = self._all("get_job", {"id": job_id})
@@ -358,13 +267,13 @@ class PostgresStore(Store):
     def claim(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
     ) -> list[ClaimedJob]:
-        return self._drive(_claim_steps(worker, queues, limit, lease_ttl, now))
+        return self._drive(claim_steps(worker, queues, limit, lease_ttl, now))
 
     async def claim_async(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,
         executor: Executor | None = None, now: datetime | None = None,
     ) -> list[ClaimedJob]:
-        return await self._drive_async(_claim_steps(worker, queues, limit, lease_ttl, now))
+        return await self._drive_async(claim_steps(worker, queues, limit, lease_ttl, now))
 
     def claim_ids(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
@@ -396,7 +305,7 @@ class PostgresStore(Store):
                 "now": now,
             },
         )
-        return _beats(held, rows)
+        return beats(held, rows)
 
     def progress(
         self,
@@ -423,25 +332,25 @@ class PostgresStore(Store):
     def complete(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], *, now: datetime | None = None
     ) -> set[int]:
-        return self._drive(_complete_steps(worker, done, now))
+        return self._drive(complete_steps(worker, done, now))
 
     async def complete_async(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], *,
         executor: Executor | None = None, now: datetime | None = None,
     ) -> set[int]:
-        return await self._drive_async(_complete_steps(worker, done, now))
+        return await self._drive_async(complete_steps(worker, done, now))
 
     def complete_and_claim(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
         lease_ttl: float, *, now: datetime | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        return self._drive(_complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now))
+        return self._drive(complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now))
 
     async def complete_and_claim_async(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
         lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        return await self._drive_async(_complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now))
+        return await self._drive_async(complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now))
 
     def fail(
         self,
@@ -454,12 +363,13 @@ class PostgresStore(Store):
         traceback: str | None = None,
         retry: bool = True,
         now: datetime | None = None,
+        delay: float | None = None,
     ) -> JobState:
         rows = self._all(
             "fail",
             {
                 "worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome),
-                "error": error, "traceback": traceback, "retry": retry, "now": now,
+                "error": error, "traceback": traceback, "retry": retry, "now": now, "delay": delay,
             },
         )
         if not rows:
@@ -518,170 +428,27 @@ class PostgresStore(Store):
         return [worker_from_row(r) for r in self._all("list_workers", {"host": host, "live_only": live_only})]
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
-        return _NotifyListener(self.dsn.url, self.channel, on_enqueue)
-
-
-def _enqueue_steps(jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[int]]:
-    """The insert, and for dedup hits the lookup of the active jobs holding
-    their keys."""
-    if not jobs:
-        return []
-    query, params = _enqueue_plan(jobs, now)
-    for _ in range(3):
-        # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
-        # order is unspecified, so sort by id to get the input order back.
-        rows = sorted((yield query, params))
-        if len(rows) == len(jobs):
-            return [r[0] for r in rows]
-        keys = missing_keys(jobs, rows)
-        held = {k: i for i, k in (yield "active_by_dedup_key", {"keys": keys})} if keys else {}
-        ids = assign_ids(jobs, rows, held)
-        if ids is not None:
-            return ids
-        # The job holding a key finished between our insert and our lookup:
-        # its key is free now, so the next try inserts.
-    raise RuntimeError("enqueue: dedup key kept changing hands; try again")
-
-
-def _enqueue_plan(jobs: Sequence[NewJob], now: datetime | None) -> tuple[str, dict[str, Any]]:
-    """The insert for these jobs: one job, many sharing their options, or any mix."""
-    if len(jobs) == 1:
-        (j,) = jobs
-        return "enqueue_one", {
-            "now": now, "queue": j.queue, "task": j.task, "args": j.args_json, "priority": j.priority,
-            "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl,
-            "timeout": j.timeout, "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": j.meta_json,
-        }
-    if _uniform(jobs):
-        j = jobs[0]
-        return "enqueue_uniform", {
-            "now": now, "queue": j.queue, "task": j.task, "args": "[" + ",".join(x.args_json for x in jobs) + "]",
-            "priority": j.priority, "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts,
-            "lease_ttl": j.lease_ttl, "timeout": j.timeout, "backoff_base": j.backoff_base, "meta": j.meta_json,
-        }
-    return "enqueue", _enqueue_arrays(jobs, now)
-
-
-def _enqueue_arrays(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
-    return {
-        "now": now,
-        "queue": [j.queue for j in jobs],
-        "task": [j.task for j in jobs],
-        "args": [j.args_json for j in jobs],
-        "priority": [j.priority for j in jobs],
-        "run_at": [j.run_at for j in jobs],
-        "delay": [j.delay for j in jobs],
-        "max_attempts": [j.max_attempts for j in jobs],
-        "lease_ttl": [j.lease_ttl for j in jobs],
-        "timeout": [j.timeout for j in jobs],
-        "backoff_base": [j.backoff_base for j in jobs],
-        "dedup_key": [j.dedup_key for j in jobs],
-        "meta": [j.meta_json for j in jobs],
-    }
-
-
-#: every field of a NewJob but its args (derived, so a new field cannot be missed)
-_options = attrgetter(*(f for f in NewJob.__dataclass_fields__ if f != "args_json"))
-
-
-def _uniform(jobs: Sequence[NewJob]) -> bool:
-    """Whether these jobs differ only in their args, and none has a dedup key."""
-    first = _options(jobs[0])
-    return jobs[0].dedup_key is None and all(_options(j) == first for j in jobs[1:])
-
-
-def _claim_steps(
-    worker: str, queues: Sequence[str], limit: int, lease_ttl: float, now: datetime | None
-) -> Steps[list[ClaimedJob]]:
-    rows = yield "claim", {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl,
-                           "now": now}
-    return claimed_from_rows(rows)
-
-
-def _complete_steps(
-    worker: str, done: Sequence[tuple[int, int, str | None]], now: datetime | None
-) -> Steps[set[int]]:
-    """Chunked: the fence reads each row's attempt by array_position, a
-    linear search (see _complete_done); one chunk is at most a claim batch."""
-    accepted: set[int] = set()
-    for start in range(0, len(done), DONE_CHUNK):
-        rows = yield "complete", {**_done_params(worker, done[start:start + DONE_CHUNK]), "now": now}
-        accepted.update(r[0] for r in rows)
-    return accepted
-
-
-def _complete_and_claim_steps(
-    worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
-    lease_ttl: float, now: datetime | None,
-) -> Steps[tuple[set[int], list[ClaimedJob]]]:
-    """One statement; none to carry, or more successes than one statement
-    takes (see _complete_steps): complete's statements, then claim's."""
-    if not done or len(done) > DONE_CHUNK:
-        accepted = yield from _complete_steps(worker, done, now)
-        return accepted, (yield from _claim_steps(worker, queues, limit, lease_ttl, now))
-    rows = yield "complete_and_claim", {
-        **_done_params(worker, done), "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now,
-    }
-    return {r[1] for r in rows if r[0] == 1}, claimed_from_rows([r[1:] for r in rows if r[0] == 0])
-
-
-def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
-    """complete's rows as _complete_done reads them: the ids, and one JSON
-    object of {"<id>": [attempt] or [attempt, result]}. A result is already
-    JSON text (dump_json made it), so it goes in as it is, not parsed again."""
-    return {
-        "worker": worker,
-        # an array literal: psycopg's list dumper runs Python code per element
-        "ids": "{" + ",".join([str(d[0]) for d in done]) + "}",
-        "done": "{" + ",".join(f'"{i}":[{a}]' if r is None else f'"{i}":[{a},{r}]' for i, a, r in done) + "}",
-    }
-
-
-def _beats(held: Sequence[tuple[int, int]], rows: list[tuple[Any, ...]]) -> dict[int, Beat]:
-    renewed = {r[0]: bool(r[1]) for r in rows}
-    return {
-        job_id: (Beat.LOST if job_id not in renewed else Beat.CANCEL_REQUESTED if renewed[job_id] else Beat.RENEWED)
-        for job_id, _ in held
-    }
-
-
-class _NotifyListener(Listener):
-    """LISTEN on a dedicated connection in a thread; reconnects when it drops."""
-
-    def __init__(self, url: str, channel: str, on_enqueue: Callable[[str], None]) -> None:
-        self._url = url
-        self._channel = channel
-        self._on_enqueue = on_enqueue
-        self._stop = threading.Event()
-        self._healthy = False
-        self._conn: psycopg.Connection[TupleRow] | None = None
-        self._thread = threading.Thread(target=self._run, name="tether-listen", daemon=True)
-        self._thread.start()
-
-    @property
-    def healthy(self) -> bool:
-        return self._healthy
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
+        """LISTEN on the database URL, or on ``listen_url`` when given; behind
+        a transaction pooler without one, None: a LISTEN through the pooler
+        would hold a server connection that the next transaction gives to
+        another client, and its notifications would be lost, so workers poll
+        (every POOLED_POLL_INTERVAL) instead."""
+        if self.listen_url is None:
+            return None
+        if self.listen_url != self.dsn.url:
+            # a separate URL: find a mistake in it now, not as warnings from
+            # a listener that never connects while workers fall back on polling
             try:
-                with psycopg.connect(self._url, autocommit=True, **_net_defaults(self._url)) as conn:
-                    self._conn = conn
-                    conn.execute(f"LISTEN {_quote(self._channel)}")
-                    self._healthy = True
-                    # An enqueue may have landed while we were (re)connecting.
-                    self._on_enqueue("*")
-                    while not self._stop.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            self._on_enqueue(note.payload)
-            except Exception as exc:  # the connection dropped: poll until it is back
-                if not self._stop.is_set():
-                    log.warning("LISTEN connection lost (%s); polling until it is back", exc)
-            finally:
-                self._healthy = False
-                self._conn = None
-            self._stop.wait(1.0)
+                psycopg.connect(self.listen_url, **net_defaults(self.listen_url)).close()
+            except psycopg.Error as exc:
+                raise InvalidDSN(
+                    f"cannot connect to listen_url {redact_url(self.listen_url)}: {str(exc).strip()}"
+                ) from None
+        return NotifyListener(self.listen_url, self.channel, on_enqueue)
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=1)  # a daemon; it may be blocked on a dead socket
+    def listen_finished(self, on_finished: Callable[[str], None]) -> Listener | None:
+        """LISTEN for finished jobs where ``listen`` would LISTEN for enqueues
+        (None behind a pooler without ``listen_url``: app.wait polls)."""
+        if self.listen_url is None:
+            return None
+        return NotifyListener(self.listen_url, self.done_channel, on_finished)

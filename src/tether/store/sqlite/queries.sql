@@ -45,17 +45,20 @@ SET state = 'running',
 
 -- name: _claimed_row
 RETURNING id, attempt, task, args, queue, priority, max_attempts,
-          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at
+          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at, scheduled_for
 
 -- name: claim
 -- The subquery walks tether_jobs_claim_idx; the UPDATE grants the lease and
 -- bumps attempt (the fencing token) in the same statement. lease_until is
 -- capped at the attempt's deadline so one index finds lapsed and timed-out rows.
+-- Paused queues (tether_queues: app.pause) are left out of the list.
 UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (
     SELECT id FROM tether_jobs
-    WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
+    WHERE state = 'queued' AND run_at <= {now}
+      AND queue IN (SELECT value FROM json_each(:queues)
+                    WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
     ORDER BY priority DESC, run_at, id
     LIMIT :limit
 )
@@ -72,7 +75,8 @@ UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND state = 'queued'
-  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue IN (SELECT value FROM json_each(:queues)
+                WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
   AND run_at <= {now}
 {_claimed_row}
 
@@ -85,7 +89,9 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 -- Walks tether_jobs_claim_idx in claim order, bounded per tick.
 SELECT id, queue, attempt, run_at
 FROM tether_jobs
-WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_at <= {now}
+WHERE state = 'queued' AND run_at <= {now}
+  AND queue IN (SELECT value FROM json_each(:queues)
+                WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
   AND (run_at <= {now} - :grace OR run_at > created_at)
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
@@ -146,21 +152,30 @@ VALUES (:job_id, :attempt, :worker, :claimed_at, :finished_at, :outcome, :error,
 -- with a pending cancel request, ends cancelled (a retry would lose the
 -- operator's cancel: the next claim clears cancel_requested); a spent budget
 -- or a non-retryable error ends dead; otherwise queued again after
--- base * 2^(failures-1) seconds, capped at an hour, with half of it jittered.
+-- base * 2^(failures-1) seconds, capped at an hour, with half of it jittered,
+-- or after :delay seconds when the task's callable retry_backoff chose them.
+-- A snooze ('snoozed': tether.Retry(delay)) is a hand-back, as on PostgreSQL:
+-- queued at now + delay with released + 1, the budget untouched.
 UPDATE tether_jobs
 SET state = CASE
         WHEN :outcome = 'cancelled' OR cancel_requested THEN 'cancelled'
+        WHEN :outcome = 'snoozed' THEN 'queued'
         WHEN NOT :retry OR attempt - released >= max_attempts THEN 'dead'
         ELSE 'queued' END,
     run_at = CASE
-        WHEN :outcome <> 'cancelled' AND NOT cancel_requested AND :retry AND attempt - released < max_attempts
-        THEN {now} + min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
-                     * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0))
-        ELSE run_at END,
+        WHEN :outcome = 'cancelled' OR cancel_requested THEN run_at
+        WHEN :outcome = 'snoozed' THEN {now} + coalesce(:delay, 0)
+        WHEN NOT :retry OR attempt - released >= max_attempts THEN run_at
+        ELSE {now} + coalesce(:delay, min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
+                                      * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0)))
+        END,
+    released = CASE WHEN :outcome = 'snoozed' AND NOT cancel_requested THEN released + 1 ELSE released END,
     finished_at = CASE
-        WHEN :outcome = 'cancelled' OR cancel_requested OR NOT :retry OR attempt - released >= max_attempts
-        THEN {now} END,
-    last_error = :error,
+        WHEN :outcome = 'cancelled' OR cancel_requested THEN {now}
+        WHEN :outcome = 'snoozed' THEN NULL
+        WHEN NOT :retry OR attempt - released >= max_attempts THEN {now} END,
+    -- a snooze is no error: the job's last one stays what it was
+    last_error = CASE WHEN :outcome = 'snoozed' THEN last_error ELSE :error END,
     locked_by = NULL,
     lease_until = NULL,
     deadline = NULL
@@ -247,7 +262,8 @@ SELECT state FROM tether_jobs WHERE id = :id
 -- name: get_job
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM tether_jobs WHERE id = :id
 
 -- name: get_attempts
@@ -281,7 +297,8 @@ GROUP BY bucket, outcome
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta
+       progress, progress_message, result, last_error, created_at, finished_at, meta,
+       schedule, scheduled_for
 FROM tether_jobs
 WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
@@ -325,3 +342,153 @@ ORDER BY started_at
 
 -- name: db_now
 SELECT {now}
+
+-- ---------------------------------------------------------------------------
+-- Schedules (I6: each tick of a schedule becomes at most one job).
+-- As on PostgreSQL, the decider is the primary key of tether_schedule_ticks
+-- (schedule, tick), inserted ON CONFLICT DO NOTHING. Here a fire is one
+-- BEGIN IMMEDIATE transaction (read, compute the due ticks in Python, insert),
+-- and SQLite runs one writer at a time, so two workers never decide the same
+-- tick at once; the key still makes the second one's insert a no-op.
+
+-- name: sync_schedule
+-- One declared schedule, upserted (see PostgreSQL's sync_schedules for the
+-- rules). SQLite evaluates every SET expression against the row as it was, so
+-- the comparisons below see the old definition. Row values compare with IS
+-- NOT, which treats NULLs (lease_ttl, timeout) as equal to each other.
+INSERT INTO tether_schedules
+    (name, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
+     catch_up, overlap, since, created_at, updated_at, last_seen)
+VALUES (:name, :cron, :timezone, :args, :queue, :priority, :max_attempts, :lease_ttl, :timeout, :backoff_base,
+        :catch_up, :overlap, {now}, {now}, {now}, {now})
+ON CONFLICT (name) DO UPDATE SET
+    cron = excluded.cron, timezone = excluded.timezone, args = excluded.args, queue = excluded.queue,
+    priority = excluded.priority, max_attempts = excluded.max_attempts, lease_ttl = excluded.lease_ttl,
+    timeout = excluded.timeout, backoff_base = excluded.backoff_base, catch_up = excluded.catch_up,
+    overlap = excluded.overlap,
+    version = version + ((cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
+                          catch_up, overlap)
+                         IS NOT (excluded.cron, excluded.timezone, excluded.args, excluded.queue, excluded.priority,
+                                 excluded.max_attempts, excluded.lease_ttl, excluded.timeout,
+                                 excluded.backoff_base, excluded.catch_up, excluded.overlap)),
+    since = CASE WHEN (cron, timezone) IS NOT (excluded.cron, excluded.timezone) THEN excluded.since ELSE since END,
+    updated_at = CASE
+        WHEN (cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base, catch_up, overlap)
+             IS NOT (excluded.cron, excluded.timezone, excluded.args, excluded.queue, excluded.priority,
+                     excluded.max_attempts, excluded.lease_ttl, excluded.timeout, excluded.backoff_base,
+                     excluded.catch_up, excluded.overlap)
+        THEN excluded.updated_at ELSE updated_at END,
+    last_seen = excluded.last_seen,
+    orphaned = 0
+
+-- name: orphan_schedules
+-- Every schedule the syncing app did not declare: shown orphaned, not deleted.
+UPDATE tether_schedules SET orphaned = 1
+WHERE NOT orphaned AND name NOT IN (SELECT value FROM json_each(:names))
+
+-- name: schedules_to_fire
+-- Inside the fire's BEGIN IMMEDIATE: what the due ticks are computed from,
+-- with the one clock expression (the machine's clock).
+SELECT {now}, name, cron, timezone, catch_up, overlap, version, since, last_tick
+FROM tether_schedules
+WHERE name IN (SELECT value FROM json_each(:names))
+
+-- name: decide_ticks
+-- The decider: the due ticks ([tick, skip] pairs, oldest first) inserted
+-- ON CONFLICT DO NOTHING, only while the definition is the version they were
+-- computed from. Skipped (overlap=False) when the caller says so, or while
+-- the schedule's last job is still queued or running (a rowid probe, not a
+-- scan of its history). "ORDER BY" stands where SQLite needs a clause before
+-- ON CONFLICT in an INSERT ... SELECT.
+INSERT INTO tether_schedule_ticks (schedule, tick, skipped, decided_at)
+SELECT s.name, t.value ->> 0,
+       (t.value ->> 1) OR (NOT s.overlap AND EXISTS (
+           SELECT 1 FROM tether_jobs AS j WHERE j.id = s.last_job_id AND j.state IN ('queued', 'running'))),
+       {now}
+FROM tether_schedules AS s, json_each(:ticks) AS t
+WHERE s.name = :name AND s.version = :version
+ORDER BY t.key
+ON CONFLICT (schedule, tick) DO NOTHING
+RETURNING tick, skipped
+
+-- name: fire_job
+-- The job for one tick this fire decided, due at its tick.
+INSERT INTO tether_jobs
+    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
+     schedule, scheduled_for)
+SELECT queue, name, args, priority, :tick, max_attempts, lease_ttl, timeout, backoff_base, {now}, name, :tick
+FROM tether_schedules
+WHERE name = :name
+RETURNING id, queue
+
+-- name: mark_schedule
+-- Bookkeeping, only ever forward. The transaction serialises fires, so the
+-- caller's values are the newest unless a later tick was already recorded.
+UPDATE tether_schedules
+SET last_tick = CASE WHEN last_tick IS NULL OR :tick > last_tick THEN :tick ELSE last_tick END,
+    last_job_id = CASE WHEN :fired IS NOT NULL AND (last_fired IS NULL OR :fired > last_fired)
+                       THEN :job_id ELSE last_job_id END,
+    last_fired = CASE WHEN :fired IS NOT NULL AND (last_fired IS NULL OR :fired > last_fired)
+                      THEN :fired ELSE last_fired END,
+    skipped = skipped + :skipped
+WHERE name = :name
+
+-- name: list_schedules
+SELECT {now}, name, cron, timezone, args, queue, catch_up, overlap, since, last_tick, last_fired,
+       last_job_id, skipped, orphaned, last_seen
+FROM tether_schedules
+ORDER BY name
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): retention.
+
+-- name: prune
+-- Retention (as on PostgreSQL): the oldest finished jobs past their state's
+-- age, up to :limit, inside the caller's BEGIN IMMEDIATE (prune_attempts
+-- follows). One branch per state, each an equality on state plus
+-- `finished_at < cutoff`, so each walks tether_jobs_finished_idx in finish
+-- order and stops after :limit rows; the cutoff implies the index's predicate
+-- (finished_at IS NOT NULL), which only finished rows satisfy. A state whose
+-- age is NULL (not asked for) compares with NULL and matches nothing. The
+-- outer state check keeps a live row out whatever sets finished_at one day.
+DELETE FROM tether_jobs
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND id IN (
+    SELECT id FROM (
+        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
+                       WHERE state = 'succeeded' AND finished_at < {now} - :succeeded
+                       ORDER BY finished_at LIMIT :limit)
+        UNION ALL
+        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
+                       WHERE state = 'dead' AND finished_at < {now} - :dead
+                       ORDER BY finished_at LIMIT :limit)
+        UNION ALL
+        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
+                       WHERE state = 'cancelled' AND finished_at < {now} - :cancelled
+                       ORDER BY finished_at LIMIT :limit)
+    )
+    ORDER BY finished_at
+    LIMIT :limit
+)
+RETURNING id, state
+
+-- name: prune_attempts
+-- The pruned jobs' attempts rows, by the primary key's first column.
+DELETE FROM tether_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prunable
+-- What prune would delete, by state: the same WHERE, counted.
+SELECT 'succeeded', count(*) FROM tether_jobs WHERE state = 'succeeded' AND finished_at < {now} - :succeeded
+UNION ALL
+SELECT 'dead', count(*) FROM tether_jobs WHERE state = 'dead' AND finished_at < {now} - :dead
+UNION ALL
+SELECT 'cancelled', count(*) FROM tether_jobs WHERE state = 'cancelled' AND finished_at < {now} - :cancelled
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): pause and resume.
+
+-- name: set_paused
+INSERT INTO tether_queues (queue, paused, updated_at) VALUES (:queue, :paused, {now})
+ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+
+-- name: paused_queues
+SELECT queue FROM tether_queues WHERE paused ORDER BY queue

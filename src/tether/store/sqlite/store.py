@@ -31,6 +31,8 @@ from ..rows import (
     worker_from_row,
 )
 from ..sqlfile import load_migrations, load_queries
+from .control import SQLiteControl
+from .schedules import SQLiteSchedules
 
 __all__ = ["SQLiteStore"]
 
@@ -47,7 +49,7 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteSchedules, SQLiteControl, Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2
@@ -386,9 +388,10 @@ class SQLiteStore(Store):
         traceback: str | None = None,
         retry: bool = True,
         now: datetime | None = None,
+        delay: float | None = None,
     ) -> JobState:
         params = {"worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome), "error": error,
-                  "retry": retry, "now": _ts(now)}
+                  "retry": retry, "now": _ts(now), "delay": delay}
         return self._finish("fail", params, outcome, error, traceback)
 
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:

@@ -1,0 +1,125 @@
+"""What a chaos run left behind, read into the checkers' inputs: the driver's
+and the workers' histories, the enqueued jobs with their attempts, and the
+ticks of the run's one-second schedule (I6).
+
+The schedule's healthy windows are the I5 checker's (``healthy_spans``: a
+worker running, not stopped, not cut off) less the database's outages and the
+time the workers take to reconnect after one (``RECONNECT_GRACE``); on
+SQLite, less every window in which some worker was stopped too: a process
+stopped inside its write transaction holds SQLite's one write lock, and no
+worker can write, the schedulers included, until it is continued.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..store import Store
+from .checker import RECONNECT_GRACE, AttemptRow, Invariant, JobRow, healthy_spans
+from .schedule_check import TickRow, check_schedule, expected_ticks
+
+__all__ = ["TICK_CRON", "TICK_QUEUE", "TICK_TASK", "read_events", "read_jobs", "schedule_invariant"]
+
+#: the run's schedule: fired by every worker's scheduler, checked as I6
+TICK_TASK = "tether.chaos.tick"
+TICK_CRON = "* * * * * *"
+#: its own queue, which every chaos worker serves, so the drain (which waits
+#: for the producer's jobs) never waits on a tick that keeps coming
+TICK_QUEUE = "tether_chaos_ticks"
+
+
+def read_events(driver_events: Sequence[Mapping[str, Any]], tmp: Path, hist: Path,
+                enqueued: Iterable[int]) -> list[dict[str, Any]]:
+    """The driver's events and every worker's history, less the records of
+    jobs the producer did not enqueue (the schedule's: I6 judges those from
+    the database, and the drain does not wait for them, so I1-I5 leave them
+    alone). The driver's events are written beside the histories too, so that
+    an artifacts folder carries the fault schedule."""
+    ours = set(enqueued)
+    events: list[dict[str, Any]] = [dict(e) for e in driver_events]
+    with (tmp / "driver.jsonl").open("w") as out:
+        out.writelines(json.dumps(e, default=str) + "\n" for e in driver_events)
+    for path in sorted(hist.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                event = json.loads(line)
+                if "job" not in event or event["job"] in ours:
+                    events.append(event)
+    return events
+
+
+def read_jobs(store: Store, enqueued: Iterable[int]) -> tuple[dict[int, JobRow], list[AttemptRow]]:
+    jobs: dict[int, JobRow] = {}
+    attempts: list[AttemptRow] = []
+    for job_id in enqueued:
+        job = store.get_job(job_id)
+        if job is None:
+            continue
+        jobs[job.id] = JobRow(job.id, str(job.state), job.attempt, job.result)
+        attempts.extend(
+            AttemptRow(a.job_id, a.attempt, a.worker, a.claimed_at.timestamp(), a.finished_at.timestamp(),
+                       str(a.outcome))
+            for a in job.attempts if a.finished_at is not None and a.outcome is not None
+        )
+    return jobs, attempts
+
+
+def schedule_invariant(
+    store: Store, events: Sequence[Mapping[str, Any]], *, mono_to_wall: float, start: float, end: float,
+    bound: float, outages: Iterable[tuple[float, float]] = (), sqlite: bool = False,
+) -> Invariant:
+    """I6 over the run's schedule from ``start`` to ``end`` (wall clock): each
+    tick made at most one job, and every tick owed while a worker was healthy
+    made one within ``bound`` (the reaper interval)."""
+    healthy = [(b + mono_to_wall, e + mono_to_wall) for per in healthy_spans(events).values() for b, e in per]
+    # After a database restart the workers' connections take a while to come
+    # back (as I5 allows, RECONNECT_GRACE): no scheduler can fire until then.
+    cuts = [(b, e + RECONNECT_GRACE) for b, e in outages]
+    if sqlite:
+        cuts += [(b + mono_to_wall, e + mono_to_wall) for b, e in _stopped(events)]
+    healthy = _minus(healthy, cuts)
+    fired = store.list_jobs(task=TICK_TASK, limit=1_000_000)
+    decided = [TickRow(tick=j.scheduled_for.timestamp(), job_id=j.id, created_at=j.created_at.timestamp())
+               for j in fired if j.scheduled_for is not None]
+    return check_schedule(TICK_TASK, expected_ticks(TICK_CRON, "UTC", start, end), decided, healthy=healthy,
+                          bound=bound)
+
+
+def _stopped(events: Iterable[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """Monotonic windows in which the driver held some worker stopped."""
+    out: list[tuple[float, float]] = []
+    since: dict[int, float] = {}
+    last = 0.0
+    for e in sorted(events, key=lambda e: float(e["m"])):
+        m = last = float(e["m"])
+        if e.get("w") != "driver":
+            continue
+        kind = e.get("e")
+        if kind == "fault" and e.get("kind") == "stop":
+            since.setdefault(int(e["pid"]), m)
+        elif kind in ("resume", "died") or (kind == "fault" and e.get("kind") == "kill"):
+            b = since.pop(int(e["pid"]), None)
+            if b is not None:
+                out.append((b, m))
+    out.extend((b, last) for b in since.values())
+    return out
+
+
+def _minus(spans: Iterable[tuple[float, float]], cuts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``spans`` with every part inside a cut removed."""
+    out = list(spans)
+    for cb, ce in cuts:
+        nxt: list[tuple[float, float]] = []
+        for b, e in out:
+            if ce <= b or cb >= e:
+                nxt.append((b, e))
+                continue
+            if b < cb:
+                nxt.append((b, cb))
+            if ce < e:
+                nxt.append((ce, e))
+        out = nxt
+    return out

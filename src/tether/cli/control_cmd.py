@@ -1,0 +1,94 @@
+"""Job control from the command line (issue 20): ``tether prune``, ``tether pause``
+and ``tether resume``."""
+
+from __future__ import annotations
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import ConfigError
+from ..model import TERMINAL_STATES, JobState
+from ..worker.pruner import DEFAULT_PRUNE_LIMIT, RETENTION_DEFAULTS, parse_age
+from .common import BadUsage, CLIState, make_console, opened
+
+__all__ = ["pause", "prune", "resume"]
+
+_FINISHED = [str(s) for s in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.DEAD)]
+
+
+def _ages(states: tuple[str, ...], older_than: str | None) -> dict[JobState, float]:
+    """{state: seconds} for the states asked (default: all finished ones), at
+    --older-than or else each state's default retention."""
+    chosen = states or tuple(_FINISHED)
+    try:
+        if older_than is not None:
+            age = parse_age(older_than, "--older-than")
+            return {JobState(s): age for s in chosen}
+        return {JobState(s): parse_age(RETENTION_DEFAULTS[s], s) for s in chosen if RETENTION_DEFAULTS[s] is not None}
+    except ConfigError as exc:
+        raise BadUsage(str(exc)) from None
+
+
+def _summary(counts: dict[JobState, int]) -> str:
+    return ", ".join(f"{s} {counts.get(JobState(s), 0)}" for s in _FINISHED if JobState(s) in counts)
+
+
+@click.command()
+@click.option("--state", "states", multiple=True, type=click.Choice(_FINISHED),
+              help="Only jobs in this finished state (repeatable; default: all three).")
+@click.option("--older-than", metavar="AGE",
+              help="Finished longer ago than this: 90s, 30m, 12h, 7d, 2w (default: each state's default retention: "
+                   + ", ".join(f"{k} {v}" for k, v in RETENTION_DEFAULTS.items()) + ").")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option("--batch", type=click.IntRange(min=1, max=100_000), default=DEFAULT_PRUNE_LIMIT, show_default=True,
+              help="Jobs per statement (each one short transaction).")
+@click.pass_obj
+def prune(state: CLIState, states: tuple[str, ...], older_than: str | None, dry_run: bool, batch: int) -> None:
+    """Delete finished jobs (and their attempts) older than their retention, oldest
+    first, in batches that never block running workers. Queued and running jobs
+    are never touched."""
+    ages = _ages(states, older_than)
+    assert set(ages) <= TERMINAL_STATES
+    with opened(state) as app:
+        store = app.store
+        waiting = store.prunable(ages)
+        total = sum(waiting.values())
+        if dry_run:
+            click.echo(f"would prune {total} job(s): {_summary(waiting)}")
+            return
+        done: dict[JobState, int] = {}
+        console = make_console(stderr=True)
+        with Progress(TextColumn("pruning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True, disable=total <= batch) as bar:
+            task = bar.add_task("prune", total=total)
+            while True:
+                gone = store.prune(ages, batch)
+                for k, v in gone.items():
+                    done[k] = done.get(k, 0) + v
+                bar.advance(task, sum(gone.values()))
+                if sum(gone.values()) < batch:
+                    break
+    click.echo(f"pruned {sum(done.values())} job(s): {_summary({**dict.fromkeys(ages, 0), **done})}")
+
+
+@click.command()
+@click.argument("queue")
+@click.pass_obj
+def pause(state: CLIState, queue: str) -> None:
+    """Pause QUEUE: from their next claim round on, no worker claims its jobs;
+    running jobs finish. Undo with `tether resume QUEUE`."""
+    with opened(state) as app:
+        app.pause(queue)
+        paused = app.store.paused_queues()
+    click.echo(f"queue {queue}: paused (paused now: {', '.join(paused)})")
+
+
+@click.command()
+@click.argument("queue")
+@click.pass_obj
+def resume(state: CLIState, queue: str) -> None:
+    """Resume a paused QUEUE."""
+    with opened(state) as app:
+        app.resume(queue)
+        paused = app.store.paused_queues()
+    click.echo(f"queue {queue}: resumed (paused now: {', '.join(paused) or 'none'})")

@@ -1,0 +1,70 @@
+"""``@app.periodic``: a task that is also a schedule. This module checks a
+schedule's options when it is declared (a bad cron expression, an unknown
+time zone or args that do not fit the handler fail at import, with a message
+that quotes them) and lists schedules for ``app.schedules()``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .config import dump_json
+from .cron import MAX_CATCH_UP, parse_cron
+from .errors import ConfigError, PayloadError
+from .model import ScheduleInfo, ScheduleSpec
+
+__all__ = ["DEFAULT_CATCH_UP", "check_schedule", "merge_declared", "schedule_spec"]
+
+#: missed ticks (every worker down) fired when a worker comes back: the latest only
+DEFAULT_CATCH_UP = 1
+
+
+def check_schedule(cron: str, timezone: str, catch_up: int, overlap: bool, args: Mapping[str, Any] | None) -> None:
+    """Everything that can be checked before the handler is seen."""
+    parse_cron(cron, timezone)
+    if not isinstance(catch_up, int) or isinstance(catch_up, bool) or not 0 <= catch_up <= MAX_CATCH_UP:
+        raise ConfigError(f"catch_up must be an int from 0 to {MAX_CATCH_UP}, got {catch_up!r}")
+    if not isinstance(overlap, bool):
+        raise ConfigError(f"overlap must be True or False, got {overlap!r}")
+    if args is not None and not isinstance(args, Mapping):
+        raise ConfigError(f"args must be a mapping of the handler's keyword arguments, got {args!r}")
+
+
+def schedule_spec(
+    task: Any, *, cron: str, timezone: str, args: Mapping[str, Any] | None, catch_up: int, overlap: bool,
+    max_payload_bytes: int,
+) -> ScheduleSpec:
+    """The spec for a registered task (``tether.app.Task``); args must fit its handler."""
+    kwargs = dict(args or {})
+    try:
+        task.check_args(kwargs)
+    except PayloadError as exc:
+        raise ConfigError(f"schedule {task.name!r}: {exc}") from None
+    o = task.options
+    return ScheduleSpec(
+        name=task.name, cron=cron, timezone=timezone,
+        args_json=dump_json(kwargs, f"args of schedule {task.name!r}", max_payload_bytes),
+        queue=o.queue, catch_up=catch_up, overlap=overlap, priority=o.priority, max_attempts=o.max_attempts,
+        lease_ttl=o.lease_ttl, timeout=o.timeout, backoff_base=o.retry_backoff,
+    )
+
+
+def merge_declared(stored: Sequence[ScheduleInfo], declared: Sequence[ScheduleSpec], now: datetime) -> list[ScheduleInfo]:
+    """The database's schedules, plus ``declared`` ones that no worker has
+    synced yet (nothing fired; the next tick after ``now`` as the cron says)."""
+    out = list(stored)
+    for spec in declared:
+        out.append(ScheduleInfo(
+            name=spec.name, cron=spec.cron, timezone=spec.timezone, args=_args(spec.args_json), queue=spec.queue,
+            catch_up=spec.catch_up, overlap=spec.overlap, since=None,
+            next_tick=parse_cron(spec.cron, spec.timezone).next_after(now), last_tick=None, last_fired=None,
+            last_job_id=None, skipped=0, orphaned=False, last_seen=None,
+        ))
+    return sorted(out, key=lambda s: s.name)
+
+
+def _args(text: str) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(text)
+    return value

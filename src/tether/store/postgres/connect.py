@@ -1,0 +1,172 @@
+"""How the PostgreSQL store connects: what every connection is given, the
+pools it keeps, and what changes behind a transaction pooler.
+
+A store keeps four sets of connections: a pool for most statements, a small
+one for a worker's rounds (claim, complete, complete_and_claim), and the same
+two per event loop for async calls. Directly on the server, the two kinds
+differ in one session setting, sent as a startup option: the main ones plan
+every statement for its arguments, the round ones plan theirs once.
+
+Behind PgBouncer in transaction pooling mode (``?pgbouncer=transaction``) a
+client's connection is not a server session: each transaction may run on
+another server connection, so nothing may rely on session state. The store
+then sends no startup options (PgBouncer refuses them), prepares no
+statements on the server (a statement prepared on one server connection is
+unknown on the next; every statement goes as an unnamed one, planned for its
+arguments as force_custom_plan would), and does not LISTEN through the
+pooler (see ``PostgresStore.listen``). Advisory locks are taken only per
+transaction (``migrate``), which transaction pooling keeps whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from ...config import DatabaseURL, redact_url
+from ...errors import InvalidDSN
+from .loop_connections import LoopConnections
+
+__all__ = [
+    "ASYNC_CONNECTIONS",
+    "CONN_DEFAULTS",
+    "POOLED_POLL_INTERVAL",
+    "POOL_TIMEOUT",
+    "RECONNECT_TIMEOUT",
+    "ROUND_CONNECTIONS",
+    "Connections",
+    "literal",
+    "net_defaults",
+    "open_connections",
+    "pooled",
+    "quote",
+]
+
+# Connection settings; any of these in the URL wins. A worker cut off by a
+# network partition must find out in seconds, not after the kernel's two-hour
+# keepalive default: probe idle connections and give up on unacknowledged writes.
+CONN_DEFAULTS = {
+    # Plan every execution for its own arguments: the arrays tether passes vary
+    # from 1 to thousands of elements, and a generic plan chosen for one size
+    # turned the heartbeat quadratic at 5,000 held jobs (8.6 s a beat). The
+    # exceptions (GENERIC_PLANS in store.py) run on connections of their own.
+    # Not sent through a transaction pooler (see SESSION_SETTINGS).
+    "options": "-c plan_cache_mode=force_custom_plan",
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+#: the defaults that set up a server session: none goes through a transaction pooler
+SESSION_SETTINGS = frozenset({"options"})
+_GENERIC_OPTIONS = "-c plan_cache_mode=force_generic_plan"
+
+#: how long a caller waits for a free pooled connection before the call fails
+POOL_TIMEOUT = 10.0
+#: psycopg_pool retries a failed connection with a delay that doubles until
+#: reconnect_timeout (300 s by default): after a server restart or a partition a
+#: worker could then sit out tens of seconds with the server already back, and
+#: its reaper with it (found by `tether chaos`: leases recovered 35 s late).
+#: Giving up early makes the next request start a fresh attempt, 1 s apart.
+RECONNECT_TIMEOUT = 2.0
+#: connections per event loop for async calls (``enqueue_async``): each is
+#: busy only for one statement's round trip, and a loop is one thread
+ASYNC_CONNECTIONS = 4
+#: connections for a worker's rounds (GENERIC_PLANS), per event loop and in the
+#: sync pool: a worker has at most a claim ahead and a report in flight
+ROUND_CONNECTIONS = 2
+#: how often an idle worker claims behind a transaction pooler with no
+#: ``listen_url``: polling is its only wake-up, so it sets an idle worker's
+#: latency. An empty claim is one index probe of the partial claim index.
+POOLED_POLL_INTERVAL = 0.5
+
+Pool = ConnectionPool[psycopg.Connection[TupleRow]]
+
+
+def pooled(dsn: DatabaseURL) -> bool:
+    """Whether the URL asks for no session state (``pgbouncer=transaction``)."""
+    return dsn.options.get("pgbouncer") == "transaction"
+
+
+def net_defaults(url: str, *, session: bool = True) -> dict[str, Any]:
+    """CONN_DEFAULTS that the URL does not set; without the session settings
+    unless ``session``."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    return {k: v for k, v in CONN_DEFAULTS.items() if k not in given and (session or k not in SESSION_SETTINGS)}
+
+
+def quote(ident: str) -> str:
+    return '"' + ident.replace('"', '""') + '"'
+
+
+def literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True, slots=True)
+class Connections:
+    """A store's connections (see the module's docstring)."""
+
+    pool: Pool
+    round_pool: Pool
+    async_connections: LoopConnections
+    round_async: LoopConnections
+
+
+def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
+    """The store's pools, opened, after one direct connection that fails fast
+    and says why (refused, unknown database, bad password, a pooler that
+    refuses startup options) where a pool would only time out."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn.url)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidDSN(f"malformed PostgreSQL URL: {exc}") from None
+    session = not pooled(dsn)
+    net = net_defaults(dsn.url, session=session)
+    # Server-side prepared statements from the first execution on a session of
+    # our own; none through a pooler (None: never prepare).
+    kwargs = {"autocommit": True, "prepare_threshold": 0 if session else None, **net}
+    rounds = {**kwargs, "options": _GENERIC_OPTIONS} if "options" in kwargs else kwargs
+    try:
+        psycopg.connect(dsn.url, connect_timeout=5, **{k: v for k, v in net.items() if k != "connect_timeout"}).close()
+    except psycopg.Error as exc:
+        reason = _hint(str(exc).strip())
+        raise InvalidDSN(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {reason}") from None
+    pool: Pool = ConnectionPool(
+        dsn.url, min_size=1, max_size=pool_size, timeout=POOL_TIMEOUT, reconnect_timeout=RECONNECT_TIMEOUT,
+        kwargs=kwargs, open=False, name=f"tether-{dsn.schema}",
+    )
+    # connected on first use (only workers claim)
+    round_pool: Pool = ConnectionPool(
+        dsn.url, min_size=0, max_size=ROUND_CONNECTIONS, timeout=POOL_TIMEOUT,
+        reconnect_timeout=RECONNECT_TIMEOUT, kwargs=rounds, open=False, name=f"tether-{dsn.schema}-rounds",
+    )
+    try:
+        pool.open(wait=True, timeout=10)
+        round_pool.open()
+    except Exception as exc:
+        pool.close()
+        round_pool.close()
+        raise InvalidDSN(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {exc}") from None
+    return Connections(
+        pool=pool,
+        round_pool=round_pool,
+        # for async calls, each event loop's own; round_async as round_pool
+        async_connections=LoopConnections(dsn.url, size=ASYNC_CONNECTIONS, **kwargs),
+        round_async=LoopConnections(dsn.url, size=ROUND_CONNECTIONS, **rounds),
+    )
+
+
+def _hint(message: str) -> str:
+    """The server's (or pooler's) refusal, with what to do when it is a pooler
+    refusing the startup options."""
+    if "unsupported startup parameter" in message:
+        return message + (" (a PgBouncer or another pooler in transaction mode? add pgbouncer=transaction "
+                          "to the URL: tether then sends no startup options)")
+    return message

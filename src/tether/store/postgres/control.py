@@ -1,0 +1,39 @@
+"""Job control on PostgreSQL (issue 20): retention, pause and resume. A mixin of
+``PostgresStore``, in a module of its own so the store's module stays small;
+its statements are in ``queries.sql`` beside it, under "Job control"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ...config import validate_queue
+from ...model import JobState
+from ..base import check_prune
+
+__all__ = ["PostgresControl"]
+
+
+def _ages(ages: Mapping[JobState, float], limit: int | None, now: datetime | None) -> dict[str, Any]:
+    checked = check_prune(ages, limit)
+    return {"states": [str(s) for s in checked], "ages": list(checked.values()), "limit": limit, "now": now}
+
+
+class PostgresControl:
+    """Retention, pause and resume for ``PostgresStore`` (which provides ``_all``)."""
+
+    def _all(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
+        return {JobState(s): int(n) for s, n in self._all("prune", _ages(ages, limit, now))}
+
+    def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
+        self._all("set_paused", {"queue": validate_queue(queue), "paused": bool(paused), "now": now})
+
+    def paused_queues(self) -> list[str]:
+        return [str(r[0]) for r in self._all("paused_queues")]
+
+    def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
+        return {JobState(s): int(n) for s, n in self._all("prunable", _ages(ages, None, now))}

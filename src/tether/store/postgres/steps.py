@@ -1,0 +1,166 @@
+"""The PostgreSQL store's operations as the statements they need, without I/O.
+
+An operation here is a generator (``Steps``): it yields (query name,
+params), is sent each statement's rows, and returns its answer. The store
+runs one on its pool (``PostgresStore._drive``) or on the running event loop's
+own connections (``_drive_async``), so the sync and async paths send the same
+statements, with the same retries, chunks and lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from datetime import datetime
+from operator import attrgetter
+from typing import Any, TypeVar
+
+from ...model import Beat, ClaimedJob, NewJob
+from ..rows import assign_ids, claimed_from_rows, missing_keys
+
+__all__ = [
+    "DONE_CHUNK",
+    "Rows",
+    "Steps",
+    "beats",
+    "claim_steps",
+    "complete_and_claim_steps",
+    "complete_steps",
+    "enqueue_steps",
+]
+
+Rows = list[tuple[Any, ...]]
+T = TypeVar("T")
+#: An operation as the statements it needs, without any I/O, so that the sync
+#: and the async paths run the same plan (and retries, chunks, lookups): it
+#: yields (query name, params), is sent each statement's rows, and returns
+#: its answer. ``_drive`` and ``_drive_async`` run one.
+Steps = Generator[tuple[str, dict[str, Any]], Rows, T]
+
+#: at most this many successes per statement (a reporter's batch after an
+#: outage can be thousands), so that no one statement is unbounded
+DONE_CHUNK = 200
+
+
+def enqueue_steps(jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[int]]:
+    """The insert, and for dedup hits the lookup of the active jobs holding
+    their keys."""
+    if not jobs:
+        return []
+    query, params = _enqueue_plan(jobs, now)
+    for _ in range(3):
+        # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
+        # order is unspecified, so sort by id to get the input order back.
+        rows = sorted((yield query, params))
+        if len(rows) == len(jobs):
+            return [r[0] for r in rows]
+        keys = missing_keys(jobs, rows)
+        held = {k: i for i, k in (yield "active_by_dedup_key", {"keys": keys})} if keys else {}
+        ids = assign_ids(jobs, rows, held)
+        if ids is not None:
+            return ids
+        # The job holding a key finished between our insert and our lookup:
+        # its key is free now, so the next try inserts.
+    raise RuntimeError("enqueue: dedup key kept changing hands; try again")
+
+
+def _enqueue_plan(jobs: Sequence[NewJob], now: datetime | None) -> tuple[str, dict[str, Any]]:
+    """The insert for these jobs: one job, many sharing their options, or any mix."""
+    if len(jobs) == 1:
+        (j,) = jobs
+        return "enqueue_one", {
+            "now": now, "queue": j.queue, "task": j.task, "args": j.args_json, "priority": j.priority,
+            "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl,
+            "timeout": j.timeout, "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": j.meta_json,
+        }
+    if _uniform(jobs):
+        j = jobs[0]
+        return "enqueue_uniform", {
+            "now": now, "queue": j.queue, "task": j.task, "args": "[" + ",".join(x.args_json for x in jobs) + "]",
+            "priority": j.priority, "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts,
+            "lease_ttl": j.lease_ttl, "timeout": j.timeout, "backoff_base": j.backoff_base, "meta": j.meta_json,
+        }
+    return "enqueue", _enqueue_arrays(jobs, now)
+
+
+def _enqueue_arrays(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
+    return {
+        "now": now,
+        "queue": [j.queue for j in jobs],
+        "task": [j.task for j in jobs],
+        "args": [j.args_json for j in jobs],
+        "priority": [j.priority for j in jobs],
+        "run_at": [j.run_at for j in jobs],
+        "delay": [j.delay for j in jobs],
+        "max_attempts": [j.max_attempts for j in jobs],
+        "lease_ttl": [j.lease_ttl for j in jobs],
+        "timeout": [j.timeout for j in jobs],
+        "backoff_base": [j.backoff_base for j in jobs],
+        "dedup_key": [j.dedup_key for j in jobs],
+        "meta": [j.meta_json for j in jobs],
+    }
+
+
+#: every field of a NewJob but its args (derived, so a new field cannot be missed)
+_options = attrgetter(*(f for f in NewJob.__dataclass_fields__ if f != "args_json"))
+
+
+def _uniform(jobs: Sequence[NewJob]) -> bool:
+    """Whether these jobs differ only in their args, and none has a dedup key."""
+    first = _options(jobs[0])
+    return jobs[0].dedup_key is None and all(_options(j) == first for j in jobs[1:])
+
+
+def claim_steps(
+    worker: str, queues: Sequence[str], limit: int, lease_ttl: float, now: datetime | None
+) -> Steps[list[ClaimedJob]]:
+    rows = yield "claim", {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl,
+                           "now": now}
+    return claimed_from_rows(rows)
+
+
+def complete_steps(
+    worker: str, done: Sequence[tuple[int, int, str | None]], now: datetime | None
+) -> Steps[set[int]]:
+    """Chunked: the fence reads each row's attempt by array_position, a
+    linear search (see _complete_done); one chunk is at most a claim batch."""
+    accepted: set[int] = set()
+    for start in range(0, len(done), DONE_CHUNK):
+        rows = yield "complete", {**_done_params(worker, done[start:start + DONE_CHUNK]), "now": now}
+        accepted.update(r[0] for r in rows)
+    return accepted
+
+
+def complete_and_claim_steps(
+    worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
+    lease_ttl: float, now: datetime | None,
+) -> Steps[tuple[set[int], list[ClaimedJob]]]:
+    """One statement; none to carry, or more successes than one statement
+    takes (see complete_steps): complete's statements, then claim's."""
+    if not done or len(done) > DONE_CHUNK:
+        accepted = yield from complete_steps(worker, done, now)
+        return accepted, (yield from claim_steps(worker, queues, limit, lease_ttl, now))
+    rows = yield "complete_and_claim", {
+        **_done_params(worker, done), "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now,
+    }
+    return {r[1] for r in rows if r[0] == 1}, claimed_from_rows([r[1:] for r in rows if r[0] == 0])
+
+
+def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
+    """complete's rows as _complete_done reads them: the ids, and one JSON
+    object of {"<id>": [attempt] or [attempt, result]}. A result is already
+    JSON text (dump_json made it), so it goes in as it is, not parsed again."""
+    return {
+        "worker": worker,
+        # an array literal: psycopg's list dumper runs Python code per element
+        "ids": "{" + ",".join([str(d[0]) for d in done]) + "}",
+        "done": "{" + ",".join(f'"{i}":[{a}]' if r is None else f'"{i}":[{a},{r}]' for i, a, r in done) + "}",
+    }
+
+
+def beats(held: Sequence[tuple[int, int]], rows: list[tuple[Any, ...]]) -> dict[int, Beat]:
+    renewed = {r[0]: bool(r[1]) for r in rows}
+    return {
+        job_id: (Beat.LOST if job_id not in renewed else Beat.CANCEL_REQUESTED if renewed[job_id] else Beat.RENEWED)
+        for job_id, _ in held
+    }
+

@@ -1,0 +1,61 @@
+"""Job control on SQLite (issue 20): retention, pause and resume. A mixin of ``SQLiteStore``,
+in a module of its own so the store's module stays small; its statements are
+in ``queries.sql`` beside it, under "Job control"."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from ...config import validate_queue
+from ...model import TERMINAL_STATES, JobState
+from ..base import check_prune
+
+__all__ = ["SQLiteControl"]
+
+
+def _ages(ages: Mapping[JobState, float], limit: int | None, now: datetime | None) -> dict[str, Any]:
+    checked = check_prune(ages, limit)
+    params: dict[str, Any] = {str(s): checked.get(s) for s in TERMINAL_STATES}
+    params["now"] = None if now is None else now.timestamp()
+    params["limit"] = limit
+    return params
+
+
+class SQLiteControl:
+    """Retention, pause and resume for ``SQLiteStore`` (which provides ``q``, ``_all`` and ``_write``)."""
+
+    q: dict[str, str]
+
+    def _all(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        raise NotImplementedError
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
+        params = _ages(ages, limit, now)
+        out: dict[JobState, int] = {}
+        with self._write() as conn:
+            gone = conn.execute(self.q["prune"], params).fetchall()
+            if gone:
+                conn.execute(self.q["prune_attempts"], {"ids": json.dumps([r[0] for r in gone])})
+        for _, state in gone:
+            out[JobState(state)] = out.get(JobState(state), 0) + 1
+        return out
+
+    def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
+        self._all("set_paused", {"queue": validate_queue(queue), "paused": bool(paused),
+                                 "now": None if now is None else now.timestamp()})
+
+    def paused_queues(self) -> list[str]:
+        return [str(r[0]) for r in self._all("paused_queues")]
+
+    def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
+        params = _ages(ages, None, now)
+        asked = set(check_prune(ages))
+        return {JobState(s): int(n) for s, n in self._all("prunable", params) if JobState(s) in asked}

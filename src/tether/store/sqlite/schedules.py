@@ -1,0 +1,78 @@
+"""The SQLite store's schedule operations (I6), a mixin of ``SQLiteStore``:
+each is one BEGIN IMMEDIATE transaction over the named queries in
+``queries.sql`` (the schedules section says why each is shaped as it is)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from ...model import FiredTick, ScheduleInfo, ScheduleSpec
+from ..rows import epoch_to_dt, json_text
+from ..schedules import plan_fires, schedule_from_row, sorted_specs
+
+__all__ = ["SQLiteSchedules"]
+
+
+def _ts(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+class SQLiteSchedules:
+    q: dict[str, str]
+    _write: Callable[[], AbstractContextManager[sqlite3.Connection]]
+    _all: Callable[..., list[Any]]
+
+    def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:
+        ordered = sorted_specs(specs)
+        with self._write() as conn:
+            conn.executemany(self.q["sync_schedule"], [
+                {"name": x.name, "cron": x.cron, "timezone": x.timezone, "args": x.args_json, "queue": x.queue,
+                 "priority": x.priority, "max_attempts": x.max_attempts, "lease_ttl": x.lease_ttl,
+                 "timeout": x.timeout, "backoff_base": x.backoff_base, "catch_up": x.catch_up,
+                 "overlap": int(x.overlap), "now": _ts(now)}
+                for x in ordered])
+            conn.execute(self.q["orphan_schedules"], {"names": json.dumps([x.name for x in ordered])})
+
+    def fire_schedules(
+        self, names: Sequence[str], *, grace: float, now: datetime | None = None
+    ) -> list[FiredTick]:
+        if not names:
+            return []
+        # One write transaction: the clock read, the computation and the
+        # inserts see one state, and no other writer runs in between.
+        with self._write() as conn:
+            rows = conn.execute(self.q["schedules_to_fire"],
+                                {"names": json.dumps(sorted(set(names))), "now": _ts(now)}).fetchall()
+            return list(self._fire(conn, rows, grace, now))
+
+    def _fire(
+        self, conn: sqlite3.Connection, rows: list[Any], grace: float, now: datetime | None,
+    ) -> Iterator[FiredTick]:
+        for fire in plan_fires(rows, grace=grace, ts=epoch_to_dt):
+            won = sorted(conn.execute(self.q["decide_ticks"], {
+                "name": fire.name, "version": fire.version, "now": _ts(now),
+                "ticks": json.dumps([[t.timestamp(), s] for t, s in zip(fire.ticks, fire.skip, strict=True)]),
+            }).fetchall())
+            fired: tuple[float, int] | None = None
+            for tick, skipped in won:
+                when = epoch_to_dt(tick)
+                assert when is not None
+                if skipped:
+                    yield FiredTick(schedule=fire.name, tick=when, job_id=None, queue="")
+                    continue
+                job_id, queue = conn.execute(self.q["fire_job"], {"name": fire.name, "tick": tick,
+                                                                  "now": _ts(now)}).fetchone()
+                fired = (tick, job_id)
+                yield FiredTick(schedule=fire.name, tick=when, job_id=job_id, queue=queue)
+            if won:
+                conn.execute(self.q["mark_schedule"], {
+                    "name": fire.name, "tick": won[-1][0], "fired": fired[0] if fired else None,
+                    "job_id": fired[1] if fired else None, "skipped": sum(1 for _, sk in won if sk)})
+
+    def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
+        return [schedule_from_row(r, epoch_to_dt, json_text) for r in self._all("list_schedules", {"now": _ts(now)})]

@@ -1,0 +1,126 @@
+"""The pruner: a periodic service on every worker that deletes finished jobs
+(with their attempts rows) once they are older than their state's retention.
+
+Retention is the app's (``Tether(retention=...)``): an age per finished state,
+``RETENTION_DEFAULTS`` unless told otherwise, ``None`` to keep a state (or,
+for the whole setting, everything) forever. Each statement deletes at most
+``limit`` jobs, oldest finished first, and a tick repeats it while it comes
+back full, at most ``max_rounds`` times: a backlog drains over a few ticks in
+short transactions instead of one long one. Running it on every worker at once
+is safe: on PostgreSQL each statement skips rows another pruner has locked,
+on SQLite each holds the write lock for one batch. Queued and running jobs are
+never read (the statements' WHERE, ``store/*/queries.sql``)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import ClassVar
+
+from ..errors import ConfigError
+from ..model import TERMINAL_STATES, JobState
+from ..store import Store
+from .service import PeriodicService
+
+__all__ = [
+    "DEFAULT_PRUNE_INTERVAL", "DEFAULT_PRUNE_LIMIT", "RETENTION_DEFAULTS", "Pruner", "parse_age", "parse_retention",
+]
+
+#: how long finished jobs are kept, by state, unless the app says otherwise
+RETENTION_DEFAULTS: dict[str, str | None] = {"succeeded": "7d", "cancelled": "30d", "dead": "30d"}
+#: seconds between ticks: retention is measured in days, so once a minute is plenty
+DEFAULT_PRUNE_INTERVAL = 60.0
+#: jobs per statement: each is one short transaction
+DEFAULT_PRUNE_LIMIT = 1000
+#: statements per tick at most, while each comes back full
+MAX_ROUNDS = 20
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+RetentionSpec = Mapping[str, "str | float | timedelta | None"]
+
+
+def parse_age(value: object, what: str = "age") -> float:
+    """Seconds from ``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"``, a number of
+    seconds, or a ``timedelta``; ConfigError naming ``what`` otherwise."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _AGE.match(value.lower())):
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ConfigError(f"{what} must be a duration such as '7d', '12h', '30m', '90s' or '2w', a number of "
+                          f"seconds, or a timedelta; got {value!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"{what} must be zero or more seconds, got {value!r}")
+    return seconds
+
+
+def parse_retention(retention: RetentionSpec | None) -> dict[JobState, float]:
+    """``Tether(retention=...)`` checked: {finished state: age in seconds} for the
+    states that are pruned. States left out keep their default; ``None`` for a
+    state keeps it forever, and ``retention=None`` keeps everything."""
+    if retention is None:
+        return {}
+    if not isinstance(retention, Mapping):
+        raise ConfigError(f"retention must be a dict of state to age, such as {RETENTION_DEFAULTS}, or None; "
+                          f"got {retention!r}")
+    finished = {str(s) for s in TERMINAL_STATES}
+    unknown = sorted(str(k) for k in retention if k not in finished)
+    if unknown:
+        raise ConfigError(f"retention applies to finished states only (succeeded, cancelled, dead), "
+                          f"not {', '.join(repr(k) for k in unknown)}")
+    merged = {**RETENTION_DEFAULTS, **retention}
+    return {JobState(state): parse_age(age, f"retention[{state!r}]")
+            for state, age in merged.items() if age is not None}
+
+
+class Pruner(PeriodicService):
+    name: ClassVar[str] = "pruner"
+
+    def __init__(
+        self, store: Store, ages: Mapping[JobState, float], *, limit: int = DEFAULT_PRUNE_LIMIT,
+        interval: float = DEFAULT_PRUNE_INTERVAL, max_rounds: int = MAX_ROUNDS,
+    ) -> None:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ConfigError(f"prune limit must be an int >= 1, got {limit!r}")
+        if not isinstance(max_rounds, int) or isinstance(max_rounds, bool) or max_rounds < 1:
+            raise ConfigError(f"pruner max_rounds must be an int >= 1, got {max_rounds!r}")
+        super().__init__(interval)
+        self.store = store
+        self.ages = dict(ages)
+        self.limit = limit
+        self.max_rounds = max_rounds
+        self.total = 0
+
+    @classmethod
+    def for_app(cls, store: Store, app: object) -> list[PeriodicService]:
+        """The pruner a worker runs for an app's retention (``app.retention``,
+        as ``parse_retention`` returns it): none when nothing is pruned, or
+        when the app (another registry) says nothing about retention."""
+        ages: Mapping[JobState, float] = getattr(app, "retention", None) or {}
+        return [cls(store, ages)] if ages else []
+
+    def run_once(self) -> dict[JobState, int]:
+        """One statement: up to ``limit`` jobs, oldest finished first."""
+        gone = self.store.prune(self.ages, self.limit)
+        n = sum(gone.values())
+        self.total += n
+        if n:
+            self.log.info("pruned %d finished job(s): %s", n, ", ".join(f"{k} {v}" for k, v in sorted(gone.items())))
+        return gone
+
+    def tick(self) -> dict[JobState, int]:
+        """Statements while each comes back full, at most ``max_rounds``."""
+        out: dict[JobState, int] = {}
+        for _ in range(self.max_rounds):
+            gone = self.run_once()
+            for k, v in gone.items():
+                out[k] = out.get(k, 0) + v
+            if sum(gone.values()) < self.limit:
+                break
+        return out

@@ -1,0 +1,117 @@
+"""The scheduler: a periodic service on every worker whose app declares
+schedules (``@app.periodic``). No leader and no beat process: every worker
+fires every schedule it knows, and the database decides each tick once (the
+(schedule, tick) primary key of the ticks table admits one insert; I6).
+
+Its first tick syncs the app's schedules into the database (a changed
+definition takes effect at its next tick; a schedule the app no longer
+declares is shown orphaned). Every tick then asks the store to fire what is
+due at the database's ``now``: on-time ticks (less than ``grace`` seconds old)
+and, after every worker was down, at most ``catch_up`` of the missed ones.
+
+Timers: ``interval`` (1 s) bounds how late a tick fires while any worker
+runs, so one-second schedules fire on time; ``grace`` (the reaper interval,
+10 s) is how old a tick may be and still count as on time rather than
+missed, which is the I6 bound: a tick fires within one reaper interval while
+a healthy worker exists."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import ClassVar
+
+from ..config import DEFAULT_REAPER_INTERVAL
+from ..errors import AccessDenied, ConfigError
+from ..events import Event, Events
+from ..model import FiredTick, JobState, ScheduleSpec
+from ..store import Store
+from .service import PeriodicService
+
+__all__ = ["DEFAULT_MISFIRE_GRACE", "DEFAULT_SCHEDULER_INTERVAL", "Scheduler"]
+
+log = logging.getLogger("tether.scheduler")
+
+#: seconds between two fires on one worker: at most this late for a tick
+#: (plus the jitter of PeriodicService), so a one-second schedule keeps time
+DEFAULT_SCHEDULER_INTERVAL = 1.0
+#: a tick less than this many seconds old is on time and fired; older ones were
+#: missed (no worker ran) and only catch_up of them are. The I6 bound.
+DEFAULT_MISFIRE_GRACE = DEFAULT_REAPER_INTERVAL
+#: grace must cover this many scheduler intervals, so that a round that fails
+#: or runs late does not turn an on-time tick into a missed one
+MIN_GRACE_INTERVALS = 2
+
+
+class Scheduler(PeriodicService):
+    name: ClassVar[str] = "scheduler"
+
+    def __init__(
+        self, store: Store, schedules: Sequence[ScheduleSpec], *,
+        interval: float | None = None, grace: float = DEFAULT_MISFIRE_GRACE,
+        events: Events | None = None, on_fired: Callable[[list[FiredTick]], object] | None = None,
+    ) -> None:
+        """``interval`` None: DEFAULT_SCHEDULER_INTERVAL, or less where ``grace``
+        is short (a worker with a sub-second reaper interval) so that grace
+        still covers MIN_GRACE_INTERVALS of them."""
+        if interval is None and isinstance(grace, int | float) and grace > 0:
+            interval = min(DEFAULT_SCHEDULER_INTERVAL, grace / MIN_GRACE_INTERVALS)
+        super().__init__(DEFAULT_SCHEDULER_INTERVAL if interval is None else interval)
+        if not schedules:
+            raise ConfigError("a scheduler needs at least one schedule (declare them with @app.periodic)")
+        names = [s.name for s in schedules]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"schedule names must be unique, got {sorted(names)}")
+        if (not isinstance(grace, int | float) or isinstance(grace, bool) or not math.isfinite(grace)
+                or grace < MIN_GRACE_INTERVALS * self.interval):
+            raise ConfigError(
+                f"scheduler grace must be a number of seconds of at least {MIN_GRACE_INTERVALS} scheduler "
+                f"intervals ({MIN_GRACE_INTERVALS * self.interval:g} s), got {grace!r}")
+        self.store = store
+        self.schedules = list(schedules)
+        self.names = sorted(names)
+        self.grace = float(grace)
+        self.events = events
+        #: told about the jobs each tick fired (a delivering transport publishes them)
+        self.on_fired = on_fired
+        #: whether this worker's app has written its schedules into the database
+        self.synced = False
+        self.fired = 0
+        self.skipped = 0
+
+    def run_once(self, now: datetime | None = None) -> list[FiredTick]:
+        """Sync (on the first tick, and again until a sync succeeds), then fire
+        what is due; returns the ticks this worker decided (a tick another
+        worker decided first is not among them). ``now`` is for tests."""
+        if not self.synced:
+            try:
+                self.store.sync_schedules(self.schedules, now=now)
+            except AccessDenied as exc:
+                # A remote worker whose token has the worker scope only: a
+                # schedule makes jobs, so writing one needs a producer's. The
+                # definitions someone else wrote are still fired.
+                log.warning("cannot write this app's schedules (%s); firing the definitions the database holds",
+                            exc)
+            else:
+                log.info("synced %d schedule(s): %s", len(self.schedules), ", ".join(self.names))
+            self.synced = True
+        decided = self.store.fire_schedules(self.names, grace=self.grace, now=now)
+        jobs = [t for t in decided if t.job_id is not None]
+        for t in decided:
+            if t.job_id is None:
+                log.info("schedule %s: tick %s skipped (its previous job is still active; overlap=False)",
+                         t.schedule, t.tick.isoformat())
+            else:
+                log.debug("schedule %s: tick %s fired job %s", t.schedule, t.tick.isoformat(), t.job_id)
+        self.fired += len(jobs)
+        self.skipped += len(decided) - len(jobs)
+        if jobs:
+            if self.events is not None and self.events.active:
+                for t in jobs:
+                    self.events.emit(Event("job.enqueued", job_id=t.job_id, task=t.schedule, queue=t.queue,
+                                           state=JobState.QUEUED))
+            if self.on_fired is not None:
+                self.on_fired(jobs)
+        return decided

@@ -1,0 +1,245 @@
+"""Retention: ``Tether(retention=...)``, the ``Pruner`` service a worker runs,
+the plans its statements take, and ``tether prune``. Real databases (the
+``backend`` fixture: SQLite and PostgreSQL); the store's own behaviour on every
+backend is in test_conformance_control.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tether import Tether
+from tether.cli.main import cli
+from tether.errors import ConfigError
+from tether.model import JobState, Outcome
+from tether.store import Store, open_store
+from tether.store.postgres.store import PostgresStore
+from tether.store.sqlite.store import SQLiteStore
+from tether.worker.pruner import Pruner, parse_age, parse_retention
+
+from .test_conformance import TTL, W, new_job
+from .test_migrations import raw_sql
+
+DAY = 86400.0
+
+
+def finish(store: Store, n: int, *, fail_every: int = 0) -> list[int]:
+    """n jobs run and finished now: succeeded, or dead for every ``fail_every``-th."""
+    ids = store.enqueue([new_job(queue="done") for _ in range(n)])
+    claimed = store.claim(W, ["done"], n, TTL)
+    good = []
+    for i, c in enumerate(claimed):
+        if fail_every and i % fail_every == 0:
+            store.fail(W, c.id, c.attempt, outcome=Outcome.FAILED, error="x", retry=False)
+        else:
+            good.append((c.id, c.attempt, None))
+    store.complete(W, good)
+    return ids
+
+
+# -- configuration ---------------------------------------------------------------------
+
+
+def test_retention_defaults_and_overrides() -> None:
+    assert parse_retention({}) == {JobState.SUCCEEDED: 7 * DAY, JobState.CANCELLED: 30 * DAY,
+                                   JobState.DEAD: 30 * DAY}
+    assert parse_retention({"succeeded": "12h", "dead": None}) == {JobState.SUCCEEDED: 12 * 3600.0,
+                                                                   JobState.CANCELLED: 30 * DAY}
+    assert parse_retention(None) == {}
+    assert parse_retention({"cancelled": timedelta(minutes=5), "succeeded": 90}) [JobState.CANCELLED] == 300.0
+    assert Tether("sqlite:///unused.db").retention == parse_retention({})
+    assert Tether("sqlite:///unused.db", retention=None).retention == {}
+    assert [parse_age(v) for v in ("90s", "30m", "2h", "1.5d", "2w", 0)] == [90, 1800, 7200, 1.5 * DAY, 14 * DAY, 0]
+
+
+@pytest.mark.parametrize("retention, message", [
+    ({"queued": "1d"}, "finished states only"),
+    ({"running": "1d"}, "finished states only"),
+    ({"succeeded": "7 days"}, r"retention\['succeeded'\] must be a duration"),
+    ({"dead": -1}, "zero or more"),
+    ({"dead": float("nan")}, "zero or more"),
+    ({"dead": True}, "must be a duration"),
+    (["succeeded"], "must be a dict"),
+])
+def test_bad_retention_is_refused_with_a_clear_error(retention: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Tether("sqlite:///unused.db", retention=retention)
+
+
+def test_a_worker_runs_a_pruner_only_when_something_is_pruned(make_app: Callable[..., Tether]) -> None:
+    app = make_app()
+    pruners = [s for s in app.worker().services if isinstance(s, Pruner)]
+    assert len(pruners) == 1 and pruners[0].ages == app.retention
+    kept = make_app(retention=None)
+    assert not [s for s in kept.worker().services if isinstance(s, Pruner)]
+
+
+@pytest.mark.parametrize("bad, message", [({"limit": 0}, "limit"), ({"interval": 0}, "interval"),
+                                          ({"max_rounds": 0}, "max_rounds")])
+def test_pruner_config_is_checked(store: Store, bad: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Pruner(store, {JobState.SUCCEEDED: 1.0}, **bad)
+
+
+# -- the service -----------------------------------------------------------------------
+
+
+def test_a_tick_drains_a_backlog_in_bounded_statements(store: Store) -> None:
+    ids = finish(store, 25, fail_every=5)
+    live = store.enqueue([new_job(queue="live") for _ in range(3)])
+    running = store.claim(W, ["live"], 1, TTL)
+    pruner = Pruner(store, {JobState.SUCCEEDED: 0.0, JobState.DEAD: 0.0}, limit=4, max_rounds=3)
+    assert sum(pruner.run_once().values()) == 4
+    assert sum(pruner.tick().values()) == 12  # three full statements, then the tick ends
+    rest = pruner.tick()
+    assert rest == {JobState.SUCCEEDED: 7, JobState.DEAD: 2} or sum(rest.values()) == 9
+    assert pruner.total == 25 and all(store.get_job(i) is None for i in ids)
+    assert [store.get_job(i).state for i in live] == [JobState.RUNNING, JobState.QUEUED,  # type: ignore[union-attr]
+                                                      JobState.QUEUED]
+    assert running[0].id == live[0]
+
+
+def test_a_worker_prunes_on_its_timer(make_app: Callable[..., Tether]) -> None:
+    app = make_app(retention={"succeeded": 0, "dead": None, "cancelled": None}, reaper_interval=1.0)
+    ids = finish(app.store, 5, fail_every=2)
+    worker = app.worker(queues=["done"])
+    pruner = next(s for s in worker.services if isinstance(s, Pruner))
+    pruner.interval = 0.05
+    pruner.spread_start = False
+    done = threading.Event()
+    pruner.on_tick = lambda result: done.set() if pruner.total else None
+
+    import asyncio
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        await asyncio.to_thread(done.wait, 20)
+        worker.stop()
+        await task
+
+    asyncio.run(main())
+    assert pruner.total == 2  # the succeeded ones; the dead ones are kept forever here
+    assert [app.get_job(i) is None for i in ids] == [False, True, False, True, False]
+
+
+# -- plans -----------------------------------------------------------------------------
+
+
+def test_prune_reads_the_finished_index_not_the_table(backend: str, db_url: str) -> None:
+    store = open_store(db_url)
+    store.migrate()
+    try:
+        finish(store, 3000, fail_every=3)
+        store.enqueue([new_job(queue="backlog") for _ in range(3000)])
+        if isinstance(store, SQLiteStore):
+            params = {"succeeded": 60.0, "dead": 60.0, "cancelled": None, "limit": 1000, "now": None}
+            rows = store._conn().execute("EXPLAIN QUERY PLAN " + store.q["prune"], params).fetchall()
+            plan = "\n".join(str(r[-1]) for r in rows)
+            assert plan.count("INDEX tether_jobs_finished_idx (state=? AND finished_at<?)") == 3, plan
+            assert "SCAN tether_jobs" not in plan, plan
+        else:
+            assert isinstance(store, PostgresStore)
+            with store.pool.connection() as conn:
+                conn.execute(f'ANALYZE "{store.schema}".jobs')
+            params2 = {"states": ["succeeded", "dead"], "ages": [60.0, 60.0], "limit": 1000, "now": None}
+            with store.pool.connection() as conn:
+                plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + store.q["prune"], params2))
+            assert "jobs_finished_idx" in plan, plan
+            assert "Seq Scan on jobs" not in plan, plan
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_prune_in_progress_never_blocks_a_claim_or_a_completion(db_url: str) -> None:
+    """The prune statement holds its locks until it commits: a claim and a
+    completion made meanwhile go through at once."""
+    store = open_store(db_url)
+    store.migrate()
+    assert isinstance(store, PostgresStore)
+    try:
+        finish(store, 50)
+        store.enqueue([new_job(queue="work") for _ in range(5)])
+        running = store.claim(W, ["work"], 1, TTL)
+        # a transaction left open on purpose, rolled back at the end
+        with store.pool.connection() as held, held.transaction(force_rollback=True):
+            gone = held.execute(store.q["prune"], {"states": ["succeeded"], "ages": [0.0], "limit": 1000,
+                                                   "now": None}).fetchall()
+            assert gone == [("succeeded", 50)]
+            got = store.claim(W, ["work"], 4, TTL)
+            assert len(got) == 4
+            assert store.complete(W, [(running[0].id, running[0].attempt, None)]) == {running[0].id}
+        assert sum(store.prunable({JobState.SUCCEEDED: 0.0}).values()) == 51
+    finally:
+        store.close()
+
+
+# -- tether prune ----------------------------------------------------------------------
+
+
+def test_tether_prune_dry_run_then_prune(backend: str, db_url: str) -> None:
+    store = open_store(db_url)
+    store.migrate()
+    try:
+        finish(store, 30, fail_every=3)
+        runner = CliRunner()
+        base = ["--database", db_url, "prune"]
+        out = runner.invoke(cli, [*base, "--older-than", "0s", "--dry-run"], catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert "would prune 30 job(s): succeeded 20, cancelled 0, dead 10" in out.output
+        out = runner.invoke(cli, [*base, "--older-than", "7d"], catch_exceptions=False)
+        assert "pruned 0 job(s)" in out.output
+        out = runner.invoke(cli, [*base, "--state", "dead", "--older-than", "0s", "--batch", "3"],
+                            catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert "pruned 10 job(s): dead 10" in out.output
+        assert store.prunable({JobState.SUCCEEDED: 0.0, JobState.DEAD: 0.0}) == {JobState.SUCCEEDED: 20,
+                                                                               JobState.DEAD: 0}
+        out = runner.invoke(cli, [*base, "--older-than", "a week"])
+        assert out.exit_code == 2 and "--older-than must be a duration" in out.output
+        out = runner.invoke(cli, [*base, "--state", "queued"])
+        assert out.exit_code == 2
+    finally:
+        store.close()
+
+
+# -- the migration ---------------------------------------------------------------------------
+
+
+def test_migrating_a_version_4_database_keeps_its_jobs_and_attempts(backend: str, db_url: str) -> None:
+    """0005_job_control on a database with history: the attempts table (rebuilt
+    on SQLite for its wider outcome check) keeps every row, and the new
+    outcomes are accepted afterwards."""
+    store = open_store(db_url)
+    try:
+        everything = store._migrations  # type: ignore[attr-defined]
+        store._migrations = [m for m in everything if m[0] <= 4]  # type: ignore[attr-defined]
+        assert store.migrate()[-1] == "0004_schedules"
+        # history as version 4 wrote it (its claim statements are gone: raw SQL)
+        ids = store.enqueue([new_job(queue="done") for _ in range(4)])
+        with raw_sql(db_url) as (run, prefix):
+            clock = "now()" if backend == "postgresql" else "(julianday('now') - 2440587.5) * 86400.0"
+            for n, i in enumerate(ids):
+                state, outcome = ("succeeded", "succeeded") if n % 2 else ("dead", "failed")
+                run(f"UPDATE {prefix}jobs SET state = '{state}', attempt = 1, finished_at = {clock} WHERE id = {i}")
+                run(f"INSERT INTO {prefix}attempts (job_id, attempt, worker, claimed_at, finished_at, outcome) "
+                    f"VALUES ({i}, 1, 'w', {clock}, {clock}, '{outcome}')")
+        before = [store.get_job(i) for i in ids]
+        assert all(j is not None and len(j.attempts) == 1 for j in before)
+        store._migrations = everything  # type: ignore[attr-defined]
+        assert store.migrate() == ["0005_job_control"]
+        store.check_schema()
+        assert [store.get_job(i) for i in ids] == before
+        (job_id,) = store.enqueue([new_job()])
+        (c,) = store.claim(W, ["default"], 1, TTL)
+        store.fail(W, c.id, c.attempt, outcome=Outcome.SNOOZED, error="snoozed", delay=0)
+        assert [a.outcome for a in store.get_job(job_id).attempts] == [Outcome.SNOOZED]  # type: ignore[union-attr]
+        assert store.prune({JobState.SUCCEEDED: 0.0, JobState.DEAD: 0.0}, 100) == {JobState.SUCCEEDED: 2,
+                                                                                   JobState.DEAD: 2}
+    finally:
+        store.close()

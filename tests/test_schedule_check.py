@@ -1,0 +1,72 @@
+"""The I6 chaos check flags each kind of violation, and passes a clean run."""
+
+from __future__ import annotations
+
+from tether.chaos.schedule_check import TickRow, check_schedule, expected_ticks
+
+T = 2_000_000_000.0  # a whole second
+BOUND = 10.0
+
+
+def fired(*ticks: float, late: float = 0.3) -> list[TickRow]:
+    return [TickRow(tick=t, job_id=i + 1, created_at=t + late) for i, t in enumerate(ticks)]
+
+
+def test_a_clean_run_passes() -> None:
+    ticks = expected_ticks("* * * * * *", "UTC", T, T + 30)
+    assert ticks[0] == T + 1 and ticks[-1] == T + 30 and len(ticks) == 30
+    inv = check_schedule("s", ticks, fired(*ticks), healthy=[(T - 5, T + 60)], bound=BOUND)
+    assert inv.ok and inv.checked == 60
+
+
+def test_a_tick_fired_twice_is_flagged_even_when_not_owed() -> None:
+    rows = [*fired(T + 1), TickRow(tick=T + 1, job_id=99, created_at=T + 1.2)]
+    inv = check_schedule("s", [T + 1], rows, healthy=[], bound=BOUND)
+    assert not inv.ok and "fired 2 times" in inv.violations[0]
+
+
+def test_a_tick_missed_while_a_worker_was_healthy_is_flagged() -> None:
+    inv = check_schedule("s", [T + 1, T + 2, T + 3], fired(T + 1, T + 3), healthy=[(T, T + 30)], bound=BOUND)
+    assert not inv.ok and len(inv.violations) == 1 and "missed while a healthy worker existed" in inv.violations[0]
+
+
+def test_a_tick_missed_while_no_worker_was_healthy_is_not_owed() -> None:
+    # workers healthy until T+1.5 and again from T+20: tick T+2 had nobody to fire it within the bound
+    inv = check_schedule("s", [T + 1, T + 2], fired(T + 1), healthy=[(T, T + 1.5), (T + 20, T + 60)], bound=BOUND)
+    assert inv.ok
+
+
+def test_overlapping_health_windows_cover_a_tick() -> None:
+    inv = check_schedule("s", [T + 1], [], healthy=[(T, T + 5), (T + 4, T + 30)], bound=BOUND)
+    assert not inv.ok  # covered by the two windows together, so owed, and missed
+
+
+def test_a_tick_fired_later_than_the_bound_is_flagged() -> None:
+    inv = check_schedule("s", [T + 1], fired(T + 1, late=BOUND + 2), healthy=[(T, T + 60)], bound=BOUND)
+    assert not inv.ok and "late" in inv.violations[0]
+
+
+def test_a_skipped_tick_counts_as_decided() -> None:
+    inv = check_schedule("s", [T + 1], [TickRow(tick=T + 1, job_id=None, created_at=None)],
+                         healthy=[(T, T + 60)], bound=BOUND)
+    assert inv.ok
+
+
+def test_healthy_windows_lose_outages_and_on_sqlite_every_stop() -> None:
+    """What a chaos run's I6 counts as healthy (tether.chaos.collect): the
+    workers' healthy spans less the database's outages (plus the reconnect
+    grace), and on SQLite less every window in which a worker was stopped."""
+    from tether.chaos.collect import _minus, _stopped
+
+    assert _minus([(0.0, 10.0)], [(2.0, 3.0), (5.0, 6.0)]) == [(0.0, 2.0), (3.0, 5.0), (6.0, 10.0)]
+    assert _minus([(0.0, 4.0), (8.0, 9.0)], [(3.0, 8.5)]) == [(0.0, 3.0), (8.5, 9.0)]
+    assert _minus([(1.0, 2.0)], [(0.0, 5.0)]) == []
+    events = [
+        {"w": "driver", "e": "fault", "kind": "stop", "pid": 7, "m": 1.0},
+        {"w": "driver", "e": "fault", "kind": "stop", "pid": 8, "m": 2.0},
+        {"w": "driver", "e": "resume", "pid": 7, "m": 3.0},
+        {"w": "driver", "e": "fault", "kind": "kill", "pid": 8, "m": 4.0},
+        {"w": "driver", "e": "fault", "kind": "stop", "pid": 9, "m": 5.0},
+        {"w": "w1", "e": "claimed", "m": 6.0},
+    ]
+    assert sorted(_stopped(events)) == [(1.0, 3.0), (2.0, 4.0), (5.0, 6.0)]
