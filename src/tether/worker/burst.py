@@ -21,14 +21,13 @@ and do not keep a burst worker running.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
 from .claimer import Claimer
 from .executor import Executor
 from .reporter import Reporter
-from .state import WorkerState
+from .state import WorkerState, wait_event
 
 __all__ = ["BURST_CHECK", "BurstClaimer"]
 
@@ -51,8 +50,7 @@ class BurstClaimer(Claimer):
         if not s.inflight and not s.stopping:
             # Idle for a moment first, as the base class would: a reporter
             # waiting to leave successes to this claimer's next claim sees it
-            # idle and settles, before the stop cancels it (Python 3.11's
-            # wait_for can lose a cancel that lands as its wait ends).
+            # idle and writes them before the stop.
             self._idle.set()
             await asyncio.sleep(BURST_CHECK)
             if not s.inflight:
@@ -66,8 +64,7 @@ class BurstClaimer(Claimer):
         self._idle.set()  # as in the base class: successes are written at once while idle
         try:
             while s.inflight and not s.stopping and time.monotonic() < until:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._nudge.wait(), BURST_CHECK)
+                if await wait_event(self._nudge, BURST_CHECK):
                     return  # nudged: a slot freed, or a stop
         finally:
             self._idle.clear()

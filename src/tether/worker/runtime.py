@@ -52,7 +52,7 @@ from .reconcile import Reconciler
 from .reporter import CARRY_MAX, Reporter
 from .scheduler import Scheduler
 from .service import PeriodicService
-from .state import WorkerState
+from .state import WorkerState, wait_event
 from .sweeper import Sweeper
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_SHUTDOWN_TIMEOUT", "Worker"]
@@ -315,8 +315,7 @@ class Worker:
         while len(s.inflight) and not s.stop_now and time.monotonic() < deadline:
             s.nudge.clear()
             ex.expire_held()  # buffered jobs start as slots free, but wait no longer than they would have
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(s.nudge.wait(), min(0.5, max(0.01, deadline - time.monotonic())))
+            await wait_event(s.nudge, min(0.5, max(0.01, deadline - time.monotonic())))
         s.stop_now = True  # from here on no buffered job starts: they are handed back
         ex.unhold()
         leftovers = ex.cancel_running()
