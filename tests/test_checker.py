@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tether.chaos.checker import AttemptRow, CheckReport, JobRow, check
+from tether.chaos.checker import AttemptRow, CheckReport, JobRow, check, healthy_spans
 
 TTL, REAPER = 2.0, 1.0
 T0 = 1_000_000.0  # wall clock of monotonic 0 in these histories
@@ -260,3 +260,16 @@ def test_a_healed_partition_counts_from_the_worker_s_first_answer_after_the_heal
     healed.append(ev("claimed", 4.2, "w2", pid=2, job=9, attempt=1, sent=4.1))
     report = run(healed, jobs, attempts)
     assert "I5" in failing(report)
+
+
+def test_a_restarted_worker_whose_pid_was_reused_counts_as_healthy_again() -> None:
+    """Pids are reused: after many restarts a new worker process may get a
+    dead one's pid. Its spawn starts it afresh: healthy from its own
+    ``started``, not held dead forever by its predecessor's kill."""
+    events = [
+        ev("spawn", 0.0, "driver", slot=0, pid=7), ev("started", 0.5, "w1", pid=7),
+        ev("fault", 2.0, "driver", kind="kill", slot=0, pid=7), ev("died", 2.05, "driver", slot=0, pid=7, code=-9),
+        ev("spawn", 3.0, "driver", slot=0, pid=7), ev("started", 3.4, "w3", pid=7),
+        ev("claimed", 6.0, "w3", pid=7, job=9, attempt=1, sent=5.99),
+    ]
+    assert healthy_spans(events)[7] == [(0.5, 2.0), (3.4, 6.0)]

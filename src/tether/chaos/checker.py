@@ -397,7 +397,12 @@ def healthy_spans(events: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[f
         kind, m, pid = e.get("e"), float(e["m"]), e.get("pid")
         driver = e.get("w") == "driver"
         if driver and kind == "spawn":
-            slot_pid[int(e["slot"])] = int(e["pid"])
+            # A new process; its pid may be an earlier, dead one's (pids are reused)
+            new = int(e["pid"])
+            slot_pid[int(e["slot"])] = new
+            for states in (started, gone, stopped, cut):
+                states.discard(new)
+            healed_at.pop(new, None)
         elif driver and kind == "fault" and e.get("kind") in ("kill", "stop"):
             (gone if e["kind"] == "kill" else stopped).add(int(e["pid"]))
         elif driver and kind == "died":
