@@ -404,7 +404,8 @@ class _Run:
         events = read_events(self.driver_events, self.tmp, self.hist, self.enqueued)
         jobs, attempts = read_jobs(self.store, self.enqueued)
         report = check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
-                       reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages)
+                       reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages,
+                       sqlite=self.sqlite_path is not None)
         report.invariants["I6"] = schedule_invariant(
             self.store, events, mono_to_wall=self.offset, start=self.started_wall, end=time.time(),
             bound=self.cfg.reaper_interval, outages=self.outages, sqlite=self.sqlite_path is not None)
