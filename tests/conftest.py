@@ -32,6 +32,11 @@ import pytest
 from tether import Tether
 from tether.store import Store, open_store
 
+#: the plugin a user gets through the pytest11 entry point (named so that both may load it)
+pytest_plugins = ["tether.testing.pytest_plugin"]
+#: a user's project, run by its own pytest process (tests/test_testing.py)
+collect_ignore = ["examples"]
+
 PG_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 PGBOUNCER_URL = os.environ.get("TETHER_TEST_PGBOUNCER_URL", "postgresql://postgres@127.0.0.1:64329/test")
 #: PostgreSQL through PgBouncer in transaction pooling mode

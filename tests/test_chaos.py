@@ -75,3 +75,41 @@ def test_a_worker_counts_as_healthy_only_once_it_reached_the_database(tmp_path: 
     finally:
         r._stop_workers()
         r.cleanup()
+
+
+def test_a_reused_pid_does_not_lend_a_new_worker_its_predecessor_s_history(tmp_path: Path) -> None:
+    """Over a long run a restarted worker may get a dead worker's pid. The
+    driver reads only the new process's history: not the old file's 'started'
+    (it would count a worker still starting as healthy), and not through one
+    read offset shared by both files (a soak crashed on half a JSON line)."""
+    import json
+
+    from tether.chaos.driver import _Run
+
+    r = _Run(ChaosConfig(database=f"sqlite:///{tmp_path / 'x.db'}", workers=1, faults=frozenset({"kill"}),
+                         seed=5), say=lambda _: None)
+    try:
+        r.start_workers()
+        (slot,) = r.slots
+        assert slot.proc is not None
+        pid = slot.proc.pid
+        slot.proc.kill()
+        slot.proc.wait()
+        # The dead process's history, long, as if it ran a while, under the pid the next one gets.
+        old = r.hist / f"worker-{pid}-deadbeef.jsonl"
+        old.write_text("".join(json.dumps({"e": "hb", "m": i, "pid": pid, "w": "old", "pad": "x" * i}) + "\n"
+                               for i in range(50)) + json.dumps({"e": "started", "m": 60, "pid": pid}) + "\n")
+        r._spawn(slot)
+        slot.proc.kill()
+        slot.proc.wait()
+        slot.stale = {p for p in slot.stale if p != old} | {old}  # the new process had the old one's pid
+        slot.proc.pid = pid  # type: ignore[misc]
+        new = r.hist / f"worker-{pid}-cafef00d.jsonl"
+        new.write_text(json.dumps({"e": "hb", "m": 70, "pid": pid, "w": "new"}) + "\n")
+        assert not r._reached(slot)  # the old file's 'started' is not this process's
+        with new.open("a") as f:
+            f.write(json.dumps({"e": "started", "m": 71, "pid": pid, "w": "new"}) + "\n")
+        assert r._reached(slot)
+    finally:
+        r._stop_workers()
+        r.cleanup()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tether.chaos.checker import AttemptRow, CheckReport, JobRow, check
+from tether.chaos.checker import AttemptRow, CheckReport, JobRow, check, healthy_spans
 
 TTL, REAPER = 2.0, 1.0
 T0 = 1_000_000.0  # wall clock of monotonic 0 in these histories
@@ -260,6 +260,43 @@ def test_a_healed_partition_counts_from_the_worker_s_first_answer_after_the_heal
     healed.append(ev("claimed", 4.2, "w2", pid=2, job=9, attempt=1, sent=4.1))
     report = run(healed, jobs, attempts)
     assert "I5" in failing(report)
+
+
+def test_a_restarted_worker_whose_pid_was_reused_counts_as_healthy_again() -> None:
+    """Pids are reused: after many restarts a new worker process may get a
+    dead one's pid. Its spawn starts it afresh: healthy from its own
+    ``started``, not held dead forever by its predecessor's kill."""
+    events = [
+        ev("spawn", 0.0, "driver", slot=0, pid=7), ev("started", 0.5, "w1", pid=7),
+        ev("fault", 2.0, "driver", kind="kill", slot=0, pid=7), ev("died", 2.05, "driver", slot=0, pid=7, code=-9),
+        ev("spawn", 3.0, "driver", slot=0, pid=7), ev("started", 3.4, "w3", pid=7),
+        ev("claimed", 6.0, "w3", pid=7, job=9, attempt=1, sent=5.99),
+    ]
+    assert healthy_spans(events)[7] == [(0.5, 2.0), (3.4, 6.0)]
+
+
+def test_on_sqlite_a_stopped_worker_leaves_no_healthy_worker() -> None:
+    """On SQLite a worker stopped inside a write transaction holds the one
+    write lock: w2's reaper could write nothing while w3 was stopped (m=2.5 to
+    m=5.5), so a recovery at m=6.3 is judged on the time after the SIGCONT.
+    The same run on PostgreSQL, where nothing waits for a stopped worker, is a
+    violation."""
+    jobs, attempts = late(6.3)
+    events = [
+        ev("spawn", 0.0, "driver", slot=0, pid=1), ev("spawn", 0.0, "driver", slot=1, pid=2),
+        ev("spawn", 0.0, "driver", slot=2, pid=3),
+        ev("started", 0.5, "w1", pid=1), ev("started", 0.6, "w2", pid=2), ev("started", 0.7, "w3", pid=3),
+        ev("claimed", 1.0, job=1, attempt=1, sent=0.99),
+        ev("hb", 1.5, job=1, attempt=1, beat="renewed", sent=1.49),
+        ev("fault", 2.0, "driver", kind="kill", slot=0, pid=1), ev("died", 2.05, "driver", slot=0, pid=1, code=-9),
+        ev("fault", 2.5, "driver", kind="stop", slot=2, pid=3), ev("resume", 5.5, "driver", slot=2, pid=3),
+        ev("reap", 6.3, "w2", pid=2, started=6.28, ok=True, jobs=[[1, 1, None]]),
+    ]
+    assert "I5" in failing(run(events, jobs, attempts))
+    report = check(events, {j.id: j for j in jobs}, attempts, enqueued=[1], lease_ttl=TTL, reaper_interval=REAPER,
+                   mono_to_wall=T0, slack=0.5, sqlite=True)
+    assert report.ok, report.to_dict()
+    assert report.not_judged == ["no healthy worker from +2.50s to +5.50s"]
 
 
 # -- I7: exactly-once effects (the transactional workload) ------------------------------------

@@ -36,7 +36,6 @@ def no_jobs(app: Tether) -> bool:
 BAD_URLS = {
     "unsupported scheme": "mysql://x",
     "sqlite with a host": "sqlite://host/x",
-    "sqlite in memory": "sqlite:///:memory:",
     "sqlite without a file": "sqlite:///",
     "port is not a number": "postgresql://h:notaport/db",
     "empty": "",
@@ -55,6 +54,21 @@ def test_malformed_database_urls_are_invalid_dsn(url: str) -> None:
         Tether(url)
     with pytest.raises(InvalidDSN):
         open_store(url)
+
+
+def test_sqlite_in_memory_is_refused_except_as_one_apps_private_database() -> None:
+    """A worker process cannot share a :memory: database with its producers, so
+    the URL is refused wherever it would name a shared one; ``Tether`` takes it
+    as a private database for that one object (tether.testing, issue 21.3)."""
+    with pytest.raises(InvalidDSN, match="sqlite:///"):
+        parse_database_url("sqlite:///:memory:")
+    with pytest.raises(InvalidDSN):
+        open_store("sqlite:///:memory:")
+    app = Tether("sqlite:///:memory:")
+    try:
+        assert app.dsn.backend == "sqlite" and app.scratch is not None and app.dsn.url.startswith(app.scratch)
+    finally:
+        app.close()
 
 
 BAD_SCHEMAS = ["bad-name", "1starts_with_digit", "semi;colon", '"quoted"', "a" * 64, ""]

@@ -18,7 +18,7 @@ ROOT = SRC / "tether"
 #: first prefix that matches a module's dotted name decides its layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.logs", "tether.naming",
-                "tether.display", "tether.cron")),
+                "tether.display", "tether.cron", "tether.scratch")),
     ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.rows", "tether.store.sqlfile",
                      "tether.store.http.schema", "tether.store.http.wire", "tether.store.schedules")),
     ("backends", ("tether.store.sqlite", "tether.store.postgres", "tether.store.http")),
@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("app", ("tether.app", "tether.periodic", "tether.callers")),
     ("package", ("tether",)),
     ("faces", ("tether.cli", "tether.dashboard", "tether.server", "tether.otel", "tether.metrics",
-               "tether.chaos", "tether.__main__")),
+               "tether.chaos", "tether.__main__", "tether.testing", "tether.contrib")),
 ]
 #: faces are listed last above but must win over "tether" for their own names
 _FACES = LAYERS[-1][1]

@@ -86,3 +86,29 @@ def test_a_cancelled_call_is_reported_once_and_its_late_outcome_dropped() -> Non
     finally:
         pool.shutdown()
         loop.close()
+
+
+def test_a_wait_cancelled_as_its_event_is_set_stays_cancelled() -> None:
+    """``state.wait_event``: a task cancelled in the same turn as the event it
+    waits on is set ends cancelled. ``asyncio.wait_for`` on Python 3.11 lost
+    that cancellation and the task ran on, so a worker's shutdown, which
+    cancels its reporter and waits for it, could hang."""
+    from tether.worker.state import wait_event
+
+    async def main() -> bool:
+        event = asyncio.Event()
+
+        async def waiter() -> None:
+            await wait_event(event, 10)
+            await asyncio.sleep(3600)
+
+        task = asyncio.create_task(waiter())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the waiter now waits on the event
+        event.set()
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=2)
+        task.cancel()
+        return bool(done) and task.cancelled()
+
+    assert asyncio.run(main())

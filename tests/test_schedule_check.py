@@ -56,7 +56,8 @@ def test_healthy_windows_lose_outages_and_on_sqlite_every_stop() -> None:
     """What a chaos run's I6 counts as healthy (tether.chaos.collect): the
     workers' healthy spans less the database's outages (plus the reconnect
     grace), and on SQLite less every window in which a worker was stopped."""
-    from tether.chaos.collect import _minus, _stopped
+    from tether.chaos.checker import stopped_windows as _stopped
+    from tether.chaos.collect import _minus
 
     assert _minus([(0.0, 10.0)], [(2.0, 3.0), (5.0, 6.0)]) == [(0.0, 2.0), (3.0, 5.0), (6.0, 10.0)]
     assert _minus([(0.0, 4.0), (8.0, 9.0)], [(3.0, 8.5)]) == [(0.0, 3.0), (8.5, 9.0)]

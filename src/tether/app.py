@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
-from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Concatenate, Generic, NoReturn, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from .callers import write_on, write_on_async
 from .config import (
@@ -26,16 +26,18 @@ from .config import (
     parse_database_url,
     validate_queue,
 )
-from .context import JobCancelled
+from .context import JobCancelled, JobContext
 from .errors import ConfigError, JobFailed, PayloadError, UnknownTask
 from .events import Event, EventHook, Events
 from .model import Job, JobState, NewJob, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name
 from .periodic import DEFAULT_CATCH_UP, check_schedule, merge_declared, schedule_spec
+from .scratch import scratch_database
 from .store import Store, open_store
 from .store.waiting import FinishWatch
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
+from .worker.drain import Drained, drain, drain_async
 from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_retention
 from .worker.runtime import Worker
 
@@ -57,6 +59,7 @@ class WorkerOptions(TypedDict, total=False):
     poll_interval: float | None
     claim_batch: int | None
     prefetch: bool
+    burst: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,20 +106,24 @@ class TaskOptions:
         return self
 
 
-class TaskCall:
+class TaskCall(Generic[P]):
     """A task with per-call options, from ``task.using(...)``; with
     ``connection=``, its enqueues join that connection's transaction."""
 
-    def __init__(self, task: Task[Any, Any], options: TaskOptions, connection: object = None) -> None:
+    def __init__(self, task: Task[P, Any], options: TaskOptions, connection: object = None) -> None:
         self.task = task
         self.options = options
         #: the caller's connection whose transaction enqueues join; None: tether's own
         self.connection = connection
 
-    def enqueue(self, **kwargs: Any) -> int:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        if args:
+            _positional(self.task, args)
         return self.task.app._enqueue([self.task._new_job(kwargs, self.options)], self.connection)[0]
 
-    async def enqueue_async(self, **kwargs: Any) -> int:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        if args:
+            _positional(self.task, args)
         return (await self.task.app._enqueue_async([self.task._new_job(kwargs, self.options)], self.connection))[0]
 
     def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -132,8 +139,14 @@ class TaskCall:
         return jobs
 
 
+def _positional(task: Task[Any, Any], args: tuple[Any, ...]) -> NoReturn:
+    raise TypeError(f"task {task.name!r}: pass the job's args by name (they are stored as JSON by name), "
+                    f"got {len(args)} positional")
+
+
 class Task(Generic[P, R]):
-    """A registered handler. Call ``.enqueue(**args)`` to run it in a worker."""
+    """A registered handler. Call ``.enqueue(**args)`` to run it in a worker;
+    ``P`` (its parameters after ``ctx``) types those args, ``R`` its result."""
 
     def __init__(self, app: Tether, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
         self.app = app
@@ -156,14 +169,16 @@ class Task(Generic[P, R]):
         # a required positional-only parameter can never be given by name: bind says so
         self._fast = not any(p.kind is p.POSITIONAL_ONLY and p.default is p.empty for p in rest)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the handler directly, in-process (handy in tests)."""
-        return self.fn(*args, **kwargs)
+    def __call__(self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the handler directly, in-process (in a unit test, with
+        ``tether.testing.context()`` as ``ctx``)."""
+        result: R = self.fn(ctx, *args, **kwargs)
+        return result
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
 
-    def using(self, *, connection: object = None, **options: Any) -> TaskCall:
+    def using(self, *, connection: object = None, **options: Any) -> TaskCall[P]:
         """Per-call options (any of ``TaskOptions``'), and ``connection``: the
         caller's own database connection (psycopg 3, sqlite3, or a SQLAlchemy
         Connection or Session) whose transaction the enqueue joins: the job
@@ -180,11 +195,11 @@ class Task(Generic[P, R]):
         merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
         return TaskCall(self, merged, connection)
 
-    def enqueue(self, **kwargs: Any) -> int:
-        return TaskCall(self, self.options).enqueue(**kwargs)
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        return TaskCall(self, self.options).enqueue(*args, **kwargs)
 
-    async def enqueue_async(self, **kwargs: Any) -> int:
-        return await TaskCall(self, self.options).enqueue_async(**kwargs)
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        return await TaskCall(self, self.options).enqueue_async(*args, **kwargs)
 
     def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
         return TaskCall(self, self.options).enqueue_many(many)
@@ -233,6 +248,9 @@ class Tether:
 
     ``Tether("http://host:port", token=...)`` talks to a ``tether server``
     instead of a database (the token may also come from ``TETHER_TOKEN``).
+
+    ``Tether("sqlite:///:memory:")``, for tests: a database private to this
+    object, its tables made on first use, gone with it (``tether.scratch``).
     """
 
     def __init__(
@@ -247,6 +265,7 @@ class Tether:
         token: str | None = None,
         retention: RetentionSpec | None = RETENTION_DEFAULTS,
     ) -> None:
+        url, self.scratch = scratch_database(self, url)  # the memory URL's temporary directory
         self.dsn = parse_database_url(url)
         #: how long finished jobs are kept, by state, in seconds (workers prune the
         #: rest): ``{"succeeded": "7d", "cancelled": "30d", "dead": "30d"}`` by
@@ -276,7 +295,7 @@ class Tether:
 
     # -- registry -------------------------------------------------------------------
     @overload
-    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    def task(self, fn: Callable[Concatenate[JobContext, P], R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -291,7 +310,7 @@ class Tether:
         timeout: float | None = None,
         retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 
     def task(
         self,
@@ -348,7 +367,7 @@ class Tether:
         lease_ttl: float | None = None,
         timeout: float | None = None,
         retry_backoff: float = DEFAULT_BACKOFF_BASE,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]:
         """Register a task that the database also fires on a schedule: each
         tick of ``cron`` (five fields, six with seconds first, or ``@hourly``,
         ``@daily``, ...) in ``timezone`` becomes exactly one job with ``args``,
@@ -361,7 +380,7 @@ class Tether:
         register = self.task(name=name, queue=queue, priority=priority, max_attempts=max_attempts,
                              lease_ttl=lease_ttl, timeout=timeout, retry_backoff=retry_backoff)
 
-        def schedule(f: Callable[P, R]) -> Task[P, R]:
+        def schedule(f: Callable[Concatenate[JobContext, P], R]) -> Task[P, R]:
             t = register(f)
             try:
                 spec = schedule_spec(t, cron=cron, timezone=timezone, args=args, catch_up=catch_up,
@@ -404,7 +423,10 @@ class Tether:
         if self._store is None:
             with self._store_lock:
                 if self._store is None:
-                    self._store = open_store(self.dsn, token=self.token)
+                    store = open_store(self.dsn, token=self.token)
+                    if self.scratch is not None:
+                        store.migrate()  # a private database: nobody else would create its tables
+                    self._store = store
         return self._store
 
     def close(self) -> None:
@@ -544,7 +566,8 @@ class Tether:
         (every registered task's queue), ``shutdown_timeout`` (30 s),
         ``poll_interval`` (the backend's), ``claim_batch`` (= concurrency) and
         ``prefetch`` (True: while handlers are short, claim ahead, up to twice
-        the claim batch a claim)."""
+        the claim batch a claim) and ``burst`` (False: True stops the worker
+        once no job is due and none is running)."""
         return Worker(self, **options)
 
     def run_worker(self, **options: Unpack[WorkerOptions]) -> None:
@@ -557,3 +580,14 @@ class Tether:
         """Run a worker inside a running event loop; stop it by cancelling this
         coroutine (running jobs are released at once) or with ``worker.stop()``."""
         await self.worker(**options).run(install_signal_handlers=False)
+
+    # -- running jobs here (tests, scripts) -----------------------------------------------
+    def drain(self, queues: Iterable[str] | None = None, max_jobs: int | None = None) -> list[Drained]:
+        """Run due jobs here, one at a time, through a real burst worker, until
+        none is due or ``max_jobs`` started; a ``Drained`` per attempt
+        (``tether.worker.drain``)."""
+        return drain(self, queues, max_jobs)
+
+    async def drain_async(self, queues: Iterable[str] | None = None, max_jobs: int | None = None) -> list[Drained]:
+        """``drain`` from a coroutine: the worker runs on this event loop."""
+        return await drain_async(self, queues, max_jobs)

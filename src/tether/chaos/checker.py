@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-__all__ = ["AttemptRow", "CheckReport", "JobRow", "answered_since", "check", "healthy_spans"]
+__all__ = ["AttemptRow", "CheckReport", "JobRow", "answered_since", "check", "healthy_spans", "stopped_windows"]
 
 TERMINAL = {"succeeded", "dead", "cancelled"}
 FAIL_OUTCOMES = {"failed", "timed_out", "cancelled"}
@@ -113,6 +113,7 @@ def check(
     mono_to_wall: float,
     slack: float = 1.0,
     outages: Iterable[tuple[float, float]] = (),
+    sqlite: bool = False,
 ) -> CheckReport:
     """``mono_to_wall``: add to an event's ``m`` to get wall-clock epoch seconds.
 
@@ -120,10 +121,16 @@ def check(
     down (a server restart). Nothing can be claimed or reaped then, so a
     recovery whose window overlaps one is allowed that overlap plus
     ``RECONNECT_GRACE`` for the workers' connections to come back.
+
+    ``sqlite``: on SQLite a worker stopped inside a write transaction holds
+    the database's one write lock, and no other worker's reaper can write
+    until it is continued; every window in which some worker was stopped
+    counts as one with no healthy worker.
     """
     outage_list = sorted(outages)
     events = list(events)
-    sick = [(b + mono_to_wall, e + mono_to_wall) for b, e in _unhealthy(events)]
+    sick = _union([(b + mono_to_wall, e + mono_to_wall)
+                   for b, e in _unhealthy(events) + (stopped_windows(events) if sqlite else [])])
     inv = {
         "I1": Invariant("I1", "no loss: every acknowledged enqueue ended terminal"),
         "I2": Invariant("I2", "one live owner: no two attempts' leases overlap"),
@@ -331,6 +338,38 @@ def _measure(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(start, end) intervals merged where they overlap or touch, in order."""
+    out: list[tuple[float, float]] = []
+    for b, e in sorted(intervals):
+        if out and b <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((b, e))
+    return out
+
+
+def stopped_windows(events: Iterable[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """Monotonic windows in which the driver held some worker stopped (SIGSTOP
+    until its SIGCONT, or its death)."""
+    out: list[tuple[float, float]] = []
+    since: dict[int, float] = {}
+    last = 0.0
+    for e in sorted(events, key=lambda e: float(e["m"])):
+        m = last = float(e["m"])
+        if e.get("w") != "driver":
+            continue
+        kind = e.get("e")
+        if kind == "fault" and e.get("kind") == "stop":
+            since.setdefault(int(e["pid"]), m)
+        elif kind in ("resume", "died") or (kind == "fault" and e.get("kind") == "kill"):
+            b = since.pop(int(e["pid"]), None)
+            if b is not None:
+                out.append((b, m))
+    out.extend((b, last) for b in since.values())
+    return out
+
+
 def _origin(events: list[Mapping[str, Any]]) -> float:
     """The run's start on the monotonic clock: its first event."""
     return min((float(e["m"]) for e in events), default=0.0)
@@ -397,7 +436,12 @@ def healthy_spans(events: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[f
         kind, m, pid = e.get("e"), float(e["m"]), e.get("pid")
         driver = e.get("w") == "driver"
         if driver and kind == "spawn":
-            slot_pid[int(e["slot"])] = int(e["pid"])
+            # A new process; its pid may be an earlier, dead one's (pids are reused)
+            new = int(e["pid"])
+            slot_pid[int(e["slot"])] = new
+            for states in (started, gone, stopped, cut):
+                states.discard(new)
+            healed_at.pop(new, None)
         elif driver and kind == "fault" and e.get("kind") in ("kill", "stop"):
             (gone if e["kind"] == "kill" else stopped).add(int(e["pid"]))
         elif driver and kind == "died":

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import Store
-from .checker import RECONNECT_GRACE, AttemptRow, Invariant, JobRow, healthy_spans
+from .checker import RECONNECT_GRACE, AttemptRow, Invariant, JobRow, healthy_spans, stopped_windows
 from .schedule_check import TickRow, check_schedule, expected_ticks
 
 __all__ = ["TICK_CRON", "TICK_QUEUE", "TICK_TASK", "read_events", "read_jobs", "schedule_invariant"]
@@ -79,33 +79,13 @@ def schedule_invariant(
     # back (as I5 allows, RECONNECT_GRACE): no scheduler can fire until then.
     cuts = [(b, e + RECONNECT_GRACE) for b, e in outages]
     if sqlite:
-        cuts += [(b + mono_to_wall, e + mono_to_wall) for b, e in _stopped(events)]
+        cuts += [(b + mono_to_wall, e + mono_to_wall) for b, e in stopped_windows(events)]
     healthy = _minus(healthy, cuts)
     fired = store.list_jobs(task=TICK_TASK, limit=1_000_000)
     decided = [TickRow(tick=j.scheduled_for.timestamp(), job_id=j.id, created_at=j.created_at.timestamp())
                for j in fired if j.scheduled_for is not None]
     return check_schedule(TICK_TASK, expected_ticks(TICK_CRON, "UTC", start, end), decided, healthy=healthy,
                           bound=bound)
-
-
-def _stopped(events: Iterable[Mapping[str, Any]]) -> list[tuple[float, float]]:
-    """Monotonic windows in which the driver held some worker stopped."""
-    out: list[tuple[float, float]] = []
-    since: dict[int, float] = {}
-    last = 0.0
-    for e in sorted(events, key=lambda e: float(e["m"])):
-        m = last = float(e["m"])
-        if e.get("w") != "driver":
-            continue
-        kind = e.get("e")
-        if kind == "fault" and e.get("kind") == "stop":
-            since.setdefault(int(e["pid"]), m)
-        elif kind in ("resume", "died") or (kind == "fault" and e.get("kind") == "kill"):
-            b = since.pop(int(e["pid"]), None)
-            if b is not None:
-                out.append((b, m))
-    out.extend((b, last) for b in since.values())
-    return out
 
 
 def _minus(spans: Iterable[tuple[float, float]], cuts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -85,7 +85,10 @@ class _Slot:
         self.started = False
         #: when its partition healed, until the database answers a request it sent since
         self.healed_at: float | None = None
-        self.read = 0  # how far its history has been read
+        #: how far each of its history files has been read
+        self.read: dict[Path, int] = {}
+        #: history files of earlier processes that had this process's pid (pids are reused)
+        self.stale: set[Path] = set()
 
 
 class _Run:
@@ -160,7 +163,8 @@ class _Run:
                                          stdout=subprocess.DEVNULL, stderr=err)
         slot.restart_at = slot.stopped_until = slot.healed_at = None
         slot.killed = slot.started = False
-        slot.read = 0
+        slot.read = {}
+        slot.stale = set(self.hist.glob(f"worker-{slot.proc.pid}-*.jsonl"))
         self._event("spawn", slot=slot.index, pid=slot.proc.pid, skew=slot.skew)
 
     def start_workers(self) -> None:
@@ -192,11 +196,13 @@ class _Run:
             return True
         assert slot.proc is not None
         for path in self.hist.glob(f"worker-{slot.proc.pid}-*.jsonl"):
+            if path in slot.stale:
+                continue  # an earlier process's, which had the same pid
             with path.open("rb") as f:
-                f.seek(slot.read)
+                f.seek(slot.read.get(path, 0))
                 chunk = f.read()
             whole = chunk[:chunk.rfind(b"\n") + 1]  # a line being written is read next time
-            slot.read += len(whole)
+            slot.read[path] = slot.read.get(path, 0) + len(whole)
             for line in whole.splitlines():
                 e = json.loads(line)
                 slot.started = slot.started or e.get("e") == "started"
@@ -401,7 +407,8 @@ class _Run:
         events = read_events(self.driver_events, self.tmp, self.hist, self.enqueued)
         jobs, attempts = read_jobs(self.store, self.enqueued)
         report = check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
-                       reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages)
+                       reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages,
+                       sqlite=self.sqlite_path is not None)
         report.invariants["I6"] = schedule_invariant(
             self.store, events, mono_to_wall=self.offset, start=self.started_wall, end=time.time(),
             bound=self.cfg.reaper_interval, outages=self.outages, sqlite=self.sqlite_path is not None)

@@ -135,6 +135,9 @@ def migrate(state: CLIState) -> None:
 @click.option("--prefetch/--no-prefetch", default=True, show_default=True, envvar="TETHER_PREFETCH",
               help="While handlers finish within 25 ms on average, claim ahead (up to twice the concurrency a "
                    "claim) so the next claim runs while this batch does (env TETHER_PREFETCH).")
+@click.option("--burst", is_flag=True,
+              help="Run until no job is due and none is running, then exit 0 (CI jobs, cron-style batches); "
+                   "jobs due later (delay, run_at, a retry's backoff) are left for later.")
 @click.option("--transport", metavar="notify|poll|nats://HOST:PORT", envvar="TETHER_TRANSPORT",
               help="How job ids reach workers: the database (notify, the default; poll) or NATS JetStream, "
                    "e.g. nats://127.0.0.1:4222?prefix=myapp (env TETHER_TRANSPORT).")
@@ -156,11 +159,13 @@ def migrate(state: CLIState) -> None:
 def worker(
     ctx: click.Context, app_ref: str, concurrency: int, queues: tuple[str, ...], shutdown_timeout: float,
     lease_ttl: float | None, heartbeat_interval: float | None, reaper_interval: float | None,
-    poll_interval: float | None, prefetch: bool, transport: str | None, log_level: str, log_format: str,
+    poll_interval: float | None, prefetch: bool, burst: bool, transport: str | None, log_level: str,
+    log_format: str,
     metrics_port: int | None, metrics_host: str, metrics_token: str | None, metrics_no_auth: bool,
     server: str | None, token: str | None,
 ) -> None:
-    """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now)."""
+    """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now), or with --burst
+    until no job is due."""
     state: CLIState = ctx.obj
     app = load_app(app_ref)
     qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
@@ -178,7 +183,7 @@ def worker(
         _configure_logging(log_level, log_format)
         logging.getLogger("tether").info("app %s: tasks %s", app_ref, ", ".join(sorted(app.tasks)) or "none")
         w = app.worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
-                       poll_interval=poll_interval, prefetch=prefetch)
+                       poll_interval=poll_interval, prefetch=prefetch, burst=burst)
         with contextlib.ExitStack() as stack:
             if metrics_port is not None:
                 from ..metrics import Metrics, serve_metrics

@@ -32,7 +32,7 @@ from ..model import ClaimedJob
 from ..transport import Delivery
 from .executor import Executor
 from .reporter import Done, Reporter, rows_of
-from .state import WorkerState
+from .state import WorkerState, wait_event
 
 __all__ = ["COALESCE_WAIT", "FETCH_WAIT", "STOP_GRACE", "Claimer"]
 
@@ -112,7 +112,8 @@ class Claimer:
                     # Only a few slots are free and more are about to be: wait a moment
                     # so one claim takes a batch instead of several claims taking one.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._batch_gather(), COALESCE_WAIT)
+                        async with asyncio.timeout(COALESCE_WAIT):  # not wait_for: see state.wait_event
+                            await self._batch_gather()
                     free = ex.room()
                 if free <= 0:
                     await self.idle()
@@ -166,8 +167,7 @@ class Claimer:
             wait = max(0.0, until - now)
             if transport.delivers:
                 wait = min(wait, FETCH_WAIT)  # look again for the transport's return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._nudge.wait(), wait)
+            if await wait_event(self._nudge, wait):
                 break  # nudged
             now = time.monotonic()
             if now >= until or self._fetching():

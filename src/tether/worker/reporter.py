@@ -17,7 +17,6 @@ in-flight entry (which the heartbeat renews) removed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from ..events import after_attempt
 from ..logs import job_fields
 from ..model import JobState, Outcome, Reaped
 from .inflight import Running
-from .state import WorkerState
+from .state import WorkerState, wait_event
 
 __all__ = ["CARRY_MAX", "CARRY_WAIT", "REPORT_RETRY", "Done", "Reporter", "ended"]
 
@@ -96,8 +95,7 @@ class Reporter:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._claimer_idle.wait(), remaining)
+                    await wait_event(self._claimer_idle, remaining)
             batch, self.done = self.done, []
             if batch:
                 await self.complete(batch)

@@ -39,6 +39,7 @@ from ..model import FiredTick, WorkerInfo
 from ..store import Listener, Store
 from ..transport import Transport, announce
 from .appview import AppView
+from .burst import BurstClaimer
 from .claimer import STOP_GRACE, Claimer
 from .executor import Executor
 from .heartbeat import Heartbeater
@@ -51,7 +52,7 @@ from .reconcile import Reconciler
 from .reporter import CARRY_MAX, Reporter
 from .scheduler import Scheduler
 from .service import PeriodicService
-from .state import WorkerState
+from .state import WorkerState, wait_event
 from .sweeper import Sweeper
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_SHUTDOWN_TIMEOUT", "Worker"]
@@ -77,6 +78,7 @@ class Worker:
         poll_interval: float | None = None,
         claim_batch: int | None = None,
         prefetch: bool = True,
+        burst: bool = False,
     ) -> None:
         if shutdown_timeout < 0:
             raise ConfigError(f"shutdown_timeout must be >= 0 seconds, got {shutdown_timeout!r}")
@@ -107,7 +109,11 @@ class Worker:
             and not s.transport.delivers
         reporter.lost = executor.lost
         self.reporter = reporter
-        self.claimer = Claimer(s, executor, reporter, poll_interval=poll_interval or s.store.default_poll_interval)
+        interval = poll_interval or s.store.default_poll_interval
+        #: burst: stop once no job is due and none is running (``BurstClaimer``)
+        self.burst = burst
+        self.claimer = BurstClaimer(s, executor, reporter, poll_interval=interval, on_empty=self.stop) if burst \
+            else Claimer(s, executor, reporter, poll_interval=interval)
         self.heartbeater = Heartbeater(
             s.store, self.id, s.inflight,
             interval=s.timers.heartbeat_interval, lease_ttl=s.timers.lease_ttl,
@@ -309,8 +315,7 @@ class Worker:
         while len(s.inflight) and not s.stop_now and time.monotonic() < deadline:
             s.nudge.clear()
             ex.expire_held()  # buffered jobs start as slots free, but wait no longer than they would have
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(s.nudge.wait(), min(0.5, max(0.01, deadline - time.monotonic())))
+            await wait_event(s.nudge, min(0.5, max(0.01, deadline - time.monotonic())))
         s.stop_now = True  # from here on no buffered job starts: they are handed back
         ex.unhold()
         leftovers = ex.cancel_running()

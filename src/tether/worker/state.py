@@ -29,7 +29,7 @@ from .appview import AppView
 from .history import HistoryRecorder
 from .inflight import InFlight, Running
 
-__all__ = ["WorkerState"]
+__all__ = ["WorkerState", "wait_event"]
 
 T = TypeVar("T")
 
@@ -99,3 +99,20 @@ class WorkerState:
         job = running.job
         self.events.emit(Event(name, job_id=job.id, attempt=job.attempt, task=job.task, queue=job.queue,
                                worker=self.id, state=state, outcome=outcome, error=error, duration=duration))
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``event``; whether it was set.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that
+    arrives just as the wait ends, and the cancelled task then runs on (a
+    worker's shutdown cancels its background tasks and waits for them: it
+    would hang). ``asyncio.timeout`` tells its own cancellation from another's."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True

@@ -1,0 +1,70 @@
+"""Burst mode: a worker that stops once no job is due (``tether worker --burst``,
+``app.drain()``).
+
+``BurstClaimer`` is the claimer with two differences, both off its hot path
+(a round that finds jobs runs exactly as the base class's):
+
+- it always claims from the database, never from a delivering transport: the
+  database is what says whether a job is due, and a transport that has nothing
+  to deliver proves nothing;
+- where the base claimer would idle, it stops the worker instead if nothing is
+  in flight (every job it took has ended and its report is written): the round
+  that sent it idle found no due job. While jobs are in flight it waits for
+  a nudge as usual, but also looks every ``BURST_CHECK`` seconds whether the
+  last report has been written, and then claims once more (a failed job
+  retried without backoff, or one a handler enqueued, is due now).
+
+Jobs scheduled for later (``run_at``, ``delay``, a retry's backoff) are not due
+and do not keep a burst worker running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from .claimer import Claimer
+from .executor import Executor
+from .reporter import Reporter
+from .state import WorkerState, wait_event
+
+__all__ = ["BURST_CHECK", "BurstClaimer"]
+
+#: while jobs are in flight, how often an idle burst claimer looks whether they have all ended
+BURST_CHECK = 0.02
+
+
+class BurstClaimer(Claimer):
+    def __init__(self, state: WorkerState, executor: Executor, reporter: Reporter, *, poll_interval: float,
+                 on_empty: Callable[[], None]) -> None:
+        super().__init__(state, executor, reporter, poll_interval=poll_interval)
+        #: called once no job is due and nothing is in flight (the worker's stop)
+        self.on_empty = on_empty
+
+    def _via_transport(self) -> bool:
+        return False  # the database says what is due
+
+    async def idle(self) -> None:
+        s = self.state
+        if not s.inflight and not s.stopping:
+            # Idle for a moment first, as the base class would: a reporter
+            # waiting to leave successes to this claimer's next claim sees it
+            # idle and writes them before the stop.
+            self._idle.set()
+            await asyncio.sleep(BURST_CHECK)
+            if not s.inflight:
+                s.log.info("burst: no job is due and none is running; stopping")
+                self.on_empty()
+                return
+        until = time.monotonic() + self.poll_interval
+        expires = self.executor.hold_expires()
+        if expires is not None:
+            until = min(until, expires)
+        self._idle.set()  # as in the base class: successes are written at once while idle
+        try:
+            while s.inflight and not s.stopping and time.monotonic() < until:
+                if await wait_event(self._nudge, BURST_CHECK):
+                    return  # nudged: a slot freed, or a stop
+        finally:
+            self._idle.clear()
