@@ -125,25 +125,18 @@ def missing_keys(jobs: Sequence[NewJob], rows: Sequence[Row]) -> list[str]:
     return sorted({j.dedup_key for j in jobs if j.dedup_key is not None and j.dedup_key not in inserted})
 
 
-def assign_ids(jobs: Sequence[NewJob], rows: Sequence[Row], held: Mapping[str, int]) -> list[int] | None:
+def assign_ids(jobs: Sequence[NewJob], rows: Sequence[Row], held: Mapping[str, int]) -> list[int | None]:
     """Map an enqueue's returned ``(id, dedup_key)`` rows back to the input order.
 
     Key-less jobs are always inserted, in order. A keyed job maps to the row
     inserted for its key, or (a dedup hit) to the active job holding it, from
-    ``held`` (the lookup of ``missing_keys``). Returns None when a key's holder
-    finished between the insert and the lookup.
+    ``held`` (the lookup of ``missing_keys``). A keyed job gets None when its
+    key's holder finished between the insert and the lookup: that one job is
+    to be inserted again (and only it: the others are in).
     """
     keyless = iter([row[0] for row in rows if row[1] is None])
     by_key: dict[str, int] = {**held, **{row[1]: row[0] for row in rows if row[1] is not None}}
-    ids: list[int] = []
-    for job in jobs:
-        if job.dedup_key is None:
-            ids.append(next(keyless))
-        elif job.dedup_key in by_key:
-            ids.append(by_key[job.dedup_key])
-        else:
-            return None
-    return ids
+    return [next(keyless) if job.dedup_key is None else by_key.get(job.dedup_key) for job in jobs]
 
 
 def epoch_to_dt(value: float | None) -> datetime | None:

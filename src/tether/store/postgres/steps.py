@@ -43,23 +43,33 @@ DONE_CHUNK = 200
 
 def enqueue_steps(jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[int]]:
     """The insert, and for dedup hits the lookup of the active jobs holding
-    their keys."""
+    their keys. Each statement commits on its own: when a key's holder
+    finished between the insert and the lookup, only the jobs still without
+    an id are inserted again (the rest are in, and inserting them again would
+    make them twice)."""
     if not jobs:
         return []
-    query, params = _enqueue_plan(jobs, now)
+    ids: list[int | None] = [None] * len(jobs)
+    pending = list(range(len(jobs)))
     for _ in range(3):
+        batch = [jobs[i] for i in pending]
+        query, params = _enqueue_plan(batch, now)
         # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
         # order is unspecified, so sort by id to get the input order back.
         rows = sorted((yield query, params))
-        if len(rows) == len(jobs):
-            return [r[0] for r in rows]
-        keys = missing_keys(jobs, rows)
-        held = {k: i for i, k in (yield "active_by_dedup_key", {"keys": keys})} if keys else {}
-        ids = assign_ids(jobs, rows, held)
-        if ids is not None:
-            return ids
+        if len(rows) == len(batch):
+            got: list[int | None] = [r[0] for r in rows]
+        else:
+            keys = missing_keys(batch, rows)
+            held = {k: i for i, k in (yield "active_by_dedup_key", {"keys": keys})} if keys else {}
+            got = assign_ids(batch, rows, held)
+        for i, job_id in zip(pending, got, strict=True):
+            ids[i] = job_id
+        pending = [i for i in pending if ids[i] is None]
+        if not pending:
+            return [i for i in ids if i is not None]
         # The job holding a key finished between our insert and our lookup:
-        # its key is free now, so the next try inserts.
+        # its key is free now, so the next try inserts the jobs that wanted it.
     raise RuntimeError("enqueue: dedup key kept changing hands; try again")
 
 

@@ -213,8 +213,8 @@ class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
 
     def _enqueue_in(self, conn: sqlite3.Connection | sqlite3.Cursor, jobs: Sequence[NewJob],
                     now: datetime | None) -> list[int] | None:
-        """The insert and its dedup lookups, inside a transaction the caller
-        holds; None when a key's holder finished in between (try again)."""
+        """The insert and its dedup lookups, inside a write transaction the
+        caller holds (so no key's holder can finish in between: never None)."""
         payload = json.dumps(
             [
                 [j.queue, j.task, j.args_json, j.priority, _ts(j.run_at), j.delay, j.max_attempts,
@@ -226,7 +226,10 @@ class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
         if len(rows) == len(jobs):
             return [r[0] for r in rows]
         keys = missing_keys(jobs, rows)
-        return assign_ids(jobs, rows, self._active_by_key(conn, keys) if keys else {})
+        ids = assign_ids(jobs, rows, self._active_by_key(conn, keys) if keys else {})
+        # One write transaction: a key's holder cannot finish between the insert and the lookup.
+        assert None not in ids, "a dedup key changed hands inside a write transaction"
+        return [i for i in ids if i is not None]
 
     def _active_by_key(self, conn: sqlite3.Connection | sqlite3.Cursor, keys: list[str]) -> dict[str, int]:
         rows = conn.execute(self.q["active_by_dedup_key"], {"keys": json.dumps(keys)}).fetchall()
