@@ -35,8 +35,9 @@ def test_a_row_whose_args_text_holds_two_values_cannot_shift_the_others() -> Non
 
 def test_meta_is_decoded_where_present_and_times_converted_when_asked() -> None:
     epoch = NOW.timestamp()
-    rows = [(1, 1, "t", "{}", "q", 0, 3, 30.0, 5.0, epoch, '{"trace": {"x": 1}}', epoch),
-            (2, 1, "t", "[]", "q", 0, 3, 30.0, None, epoch, None, None)]
+    rows = [(1, 1, "t", "{}", "q", 0, 3, 30.0, 5.0, epoch, '{"trace": {"x": 1}}', epoch, epoch),
+            (2, 1, "t", "[]", "q", 0, 3, 30.0, None, epoch, None, None, None)]
     first, second = claimed_from_rows(rows, epoch_to_dt)
     assert (first.meta, first.claimed_at, first.run_at, first.timeout) == ({"trace": {"x": 1}}, NOW, NOW, 5.0)
-    assert (second.args, second.meta, second.run_at) == ([], None, None)
+    assert first.scheduled_for == NOW  # a schedule's job: its tick, converted
+    assert (second.args, second.meta, second.run_at, second.scheduled_for) == ([], None, None, None)
