@@ -1,0 +1,210 @@
+"""A registered task: its options (``TaskOptions``), the handler it runs, and
+the typed enqueue API (``Task``, and ``TaskCall`` for per-call options).
+
+A task enqueues through the app that registered it, which it sees only as a
+``TaskHost`` (the app's enqueue and its limits): the app imports this module,
+not the reverse."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
+
+from .config import DEFAULT_BACKOFF_BASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, Timers, dump_json, validate_queue
+from .context import JobContext
+from .errors import ConfigError, PayloadError
+from .model import NewJob
+from .store import Store
+
+__all__ = ["Task", "TaskCall", "TaskHost", "TaskOptions"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class TaskHost(Protocol):
+    """What a task needs of the app that registered it."""
+
+    timers: Timers
+    max_payload_bytes: int
+
+    @property
+    def store(self) -> Store: ...
+
+    def _enqueue(self, jobs: list[NewJob], connection: object = None) -> list[int]: ...
+
+    def _enqueue_async(self, jobs: list[NewJob], connection: object = None) -> Awaitable[list[int]]: ...
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0  # higher runs first
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    lease_ttl: float | None = None  # None: the worker's lease_ttl
+    timeout: float | None = None  # per attempt; None: no limit
+    #: seconds before the first retry, doubling; or a callable (attempt) -> seconds
+    retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE
+    delay: float = 0.0
+    run_at: datetime | None = None
+    dedup_key: str | None = None
+    #: exceptions worth another attempt; any other ends the job dead at once (None: all)
+    retry_on: tuple[type[BaseException], ...] | None = None
+
+    def checked(self, timers: Timers, where: str) -> TaskOptions:
+        validate_queue(self.queue)
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 2**31 - 1:
+            raise ConfigError(f"{where}: priority must be an int, got {self.priority!r}")
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ConfigError(f"{where}: max_attempts must be an int >= 1, got {self.max_attempts!r}")
+        timers.check_job_ttl(self.lease_ttl, where)
+        if self.timeout is not None and not (_finite(self.timeout) and self.timeout > 0):
+            raise ConfigError(f"{where}: timeout must be a positive number of seconds, got {self.timeout!r}")
+        if not callable(self.retry_backoff) and not (_finite(self.retry_backoff) and self.retry_backoff >= 0):
+            raise ConfigError(f"{where}: retry_backoff must be >= 0 seconds or a callable (attempt) -> seconds, "
+                              f"got {self.retry_backoff!r}")
+        if self.retry_on is not None and not (
+                isinstance(self.retry_on, tuple)
+                and all(isinstance(t, type) and issubclass(t, BaseException) for t in self.retry_on)):
+            raise ConfigError(f"{where}: retry_on must be an exception class or a tuple of them, "
+                              f"got {self.retry_on!r}")
+        if not (_finite(self.delay) and self.delay >= 0):
+            raise ConfigError(f"{where}: delay must be >= 0 seconds, got {self.delay!r}")
+        if self.run_at is not None:
+            if self.delay:
+                raise ConfigError(f"{where}: give either delay or run_at, not both")
+            if self.run_at.tzinfo is None:
+                raise ConfigError(f"{where}: run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        if self.dedup_key is not None and (not isinstance(self.dedup_key, str) or not self.dedup_key):
+            raise ConfigError(f"{where}: dedup_key must be a non-empty string")
+        return self
+
+
+class TaskCall(Generic[P]):
+    """A task with per-call options, from ``task.using(...)``; with
+    ``connection=``, its enqueues join that connection's transaction."""
+
+    def __init__(self, task: Task[P, Any], options: TaskOptions, connection: object = None) -> None:
+        self.task = task
+        self.options = options
+        #: the caller's connection whose transaction enqueues join; None: tether's own
+        self.connection = connection
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        if args:
+            _positional(self.task, args)
+        return self.task.app._enqueue([self.task._new_job(kwargs, self.options)], self.connection)[0]
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        if args:
+            _positional(self.task, args)
+        return (await self.task.app._enqueue_async([self.task._new_job(kwargs, self.options)], self.connection))[0]
+
+    def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        return self.task.app._enqueue(self._many(many), self.connection)
+
+    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        return await self.task.app._enqueue_async(self._many(many), self.connection)
+
+    def _many(self, many: Iterable[Mapping[str, Any]]) -> list[NewJob]:
+        jobs = [self.task._new_job(dict(kw), self.options) for kw in many]
+        if self.options.dedup_key is not None and len(jobs) > 1:
+            raise ConfigError("one dedup_key for many jobs would collapse them into one; give each job its own")
+        return jobs
+
+
+def _positional(task: Task[Any, Any], args: tuple[Any, ...]) -> NoReturn:
+    raise TypeError(f"task {task.name!r}: pass the job's args by name (they are stored as JSON by name), "
+                    f"got {len(args)} positional")
+
+
+class Task(Generic[P, R]):
+    """A registered handler. Call ``.enqueue(**args)`` to run it in a worker;
+    ``P`` (its parameters after ``ctx``) types those args, ``R`` its result."""
+
+    def __init__(self, app: TaskHost, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._signature = inspect.signature(fn)
+        params = list(self._signature.parameters.values())
+        if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            raise ConfigError(f"task {name!r}: the handler's first parameter must take the JobContext")
+        # What check_args accepts without Signature.bind (a tenth of its cost,
+        # on every enqueue): the names args may use, and those they must.
+        by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        rest = params[1:]
+        self._takes_any = any(p.kind is p.VAR_KEYWORD for p in rest)
+        self._arg_names = frozenset(p.name for p in rest if p.kind in by_name)
+        self._required = frozenset(p.name for p in rest if p.kind in by_name and p.default is p.empty)
+        self._ctx_name = params[0].name
+        # a required positional-only parameter can never be given by name: bind says so
+        self._fast = not any(p.kind is p.POSITIONAL_ONLY and p.default is p.empty for p in rest)
+
+    def __call__(self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the handler directly, in-process (in a unit test, with
+        ``tether.testing.context()`` as ``ctx``)."""
+        result: R = self.fn(ctx, *args, **kwargs)
+        return result
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.options.queue}>"
+
+    def using(self, *, connection: object = None, **options: Any) -> TaskCall[P]:
+        """Per-call options (any of ``TaskOptions``'), and ``connection``: the
+        caller's own database connection (psycopg 3, sqlite3, or a SQLAlchemy
+        Connection or Session) whose transaction the enqueue joins: the job
+        exists once that transaction commits, and never if it rolls back."""
+        unknown = set(options) - set(TaskOptions.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"unknown option(s) {sorted(unknown)} for task {self.name!r}")
+        if "retry_backoff" in options and options["retry_backoff"] is None:
+            options.pop("retry_backoff")
+        if "retry_on" in options or callable(options.get("retry_backoff")):
+            # the worker runs the task's policy, not one a producer passed along
+            raise ConfigError(f"task {self.name!r}: retry_on and a callable retry_backoff are set where the "
+                              "task is registered (@app.task(...)), not per call")
+        merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
+        return TaskCall(self, merged, connection)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        return TaskCall(self, self.options).enqueue(*args, **kwargs)
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        return await TaskCall(self, self.options).enqueue_async(*args, **kwargs)
+
+    def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        return TaskCall(self, self.options).enqueue_many(many)
+
+    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+        return await TaskCall(self, self.options).enqueue_many_async(many)
+
+    def check_args(self, kwargs: Mapping[str, Any]) -> None:
+        if (self._fast and self._required.issubset(kwargs) and self._ctx_name not in kwargs
+                and (self._takes_any or self._arg_names.issuperset(kwargs))):
+            return
+        try:
+            self._signature.bind(None, **kwargs)
+        except TypeError as exc:
+            raise PayloadError(f"args do not fit task {self.name!r}{self._signature}: {exc}") from None
+
+    def _new_job(self, kwargs: dict[str, Any], o: TaskOptions) -> NewJob:
+        self.check_args(kwargs)
+        args = dump_json(kwargs, f"args of task {self.name!r}", self.app.max_payload_bytes)
+        return NewJob(
+            task=self.name, args_json=args, queue=o.queue, priority=o.priority, run_at=o.run_at,
+            delay=o.delay, max_attempts=o.max_attempts, lease_ttl=o.lease_ttl, timeout=o.timeout,
+            backoff_base=DEFAULT_BACKOFF_BASE if callable(o.retry_backoff) else o.retry_backoff,
+            dedup_key=o.dedup_key,
+        )
