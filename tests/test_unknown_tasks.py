@@ -10,10 +10,15 @@ grace period (``bury_unknown``).
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime
+
 import pytest
 
+from tether.errors import ConfigError
 from tether.model import JobState, WorkerInfo
 from tether.store import Store
+from tether.worker.unknown import UnknownTasks
 
 from .conftest import STORE_BACKENDS, backend_param
 from .test_conformance import TTL, W2, Rounds, W, get, new_job, sec
@@ -185,3 +190,38 @@ def test_a_retried_buried_job_runs_once_a_worker_knows_its_task(store: Store) ->
     store.retry(job_id)
     [c] = store.claim(W, ["default"], 1, TTL, tasks=["late"])
     assert (c.id, c.attempt) == (job_id, 1)
+
+
+# -- the service ---------------------------------------------------------------------------
+
+
+def test_the_service_logs_each_unknown_task_by_name_and_buries_past_the_grace(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    t0: datetime = store.db_now()
+    register(store, W, ["a"])
+    (old,) = store.enqueue([new_job("typo_task")], now=t0 - sec(2 * HOUR))
+    (fresh,) = store.enqueue([new_job("new_task")], now=t0)
+    service = UnknownTasks(store, ["default"], grace=HOUR)
+    with caplog.at_level(logging.WARNING, logger="tether.unknown_tasks"):
+        unknown, buried = service.run_once()
+    assert {u.task for u in unknown} == {"typo_task", "new_task"}
+    assert buried == 1 and get(store, old).state is JobState.DEAD
+    untouched(store, fresh)
+    text = caplog.text
+    assert "task 'new_task' on queue 'default'" in text and "no live worker knows" in text
+    assert f"job {old} (task 'typo_task'" in text
+
+
+def test_the_service_with_no_grace_never_buries(store: Store) -> None:
+    (old,) = store.enqueue([new_job("typo_task")], now=store.db_now() - sec(10 * HOUR))
+    unknown, buried = UnknownTasks(store, ["default"], grace=None).run_once()
+    assert [u.task for u in unknown] == ["typo_task"] and buried == 0
+    untouched(store, old)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("grace", [0, 5.0, -1, float("inf"), float("nan")])
+def test_a_grace_too_short_to_outlast_a_deploy_is_refused(store: Store, grace: float) -> None:
+    with pytest.raises(ConfigError, match="unknown_task_grace"):
+        UnknownTasks(store, ["default"], grace=grace)
