@@ -385,7 +385,8 @@ def schedules(state: CLIState, as_json: bool) -> None:
 @click.option("--interval", type=Seconds(), default=2.0, show_default=True, help="Refresh period for --watch.")
 @pass_state
 def status(state: CLIState, watch: bool, interval: float) -> None:
-    """Jobs by queue and state, the oldest due job per queue, and live workers."""
+    """Jobs by queue and state, the oldest due job per queue, jobs whose task no
+    live worker knows, and live workers."""
     with opened(state) as app:
         def view() -> RenderableType:
             stats = app.store.stats()
@@ -396,6 +397,10 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
             paused = app.store.paused_queues()
             if paused:
                 parts.append(f"[bold yellow]paused:[/bold yellow] {', '.join(paused)} (no new claims; `tether resume`)")
+            if stats.unknown:
+                parts += [render.unknown_tasks_table(stats),
+                          "[dim]start workers whose app registers these tasks (a typo never will: such jobs end "
+                          "dead after the workers' unknown_task_grace, an hour by default)[/dim]"]
             if stats.workers:
                 parts += [render.workers_table(stats.workers, stats.now),
                           "[dim]a worker silent for longer than its lease TTL is probably gone; "
