@@ -177,7 +177,7 @@ class Store(abc.ABC):
         self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
     ) -> list[Buried]:
         """End dead (reason recorded in ``last_error``) up to ``limit`` queued
-        jobs on ``queues``, oldest first, due for at least ``grace`` seconds,
+        jobs on ``queues`` due for at least ``grace`` seconds,
         whose task no worker seen in the last ``grace`` seconds (stopped or
         not) that serves their queue knows. Jobs of a task any such worker
         knows are never touched."""

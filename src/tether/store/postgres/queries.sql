@@ -591,22 +591,50 @@ CROSS JOIN LATERAL jsonb_array_elements_text(w.queues) AS q(name)
 CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(w.tasks, '[null]'::jsonb)) AS t(name)
 WHERE w.last_seen >= {now} - make_interval(secs => %(since)s)
 
+-- name: _queued_pairs
+-- Every (queue, task) pair that has a queued job (a CTE body, WITH RECURSIVE):
+-- a loose index scan of jobs_claim_task_idx, one descent per pair to the next
+-- pair after it, so it reads as many index entries as there are pairs, not
+-- as there are jobs. (Both statements below run on every worker once a
+-- minute, and unknown_tasks on every dashboard refresh: a GROUP BY over the
+-- queued rows would read the whole backlog each time.) The row comparison
+-- (queue, task) > (...) is an index condition on the key's first two columns.
+    (SELECT queue, task FROM {schema}.jobs WHERE coalesce(state, '') = 'queued' ORDER BY queue, task LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.task
+    FROM pairs AS p
+    CROSS JOIN LATERAL (
+        SELECT queue, task FROM {schema}.jobs
+        WHERE coalesce(state, '') = 'queued' AND (queue, task) > (p.queue, p.task)
+        ORDER BY queue, task
+        LIMIT 1
+    ) AS n
+
 -- name: unknown_tasks
--- For `tether status`, the dashboard and the metric: due queued jobs, by
--- (queue, task), whose task no live worker knows (no worker seen in the last
--- %(since)s seconds and not stopped serves the queue with a handler of that
--- name). They wait, budget untouched, until one does. One pass over the
--- queued rows, grouped (as counts reads the table): an operator's read.
-WITH known AS (
+-- For `tether status`, the dashboard, the metric and each worker's warning:
+-- due queued jobs, by (queue, task), whose task no live worker knows (no
+-- worker seen in the last %(since)s seconds and not stopped serves the queue
+-- with a handler of that name). They wait, budget untouched, until one does.
+-- The pairs come from the loose index scan, the unknown ones are kept
+-- (MATERIALIZED: filtered before anything is counted), and only their jobs
+-- are counted: the cost is the pairs plus the jobs no worker knows.
+WITH RECURSIVE pairs AS (
+{_queued_pairs}
+), known AS (
 {_known}
       AND w.stopped_at IS NULL
+), unknown AS MATERIALIZED (
+    SELECT p.queue, p.task FROM pairs AS p
+    WHERE NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = p.queue AND (k.task IS NULL OR k.task = p.task))
 )
-SELECT j.queue, j.task, count(*), min(j.run_at)
-FROM {schema}.jobs AS j
-WHERE j.state = 'queued' AND j.run_at <= {now}
-  AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = j.queue AND (k.task IS NULL OR k.task = j.task))
-GROUP BY j.queue, j.task
-ORDER BY j.queue, j.task
+SELECT u.queue, u.task, c.jobs, c.oldest
+FROM unknown AS u
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs, min(run_at) AS oldest FROM {schema}.jobs
+    WHERE coalesce(state, '') = 'queued' AND queue = u.queue AND task = u.task AND run_at <= {now}
+) AS c
+WHERE c.jobs > 0
+ORDER BY u.queue, u.task
 
 -- name: bury_unknown
 -- The unknown-task service's rule (worker/unknown.py): a job of a task that
@@ -617,16 +645,22 @@ ORDER BY j.queue, j.task
 -- instead of waiting for ever. A worker seen within the grace that knows the
 -- task keeps its jobs alive, so a deploy shorter than the grace never kills
 -- a good job. No attempt was made, so no attempt row; attempt stays as it
--- was. Only the caller's queues, oldest first, bounded; SKIP LOCKED lets
--- every worker run it at once (a row moves out of queued once).
-WITH known AS (
+-- was. Only the caller's queues, bounded; the pairs come from the loose
+-- index scan (as in unknown_tasks), so only the jobs of unknown pairs are
+-- read. SKIP LOCKED lets every worker run it at once (a row moves out of
+-- queued once).
+WITH RECURSIVE pairs AS (
+{_queued_pairs}
+), known AS (
 {_known}
+), doomed_pairs AS MATERIALIZED (
+    SELECT p.queue, p.task FROM pairs AS p
+    WHERE p.queue = ANY(%(queues)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = p.queue AND (k.task IS NULL OR k.task = p.task))
 ), doomed AS (
-    SELECT j.id FROM {schema}.jobs AS j
-    WHERE j.state = 'queued' AND j.queue = ANY(%(queues)s::text[])
-      AND j.run_at <= {now} - make_interval(secs => %(since)s)
-      AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = j.queue AND (k.task IS NULL OR k.task = j.task))
-    ORDER BY j.run_at, j.id
+    SELECT j.id FROM doomed_pairs AS d
+    JOIN {schema}.jobs AS j ON coalesce(j.state, '') = 'queued' AND j.queue = d.queue AND j.task = d.task
+    WHERE j.run_at <= {now} - make_interval(secs => %(since)s)
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 )

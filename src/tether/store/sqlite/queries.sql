@@ -381,7 +381,10 @@ WHERE w.last_seen >= {now} - :since
 -- (queue, task), whose task no live worker knows (none seen in the last
 -- :since seconds and not stopped serves the queue with a handler of that
 -- name). They wait, budget untouched, until one does. One pass over the
--- queued rows by tether_jobs_claim_idx, grouped: an operator's read.
+-- queued rows by tether_jobs_claim_idx, grouped (10 ms for 60,000 queued
+-- jobs). PostgreSQL enumerates the (queue, task) pairs by a loose index scan
+-- instead; SQLite's planner does not walk the row-value comparison that
+-- needs (it read the table and sorted it: slower than the GROUP BY).
 WITH known AS (
 {_known}
       AND w.stopped_at IS NULL
