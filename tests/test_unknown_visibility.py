@@ -76,3 +76,4 @@ def test_a_gauge_counts_them_by_queue_and_task(make_app: Callable[..., Tether]) 
     app.store.register_worker(WorkerInfo(id="host-2-w", host="host", pid=2, proc_start=None, started_at=now,
                                          last_seen=now, queues=["default"], concurrency=2, tasks=["greeet"]))
     assert m.registry.get_sample_value("tether_unknown_task_jobs", {"queue": "default", "task": "greeet"}) is None
+
