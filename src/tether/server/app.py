@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -38,7 +38,7 @@ from ..config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
 from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, WorkerInfo
 from ..store import Listener, Store
-from ..store.http import wire
+from ..store.http import wire, wire_unknown
 from ..store.http.schema import parse_datetime
 from ..transport import Transport, announce, due_now
 from . import schedules
@@ -259,9 +259,9 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "reap": lambda s, a: {"reaped": [wire.encode_reaped(r) for r in s.store.reap(a["limit"], now=a["now"])]},
     "expire_leases": lambda s, a: {"expired": s.store.expire_leases(a["workers"], now=a["now"])},
     "register_worker": _register,
-    "unknown_tasks": lambda s, a: {"unknown": [wire.encode_unknown(u) for u in s.store.unknown_tasks(
+    "unknown_tasks": lambda s, a: {"unknown": [wire_unknown.encode_unknown(u) for u in s.store.unknown_tasks(
         since=a.get("since", LIVE_WITHIN), now=a["now"])]},
-    "bury_unknown": lambda s, a: {"buried": [asdict(b) for b in s.store.bury_unknown(
+    "bury_unknown": lambda s, a: {"buried": [wire_unknown.encode_buried(b) for b in s.store.bury_unknown(
         a["queues"], grace=a["grace"], limit=a["limit"], now=a["now"])]},
     "stop_worker": lambda s, a: s.store.stop_worker(a["worker"], now=a["now"]) or {},
     "list_workers": lambda s, a: {"workers": [wire.encode_worker(w) for w in s.store.list_workers(

@@ -59,7 +59,7 @@ from ...model import (
 )
 from ..base import Store, check_prune
 from ..buckets import Buckets, check_sizes
-from . import wire, wire_schedules
+from . import wire, wire_schedules, wire_unknown
 
 __all__ = ["HttpStore"]
 
@@ -352,13 +352,13 @@ class HttpStore(Store):
 
     def unknown_tasks(self, *, since: float = model.LIVE_WITHIN, now: datetime | None = None) -> list[model.UnknownTaskJobs]:
         found = self._call("unknown_tasks", query={"since": round(since), "now": None if now is None else now.isoformat()})
-        return [wire.decode_unknown(u) for u in found["unknown"]]
+        return [wire_unknown.decode_unknown(u) for u in found["unknown"]]
 
     def bury_unknown(
         self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
     ) -> list[model.Buried]:
         body = {"queues": list(queues), "grace": grace, "limit": limit}
-        return [model.Buried(**b) for b in self._call("bury_unknown", body, now=now)["buried"]]
+        return [wire_unknown.decode_buried(b) for b in self._call("bury_unknown", body, now=now)["buried"]]
 
     def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
         raise ConfigError("worker owners are a tether server's own check; its API does not show them")

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ... import model
 from ...cron import MAX_CATCH_UP
 from ...errors import (
     ConfigError,
@@ -54,6 +53,7 @@ from .schema import (
     obj,
     string,
 )
+from .wire_unknown import BURIED_RECORD, TASKS, UNKNOWN_RECORD, decode_unknown, encode_unknown
 
 __all__ = [
     "ERRORS",
@@ -67,7 +67,6 @@ __all__ = [
     "decode_reaped",
     "decode_stats",
     "decode_throughput",
-    "decode_unknown",
     "decode_worker",
     "encode_attempt",
     "encode_claimed",
@@ -76,7 +75,6 @@ __all__ = [
     "encode_reaped",
     "encode_stats",
     "encode_throughput",
-    "encode_unknown",
     "encode_worker",
     "error_code",
     "request_query",
@@ -134,11 +132,6 @@ WORKER_RECORD = obj({
     "queues": array(string(1000), 10**4), "concurrency": integer(-(2**31), 2**31 - 1),
     "stopped_at": nullable(DATETIME), "tasks": nullable(array(string(1000), 10**5)),
 }, optional=("tasks",))
-#: the tasks a worker knows: a claim with them takes only their jobs (absent: any task)
-TASKS = array(TASK, 10**5)
-UNKNOWN_RECORD = obj({"queue": string(1000), "task": string(1000), "jobs": integer(0, 2**63 - 1),
-                      "oldest": DATETIME})
-BURIED_RECORD = obj({"id": JOB_ID, "queue": string(1000), "task": string(1000), "error": string(10**5)})
 STATS_RECORD = obj({
     "counts": array(obj({"queue": string(1000), "state": STATE, "count": integer(0, 2**63 - 1)}), 10**6),
     "oldest_queued": {"type": "object", "additionalProperties": DATETIME},
@@ -511,14 +504,6 @@ def decode_worker(d: dict[str, Any]) -> WorkerInfo:
                       started_at=_req_dt(d["started_at"]), last_seen=_req_dt(d["last_seen"]),
                       queues=list(d["queues"]), concurrency=d["concurrency"], stopped_at=_parse_dt(d["stopped_at"]),
                       tasks=None if d.get("tasks") is None else list(d["tasks"]))
-
-
-def encode_unknown(u: model.UnknownTaskJobs) -> dict[str, Any]:
-    return {"queue": u.queue, "task": u.task, "jobs": u.jobs, "oldest": _dt(u.oldest)}
-
-
-def decode_unknown(d: dict[str, Any]) -> model.UnknownTaskJobs:
-    return model.UnknownTaskJobs(queue=d["queue"], task=d["task"], jobs=d["jobs"], oldest=_req_dt(d["oldest"]))
 
 
 def encode_stats(s: Stats) -> dict[str, Any]:
