@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import ClassVar
 
 from ..errors import ConfigError
@@ -91,7 +92,18 @@ class UnknownTasks(PeriodicService):
                 "" if self.grace is None else f", or they end dead once it has been unknown for {self.grace:g}s",
                 extra={"task": u.task, "queue": u.queue},
             )
-        return unknown, (self._bury() if self.grace is not None else 0)
+        return unknown, (self._bury() if self._may_bury(unknown) else 0)
+
+    def _may_bury(self, unknown: list[UnknownTaskJobs]) -> bool:
+        """Whether a bury statement could find anything: only jobs no live
+        worker knows can be buried (a worker seen within the grace knows more
+        than the live ones do), and only once the oldest has waited the grace.
+        Usually nothing is unknown, and the tick stays a read: on SQLite every
+        write takes the one write lock, which a paused worker would hold."""
+        if self.grace is None or not unknown:
+            return False
+        cutoff = self.store.db_now() - timedelta(seconds=self.grace)
+        return any(u.oldest <= cutoff for u in unknown)
 
     def _bury(self) -> int:
         assert self.grace is not None
