@@ -79,6 +79,25 @@ def spin(ctx: JobContext, seconds: float) -> dict[str, Any]:
     return {"pid": os.getpid(), "attempt": ctx.attempt, "spins": n}
 
 
+# Which app this process is (the unknown-task tests): "old" lacks `fresh`, as
+# the code before a deploy that adds it; "alpha" and "beta" are two apps on one
+# queue, each with a task the other lacks. Unset: every task.
+VARIANT = os.environ.get("T_APP", "")
+
+
+def made(ctx: JobContext) -> dict[str, Any]:
+    mark(ctx, "start")
+    return {"pid": os.getpid(), "attempt": ctx.attempt, "app": VARIANT}
+
+
+if VARIANT != "old":
+    app.task(name="fresh")(made)
+if VARIANT in ("", "alpha"):
+    app.task(name="alpha_only")(made)
+if VARIANT in ("", "beta"):
+    app.task(name="beta_only")(made)
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")

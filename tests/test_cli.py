@@ -295,6 +295,14 @@ def test_worker_rejects_misordered_timers(
     assert nan.exit_code == 2 and "finite" in nan.output
 
 
+
+def test_worker_refuses_an_unknown_task_grace_too_short_for_a_deploy(
+    run: Callable[..., Result], db_url: str, app_ref: Callable[[str | None], str]
+) -> None:
+    run("-d", db_url, "migrate")
+    one_line_error(run("-d", db_url, "worker", "--app", app_ref(db_url), "--unknown-task-grace", "5"), 2,
+                   "unknown_task_grace", "at least 60")
+
 def test_database_flag_overrides_the_apps_url(
     run: Callable[..., Result], tmp_path: Path, app_ref: Callable[[str | None], str]
 ) -> None:

@@ -30,6 +30,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
     "attempts": {"job_id", "attempt", "worker", "claimed_at", "finished_at", "outcome", "error", "traceback"},
     "workers": {
         "id", "host", "pid", "proc_start", "started_at", "last_seen", "queues", "concurrency", "stopped_at", "owner",
+        "tasks",
     },
     "migrations": {"version", "name", "applied_at"},
     "schedules": {
@@ -159,6 +160,30 @@ def test_the_schedule_tick_index_is_unique_and_partial(store: Store, db_url: str
     index = index_sql(db_url)["jobs_schedule_tick_idx"]
     assert "unique" in index and "scheduled_for" in index
     assert "schedule is not null" in index.split("where", 1)[1].replace("(", "").replace(")", "")
+
+
+def test_migrating_a_version_5_database_records_worker_tasks_and_indexes_claims_by_task(
+    store: Store, db_url: str
+) -> None:
+    (job_id,) = store.enqueue([NewJob(task="t", args_json="{}")])
+    dsn = parse_database_url(db_url)
+    claim_idx = "tether_jobs_claim_idx" if dsn.backend == "sqlite" else "jobs_claim_task_idx"
+    with raw_sql(db_url) as (run, prefix):  # back to how version 5 left it
+        if dsn.backend == "sqlite":
+            run("DROP INDEX tether_jobs_claim_idx")
+            run("CREATE INDEX tether_jobs_claim_idx ON tether_jobs (queue, priority DESC, run_at, id) "
+                "WHERE state = 'queued'")
+        else:
+            run(f"DROP INDEX {prefix}{claim_idx}")
+        run(f"ALTER TABLE {prefix}workers DROP COLUMN tasks")
+        run(f"DELETE FROM {prefix}migrations WHERE version = 6")
+    with pytest.raises(SchemaMissing, match="0006_worker_tasks"):
+        store.check_schema()
+    assert store.migrate() == ["0006_worker_tasks"]
+    store.check_schema()
+    claim = index_sql(db_url)[claim_idx.removeprefix("tether_")]
+    assert "(queue, task, priority desc, run_at, id)" in claim and "'queued'" in claim.split("where", 1)[1]
+    assert [c.id for c in store.claim("w", ["default"], 5, 30.0, tasks=["t"])] == [job_id]
 
 
 def test_migrations_are_recorded_by_version(store: Store, db_url: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from tether.store import open_store
@@ -96,3 +97,27 @@ def test_a_workers_async_rounds_take_the_same_plans_on_the_loops_own_connections
     assert _count(rounds_, pg.q["claim"]) == (2, 0)
     assert _count(rounds_, pg.q["complete"]) == (1, 0)
     assert all(_count(other, pg.q[name]) == (0, 0) for name in ("claim", "complete", "complete_and_claim"))
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("query", ["claim_known", "complete_and_claim_known"])
+def test_a_claim_naming_tasks_never_reads_the_jobs_of_other_tasks_ahead(pg: PostgresStore, query: str) -> None:
+    """With tasks, the claim walks jobs_claim_task_idx by (queue, task):
+    a backlog of another task's jobs at the head of the queue is never read.
+    Asked of a generic plan made on a table without statistics, where
+    PostgreSQL once preferred jobs_claim_idx with the task as a filter."""
+    pg.enqueue([new_job(task="other", priority=5) for _ in range(500)])
+    pg.enqueue([new_job(task="mine") for _ in range(20)])
+    params = {"worker": W, "queues": ["default"], "tasks": ["mine"], "limit": 10, "lease_ttl": TTL, "now": None,
+              "ids": [], "done": "{}"}
+    with psycopg.connect(pg.dsn.url, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("BEGIN")  # EXPLAIN ANALYZE runs the statement: roll it back
+        plan = "\n".join(r[0] for r in conn.execute(("EXPLAIN (ANALYZE) " + pg.q[query]).encode(), params,
+                                                    prepare=True))
+        conn.execute("ROLLBACK")
+    walk = plan.split("Index Scan using jobs_claim_task_idx", 1)
+    assert len(walk) == 2 and "jobs_claim_idx" not in plan, plan
+    # the walk hands over the 10 rows it was asked for, and reads no others
+    assert "rows=10 loops=1)" in walk[1].splitlines()[0], plan
+    assert "Rows Removed" not in "\n".join(walk[1].splitlines()[:4]), plan

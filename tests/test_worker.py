@@ -202,17 +202,46 @@ def test_a_beat_past_the_attempts_deadline_is_lost_and_says_why(make_app: Callab
     assert (r.id, r.outcome, r.state) == (jid, Outcome.TIMED_OUT, JobState.DEAD)
 
 
-def test_unknown_task_at_claim_fails_with_reason(make_app: Callable[..., Tether]) -> None:
+def test_a_job_of_a_task_the_worker_does_not_know_is_left_queued_untouched(make_app: Callable[..., Tether]) -> None:
     app = make_app(**FAST)
 
     @app.task
     def known(ctx: JobContext) -> None: ...
 
-    jid = app.store.enqueue([NewJob(task="nobody.knows", args_json="{}", max_attempts=1)])[0]
-    with running(app):
-        job = wait_job(app, jid, is_final)
-    assert job.state is JobState.DEAD
-    assert job.last_error is not None and "unknown task 'nobody.knows'" in job.last_error
+    other = app.store.enqueue([NewJob(task="nobody.knows", args_json="{}", max_attempts=1)])[0]
+    mine = known.enqueue()
+    with running(app) as w:
+        wait_job(app, mine, is_final)
+        time.sleep(0.5)  # more claim rounds
+        assert w.state.counts["released_unknown_task"] == 0
+    job = app.store.get_job(other)
+    assert job is not None and (job.state, job.attempt, job.released) == (JobState.QUEUED, 0, 0), job
+
+
+def test_a_handler_gone_after_start_releases_its_job_without_spending_the_budget(
+    make_app: Callable[..., Tether],
+) -> None:
+    """The executor's safety net: the claim named a task whose handler is no
+    longer registered. The job goes back, budget untouched, and the worker
+    stops claiming that task."""
+    app = make_app(**FAST)
+
+    @app.task
+    def vanishing(ctx: JobContext) -> None: ...
+
+    with running(app) as w:
+        deadline = time.monotonic() + 10
+        while not any(x.tasks == [vanishing.name] for x in app.store.list_workers(live_only=True)):
+            assert time.monotonic() < deadline, "the worker did not register"
+            time.sleep(0.02)
+        del app.tasks[vanishing.name]
+        jid = vanishing.enqueue()
+        job = wait_job(app, jid, lambda j: j.released >= 1 and j.state is JobState.QUEUED)
+        time.sleep(0.5)  # more claim rounds: it is not taken again
+        assert w.state.counts["released_unknown_task"] == 1 and w.state.tasks == []
+    job = app.store.get_job(jid)
+    assert job is not None and (job.state, job.attempt, job.released) == (JobState.QUEUED, 1, 1), job
+    assert [a.outcome for a in job.attempts] == [Outcome.RELEASED]
 
 
 def test_result_that_is_not_json_ends_dead_with_reason(make_app: Callable[..., Tether]) -> None:

@@ -52,6 +52,7 @@ class WorkerOptions(TypedDict, total=False):
     claim_batch: int | None
     prefetch: bool
     burst: bool
+    unknown_task_grace: float | None
 
 
 def _ended(job: Job) -> Job:
@@ -393,8 +394,9 @@ class Tether:
         (every registered task's queue), ``shutdown_timeout`` (30 s),
         ``poll_interval`` (the backend's), ``claim_batch`` (= concurrency) and
         ``prefetch`` (True: while handlers are short, claim ahead, up to twice
-        the claim batch a claim) and ``burst`` (False: True stops the worker
-        once no job is due and none is running)."""
+        the claim batch a claim), ``burst`` (False: True stops the worker
+        once no job is due and none is running) and ``unknown_task_grace`` (an
+        hour: jobs of a task no worker has known that long end dead; None: never)."""
         return Worker(self, **options)
 
     def run_worker(self, **options: Unpack[WorkerOptions]) -> None:

@@ -3,7 +3,8 @@
 ``Metrics`` subscribes to an app's lifecycle events, so its counters and
 histograms move as the app's workers run jobs; queue depth is read from the
 database on scrape (one grouped count, cached for ``depth_cache`` seconds so
-that several scrapers cost one query). ``serve_metrics`` serves a registry over
+that several scrapers cost one query), and with it ``tether_unknown_task_jobs``:
+due jobs whose task no live worker knows. ``serve_metrics`` serves a registry over
 HTTP behind a bearer token; the dashboard serves the same at ``/metrics``.
 """
 
@@ -19,7 +20,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .errors import ConfigError
 from .events import Event
-from .model import JobState
+from .model import JobState, Stats
 
 try:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -110,7 +111,7 @@ class _DepthCollector(Collector):
     def __init__(self, cache_for: float) -> None:
         self.store: Store | None = None
         self.cache_for = cache_for
-        self._cached: tuple[float, dict[tuple[str, str], int]] | None = None
+        self._cached: tuple[float, Stats] | None = None
         self._lock = threading.Lock()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -119,21 +120,30 @@ class _DepthCollector(Collector):
         family = GaugeMetricFamily("tether_queue_depth", "Jobs in the database by queue and state",
                                    labels=["queue", "state"])
         try:
-            counts = self._counts(self.store)
+            stats = self._stats(self.store)
         except Exception as exc:
             log.warning("queue depth: reading the database failed: %s", exc)
             return
+        counts = stats.counts
         queues = sorted({q for q, _ in counts})
         for queue in queues:
             for state in JobState:
                 family.add_metric([queue, str(state)], counts.get((queue, str(state)), 0))
         yield family
+        # Jobs a worker leaves for one that knows their task (Store.unknown_tasks):
+        # one series per task waiting; none when every due job has a live worker.
+        unknown = GaugeMetricFamily(
+            "tether_unknown_task_jobs", "Due queued jobs whose task no live worker knows, by queue and task",
+            labels=["queue", "task"])
+        for u in stats.unknown:
+            unknown.add_metric([u.queue, u.task], u.jobs)
+        yield unknown
 
-    def _counts(self, store: Store) -> dict[tuple[str, str], int]:
+    def _stats(self, store: Store) -> Stats:
         with self._lock:
             now = time.monotonic()
             if self._cached is None or now - self._cached[0] >= self.cache_for:
-                self._cached = (now, dict(store.stats().counts))
+                self._cached = (now, store.stats())
             return self._cached[1]
 
 

@@ -11,9 +11,11 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "ACTIVE_STATES",
+    "LIVE_WITHIN",
     "TERMINAL_STATES",
     "Attempt",
     "Beat",
+    "Buried",
     "ClaimedJob",
     "FiredTick",
     "Job",
@@ -25,8 +27,14 @@ __all__ = [
     "ScheduleSpec",
     "Stats",
     "Throughput",
+    "UnknownTaskJobs",
     "WorkerInfo",
 ]
+
+#: a worker last seen this many seconds ago or less counts as live when the
+#: store judges which tasks a live worker knows (`Stats.unknown`): six missed
+#: beats at the default heartbeat interval (10 s)
+LIVE_WITHIN = 60.0
 
 
 class JobState(enum.StrEnum):
@@ -195,6 +203,31 @@ class WorkerInfo:
     queues: list[str]
     concurrency: int
     stopped_at: datetime | None = None
+    #: the task names the worker has handlers for, sorted; None for a worker
+    #: registered by a tether that did not record them (it claims any task)
+    tasks: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownTaskJobs:
+    """Queued, due jobs of one task on one queue that no live worker knows
+    (no worker seen in the last ``LIVE_WITHIN`` seconds serves the queue with
+    a handler of that name): they wait, their budget untouched, until one does."""
+
+    queue: str
+    task: str
+    jobs: int
+    oldest: datetime  # run_at of the longest-waiting one
+
+
+@dataclass(frozen=True, slots=True)
+class Buried:
+    """A job ended dead because no worker knew its task for the grace period."""
+
+    id: int
+    queue: str
+    task: str
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +236,8 @@ class Stats:
     oldest_queued: dict[str, datetime]  # queue -> run_at of the oldest due job
     workers: list[WorkerInfo]
     now: datetime
+    #: due jobs whose task no live worker knows, by (queue, task)
+    unknown: list[UnknownTaskJobs] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from ..config import DEFAULT_DATABASE_URL
 from ..errors import JobNotFound, PayloadError, TetherError
 from ..logs import JsonFormatter
 from ..model import TERMINAL_STATES, Job, JobState
+from ..worker.unknown import DEFAULT_UNKNOWN_TASK_GRACE
 from . import render
 from .common import (
     DRIVER_LOGGER,
@@ -138,6 +139,9 @@ def migrate(state: CLIState) -> None:
 @click.option("--burst", is_flag=True,
               help="Run until no job is due and none is running, then exit 0 (CI jobs, cron-style batches); "
                    "jobs due later (delay, run_at, a retry's backoff) are left for later.")
+@click.option("--unknown-task-grace", type=Seconds(allow_zero=True), default=DEFAULT_UNKNOWN_TASK_GRACE, show_default=True,
+              help="End dead the jobs of a task no worker serving their queue has known for this long "
+                   "(at least 60; 0: never, they wait, shown by `tether status`).")
 @click.option("--transport", metavar="notify|poll|nats://HOST:PORT", envvar="TETHER_TRANSPORT",
               help="How job ids reach workers: the database (notify, the default; poll) or NATS JetStream, "
                    "e.g. nats://127.0.0.1:4222?prefix=myapp (env TETHER_TRANSPORT).")
@@ -159,8 +163,8 @@ def migrate(state: CLIState) -> None:
 def worker(
     ctx: click.Context, app_ref: str, concurrency: int, queues: tuple[str, ...], shutdown_timeout: float,
     lease_ttl: float | None, heartbeat_interval: float | None, reaper_interval: float | None,
-    poll_interval: float | None, prefetch: bool, burst: bool, transport: str | None, log_level: str,
-    log_format: str,
+    poll_interval: float | None, prefetch: bool, burst: bool, unknown_task_grace: float, transport: str | None,
+    log_level: str, log_format: str,
     metrics_port: int | None, metrics_host: str, metrics_token: str | None, metrics_no_auth: bool,
     server: str | None, token: str | None,
 ) -> None:
@@ -183,7 +187,8 @@ def worker(
         _configure_logging(log_level, log_format)
         logging.getLogger("tether").info("app %s: tasks %s", app_ref, ", ".join(sorted(app.tasks)) or "none")
         w = app.worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
-                       poll_interval=poll_interval, prefetch=prefetch, burst=burst)
+                       poll_interval=poll_interval, prefetch=prefetch, burst=burst,
+                       unknown_task_grace=unknown_task_grace or None)
         with contextlib.ExitStack() as stack:
             if metrics_port is not None:
                 from ..metrics import Metrics, serve_metrics
@@ -385,7 +390,8 @@ def schedules(state: CLIState, as_json: bool) -> None:
 @click.option("--interval", type=Seconds(), default=2.0, show_default=True, help="Refresh period for --watch.")
 @pass_state
 def status(state: CLIState, watch: bool, interval: float) -> None:
-    """Jobs by queue and state, the oldest due job per queue, and live workers."""
+    """Jobs by queue and state, the oldest due job per queue, jobs whose task no
+    live worker knows, and live workers."""
     with opened(state) as app:
         def view() -> RenderableType:
             stats = app.store.stats()
@@ -396,6 +402,10 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
             paused = app.store.paused_queues()
             if paused:
                 parts.append(f"[bold yellow]paused:[/bold yellow] {', '.join(paused)} (no new claims; `tether resume`)")
+            if stats.unknown:
+                parts += [render.unknown_tasks_table(stats),
+                          "[dim]start workers whose app registers these tasks (a typo never will: such jobs end "
+                          "dead after the workers' unknown_task_grace, an hour by default)[/dim]"]
             if stats.workers:
                 parts += [render.workers_table(stats.workers, stats.now),
                           "[dim]a worker silent for longer than its lease TTL is probably gone; "

@@ -36,6 +36,7 @@ __all__ = [
     "schedules_json",
     "schedules_table",
     "state_text",
+    "unknown_tasks_table",
     "workers_table",
 ]
 
@@ -211,6 +212,20 @@ def queues_table(stats: Stats) -> Table:
     return table
 
 
+def unknown_tasks_table(stats: Stats) -> Table:
+    """Due jobs that no live worker knows the task of: they wait (their budget
+    untouched) until a worker with that task runs on their queue."""
+    table = Table(title="tasks no live worker knows", title_justify="left", title_style="bold yellow",
+                  box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("queue", style="bold")
+    table.add_column("task", style="yellow")
+    table.add_column("jobs", justify="right")
+    table.add_column("oldest due", justify="right")
+    for u in stats.unknown:
+        table.add_row(u.queue, u.task, str(u.jobs), f"{fmt_age((stats.now - u.oldest).total_seconds())} ago")
+    return table
+
+
 def workers_table(workers: Sequence[WorkerInfo], now: datetime) -> Table:
     table = Table(title="workers", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("id", style="bold")
@@ -220,13 +235,14 @@ def workers_table(workers: Sequence[WorkerInfo], now: datetime) -> Table:
     table.add_column("up", justify="right")
     table.add_column("queues")
     table.add_column("concurrency", justify="right")
+    table.add_column("tasks", justify="right")
     for w in workers:
         seen = (now - w.last_seen).total_seconds()
         seen_text = Text(f"{fmt_age(seen)} ago", style="yellow" if seen > SILENT_AFTER else "")
         if seen > SILENT_AFTER:
             seen_text.append(" (silent)")
         table.add_row(w.id, w.host, str(w.pid), seen_text, fmt_age((now - w.started_at).total_seconds()),
-                      ",".join(w.queues), str(w.concurrency))
+                      ",".join(w.queues), str(w.concurrency), "any" if w.tasks is None else str(len(w.tasks)))
     return table
 
 

@@ -36,9 +36,9 @@ from starlette.routing import Route
 
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import ClaimedJob, JobState, NewJob, Outcome, WorkerInfo
+from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, WorkerInfo
 from ..store import Listener, Store
-from ..store.http import wire
+from ..store.http import wire, wire_unknown
 from ..store.http.schema import parse_datetime
 from ..transport import Transport, announce, due_now
 from . import schedules
@@ -144,7 +144,7 @@ def _list_jobs(s: _Server, a: Args) -> Args:
 
 def _claim_once(s: _Server, a: Args) -> list[ClaimedJob]:
     queues = [validate_queue(q) for q in a["queues"]]
-    return s.store.claim(a["worker"], queues, a["limit"], a["lease_ttl"], now=a["now"])
+    return s.store.claim(a["worker"], queues, a["limit"], a["lease_ttl"], now=a["now"], tasks=a.get("tasks"))
 
 
 def _claim_first(s: _Server, a: Args) -> tuple[Args, list[ClaimedJob]]:
@@ -155,13 +155,14 @@ def _complete_and_claim_first(s: _Server, a: Args) -> tuple[Args, list[ClaimedJo
     # Every argument is checked before the store writes anything: a bad result
     # or queue refuses the whole request, completions included.
     rows, queues = _done_rows(s, a), [validate_queue(q) for q in a["queues"]]
-    accepted, jobs = s.store.complete_and_claim(a["worker"], rows, queues, a["limit"], a["lease_ttl"], now=a["now"])
+    accepted, jobs = s.store.complete_and_claim(a["worker"], rows, queues, a["limit"], a["lease_ttl"], now=a["now"],
+                                                tasks=a.get("tasks"))
     return {"accepted": sorted(accepted)}, jobs
 
 
 def _claim_ids(s: _Server, a: Args) -> Args:
     queues = [validate_queue(q) for q in a["queues"]]
-    jobs = s.store.claim_ids(a["worker"], a["ids"], queues, a["lease_ttl"], now=a["now"])
+    jobs = s.store.claim_ids(a["worker"], a["ids"], queues, a["lease_ttl"], now=a["now"], tasks=a.get("tasks"))
     return {"jobs": [wire.encode_claimed(j) for j in jobs]}
 
 
@@ -208,6 +209,7 @@ def _register(s: _Server, a: Args) -> Args:
     s.store.register_worker(WorkerInfo(
         id=a["id"], host=a["host"], pid=a["pid"], proc_start=a["proc_start"], started_at=None,  # type: ignore[arg-type]
         last_seen=None, queues=[validate_queue(q) for q in a["queues"]], concurrency=a["concurrency"],  # type: ignore[arg-type]
+        tasks=a.get("tasks"),
     ), owner=a["owner"])
     if a["owner"] is not None:
         _check_owner(s, a["owner"], [a["id"]])
@@ -257,6 +259,10 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "reap": lambda s, a: {"reaped": [wire.encode_reaped(r) for r in s.store.reap(a["limit"], now=a["now"])]},
     "expire_leases": lambda s, a: {"expired": s.store.expire_leases(a["workers"], now=a["now"])},
     "register_worker": _register,
+    "unknown_tasks": lambda s, a: {"unknown": [wire_unknown.encode_unknown(u) for u in s.store.unknown_tasks(
+        since=a.get("since", LIVE_WITHIN), now=a["now"])]},
+    "bury_unknown": lambda s, a: {"buried": [wire_unknown.encode_buried(b) for b in s.store.bury_unknown(
+        a["queues"], grace=a["grace"], limit=a["limit"], now=a["now"])]},
     "stop_worker": lambda s, a: s.store.stop_worker(a["worker"], now=a["now"]) or {},
     "list_workers": lambda s, a: {"workers": [wire.encode_worker(w) for w in s.store.list_workers(
         host=a.get("host"), live_only=a.get("live_only", False))]},

@@ -32,9 +32,11 @@ from functools import partial
 
 from ..errors import ConfigError
 from ..model import (
+    LIVE_WITHIN,
     TERMINAL_STATES,
     Attempt,
     Beat,
+    Buried,
     ClaimedJob,
     DueJob,
     FiredTick,
@@ -46,6 +48,7 @@ from ..model import (
     ScheduleInfo,
     ScheduleSpec,
     Stats,
+    UnknownTaskJobs,
     WorkerInfo,
 )
 from .buckets import Buckets
@@ -165,23 +168,49 @@ class Store(abc.ABC):
         another state or whose dedup key an active job holds again."""
 
     @abc.abstractmethod
-    def stats(self) -> Stats: ...
+    def stats(self) -> Stats:
+        """Counts, oldest due job per queue, live workers, and ``unknown``: the
+        due jobs whose task no live worker knows (``unknown_tasks()``)."""
+
+    @abc.abstractmethod
+    def unknown_tasks(self, *, since: float = LIVE_WITHIN, now: datetime | None = None) -> list[UnknownTaskJobs]:
+        """Queued, due jobs by (queue, task) whose task no worker seen in the
+        last ``since`` seconds (and not stopped) knows: no such worker serves
+        the queue and registered a handler of that name. A worker registered
+        without its tasks (an older tether) counts as knowing every task."""
+
+    @abc.abstractmethod
+    def bury_unknown(
+        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
+    ) -> list[Buried]:
+        """End dead (reason recorded in ``last_error``) up to ``limit`` queued
+        jobs on ``queues`` due for at least ``grace`` seconds,
+        whose task no worker seen in the last ``grace`` seconds (stopped or
+        not) that serves their queue knows. Jobs of a task any such worker
+        knows are never touched."""
 
     # -- workers: claim, heartbeat, report (all fenced) ---------------------------
     @abc.abstractmethod
     def claim(
-        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
-        """Take up to ``limit`` due jobs in one statement: running, leased, attempt+1."""
+        """Take up to ``limit`` due jobs in one statement: running, leased, attempt+1.
+
+        With ``tasks``, only jobs of those tasks (the worker's handlers): a job
+        of any other task stays queued, untouched, for a worker that knows it,
+        and reading past such jobs costs nothing however many wait (the claim
+        walks an index by (queue, task)). None: any task (tools and tests)."""
 
     @abc.abstractmethod
     def claim_ids(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
-        now: datetime | None = None,
+        now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
         """Claim these jobs (ids a transport delivered) as ``claim`` would, each
-        only if it is still queued, due and on one of ``queues``; ids left out
-        of the answer are owned by someone, finished, not due, or unknown."""
+        only if it is still queued, due, on one of ``queues`` and (with
+        ``tasks``) of one of those tasks; ids left out of the answer are owned
+        by someone, finished, not due, of another task, or unknown."""
 
     @abc.abstractmethod
     def due_unclaimed(
@@ -237,14 +266,14 @@ class Store(abc.ABC):
 
     def complete_and_claim(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
-        lease_ttl: float, *, now: datetime | None = None,
+        lease_ttl: float, *, now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
         """``complete(done)`` and then ``claim(...)``: a worker's usual round
         trip. A backend that can does both in one statement (PostgreSQL) or one
         transaction (SQLite); the completions are fenced exactly as ``complete``
         fences them. Returns (ids accepted, jobs claimed)."""
         accepted = self.complete(worker, done, now=now) if done else set()
-        return accepted, self.claim(worker, queues, limit, lease_ttl, now=now)
+        return accepted, self.claim(worker, queues, limit, lease_ttl, now=now, tasks=tasks)
 
     # -- a worker's round, from its event loop ----------------------------------------
     # These defaults run the method above on ``executor`` (the worker's database
@@ -253,11 +282,11 @@ class Store(abc.ABC):
     # get the GIL from a loop busy starting the last claim's jobs.
     async def claim_async(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,
-        executor: Executor | None = None, now: datetime | None = None,
+        executor: Executor | None = None, now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
         """``claim`` for a coroutine."""
         return await asyncio.get_running_loop().run_in_executor(
-            executor, partial(self.claim, worker, queues, limit, lease_ttl, now=now))
+            executor, partial(self.claim, worker, queues, limit, lease_ttl, now=now, tasks=tasks))
 
     async def complete_async(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], *,
@@ -269,10 +298,11 @@ class Store(abc.ABC):
     async def complete_and_claim_async(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
         lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
         """``complete_and_claim`` for a coroutine."""
         return await asyncio.get_running_loop().run_in_executor(
-            executor, partial(self.complete_and_claim, worker, done, queues, limit, lease_ttl, now=now))
+            executor, partial(self.complete_and_claim, worker, done, queues, limit, lease_ttl, now=now, tasks=tasks))
 
     @abc.abstractmethod
     def fail(

@@ -115,6 +115,7 @@ def worker_from_row(r: Row, ts: Callable[[Any], Any] = _same, js: Callable[[Any]
     return WorkerInfo(
         id=r[0], host=r[1], pid=r[2], proc_start=r[3], started_at=ts(r[4]), last_seen=ts(r[5]),
         queues=list(js(r[6])), concurrency=r[7], stopped_at=ts(r[8]),
+        tasks=None if r[9] is None else list(js(r[9])),
     )
 
 

@@ -5,7 +5,10 @@ claims that many due jobs in one statement, or, with a delivering transport
 (NATS), fetches up to that many messages and claims exactly their jobs by id
 (``Store.claim_ids``): either way the database decides who owns a job. While
 the transport is unreachable it claims from the database every round, and even
-while it is up, every ``fallback_interval``.
+while it is up, every ``fallback_interval``. Every claim names the tasks the
+worker has handlers for (``WorkerState.tasks``): a job of any other task is
+left queued, its budget untouched, for a worker that knows it
+(``worker/unknown.py`` says what becomes of jobs that no worker knows).
 
 Successes waiting to be written ride with a claim of any jobs
 (``complete_and_claim``: one round trip, one commit) when the reporter carries.
@@ -25,6 +28,7 @@ import math
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..errors import ConfigError
@@ -257,12 +261,13 @@ class Claimer:
         store, pool, ttl = s.store, s.db_pool, s.timers.lease_ttl
         call: Coroutine[Any, Any, Any]
         if ids is not None:
-            call = s.db(store.claim_ids, s.id, ids, s.queues, ttl)
+            call = s.db(partial(store.claim_ids, tasks=s.tasks), s.id, ids, s.queues, ttl)
         elif reporter.done and reporter.carry:
             carried, reporter.done = reporter.done, []
-            call = store.complete_and_claim_async(s.id, rows_of(carried), s.queues, want, ttl, executor=pool)
+            call = store.complete_and_claim_async(s.id, rows_of(carried), s.queues, want, ttl, executor=pool,
+                                                  tasks=s.tasks)
         else:
-            call = store.claim_async(s.id, s.queues, want, ttl, executor=pool)
+            call = store.claim_async(s.id, s.queues, want, ttl, executor=pool, tasks=s.tasks)
         assert s.loop is not None
         return _Claim(s.loop.create_task(call), want, carried, time.monotonic())
 

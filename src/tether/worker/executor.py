@@ -176,10 +176,19 @@ class Executor:
         if tracing is not None:
             running.span = tracing.start_attempt(job, s.id)
         if job.task not in self.tasks:
-            known = ", ".join(sorted(self.tasks)) or "none"
-            self.reporter.fail(running, Outcome.FAILED,
-                               f"unknown task {job.task!r}: no handler is registered under that name in worker "
-                               f"{s.id} (known: {known})", None, True)
+            # A safety net: claims name this worker's tasks, so only a job
+            # claimed without them gets here (a handler unregistered after
+            # start-up, a store that ignored the list). Hand it back, its
+            # budget untouched, for a worker that knows it: failing it would
+            # spend the budget of a good job on a worker's ignorance. And stop
+            # naming the task in claims, or this worker would take it again
+            # at once, round after round.
+            s.counts["released_unknown_task"] += 1
+            s.tasks = [t for t in s.tasks if t in self.tasks]
+            s.log.warning("job %s: no handler for task %r in this worker (known: %s); released for a worker "
+                          "that has one", job.id, job.task, ", ".join(sorted(self.tasks)) or "none",
+                          extra={"job_id": job.id, "task": job.task})
+            self.reporter.release(running)
             return None
         return running
 

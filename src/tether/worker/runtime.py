@@ -13,8 +13,8 @@ signals and shutdown. The services, each in a module of its own:
   every lease held, and fences the worker off the ones it lost; on a thread of
   its own so a handler that hogs the loop or the CPU cannot starve it;
 - periodic services (``PeriodicService``, on the loop, their statements on the
-  ``tether-db-*`` threads): ``Reaper``, and ``Sweeper`` with a delivering
-  transport.
+  ``tether-db-*`` threads): ``Reaper``, ``UnknownTasks`` (jobs of tasks no
+  live worker knows), and ``Sweeper`` with a delivering transport.
 
 Job ids reach the claimer through the transport (``tether.transport``): the
 database itself (polling, woken by NOTIFY on the ``tether-listen`` thread), or
@@ -54,6 +54,7 @@ from .scheduler import Scheduler
 from .service import PeriodicService
 from .state import WorkerState, wait_event
 from .sweeper import Sweeper
+from .unknown import DEFAULT_UNKNOWN_TASK_GRACE, UnknownTasks
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_SHUTDOWN_TIMEOUT", "Worker"]
 
@@ -79,6 +80,7 @@ class Worker:
         claim_batch: int | None = None,
         prefetch: bool = True,
         burst: bool = False,
+        unknown_task_grace: float | None = DEFAULT_UNKNOWN_TASK_GRACE,
     ) -> None:
         if shutdown_timeout < 0:
             raise ConfigError(f"shutdown_timeout must be >= 0 seconds, got {shutdown_timeout!r}")
@@ -127,7 +129,8 @@ class Worker:
         self.sweeper.on_tick = self._swept
         self.reconciler = Reconciler(s.store, worker_id=self.id, host=self.host, reaper=self.reaper)
         #: the timer-driven duties this worker runs
-        self.services: list[PeriodicService] = [self.reaper, *Pruner.for_app(s.store, app)]
+        self.unknown_tasks = UnknownTasks(s.store, queues, grace=unknown_task_grace, events=s.events)
+        self.services: list[PeriodicService] = [self.reaper, self.unknown_tasks, *Pruner.for_app(s.store, app)]
         if s.transport.delivers:
             self.services.append(self.sweeper)
         #: fires the app's schedules (I6); only in a worker whose app declares
@@ -233,9 +236,11 @@ class Worker:
         """Check the schema, register, and recover dead predecessors' jobs."""
         s = self.state
         await s.db(s.store.check_schema)
+        s.tasks = sorted(self.app.tasks)  # the handlers now, which the claims name and the row records
         await s.db(s.store.register_worker, WorkerInfo(
             id=self.id, host=self.host, pid=os.getpid(), proc_start=process_start_time(os.getpid()),
             started_at=None, last_seen=None, queues=s.queues, concurrency=self.concurrency,  # type: ignore[arg-type]
+            tasks=s.tasks,
         ))
         if s.history is not None:
             s.history.record("started", host=self.host, queues=s.queues)

@@ -46,6 +46,9 @@ class WorkerState:
         self.history = history
         self.log = FieldsAdapter(log, {"worker": worker_id})
         self.queues = queues
+        #: the task names this worker has handlers for, sorted: its claims take
+        #: only their jobs, and it registers them (read again at start-up)
+        self.tasks: list[str] = sorted(app.tasks)
         self.inflight = InFlight()
         self.counts: Counter[str] = Counter()
         #: every store call off the loop but the round statements the store sends

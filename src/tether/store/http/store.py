@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from ... import model
 from ...config import DatabaseURL, validate_queue
 from ...errors import (
     AccessDenied,
@@ -58,7 +59,7 @@ from ...model import (
 )
 from ..base import Store, check_prune
 from ..buckets import Buckets, check_sizes
-from . import wire, wire_schedules
+from . import wire, wire_schedules, wire_unknown
 
 __all__ = ["HttpStore"]
 
@@ -224,23 +225,25 @@ class HttpStore(Store):
         return 0.0 if now is not None else min(self.claim_wait, lease_ttl / 4)
 
     def claim(
-        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
         wait = self._claim_wait(lease_ttl, now)
-        body = {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "wait": wait}
+        body = {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "wait": wait,
+                **_tasks(tasks)}
         found = self._call("claim", body, now=now, timeout=self.timeout + wait)
         return [wire.decode_claimed(j) for j in found["jobs"]]
 
     def complete_and_claim(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
-        lease_ttl: float, *, now: datetime | None = None,
+        lease_ttl: float, *, now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
         if not done:
-            return set(), self.claim(worker, queues, limit, lease_ttl, now=now)
+            return set(), self.claim(worker, queues, limit, lease_ttl, now=now, tasks=tasks)
         if self._combined:
             wait = self._claim_wait(lease_ttl, now)
             body = {"worker": worker, "done": _done_rows(done), "queues": list(queues), "limit": limit,
-                    "lease_ttl": lease_ttl, "wait": wait}
+                    "lease_ttl": lease_ttl, "wait": wait, **_tasks(tasks)}
             try:
                 found = self._call("complete_and_claim", body, now=now, timeout=self.timeout + wait)
             except _UnknownOperation:
@@ -251,15 +254,15 @@ class HttpStore(Store):
                             "(complete, then claim) until it is upgraded", self.url)
             else:
                 return set(found["accepted"]), [wire.decode_claimed(j) for j in found["jobs"]]
-        return super().complete_and_claim(worker, done, queues, limit, lease_ttl, now=now)
+        return super().complete_and_claim(worker, done, queues, limit, lease_ttl, now=now, tasks=tasks)
 
     def claim_ids(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
-        now: datetime | None = None,
+        now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
         if not ids:
             return []
-        body = {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl}
+        body = {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl, **_tasks(tasks)}
         return [wire.decode_claimed(j) for j in self._call("claim_ids", body, now=now)["jobs"]]
 
     def due_unclaimed(
@@ -345,7 +348,17 @@ class HttpStore(Store):
             raise ConfigError("a tether server records a worker's owner itself, from the token that registers it")
         self._call("register_worker", {"id": info.id, "host": info.host, "pid": info.pid,
                                        "proc_start": info.proc_start, "queues": list(info.queues),
-                                       "concurrency": info.concurrency})
+                                       "concurrency": info.concurrency, **_tasks(info.tasks)})
+
+    def unknown_tasks(self, *, since: float = model.LIVE_WITHIN, now: datetime | None = None) -> list[model.UnknownTaskJobs]:
+        found = self._call("unknown_tasks", query={"since": round(since), "now": None if now is None else now.isoformat()})
+        return [wire_unknown.decode_unknown(u) for u in found["unknown"]]
+
+    def bury_unknown(
+        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
+    ) -> list[model.Buried]:
+        body = {"queues": list(queues), "grace": grace, "limit": limit}
+        return [wire_unknown.decode_buried(b) for b in self._call("bury_unknown", body, now=now)["buried"]]
 
     def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
         raise ConfigError("worker owners are a tether server's own check; its API does not show them")
@@ -439,3 +452,8 @@ def _error(status: int, answer: dict[str, Any], op: str, url: str) -> TetherErro
     if code == "client_clock_refused":
         return ConfigError(message)
     return PayloadError(f"tether server {url} refused {op} (HTTP {status} {code}): {message}")
+
+
+def _tasks(tasks: Sequence[str] | None) -> dict[str, Any]:
+    """A body's tasks field: left out for None (any task), so an older server still takes the request."""
+    return {} if tasks is None else {"tasks": sorted(tasks)}

@@ -53,6 +53,7 @@ from .schema import (
     obj,
     string,
 )
+from .wire_unknown import BURIED_RECORD, TASKS, UNKNOWN_RECORD, decode_unknown, encode_unknown
 
 __all__ = [
     "ERRORS",
@@ -129,14 +130,15 @@ WORKER_RECORD = obj({
     "id": string(1000), "host": string(1000), "pid": integer(-(2**31), 2**31 - 1),
     "proc_start": nullable(integer(-(2**63), 2**63 - 1)), "started_at": DATETIME, "last_seen": DATETIME,
     "queues": array(string(1000), 10**4), "concurrency": integer(-(2**31), 2**31 - 1),
-    "stopped_at": nullable(DATETIME),
-})
+    "stopped_at": nullable(DATETIME), "tasks": nullable(array(string(1000), 10**5)),
+}, optional=("tasks",))
 STATS_RECORD = obj({
     "counts": array(obj({"queue": string(1000), "state": STATE, "count": integer(0, 2**63 - 1)}), 10**6),
     "oldest_queued": {"type": "object", "additionalProperties": DATETIME},
     "workers": array(WORKER_RECORD, 10**6),
     "now": DATETIME,
-})
+    "unknown": array(UNKNOWN_RECORD, 10**6),
+}, optional=("unknown",))
 THROUGHPUT_RECORD = obj({
     "start": DATETIME, "seconds": integer(1, MAX_BUCKET_SECONDS),
     "counts": obj({str(o): integer(0, 2**63 - 1) for o in Outcome}),
@@ -238,13 +240,13 @@ OPS: list[Op] = [
        "Claim up to limit due jobs; with wait > 0, hold the request until jobs arrive or wait seconds pass",
        obj({"jobs": array(CLAIMED_RECORD, 1000)}),
        body=obj({"worker": WORKER_ID, "queues": array(QUEUE, 100, 1), "limit": integer(1, 1000), "lease_ttl": TTL,
-                 "wait": number(0, MAX_CLAIM_WAIT)}, optional=("wait",)),
+                 "wait": number(0, MAX_CLAIM_WAIT), "tasks": TASKS}, optional=("wait", "tasks")),
        takes_now=True, errors=(422,), acts_for="worker"),
     Op("claim_ids", "POST", "/v1/claim-ids", W,
        "Claim these jobs (ids a transport delivered), each only while it is queued, due and on one of queues",
        obj({"jobs": array(CLAIMED_RECORD, 1000)}),
        body=obj({"worker": WORKER_ID, "ids": array(JOB_ID, 1000), "queues": array(QUEUE, 100, 1),
-                 "lease_ttl": TTL}),
+                 "lease_ttl": TTL, "tasks": TASKS}, optional=("tasks",)),
        takes_now=True, errors=(422,), acts_for="worker"),
     Op("due_unclaimed", "POST", "/v1/due-unclaimed", W,
        "Queued, due jobs that no delivery seems to carry (for a transport's sweep to republish)",
@@ -274,7 +276,7 @@ OPS: list[Op] = [
        "completions are refused",
        obj({"accepted": array(JOB_ID, 10_000), "jobs": array(CLAIMED_RECORD, 1000)}),
        body=obj({"worker": WORKER_ID, "done": DONE, "queues": array(QUEUE, 100, 1), "limit": integer(1, 1000),
-                 "lease_ttl": TTL, "wait": number(0, MAX_CLAIM_WAIT)}, optional=("wait",)),
+                 "lease_ttl": TTL, "wait": number(0, MAX_CLAIM_WAIT), "tasks": TASKS}, optional=("wait", "tasks")),
        takes_now=True, errors=(422,), acts_for="worker"),
     Op("fail", "POST", "/v1/fail", W, "Report a failed attempt (fenced): retry with backoff, or dead",
        obj({"state": STATE}),
@@ -296,8 +298,17 @@ OPS: list[Op] = [
        "Register (or re-register) a worker; a worker token may then act for it, and no other worker token may",
        EMPTY,
        body=obj({"id": WORKER_ID, "host": string(255, 1), "pid": integer(0), "proc_start": nullable(
-           integer(0, 2**62)), "queues": array(QUEUE, 100, 1), "concurrency": integer(1, 100_000)}),
+           integer(0, 2**62)), "queues": array(QUEUE, 100, 1), "concurrency": integer(1, 100_000),
+           "tasks": TASKS}, optional=("tasks",)),
        acts_for="id"),
+    Op("unknown_tasks", "GET", "/v1/unknown-tasks", ANY,
+       "Due jobs by queue and task whose task no worker seen in the last `since` seconds knows",
+       obj({"unknown": array(UNKNOWN_RECORD, 10**6)}), query={"since": integer(0, 10**9)}, takes_now=True),
+    Op("bury_unknown", "POST", "/v1/bury-unknown", W,
+       "End dead the jobs on queues, due for grace seconds, whose task no worker seen in that time knows",
+       obj({"buried": array(BURIED_RECORD, 100_000)}),
+       body=obj({"queues": array(QUEUE, 100, 1), "grace": number(0, 1e9), "limit": integer(1, 100_000)}),
+       takes_now=True),
     Op("stop_worker", "POST", "/v1/workers/stop", W, "Mark a worker stopped", EMPTY,
        body=obj({"worker": WORKER_ID}), takes_now=True, acts_for="worker"),
     Op("list_workers", "GET", "/v1/workers", ANY, "Workers, optionally of one host or only live ones",
@@ -485,13 +496,14 @@ def decode_throughput(d: dict[str, Any]) -> Throughput:
 def encode_worker(w: WorkerInfo) -> dict[str, Any]:
     return {"id": w.id, "host": w.host, "pid": w.pid, "proc_start": w.proc_start, "started_at": _dt(w.started_at),
             "last_seen": _dt(w.last_seen), "queues": list(w.queues), "concurrency": w.concurrency,
-            "stopped_at": _dt(w.stopped_at)}
+            "stopped_at": _dt(w.stopped_at), "tasks": w.tasks}
 
 
 def decode_worker(d: dict[str, Any]) -> WorkerInfo:
     return WorkerInfo(id=d["id"], host=d["host"], pid=d["pid"], proc_start=d["proc_start"],
                       started_at=_req_dt(d["started_at"]), last_seen=_req_dt(d["last_seen"]),
-                      queues=list(d["queues"]), concurrency=d["concurrency"], stopped_at=_parse_dt(d["stopped_at"]))
+                      queues=list(d["queues"]), concurrency=d["concurrency"], stopped_at=_parse_dt(d["stopped_at"]),
+                      tasks=None if d.get("tasks") is None else list(d["tasks"]))
 
 
 def encode_stats(s: Stats) -> dict[str, Any]:
@@ -500,6 +512,7 @@ def encode_stats(s: Stats) -> dict[str, Any]:
         "oldest_queued": {q: _dt(t) for q, t in s.oldest_queued.items()},
         "workers": [encode_worker(w) for w in s.workers],
         "now": _dt(s.now),
+        "unknown": [encode_unknown(u) for u in s.unknown],
     }
 
 
@@ -509,4 +522,5 @@ def decode_stats(d: dict[str, Any]) -> Stats:
         oldest_queued={q: _req_dt(t) for q, t in d["oldest_queued"].items()},
         workers=[decode_worker(w) for w in d["workers"]],
         now=_req_dt(d["now"]),
+        unknown=[decode_unknown(u) for u in d.get("unknown", [])],
     )

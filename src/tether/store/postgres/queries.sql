@@ -120,6 +120,38 @@ candidates AS (
     SELECT ctid FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 
+-- name: _claim_picked_known
+-- _claim_picked for a worker that says which tasks it knows: one (queue,
+-- task) pair at a time over jobs_claim_task_idx (queue, task, priority DESC,
+-- run_at, id), for the reason _claim_picked walks one queue at a time: an
+-- equality on both leading keys hands rows over in claim order, so each pair
+-- stops after `limit` rows. A filter `task = ANY(...)` on the queue's walk
+-- would read (and, with a heap fetch each, check) every job of a task the
+-- worker does not know that sits ahead of its own, on every claim: another
+-- app's backlog on a shared queue, or a new task's in a rolling deploy. Here
+-- those rows are never read. A pair with no queued job costs one index
+-- descent; as with several queues, each pair with a backlog may lock up to
+-- `limit` rows, of which the best `limit` are taken. `coalesce(state, '')`
+-- (state is NOT NULL: the same test) matches jobs_claim_task_idx's predicate
+-- and not jobs_claim_idx's, so the planner cannot walk the queue's index and
+-- filter by task instead (it did, on a table without statistics; migration
+-- 0006 says more). Paused queues are left out of the list, as in _claim_picked.
+candidates AS (
+    SELECT c.ctid, c.id, c.priority, c.run_at
+    FROM (SELECT name FROM unnest(%(queues)s::text[]) AS u(name)
+          WHERE name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
+    CROSS JOIN unnest(%(tasks)s::text[]) AS t(name)
+    CROSS JOIN LATERAL (
+        SELECT ctid, id, priority, run_at FROM {schema}.jobs
+        WHERE coalesce(state, '') = 'queued' AND queue = q.name AND task = t.name AND run_at <= {now}
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+), picked AS (
+    SELECT ctid FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
+)
+
 -- name: claim
 -- The jobs _claim_picked chooses; the same UPDATE grants the lease (locked_by,
 -- lease_until) and bumps attempt, the fencing token. lease_until is capped at
@@ -129,12 +161,20 @@ WITH {_claim_picked}
 UPDATE {schema}.jobs AS j
 {_grant_lease}
 
+-- name: claim_known
+-- claim, of the tasks the worker knows only (_claim_picked_known): a job of
+-- any other task stays queued, its budget untouched, for a worker that knows it.
+WITH {_claim_picked_known}
+UPDATE {schema}.jobs AS j
+{_grant_lease}
+
 -- name: claim_ids
 -- A transport (NATS) delivered these ids; the database decides who owns them.
 -- The same grant as claim, for the named rows only, and only while each is
 -- still queued, due and on one of the worker's queues: a job someone else
--- holds (running), a finished one, or one not due yet matches nothing, and
--- the caller skips it. Two workers handed the same id: the second's FOR UPDATE
+-- holds (running), a finished one, one not due yet, or one of a task the
+-- worker does not know (tasks, when given) matches nothing, and the caller
+-- skips it. Two workers handed the same id: the second's FOR UPDATE
 -- waits for the first, re-checks the WHERE on the new row version (running
 -- now) and takes nothing. Rows are locked in id order, so two claims over
 -- overlapping id sets cannot deadlock; no SKIP LOCKED, because a skipped row
@@ -145,6 +185,7 @@ WITH picked AS (
     WHERE id = ANY(%(ids)s::bigint[]) AND state = 'queued'
       AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
       AND queue <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))
+      AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
     ORDER BY id
     FOR UPDATE
 )
@@ -267,9 +308,29 @@ WITH done AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 )
+{_round_answer}
+
+-- name: _round_answer
+-- complete_and_claim's answer (and complete_and_claim_known's): the claimed
+-- rows (kind 0) and the accepted ids (kind 1), padded to the claimed rows' width.
 SELECT 0 AS kind, claimed.* FROM claimed
 UNION ALL
 SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM audit
+
+-- name: complete_and_claim_known
+-- complete_and_claim whose claim takes only the tasks the worker knows
+-- (_claim_picked_known); otherwise the same statement.
+WITH done AS (
+{_complete_done}
+), audit AS (
+    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
+    SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
+    RETURNING job_id
+), {_claim_picked_known}, claimed AS (
+    UPDATE {schema}.jobs AS j
+    {_grant_lease}
+)
+{_round_answer}
 
 -- name: fail
 -- The retry-or-dead choice: a cancelled attempt, or any attempt of a job with a
@@ -493,11 +554,13 @@ GROUP BY queue
 -- same owner, or from a trusted caller (owner NULL: this database's own
 -- workers, a server's admin token); from another token it changes nothing
 -- (the conflicting row stays as it was), and the server, reading the owner
--- back (worker_owners), refuses it.
-INSERT INTO {schema}.workers AS w (id, host, pid, proc_start, started_at, last_seen, queues, concurrency, owner)
+-- back (worker_owners), refuses it. tasks (the worker's task names, migration
+-- 0006) is refreshed with the row.
+INSERT INTO {schema}.workers AS w
+    (id, host, pid, proc_start, started_at, last_seen, queues, concurrency, owner, tasks)
 VALUES (%(id)s, %(host)s, %(pid)s, %(proc_start)s, now(), now(), %(queues)s::jsonb, %(concurrency)s,
-        %(owner)s::text)
-ON CONFLICT (id) DO UPDATE SET last_seen = now(), stopped_at = NULL
+        %(owner)s::text, %(tasks)s::jsonb)
+ON CONFLICT (id) DO UPDATE SET last_seen = now(), stopped_at = NULL, tasks = excluded.tasks
 WHERE %(owner)s::text IS NULL OR w.owner = %(owner)s::text
 
 -- name: worker_owners
@@ -509,11 +572,106 @@ SELECT id, owner FROM {schema}.workers WHERE id = ANY(%(ids)s::text[])
 UPDATE {schema}.workers SET stopped_at = {now} WHERE id = %(id)s AND stopped_at IS NULL
 
 -- name: list_workers
-SELECT id, host, pid, proc_start, started_at, last_seen, queues, concurrency, stopped_at
+SELECT id, host, pid, proc_start, started_at, last_seen, queues, concurrency, stopped_at, tasks
 FROM {schema}.workers
 WHERE (%(host)s::text IS NULL OR host = %(host)s)
   AND (NOT %(live_only)s OR stopped_at IS NULL)
 ORDER BY started_at
+
+-- name: _known
+-- The (queue, task) pairs that workers seen since %(since)s seconds ago know
+-- (a CTE body): every queue of each worker with every task it registered. A
+-- worker from before workers.tasks (NULL) claims any task: it knows them all,
+-- which the pair (queue, NULL) says. The workers table is small (a row per
+-- worker process started) and read once per statement, not once per job.
+-- It ends with its WHERE, so that a query may add a condition (live only).
+SELECT q.name AS queue, t.name AS task
+FROM {schema}.workers AS w
+CROSS JOIN LATERAL jsonb_array_elements_text(w.queues) AS q(name)
+CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(w.tasks, '[null]'::jsonb)) AS t(name)
+WHERE w.last_seen >= {now} - make_interval(secs => %(since)s)
+
+-- name: _queued_pairs
+-- Every (queue, task) pair that has a queued job (a CTE body, WITH RECURSIVE):
+-- a loose index scan of jobs_claim_task_idx, one descent per pair to the next
+-- pair after it, so it reads as many index entries as there are pairs, not
+-- as there are jobs. (Both statements below run on every worker once a
+-- minute, and unknown_tasks on every dashboard refresh: a GROUP BY over the
+-- queued rows would read the whole backlog each time.) The row comparison
+-- (queue, task) > (...) is an index condition on the key's first two columns.
+    (SELECT queue, task FROM {schema}.jobs WHERE coalesce(state, '') = 'queued' ORDER BY queue, task LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.task
+    FROM pairs AS p
+    CROSS JOIN LATERAL (
+        SELECT queue, task FROM {schema}.jobs
+        WHERE coalesce(state, '') = 'queued' AND (queue, task) > (p.queue, p.task)
+        ORDER BY queue, task
+        LIMIT 1
+    ) AS n
+
+-- name: unknown_tasks
+-- For `tether status`, the dashboard, the metric and each worker's warning:
+-- due queued jobs, by (queue, task), whose task no live worker knows (no
+-- worker seen in the last %(since)s seconds and not stopped serves the queue
+-- with a handler of that name). They wait, budget untouched, until one does.
+-- The pairs come from the loose index scan, the unknown ones are kept
+-- (MATERIALIZED: filtered before anything is counted), and only their jobs
+-- are counted: the cost is the pairs plus the jobs no worker knows.
+WITH RECURSIVE pairs AS (
+{_queued_pairs}
+), known AS (
+{_known}
+      AND w.stopped_at IS NULL
+), unknown AS MATERIALIZED (
+    SELECT p.queue, p.task FROM pairs AS p
+    WHERE NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = p.queue AND (k.task IS NULL OR k.task = p.task))
+)
+SELECT u.queue, u.task, c.jobs, c.oldest
+FROM unknown AS u
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs, min(run_at) AS oldest FROM {schema}.jobs
+    WHERE coalesce(state, '') = 'queued' AND queue = u.queue AND task = u.task AND run_at <= {now}
+) AS c
+WHERE c.jobs > 0
+ORDER BY u.queue, u.task
+
+-- name: bury_unknown
+-- The unknown-task service's rule (worker/unknown.py): a job of a task that
+-- no worker serving its queue has known for the grace period (none seen in
+-- the last %(since)s seconds, running or stopped), due for at least that
+-- long, ends dead with the reason recorded: a name no worker will ever know
+-- (a typo, a task deleted with jobs still queued) ends somewhere visible
+-- instead of waiting for ever. A worker seen within the grace that knows the
+-- task keeps its jobs alive, so a deploy shorter than the grace never kills
+-- a good job. No attempt was made, so no attempt row; attempt stays as it
+-- was. Only the caller's queues, bounded; the pairs come from the loose
+-- index scan (as in unknown_tasks), so only the jobs of unknown pairs are
+-- read. SKIP LOCKED lets every worker run it at once (a row moves out of
+-- queued once).
+WITH RECURSIVE pairs AS (
+{_queued_pairs}
+), known AS (
+{_known}
+), doomed_pairs AS MATERIALIZED (
+    SELECT p.queue, p.task FROM pairs AS p
+    WHERE p.queue = ANY(%(queues)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = p.queue AND (k.task IS NULL OR k.task = p.task))
+), doomed AS (
+    SELECT j.id FROM doomed_pairs AS d
+    JOIN {schema}.jobs AS j ON coalesce(j.state, '') = 'queued' AND j.queue = d.queue AND j.task = d.task
+    WHERE j.run_at <= {now} - make_interval(secs => %(since)s)
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET state = 'dead',
+    finished_at = {now},
+    last_error = format('unknown task %%L: no worker serving queue %%L has known it for %%ss '
+                        '(unknown_task_grace); `tether retry` once a worker has it', j.task, j.queue, %(since)s)
+FROM doomed AS d
+WHERE j.id = d.id AND j.state = 'queued'
+RETURNING j.id, j.queue, j.task, j.last_error
 
 -- name: notify
 -- Wake idle workers when jobs become due again without an insert (the enqueue

@@ -121,11 +121,22 @@ def _uniform(jobs: Sequence[NewJob]) -> bool:
 
 
 def claim_steps(
-    worker: str, queues: Sequence[str], limit: int, lease_ttl: float, now: datetime | None
+    worker: str, queues: Sequence[str], limit: int, lease_ttl: float, now: datetime | None,
+    tasks: Sequence[str] | None = None,
 ) -> Steps[list[ClaimedJob]]:
-    rows = yield "claim", {"worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl,
-                           "now": now}
+    rows = yield _claim_query("claim", tasks), {
+        "worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now,
+        **_tasks_param(tasks)}
     return claimed_from_rows(rows)
+
+
+def _claim_query(name: str, tasks: Sequence[str] | None) -> str:
+    """The query that claims any task (tools, tests) or, given a worker's tasks, only those."""
+    return name if tasks is None else f"{name}_known"
+
+
+def _tasks_param(tasks: Sequence[str] | None) -> dict[str, Any]:
+    return {} if tasks is None else {"tasks": list(tasks)}
 
 
 def complete_steps(
@@ -142,15 +153,16 @@ def complete_steps(
 
 def complete_and_claim_steps(
     worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
-    lease_ttl: float, now: datetime | None,
+    lease_ttl: float, now: datetime | None, tasks: Sequence[str] | None = None,
 ) -> Steps[tuple[set[int], list[ClaimedJob]]]:
     """One statement; none to carry, or more successes than one statement
     takes (see complete_steps): complete's statements, then claim's."""
     if not done or len(done) > DONE_CHUNK:
         accepted = yield from complete_steps(worker, done, now)
-        return accepted, (yield from claim_steps(worker, queues, limit, lease_ttl, now))
-    rows = yield "complete_and_claim", {
+        return accepted, (yield from claim_steps(worker, queues, limit, lease_ttl, now, tasks))
+    rows = yield _claim_query("complete_and_claim", tasks), {
         **_done_params(worker, done), "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now,
+        **_tasks_param(tasks),
     }
     return {r[1] for r in rows if r[0] == 1}, claimed_from_rows([r[1:] for r in rows if r[0] == 0])
 

@@ -19,6 +19,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
+from ... import model
 from ...config import DatabaseURL, redact_url
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
@@ -51,7 +52,7 @@ _MIGRATE_LOCK = 0x7E7E_0001
 #: quadratic loop, nor with array_position (quadratic whatever the plan).
 #: Behind a transaction pooler nothing is prepared, so these too are planned
 #: on every execution (see connect.py).
-GENERIC_PLANS = frozenset({"claim", "complete", "complete_and_claim"})
+GENERIC_PLANS = frozenset({"claim", "claim_known", "complete", "complete_and_claim", "complete_and_claim_known"})
 # Their results come back in binary: a claim's two times (and its numbers)
 # are read from their binary form in a fraction of the time it takes to parse
 # their text (0.2 us a job, of about 10 in a worker's CPU per no-op job).
@@ -263,29 +264,42 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
     def stats(self) -> Stats:
         counts = {(q, s): int(n) for q, s, n in self._all("counts")}
         oldest = {q: t for q, t in self._all("oldest_queued")}
-        return Stats(counts=counts, oldest_queued=oldest, workers=self.list_workers(live_only=True), now=self.db_now())
+        return Stats(counts=counts, oldest_queued=oldest, workers=self.list_workers(live_only=True), now=self.db_now(),
+                     unknown=self.unknown_tasks())
+
+    # -- jobs no worker knows (see bury_unknown in queries.sql) -------------------
+    def unknown_tasks(self, *, since: float = model.LIVE_WITHIN, now: datetime | None = None) -> list[model.UnknownTaskJobs]:
+        return [model.UnknownTaskJobs(queue=q, task=t, jobs=n, oldest=o)
+                for q, t, n, o in self._all("unknown_tasks", {"since": since, "now": now})]
+
+    def bury_unknown(
+        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
+    ) -> list[model.Buried]:
+        rows = self._all("bury_unknown", {"queues": list(queues), "since": grace, "limit": limit, "now": now})
+        return [model.Buried(id=r[0], queue=r[1], task=r[2], error=r[3]) for r in rows]
 
     # -- worker operations --------------------------------------------------------
     def claim(
-        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
-        return self._drive(claim_steps(worker, queues, limit, lease_ttl, now))
+        return self._drive(claim_steps(worker, queues, limit, lease_ttl, now, tasks))
 
     async def claim_async(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,
-        executor: Executor | None = None, now: datetime | None = None,
+        executor: Executor | None = None, now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
-        return await self._drive_async(claim_steps(worker, queues, limit, lease_ttl, now))
+        return await self._drive_async(claim_steps(worker, queues, limit, lease_ttl, now, tasks))
 
     def claim_ids(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
-        now: datetime | None = None,
+        now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
         if not ids:
             return []
         return claimed_from_rows(self._all(
-            "claim_ids",
-            {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl, "now": now},
+            "claim_ids", {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl,
+                          "now": now, "tasks": None if tasks is None else list(tasks)},
         ))
 
     def due_unclaimed(
@@ -344,15 +358,16 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
 
     def complete_and_claim(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
-        lease_ttl: float, *, now: datetime | None = None,
+        lease_ttl: float, *, now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        return self._drive(complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now))
+        return self._drive(complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now, tasks))
 
     async def complete_and_claim_async(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
         lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        return await self._drive_async(complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now))
+        return await self._drive_async(complete_and_claim_steps(worker, done, queues, limit, lease_ttl, now, tasks))
 
     def fail(
         self,
@@ -427,6 +442,7 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
             {
                 "id": info.id, "host": info.host, "pid": info.pid, "proc_start": info.proc_start,
                 "queues": json.dumps(info.queues), "concurrency": info.concurrency, "owner": owner,
+                "tasks": None if info.tasks is None else json.dumps(sorted(info.tasks)),
             },
         )
 

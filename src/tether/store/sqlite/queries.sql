@@ -64,12 +64,35 @@ WHERE id IN (
 )
 {_claimed_row}
 
+-- name: claim_known
+-- claim, of the tasks the worker knows only: a job of any other task stays
+-- queued, its budget untouched, for a worker that knows it. tether_jobs_claim_idx
+-- leads with (queue, task) (migration 0006), so the rows are looked up by
+-- (queue = ? AND task = ?) for each pair and the jobs of tasks the worker
+-- does not know are never read, however many wait at the head of the queue.
+-- (The sort that follows is claim's own: queue IN (...) gives up the index
+-- order, so claim reads a queue's due rows and sorts them too.) Paused
+-- queues are left out of the list, as in claim.
+UPDATE tether_jobs
+{_grant_lease}
+WHERE id IN (
+    SELECT id FROM tether_jobs
+    WHERE state = 'queued' AND run_at <= {now}
+      AND queue IN (SELECT value FROM json_each(:queues)
+                    WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
+      AND task IN (SELECT value FROM json_each(:tasks))
+    ORDER BY priority DESC, run_at, id
+    LIMIT :limit
+)
+{_claimed_row}
+
 -- name: claim_ids
 -- A transport (NATS) delivered these ids; the database decides who owns them.
 -- The same grant as claim, for the named rows only, and only while each is
 -- still queued, due and on one of the worker's queues: a job someone else
--- holds (running), a finished one, or one not due yet matches nothing, and
--- the caller skips it. Two workers handed the same id: SQLite runs one UPDATE
+-- holds (running), a finished one, one not due yet, or one of a task the
+-- worker does not know (:tasks, when given) matches nothing, and the caller
+-- skips it. Two workers handed the same id: SQLite runs one UPDATE
 -- at a time, so the second finds the row running and takes nothing.
 UPDATE tether_jobs
 {_grant_lease}
@@ -77,6 +100,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND state = 'queued'
   AND queue IN (SELECT value FROM json_each(:queues)
                 WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
+  AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
   AND run_at <= {now}
 {_claimed_row}
 
@@ -319,10 +343,11 @@ GROUP BY queue
 -- by the insert. A re-registration refreshes the row when it comes from the
 -- same owner, or from a trusted caller (:owner NULL: this database's own
 -- workers, a server's admin token); from another token it changes nothing,
--- and the server, reading the owner back (worker_owners), refuses it.
-INSERT INTO tether_workers (id, host, pid, proc_start, started_at, last_seen, queues, concurrency, owner)
-VALUES (:id, :host, :pid, :proc_start, {now}, {now}, :queues, :concurrency, :owner)
-ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, stopped_at = NULL
+-- and the server, reading the owner back (worker_owners), refuses it. tasks
+-- (the worker's task names, migration 0006) is refreshed with the row.
+INSERT INTO tether_workers (id, host, pid, proc_start, started_at, last_seen, queues, concurrency, owner, tasks)
+VALUES (:id, :host, :pid, :proc_start, {now}, {now}, :queues, :concurrency, :owner, :tasks)
+ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, stopped_at = NULL, tasks = excluded.tasks
 WHERE :owner IS NULL OR tether_workers.owner = :owner
 
 -- name: worker_owners
@@ -334,11 +359,67 @@ SELECT id, owner FROM tether_workers WHERE id IN (SELECT value FROM json_each(:i
 UPDATE tether_workers SET stopped_at = {now} WHERE id = :id AND stopped_at IS NULL
 
 -- name: list_workers
-SELECT id, host, pid, proc_start, started_at, last_seen, queues, concurrency, stopped_at
+SELECT id, host, pid, proc_start, started_at, last_seen, queues, concurrency, stopped_at, tasks
 FROM tether_workers
 WHERE (:host IS NULL OR host = :host)
   AND (NOT :live_only OR stopped_at IS NULL)
 ORDER BY started_at
+
+-- name: _known
+-- The (queue, task) pairs that workers seen in the last :since seconds know
+-- (a CTE body): every queue of each worker with every task it registered. A
+-- worker from before tether_workers.tasks (NULL) claims any task: it knows
+-- them all, which the pair (queue, NULL) says. The workers table is small and
+-- read once per statement, not once per job. It ends with its WHERE, so that
+-- a query may add a condition (live only).
+SELECT q.value AS queue, t.value AS task
+FROM tether_workers AS w, json_each(w.queues) AS q, json_each(coalesce(w.tasks, '[null]')) AS t
+WHERE w.last_seen >= {now} - :since
+
+-- name: unknown_tasks
+-- For `tether status`, the dashboard and the metric: due queued jobs, by
+-- (queue, task), whose task no live worker knows (none seen in the last
+-- :since seconds and not stopped serves the queue with a handler of that
+-- name). They wait, budget untouched, until one does. One pass over the
+-- queued rows by tether_jobs_claim_idx, grouped (10 ms for 60,000 queued
+-- jobs). PostgreSQL enumerates the (queue, task) pairs by a loose index scan
+-- instead; SQLite's planner does not walk the row-value comparison that
+-- needs (it read the table and sorted it: slower than the GROUP BY).
+WITH known AS (
+{_known}
+      AND w.stopped_at IS NULL
+)
+SELECT j.queue, j.task, count(*), min(j.run_at)
+FROM tether_jobs AS j
+WHERE j.state = 'queued' AND j.run_at <= {now}
+  AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = j.queue AND (k.task IS NULL OR k.task = j.task))
+GROUP BY j.queue, j.task
+ORDER BY j.queue, j.task
+
+-- name: bury_unknown
+-- The unknown-task service's rule (worker/unknown.py; see the PostgreSQL
+-- query for the why): a job of a task that no worker serving its queue has
+-- known for the grace period (none seen in the last :since seconds, running
+-- or stopped), due for at least that long, ends dead with the reason
+-- recorded. Only the caller's queues, oldest first, bounded. SQLite runs one
+-- writer at a time, so a row is buried once.
+WITH known AS (
+{_known}
+)
+UPDATE tether_jobs
+SET state = 'dead',
+    finished_at = {now},
+    last_error = 'unknown task ' || quote(task) || ': no worker serving queue ' || quote(queue)
+                 || ' has known it for ' || printf('%g', :since) || 's (unknown_task_grace); `tether retry` once a worker has it'
+WHERE id IN (
+    SELECT j.id FROM tether_jobs AS j
+    WHERE j.state = 'queued' AND j.queue IN (SELECT value FROM json_each(:queues))
+      AND j.run_at <= {now} - :since
+      AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = j.queue AND (k.task IS NULL OR k.task = j.task))
+    ORDER BY j.run_at, j.id
+    LIMIT :limit
+)
+RETURNING id, queue, task, last_error
 
 -- name: db_now
 SELECT {now}

@@ -15,6 +15,7 @@ from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
 
+from ... import model
 from ...config import DatabaseURL
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
@@ -287,31 +288,47 @@ class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
             oldest_queued={q: t for q, t in oldest.items() if t is not None},
             workers=self.list_workers(live_only=True),
             now=self.db_now(),
+            unknown=self.unknown_tasks(),
         )
+
+    def unknown_tasks(self, *, since: float = model.LIVE_WITHIN, now: datetime | None = None) -> list[model.UnknownTaskJobs]:
+        rows = self._all("unknown_tasks", {"since": since, "now": _ts(now)})
+        return [model.UnknownTaskJobs(queue=q, task=t, jobs=n, oldest=epoch_to_dt(o) or datetime.min) for q, t, n, o in rows]
+
+    def bury_unknown(
+        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
+    ) -> list[model.Buried]:
+        rows = self._all("bury_unknown", {"queues": json.dumps(list(queues)), "since": grace, "limit": limit,
+                                          "now": _ts(now)})
+        return [model.Buried(id=r[0], queue=r[1], task=r[2], error=r[3]) for r in rows]
 
     # -- worker operations --------------------------------------------------------
     def claim(
-        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None
+        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *, now: datetime | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
-        return _claimed(self._all("claim", self._claim_params(worker, queues, limit, lease_ttl, now)))
+        return _claimed(self._all(*self._claim_params(worker, queues, limit, lease_ttl, now, tasks)))
 
     @staticmethod
     def _claim_params(
         worker: str, queues: Sequence[str], limit: int, lease_ttl: float, now: datetime | None,
-    ) -> dict[str, Any]:
-        return {"worker": worker, "queues": json.dumps(list(queues)), "limit": limit, "lease_ttl": lease_ttl,
-                "now": _ts(now)}
+        tasks: Sequence[str] | None,
+    ) -> tuple[str, dict[str, Any]]:
+        """The claim query's name (claim_known with tasks) and its parameters."""
+        return "claim" if tasks is None else "claim_known", {
+            "worker": worker, "queues": json.dumps(list(queues)), "limit": limit, "lease_ttl": lease_ttl,
+            "now": _ts(now), "tasks": None if tasks is None else json.dumps(list(tasks))}
 
     def claim_ids(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
-        now: datetime | None = None,
+        now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
         if not ids:
             return []
         return _claimed(self._all(
             "claim_ids",
             {"worker": worker, "ids": json.dumps([int(i) for i in ids]), "queues": json.dumps(list(queues)),
-             "lease_ttl": lease_ttl, "now": _ts(now)},
+             "lease_ttl": lease_ttl, "now": _ts(now), "tasks": None if tasks is None else json.dumps(list(tasks))},
         ))
 
     def due_unclaimed(
@@ -366,14 +383,15 @@ class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
 
     def complete_and_claim(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
-        lease_ttl: float, *, now: datetime | None = None,
+        lease_ttl: float, *, now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
         # One write transaction (one commit) for both, as PostgreSQL's one statement.
         if not done:
-            return set(), self.claim(worker, queues, limit, lease_ttl, now=now)
+            return set(), self.claim(worker, queues, limit, lease_ttl, now=now, tasks=tasks)
+        name, params = self._claim_params(worker, queues, limit, lease_ttl, now, tasks)
         with self._write() as conn:
             accepted = self._complete_in(conn, worker, done, now)
-            rows = conn.execute(self.q["claim"], self._claim_params(worker, queues, limit, lease_ttl, now)).fetchall()
+            rows = conn.execute(self.q[name], params).fetchall()
         return accepted, _claimed(rows)
 
     def _complete_in(
@@ -457,7 +475,8 @@ class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
         self._all(
             "register_worker",
             {"id": info.id, "host": info.host, "pid": info.pid, "proc_start": info.proc_start,
-             "queues": json.dumps(info.queues), "concurrency": info.concurrency, "owner": owner, "now": None},
+             "queues": json.dumps(info.queues), "concurrency": info.concurrency, "owner": owner, "now": None,
+             "tasks": None if info.tasks is None else json.dumps(sorted(info.tasks))},
         )
 
     def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
