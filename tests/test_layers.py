@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "tether.display", "tether.cron", "tether.scratch")),
     ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.rows", "tether.store.sqlfile",
                      "tether.store.http.schema", "tether.store.http.wire", "tether.store.http.wire_unknown",
+                     "tether.store.http.records",
                      "tether.store.schedules")),
     ("backends", ("tether.store.sqlite", "tether.store.postgres", "tether.store.http")),
     ("store seam", ("tether.store",)),

@@ -10,8 +10,6 @@ cannot disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
 
 from ...cron import MAX_CATCH_UP
 from ...errors import (
@@ -27,19 +25,29 @@ from ...errors import (
 )
 from ...model import (
     TERMINAL_STATES,
-    Attempt,
     Beat,
-    ClaimedJob,
-    DueJob,
-    Job,
     JobState,
     Outcome,
-    Reaped,
-    Stats,
-    Throughput,
-    WorkerInfo,
 )
 from ..buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
+from .records import (
+    decode_attempt,
+    decode_claimed,
+    decode_due,
+    decode_job,
+    decode_reaped,
+    decode_stats,
+    decode_throughput,
+    decode_worker,
+    encode_attempt,
+    encode_claimed,
+    encode_due,
+    encode_job,
+    encode_reaped,
+    encode_stats,
+    encode_throughput,
+    encode_worker,
+)
 from .schema import (
     ANY_JSON,
     DATETIME,
@@ -53,7 +61,7 @@ from .schema import (
     obj,
     string,
 )
-from .wire_unknown import BURIED_RECORD, TASKS, UNKNOWN_RECORD, decode_unknown, encode_unknown
+from .wire_unknown import BURIED_RECORD, TASKS, UNKNOWN_RECORD
 
 __all__ = [
     "ERRORS",
@@ -397,130 +405,3 @@ def error_code(exc: TetherError) -> str:
             if cls is known:
                 return code
     return "config_error"
-
-
-# -- records --------------------------------------------------------------------------------
-def _dt(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _parse_dt(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
-
-
-def _req_dt(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
-def encode_attempt(a: Attempt) -> dict[str, Any]:
-    return {"job_id": a.job_id, "attempt": a.attempt, "worker": a.worker, "claimed_at": _dt(a.claimed_at),
-            "finished_at": _dt(a.finished_at), "outcome": None if a.outcome is None else str(a.outcome),
-            "error": a.error, "traceback": a.traceback}
-
-
-def decode_attempt(d: dict[str, Any]) -> Attempt:
-    return Attempt(job_id=d["job_id"], attempt=d["attempt"], worker=d["worker"], claimed_at=_req_dt(d["claimed_at"]),
-                   finished_at=_parse_dt(d["finished_at"]),
-                   outcome=None if d["outcome"] is None else Outcome(d["outcome"]),
-                   error=d["error"], traceback=d["traceback"])
-
-
-def encode_job(j: Job) -> dict[str, Any]:
-    return {
-        "id": j.id, "queue": j.queue, "task": j.task, "args": j.args, "state": str(j.state), "priority": j.priority,
-        "run_at": _dt(j.run_at), "attempt": j.attempt, "released": j.released, "max_attempts": j.max_attempts,
-        "lease_ttl": j.lease_ttl, "timeout": j.timeout, "dedup_key": j.dedup_key, "locked_by": j.locked_by,
-        "claimed_at": _dt(j.claimed_at), "lease_until": _dt(j.lease_until), "cancel_requested": j.cancel_requested,
-        "progress": j.progress, "progress_message": j.progress_message, "result": j.result,
-        "last_error": j.last_error, "created_at": _dt(j.created_at), "finished_at": _dt(j.finished_at),
-        "meta": j.meta, "attempts": [encode_attempt(a) for a in j.attempts],
-        "schedule": j.schedule, "scheduled_for": _dt(j.scheduled_for),
-    }
-
-
-def decode_job(d: dict[str, Any]) -> Job:
-    return Job(
-        id=d["id"], queue=d["queue"], task=d["task"], args=d["args"], state=JobState(d["state"]),
-        priority=d["priority"], run_at=_req_dt(d["run_at"]), attempt=d["attempt"], released=d["released"],
-        max_attempts=d["max_attempts"], lease_ttl=d["lease_ttl"], timeout=d["timeout"], dedup_key=d["dedup_key"],
-        locked_by=d["locked_by"], claimed_at=_parse_dt(d["claimed_at"]), lease_until=_parse_dt(d["lease_until"]),
-        cancel_requested=d["cancel_requested"], progress=d["progress"], progress_message=d["progress_message"],
-        result=d["result"], last_error=d["last_error"], created_at=_req_dt(d["created_at"]),
-        finished_at=_parse_dt(d["finished_at"]), meta=d["meta"],
-        schedule=d.get("schedule"), scheduled_for=_parse_dt(d.get("scheduled_for")),
-        attempts=[decode_attempt(a) for a in d["attempts"]],
-    )
-
-
-def encode_claimed(c: ClaimedJob) -> dict[str, Any]:
-    return {"id": c.id, "attempt": c.attempt, "task": c.task, "args": c.args, "queue": c.queue,
-            "priority": c.priority, "max_attempts": c.max_attempts, "lease_ttl": c.lease_ttl, "timeout": c.timeout,
-            "claimed_at": _dt(c.claimed_at), "meta": c.meta, "run_at": _dt(c.run_at),
-            "scheduled_for": _dt(c.scheduled_for)}
-
-
-def decode_claimed(d: dict[str, Any]) -> ClaimedJob:
-    return ClaimedJob(id=d["id"], attempt=d["attempt"], task=d["task"], args=d["args"], queue=d["queue"],
-                      priority=d["priority"], max_attempts=d["max_attempts"], lease_ttl=d["lease_ttl"],
-                      timeout=d["timeout"], claimed_at=_req_dt(d["claimed_at"]), meta=d["meta"],
-                      run_at=_parse_dt(d["run_at"]), scheduled_for=_parse_dt(d.get("scheduled_for")))
-
-
-def encode_reaped(r: Reaped) -> dict[str, Any]:
-    return {"id": r.id, "attempt": r.attempt, "worker": r.worker, "outcome": str(r.outcome), "state": str(r.state),
-            "queue": r.queue, "lease_until": _dt(r.lease_until)}
-
-
-def decode_reaped(d: dict[str, Any]) -> Reaped:
-    return Reaped(id=d["id"], attempt=d["attempt"], worker=d["worker"], outcome=Outcome(d["outcome"]),
-                  state=JobState(d["state"]), queue=d["queue"], lease_until=_parse_dt(d["lease_until"]))
-
-
-def encode_due(j: DueJob) -> dict[str, Any]:
-    return {"id": j.id, "queue": j.queue, "attempt": j.attempt, "run_at": _dt(j.run_at)}
-
-
-def decode_due(d: dict[str, Any]) -> DueJob:
-    return DueJob(id=d["id"], queue=d["queue"], attempt=d["attempt"], run_at=_req_dt(d["run_at"]))
-
-
-def encode_throughput(t: Throughput) -> dict[str, Any]:
-    return {"start": _dt(t.start), "seconds": t.seconds, "counts": {str(o): n for o, n in t.counts.items()}}
-
-
-def decode_throughput(d: dict[str, Any]) -> Throughput:
-    return Throughput(start=_req_dt(d["start"]), seconds=d["seconds"],
-                      counts={Outcome(o): n for o, n in d["counts"].items()})
-
-
-def encode_worker(w: WorkerInfo) -> dict[str, Any]:
-    return {"id": w.id, "host": w.host, "pid": w.pid, "proc_start": w.proc_start, "started_at": _dt(w.started_at),
-            "last_seen": _dt(w.last_seen), "queues": list(w.queues), "concurrency": w.concurrency,
-            "stopped_at": _dt(w.stopped_at), "tasks": w.tasks}
-
-
-def decode_worker(d: dict[str, Any]) -> WorkerInfo:
-    return WorkerInfo(id=d["id"], host=d["host"], pid=d["pid"], proc_start=d["proc_start"],
-                      started_at=_req_dt(d["started_at"]), last_seen=_req_dt(d["last_seen"]),
-                      queues=list(d["queues"]), concurrency=d["concurrency"], stopped_at=_parse_dt(d["stopped_at"]),
-                      tasks=None if d.get("tasks") is None else list(d["tasks"]))
-
-
-def encode_stats(s: Stats) -> dict[str, Any]:
-    return {
-        "counts": [{"queue": q, "state": st, "count": n} for (q, st), n in sorted(s.counts.items())],
-        "oldest_queued": {q: _dt(t) for q, t in s.oldest_queued.items()},
-        "workers": [encode_worker(w) for w in s.workers],
-        "now": _dt(s.now),
-        "unknown": [encode_unknown(u) for u in s.unknown],
-    }
-
-
-def decode_stats(d: dict[str, Any]) -> Stats:
-    return Stats(
-        counts={(c["queue"], c["state"]): c["count"] for c in d["counts"]},
-        oldest_queued={q: _req_dt(t) for q, t in d["oldest_queued"].items()},
-        workers=[decode_worker(w) for w in d["workers"]],
-        now=_req_dt(d["now"]),
-        unknown=[decode_unknown(u) for u in d.get("unknown", [])],
-    )

@@ -34,6 +34,7 @@ from ..rows import (
 from ..sqlfile import load_migrations, load_queries
 from .control import SQLiteControl
 from .schedules import SQLiteSchedules
+from .schema import MISSING, SQLiteSchema
 from .tx import TransactionsMixin
 
 __all__ = ["SQLiteStore"]
@@ -41,17 +42,13 @@ __all__ = ["SQLiteStore"]
 NOW = "coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)"
 BUSY_TIMEOUT_MS = 30_000
 
-_MISSING = (
-    "tether's tables are missing from {path}: run `tether migrate` "
-    "(or app.migrate()) before starting workers or enqueueing"
-)
 
 
 def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
+class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2
@@ -103,7 +100,7 @@ class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
             return self._conn().execute(self.q[name], params or {}).fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
-                raise SchemaMissing(_MISSING.format(path=self.path)) from None
+                raise SchemaMissing(MISSING.format(path=self.path)) from None
             raise
 
     @contextmanager
@@ -120,7 +117,7 @@ class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
         except sqlite3.OperationalError as exc:
             conn.execute("ROLLBACK")
             if "no such table" in str(exc):
-                raise SchemaMissing(_MISSING.format(path=self.path)) from None
+                raise SchemaMissing(MISSING.format(path=self.path)) from None
             raise
         except BaseException:
             conn.execute("ROLLBACK")
@@ -141,65 +138,6 @@ class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
         value = epoch_to_dt(self._all("db_now", {"now": None})[0][0])
         assert value is not None
         return value
-
-    # -- schema -------------------------------------------------------------------
-    def migrate(self) -> list[str]:
-        applied: list[str] = []
-        with self._write() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS tether_migrations ("
-                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-            )
-            done = {r[0] for r in conn.execute("SELECT version FROM tether_migrations")}
-            for version, name, sql in self._migrations:
-                if version in done:
-                    continue
-                for statement in _split(sql):
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO tether_migrations (version, name, applied_at) "
-                    "VALUES (?, ?, (julianday('now') - 2440587.5) * 86400.0)",
-                    (version, name),
-                )
-                applied.append(f"{version:04d}_{name}")
-        return applied
-
-    def destroy(self) -> None:
-        with self._write() as conn:
-            tables = [r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'tether\\_%' ESCAPE '\\'")]
-            for table in tables:
-                conn.execute(f'DROP TABLE "{table}"')
-
-    def integrity_check(self) -> list[str]:
-        """PRAGMA integrity_check: after kills in the middle of writes, the file
-        must still be a consistent database."""
-        rows = [r[0] for r in self._conn().execute("PRAGMA integrity_check").fetchall()]
-        return [] if rows == ["ok"] else rows
-
-    def check_schema(self) -> None:
-        try:
-            rows = self._conn().execute("SELECT version FROM tether_migrations").fetchall()
-        except sqlite3.OperationalError:
-            raise SchemaMissing(_MISSING.format(path=self.path)) from None
-        have = {r[0] for r in rows}
-        missing = [f"{v:04d}_{n}" for v, n, _ in self._migrations if v not in have]
-        if missing:
-            raise SchemaMissing(f"tether schema in {self.path} is behind ({', '.join(missing)}): run `tether migrate`")
-
-    def schema_objects(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        conn = self._conn()
-        names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'tether_%' "
-                             "ORDER BY name").fetchall()
-        for (table,) in names:
-            out[f"table:{table.removeprefix('tether_')}"] = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
-        out["indexes"] = [
-            r[0].removeprefix("tether_")
-            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'tether_%' "
-                                  "AND sql IS NOT NULL ORDER BY name")
-        ]
-        return out
 
     # -- producers ----------------------------------------------------------------
     def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
@@ -494,19 +432,3 @@ class SQLiteStore(SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
 
 def _claimed(rows: list[Any]) -> list[ClaimedJob]:
     return claimed_from_rows(rows, epoch_to_dt)
-
-
-def _split(script: str) -> list[str]:
-    """Split a migration into statements (our migrations hold no ';' in literals)."""
-    out, buf = [], []
-    for line in script.splitlines():
-        if line.strip().startswith("--"):
-            continue
-        buf.append(line)
-        if line.rstrip().endswith(";"):
-            out.append("\n".join(buf))
-            buf = []
-    tail = "\n".join(buf).strip()
-    if tail:
-        out.append(tail)
-    return [s for s in out if s.strip()]
