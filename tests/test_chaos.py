@@ -12,17 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from tether.chaos.driver import LIBFAKETIME, ChaosConfig, run
+from tether.chaos.driver import LIBFAKETIME, ChaosConfig, ChaosResult, run
 from tether.chaos.pgserver import ScratchPostgres
 
 pytestmark = pytest.mark.processes
+
+
+def broken(result: ChaosResult) -> dict[str, object]:
+    """What a failed run's report says, short enough for pytest to show whole."""
+    d = result.to_dict()
+    return {"broken": {k: v["violations"][:5] for k, v in d["check"]["invariants"].items() if not v["ok"]},
+            "integrity": d.get("integrity"), "drained": d.get("drained"), "faults": d.get("faults")}
 
 
 def test_chaos_sqlite_kill_and_stop(tmp_path: Path) -> None:
     cfg = ChaosConfig(workers=3, jobs=100, duration=12, faults=frozenset({"kill", "stop"}), seed=20261122,
                       out_dir=tmp_path)
     result = run(cfg, say=lambda _: None)
-    assert result.ok, result.to_dict()
+    assert result.ok, broken(result)
     assert result.faults["kill"] + result.faults["failpoint"] > 0 and result.faults["stop"] > 0
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
     assert result.integrity_checks > 1
@@ -46,7 +53,7 @@ def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
     cfg = ChaosConfig(scratch_postgres=True, workers=3, jobs=150, duration=20, faults=frozenset(faults),
                       seed=20261123, out_dir=tmp_path)
     result = run(cfg, say=lambda _: None)
-    assert result.ok, result.to_dict()
+    assert result.ok, broken(result)
     assert result.report.invariants["I7"].checked > 0, "no transactional job: I7 was not tested"
     for kind in ("stop", "partition", "restart"):
         assert result.faults[kind] > 0, f"no {kind} fault was injected"
