@@ -120,3 +120,37 @@ def test_a_reused_pid_does_not_lend_a_new_worker_its_predecessor_s_history(tmp_p
     finally:
         r._stop_workers()
         r.cleanup()
+
+
+def test_the_sqlite_lock_probe_tells_a_stop_inside_a_write_transaction(tmp_path: Path) -> None:
+    """After a SIGSTOP on SQLite the driver asks whether the stopped process
+    holds the write lock; a real process stopped inside BEGIN IMMEDIATE does,
+    one stopped between transactions does not."""
+    import signal
+    import subprocess
+    import sys
+
+    from tether.chaos.driver import _Run
+
+    r = _Run(ChaosConfig(database=f"sqlite:///{tmp_path / 'x.db'}", workers=1, faults=frozenset({"stop"}),
+                         seed=5), say=lambda _: None)
+    assert r.sqlite_path is not None
+    holder = "import sqlite3, sys, time\n" \
+             "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n" \
+             "c.execute(sys.argv[2]); print('ready', flush=True); time.sleep(60)\n"
+    try:
+        for statement, expected in (("BEGIN IMMEDIATE", True), ("SELECT 1", False)):
+            proc = subprocess.Popen([sys.executable, "-c", holder, r.sqlite_path, statement],
+                                    stdout=subprocess.PIPE)
+            try:
+                assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+                proc.send_signal(signal.SIGSTOP)
+                assert r._holds_write_lock() is expected, statement
+            finally:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+                if proc.stdout is not None:
+                    proc.stdout.close()
+    finally:
+        r.cleanup()

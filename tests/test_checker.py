@@ -357,3 +357,29 @@ def test_i7_catches_an_effect_of_an_unfinished_attempt_or_another_worker() -> No
     assert any("no finished attempt row" in v for v in unfinished.violations)
     impostor = check_effects(jobs, tasks, attempts, [EffectRow(1, 2, "w9")])
     assert any("names worker w9" in v for v in impostor.violations)
+
+
+def test_on_sqlite_only_a_stop_that_holds_the_write_lock_excuses_the_others() -> None:
+    """The driver probes SQLite's write lock right after each SIGSTOP. A worker
+    stopped outside a write transaction leaves the others free to write: its
+    stop excuses nothing, and the late recovery is a violation again."""
+    jobs, attempts = late(6.3)
+    events = [
+        ev("spawn", 0.0, "driver", slot=0, pid=1), ev("spawn", 0.0, "driver", slot=1, pid=2),
+        ev("spawn", 0.0, "driver", slot=2, pid=3),
+        ev("started", 0.5, "w1", pid=1), ev("started", 0.6, "w2", pid=2), ev("started", 0.7, "w3", pid=3),
+        ev("claimed", 1.0, job=1, attempt=1, sent=0.99),
+        ev("hb", 1.5, job=1, attempt=1, beat="renewed", sent=1.49),
+        ev("fault", 2.0, "driver", kind="kill", slot=0, pid=1), ev("died", 2.05, "driver", slot=0, pid=1, code=-9),
+        ev("fault", 2.5, "driver", kind="stop", slot=2, pid=3),
+        ev("stop_lock", 2.6, "driver", slot=2, pid=3, holds=False),
+        ev("resume", 5.5, "driver", slot=2, pid=3),
+        ev("reap", 6.3, "w2", pid=2, started=6.28, ok=True, jobs=[[1, 1, None]]),
+    ]
+    report = check(events, {j.id: j for j in jobs}, attempts, enqueued=[1], lease_ttl=TTL, reaper_interval=REAPER,
+                   mono_to_wall=T0, slack=0.5, sqlite=True)
+    assert "I5" in failing(report)
+    holding = [dict(e, holds=True) if e["e"] == "stop_lock" else e for e in events]
+    report = check(holding, {j.id: j for j in jobs}, attempts, enqueued=[1], lease_ttl=TTL, reaper_interval=REAPER,
+                   mono_to_wall=T0, slack=0.5, sqlite=True)
+    assert report.ok, report.to_dict()

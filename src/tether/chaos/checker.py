@@ -124,8 +124,8 @@ def check(
 
     ``sqlite``: on SQLite a worker stopped inside a write transaction holds
     the database's one write lock, and no other worker's reaper can write
-    until it is continued; every window in which some worker was stopped
-    counts as one with no healthy worker.
+    until it is continued; every window in which such a worker was stopped
+    (``stopped_windows``) counts as one with no healthy worker.
     """
     outage_list = sorted(outages)
     events = list(events)
@@ -351,7 +351,9 @@ def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]
 
 def stopped_windows(events: Iterable[Mapping[str, Any]]) -> list[tuple[float, float]]:
     """Monotonic windows in which the driver held some worker stopped (SIGSTOP
-    until its SIGCONT, or its death)."""
+    until its SIGCONT, or its death) while it held SQLite's write lock: the
+    driver probes the lock right after each stop (``stop_lock``); a stop
+    without a probe counts, as one that may hold it."""
     out: list[tuple[float, float]] = []
     since: dict[int, float] = {}
     last = 0.0
@@ -362,6 +364,8 @@ def stopped_windows(events: Iterable[Mapping[str, Any]]) -> list[tuple[float, fl
         kind = e.get("e")
         if kind == "fault" and e.get("kind") == "stop":
             since.setdefault(int(e["pid"]), m)
+        elif kind == "stop_lock" and not e.get("holds", True):
+            since.pop(int(e["pid"]), None)  # stopped outside a write transaction: the others can write
         elif kind in ("resume", "died") or (kind == "fault" and e.get("kind") == "kill"):
             b = since.pop(int(e["pid"]), None)
             if b is not None:

@@ -5,9 +5,10 @@ ticks of the run's one-second schedule (I6).
 The schedule's healthy windows are the I5 checker's (``healthy_spans``: a
 worker running, not stopped, not cut off) less the database's outages and the
 time the workers take to reconnect after one (``RECONNECT_GRACE``); on
-SQLite, less every window in which some worker was stopped too: a process
-stopped inside its write transaction holds SQLite's one write lock, and no
-worker can write, the schedulers included, until it is continued.
+SQLite, less every window in which a worker was stopped inside a write
+transaction (``checker.stopped_windows``: the driver probes the lock after
+each stop): it holds SQLite's one write lock, and no worker can write, the
+schedulers included, until it is continued.
 """
 
 from __future__ import annotations

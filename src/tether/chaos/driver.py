@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,8 @@ __all__ = ["FAULTS", "LIBFAKETIME", "ChaosConfig", "ChaosResult", "run"]
 #: when kills are on, each worker also SIGKILLs itself at these places now and then
 #: seconds per phase of the job mix: short jobs in bursts, then long ones
 SHORT_PHASE = 5.0
+#: how long the SQLite lock probe after a SIGSTOP waits for the write lock
+LOCK_PROBE = 1.0
 FAILPOINT_ODDS = {"after_claim": 0.01, "mid_handler": 0.01, "after_side_effect": 0.01, "during_heartbeat": 0.005}
 
 
@@ -240,6 +243,8 @@ class _Run:
             slot.proc.send_signal(signal.SIGSTOP)
             slot.stopped_until = time.monotonic() + self.rng.uniform(1.2, 2.5) * ttl
             self._event("fault", kind="stop", slot=slot.index, pid=slot.proc.pid)
+            if self.sqlite_path is not None:
+                self._event("stop_lock", slot=slot.index, pid=slot.proc.pid, holds=self._holds_write_lock())
         elif kind == "partition" and alive:
             slot = self.rng.choice(alive)
             assert slot.proxy is not None
@@ -261,6 +266,23 @@ class _Run:
         else:
             return False
         return True
+
+    def _holds_write_lock(self) -> bool:
+        """SQLite, right after a SIGSTOP: whether the stopped process holds the
+        one write lock, i.e. a write transaction cannot begin within
+        LOCK_PROBE seconds (a running worker's own write transactions take
+        milliseconds). The checker counts only such stops as leaving no
+        worker able to write."""
+        assert self.sqlite_path is not None
+        conn = sqlite3.connect(self.sqlite_path, timeout=LOCK_PROBE, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError:  # "database is locked"
+            return True
+        finally:
+            conn.close()
 
     def _restart(self, mode: str) -> None:
         assert self.pg is not None
