@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tether.chaos.schedule_check import TickRow, check_schedule, expected_ticks
 
 T = 2_000_000_000.0  # a whole second
@@ -71,3 +73,31 @@ def test_healthy_windows_lose_outages_and_on_sqlite_every_stop() -> None:
         {"w": "w1", "e": "claimed", "m": 6.0},
     ]
     assert sorted(_stopped(events)) == [(1.0, 3.0), (2.0, 4.0), (5.0, 6.0)]
+
+
+def test_a_run_owes_no_tick_from_before_its_schedule_existed(tmp_path: Path) -> None:
+    """tether chaos judges I6 from the run's start, but the schedule exists
+    only once the first worker's scheduler has synced it: a tick between the
+    two is owed by nobody (a 10-minute soak was called broken for one)."""
+    from datetime import timedelta
+
+    from tether.chaos.collect import TICK_CRON, TICK_QUEUE, TICK_TASK, schedule_invariant
+    from tether.model import ScheduleSpec
+    from tether.store import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'x.db'}")
+    try:
+        store.migrate()
+        synced = store.db_now().replace(microsecond=500_000)
+        spec = ScheduleSpec(name=TICK_TASK, cron=TICK_CRON, timezone="UTC", args_json="{}", queue=TICK_QUEUE,
+                            catch_up=1, overlap=True)
+        store.sync_schedules([spec], now=synced)
+        start = synced.timestamp() - 3  # the run began 3 s before the first sync
+        healthy = [{"e": "started", "w": "w1", "pid": 1, "m": 0.0}, {"e": "claimed", "w": "w1", "pid": 1, "m": 10.0}]
+        fired = store.fire_schedules([TICK_TASK], grace=1.0, now=synced + timedelta(seconds=0.6))
+        assert fired, "the first tick after the sync fires"
+        inv = schedule_invariant(store, healthy, mono_to_wall=start, start=start, end=synced.timestamp() + 0.6,
+                                 bound=1.0)
+        assert inv.ok, inv.violations
+    finally:
+        store.close()

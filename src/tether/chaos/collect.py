@@ -82,6 +82,11 @@ def schedule_invariant(
     if sqlite:
         cuts += [(b + mono_to_wall, e + mono_to_wall) for b, e in stopped_windows(events)]
     healthy = _minus(healthy, cuts)
+    # Ticks before the schedule existed (the first worker's first sync) or
+    # before its cron last changed are owed by nobody (ScheduleInfo.since).
+    since = next((s.since for s in store.list_schedules() if s.name == TICK_TASK and s.since is not None), None)
+    if since is not None:
+        start = max(start, since.timestamp())
     fired = store.list_jobs(task=TICK_TASK, limit=1_000_000)
     decided = [TickRow(tick=j.scheduled_for.timestamp(), job_id=j.id, created_at=j.created_at.timestamp())
                for j in fired if j.scheduled_for is not None]
