@@ -17,40 +17,13 @@ from __future__ import annotations
 import argparse
 import secrets
 import statistics
-import threading
-import time
 
 import psycopg
+from store_rounds import rounds
 
 from tether.model import NewJob
 from tether.store import open_store
 from tether.store.postgres.store import PostgresStore
-
-
-def phase(store: PostgresStore, threads: int, batch: int, seconds: float, took: list[float]) -> float:
-    """Jobs/s over the phase; each round's latency appended to ``took``."""
-    done = [0] * threads
-    stop = time.monotonic() + seconds
-
-    def client(n: int) -> None:
-        worker = f"bench:{n}"
-        held = store.claim(worker, ["bench"], batch, 60.0)
-        while time.monotonic() < stop and held:
-            sent = time.perf_counter()
-            accepted, held = store.complete_and_claim(worker, [(j.id, j.attempt, None) for j in held],
-                                                      ["bench"], batch, 60.0)
-            took.append(time.perf_counter() - sent)
-            done[n] += len(accepted)
-        if held:
-            store.complete(worker, [(j.id, j.attempt, None) for j in held])
-
-    ts = [threading.Thread(target=client, args=(n,)) for n in range(threads)]
-    started = time.monotonic()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return sum(done) / (time.monotonic() - started)
 
 
 def main() -> None:
@@ -78,7 +51,7 @@ def main() -> None:
                 for enabled, into in ((True, on), (False, off)):
                     verb = "ENABLE" if enabled else "DISABLE"
                     admin.execute(f'ALTER TABLE "{schema}".attempts {verb} TRIGGER attempts_notify_finished')
-                    rate = phase(store, a.threads, a.batch, a.seconds, lat[enabled])
+                    rate = rounds(store, a.threads, a.batch, a.seconds, lat[enabled])
                     into.append(rate)
                     print(f"notify {'on ' if enabled else 'off'}: {rate:8.0f} jobs/s", flush=True)
         print(f"median: on {statistics.median(on):.0f} jobs/s, off {statistics.median(off):.0f} jobs/s "

@@ -24,37 +24,12 @@ import threading
 import time
 
 import psycopg
+from store_rounds import rounds
 
 from tether.model import JobState, NewJob
 from tether.store import open_store
 from tether.store.postgres.store import PostgresStore
 from tether.worker.pruner import Pruner
-
-
-def rounds(store: PostgresStore, threads: int, batch: int, seconds: float) -> tuple[float, list[float]]:
-    done = [0] * threads
-    took: list[float] = []
-    stop = time.monotonic() + seconds
-
-    def client(n: int) -> None:
-        worker = f"bench:{n}"
-        held = store.claim(worker, ["bench"], batch, 60.0)
-        while time.monotonic() < stop and held:
-            sent = time.perf_counter()
-            accepted, held = store.complete_and_claim(worker, [(j.id, j.attempt, None) for j in held],
-                                                      ["bench"], batch, 60.0)
-            took.append(time.perf_counter() - sent)
-            done[n] += len(accepted)
-        if held:
-            store.complete(worker, [(j.id, j.attempt, None) for j in held])
-
-    ts = [threading.Thread(target=client, args=(n,)) for n in range(threads)]
-    started = time.monotonic()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return sum(done) / (time.monotonic() - started), took
 
 
 def backlog(store: PostgresStore, n: int) -> None:
@@ -103,7 +78,8 @@ def main() -> None:
             admin.execute(f'VACUUM ANALYZE "{schema}".attempts')
             print(f"setup: {a.finished} finished and {a.queued} queued jobs in {time.monotonic() - started:.1f}s",
                   flush=True)
-        rate, took = rounds(store, a.threads, a.batch, a.seconds)
+        took: list[float] = []
+        rate = rounds(store, a.threads, a.batch, a.seconds, took)
         report("without pruning", rate, took)
         backlog(store, a.queued)  # the same backlog again: the first phase drained its own
         pruner = Pruner(store, {JobState.SUCCEEDED: 7 * 86400.0}, limit=a.limit, max_rounds=1)
@@ -116,7 +92,8 @@ def main() -> None:
         t = threading.Thread(target=prune)
         started = time.monotonic()
         t.start()
-        rate, took = rounds(store, a.threads, a.batch, a.seconds)
+        took = []
+        rate = rounds(store, a.threads, a.batch, a.seconds, took)
         pruned_in_phase = pruner.total
         stop.set()
         t.join()
