@@ -143,17 +143,13 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
     def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
         if not jobs:
             return []
-        for _ in range(3):
-            with self._write() as conn:
-                ids = self._enqueue_in(conn, jobs, now)
-                if ids is not None:
-                    return ids
-        raise RuntimeError("enqueue: dedup key kept changing hands; try again")
+        with self._write() as conn:
+            return self._enqueue_in(conn, jobs, now)
 
     def _enqueue_in(self, conn: sqlite3.Connection | sqlite3.Cursor, jobs: Sequence[NewJob],
-                    now: datetime | None) -> list[int] | None:
+                    now: datetime | None) -> list[int]:
         """The insert and its dedup lookups, inside a write transaction the
-        caller holds (so no key's holder can finish in between: never None)."""
+        caller holds, so no key's holder can finish in between."""
         payload = json.dumps(
             [
                 [j.queue, j.task, j.args_json, j.priority, _ts(j.run_at), j.delay, j.max_attempts,

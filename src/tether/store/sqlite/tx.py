@@ -203,7 +203,7 @@ class TransactionsMixin:
         raise NotImplementedError
 
     def _enqueue_in(self, conn: sqlite3.Connection | sqlite3.Cursor, jobs: Sequence[NewJob],
-                    now: datetime | None) -> list[int] | None:
+                    now: datetime | None) -> list[int]:
         raise NotImplementedError
 
     def _complete_in(self, conn: sqlite3.Connection, worker: str, done: Sequence[tuple[int, int, str | None]],
@@ -227,10 +227,7 @@ class TransactionsMixin:
             return []
         # Inside the caller's transaction (the insert holds the write lock until
         # their commit) no key's holder can finish between insert and lookup.
-        ids = self._tx.run(mine, partial(self._enqueue_in, jobs=jobs, now=now))
-        if ids is None:
-            raise RuntimeError("enqueue: a dedup key changed hands inside one transaction")
-        return ids
+        return self._tx.run(mine, partial(self._enqueue_in, jobs=jobs, now=now))
 
     async def enqueue_on_async(
         self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None
