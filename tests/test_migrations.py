@@ -25,7 +25,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
         "id", "queue", "task", "args", "state", "priority", "run_at", "attempt", "released", "max_attempts",
         "lease_ttl", "timeout", "backoff_base", "dedup_key", "locked_by", "claimed_at", "lease_until",
         "deadline", "cancel_requested", "progress", "progress_message", "result", "last_error", "meta",
-        "created_at", "finished_at", "schedule", "scheduled_for",
+        "created_at", "finished_at", "schedule", "scheduled_for", "exclusive_key",
     },
     "attempts": {"job_id", "attempt", "worker", "claimed_at", "finished_at", "outcome", "error", "traceback"},
     "workers": {
@@ -39,7 +39,8 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
         "orphaned", "last_tick", "last_fired", "last_job_id", "skipped",
     },
     "schedule_ticks": {"schedule", "tick", "skipped", "decided_at"},
-    "queues": {"queue", "paused", "updated_at"},
+    "queues": {"queue", "paused", "updated_at", "concurrency", "rate_limit", "rate_period"},
+    "queue_starts": {"queue", "started_at"},
 }
 REQUIRED_INDEXES = {
     "jobs_claim_idx", "jobs_reap_idx", "jobs_dedup_idx", "attempts_finished_idx", "jobs_schedule_tick_idx",

@@ -24,7 +24,7 @@ from .errors import (
     TetherError,
     UnknownTask,
 )
-from .model import Attempt, Job, JobState, Outcome
+from .model import Attempt, Job, JobState, Outcome, QueueLimits
 
 __all__ = [
     "Attempt",
@@ -41,6 +41,7 @@ __all__ = [
     "JobState",
     "Outcome",
     "PayloadError",
+    "QueueLimits",
     "Retry",
     "SchemaMissing",
     "StaleAttempt",

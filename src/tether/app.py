@@ -18,13 +18,14 @@ from .config import (
     DEFAULT_QUEUE,
     DEFAULT_REAPER_INTERVAL,
     Timers,
+    check_limits,
     parse_database_url,
     validate_queue,
 )
 from .context import JobCancelled, JobContext
 from .errors import ConfigError, JobFailed, UnknownTask
 from .events import Event, EventHook, Events
-from .model import Job, JobState, NewJob, ScheduleInfo, ScheduleSpec
+from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name
 from .periodic import DEFAULT_CATCH_UP, check_schedule, merge_declared, schedule_spec
 from .scratch import scratch_database
@@ -34,7 +35,7 @@ from .task import Task, TaskCall, TaskOptions
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
 from .worker.drain import Drained, drain, drain_async
-from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_retention
+from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_age, parse_retention
 from .worker.runtime import Worker
 
 __all__ = ["Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
@@ -366,6 +367,29 @@ class Tether:
     def resume(self, queue: str) -> None:
         """Resume a paused queue (idle workers on PostgreSQL are woken at once)."""
         self.store.set_paused(validate_queue(queue), False)
+
+    def configure_queue(self, queue: str, *, concurrency: int | None = None,
+                        rate: tuple[int, float | str] | None = None) -> QueueLimits:
+        """Set a queue's global limits, enforced inside the claim statement for
+        every worker on every machine: at most ``concurrency`` of its jobs
+        running at once, at most ``rate[0]`` started in any ``rate[1]`` seconds
+        (a number, or a duration such as ``"1m"``). Each call sets both: one
+        left out (None) is lifted. Stored in the database, read from the next
+        claim on; returns the limits as stored, with what counts against them."""
+        if rate is None:
+            count, period = None, None
+        elif isinstance(rate, tuple) and len(rate) == 2:
+            count, period = rate[0], parse_age(rate[1], f"queue {queue!r}: the rate's period")
+        else:
+            raise ConfigError(f"queue {queue!r}: rate must be (count, period), e.g. (100, 60) or (100, '1m'); "
+                              f"got {rate!r}")
+        self.store.set_limits(check_limits(QueueLimits(queue, concurrency, count, period)))
+        return next((q for q in self.store.queue_limits() if q.queue == queue), QueueLimits(queue))
+
+    def queue_limits(self) -> list[QueueLimits]:
+        """Every queue with a limit (``configure_queue``), with its running jobs
+        and its starts within the rate window now."""
+        return self.store.queue_limits()
 
     def get_job(self, job_id: int) -> Job | None:
         return self.store.get_job(job_id)

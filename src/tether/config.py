@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .errors import ConfigError, InvalidDSN, PayloadError
+from .model import QueueLimits
 
 __all__ = [
     "DEFAULT_BACKOFF_BASE",
@@ -279,3 +280,24 @@ def dump_json(value: Any, what: str, cap: int) -> str:
             "data elsewhere and pass a reference, or raise max_payload_bytes"
         )
     return text
+
+
+def check_limits(limits: QueueLimits) -> QueueLimits:
+    """A queue's limits as ``app.configure_queue`` stores them, checked: a valid
+    queue name, whole numbers >= 1, a rate with both its count and a positive
+    period in seconds. ConfigError naming the queue otherwise."""
+    q = validate_queue(limits.queue)
+
+    def whole(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 2**31 - 1
+
+    if limits.concurrency is not None and not whole(limits.concurrency):
+        raise ConfigError(f"queue {q!r}: concurrency must be a whole number >= 1, got {limits.concurrency!r}")
+    if (limits.rate_limit is None) != (limits.rate_period is None):
+        raise ConfigError(f"queue {q!r}: a rate needs both a count and a period")
+    if limits.rate_limit is not None and not whole(limits.rate_limit):
+        raise ConfigError(f"queue {q!r}: a rate's count must be a whole number >= 1, got {limits.rate_limit!r}")
+    p = limits.rate_period
+    if p is not None and not (isinstance(p, int | float) and not isinstance(p, bool) and 0 < p <= 1e8):
+        raise ConfigError(f"queue {q!r}: a rate's period must be a positive number of seconds, got {p!r}")
+    return QueueLimits(q, limits.concurrency, limits.rate_limit, None if p is None else float(p))

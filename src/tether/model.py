@@ -90,6 +90,8 @@ class NewJob:
     backoff_base: float = 2.0
     dedup_key: str | None = None
     meta_json: str | None = None
+    #: at most one job with this key runs at a time (the others wait queued)
+    exclusive_key: str | None = None
 
 
 class ClaimedJob(NamedTuple):
@@ -161,11 +163,29 @@ class Job:
     schedule: str | None = None
     scheduled_for: datetime | None = None
     attempts: list[Attempt] = field(default_factory=list)
+    #: at most one job with this key runs at a time (``.using(exclusive_key=...)``)
+    exclusive_key: str | None = None
 
     @property
     def attempts_used(self) -> int:
         """Claims that counted against ``max_attempts`` (graceful releases do not)."""
         return self.attempt - self.released
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """A queue's limits (``app.configure_queue``) and what counts against them now."""
+
+    queue: str
+    #: at most this many of its jobs running at once; None: no limit
+    concurrency: int | None = None
+    #: at most ``rate_limit`` jobs started in any ``rate_period`` seconds; None: no limit
+    rate_limit: int | None = None
+    rate_period: float | None = None
+    #: its jobs running now (a dead worker's among them until the reaper ends them)
+    running: int = 0
+    #: its jobs started within the last ``rate_period`` seconds
+    started: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,8 @@ class TaskOptions:
     dedup_key: str | None = None
     #: exceptions worth another attempt; any other ends the job dead at once (None: all)
     retry_on: tuple[type[BaseException], ...] | None = None
+    #: at most one job with this key runs at a time, across every worker (the others wait queued)
+    exclusive_key: str | None = None
 
     def checked(self, timers: Timers, where: str) -> TaskOptions:
         validate_queue(self.queue)
@@ -86,6 +88,10 @@ class TaskOptions:
                 raise ConfigError(f"{where}: run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
         if self.dedup_key is not None and (not isinstance(self.dedup_key, str) or not self.dedup_key):
             raise ConfigError(f"{where}: dedup_key must be a non-empty string")
+        if self.exclusive_key is not None and (not isinstance(self.exclusive_key, str)
+                                               or not 0 < len(self.exclusive_key) <= 1000):
+            raise ConfigError(f"{where}: exclusive_key must be a string of 1 to 1000 characters, "
+                              f"got {self.exclusive_key!r}")
         return self
 
 
@@ -206,5 +212,5 @@ class Task(Generic[P, R]):
             task=self.name, args_json=args, queue=o.queue, priority=o.priority, run_at=o.run_at,
             delay=o.delay, max_attempts=o.max_attempts, lease_ttl=o.lease_ttl, timeout=o.timeout,
             backoff_base=DEFAULT_BACKOFF_BASE if callable(o.retry_backoff) else o.retry_backoff,
-            dedup_key=o.dedup_key,
+            dedup_key=o.dedup_key, exclusive_key=o.exclusive_key,
         )

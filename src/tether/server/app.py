@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from starlette.routing import Route
 
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, WorkerInfo
+from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, QueueLimits, WorkerInfo
 from ..store import Listener, Store
 from ..store.http import wire, wire_unknown
 from ..store.http.schema import parse_datetime
@@ -110,7 +111,7 @@ def _new_job(j: Args, cap: int) -> NewJob:
         queue=validate_queue(j.get("queue", "default")), priority=j.get("priority", 0), run_at=run_at,
         delay=float(j.get("delay", 0.0)), max_attempts=j.get("max_attempts", 3), lease_ttl=j.get("lease_ttl"),
         timeout=j.get("timeout"), backoff_base=float(j.get("backoff_base", 2.0)), dedup_key=j.get("dedup_key"),
-        meta_json=None if meta is None else dump_json(meta, "meta", cap),
+        meta_json=None if meta is None else dump_json(meta, "meta", cap), exclusive_key=j.get("exclusive_key"),
     )
 
 
@@ -271,6 +272,9 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "prune": lambda s, a: {"pruned": _counts(s.store.prune(_ages(a), a["limit"], now=a["now"]))},
     "set_paused": lambda s, a: s.store.set_paused(a["queue"], a["paused"], now=a["now"]) or {},
     "paused_queues": lambda s, a: {"queues": s.store.paused_queues()},
+    "set_limits": lambda s, a: s.store.set_limits(
+        QueueLimits(a["queue"], a["concurrency"], a["rate_limit"], a["rate_period"]), now=a["now"]) or {},
+    "queue_limits": lambda s, a: {"limits": [dataclasses.asdict(q) for q in s.store.queue_limits(now=a["now"])]},
     "prunable": lambda s, a: {"pruned": _counts(s.store.prunable(_ages(a), now=a["now"]))},
     "migrate": lambda s, a: {"applied": s.store.migrate()},
     "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},
@@ -287,7 +291,8 @@ LONG_POLLS: dict[str, Callable[[_Server, Args], tuple[Args, list[ClaimedJob]]]] 
     "complete_and_claim": _complete_and_claim_first,
 }
 #: operations after which queued jobs may be due: wake long-polling claims
-WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused"})
+WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused",
+                   "set_limits"})
 
 
 #: operations that bind their worker to the token (checked after they ran)

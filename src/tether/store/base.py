@@ -44,6 +44,7 @@ from ..model import (
     JobState,
     NewJob,
     Outcome,
+    QueueLimits,
     Reaped,
     ScheduleInfo,
     ScheduleSpec,
@@ -391,6 +392,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def paused_queues(self) -> list[str]:
         """The queues paused now, by name."""
+
+    # -- queue limits (job control) ----------------------------------------------
+    @abc.abstractmethod
+    def set_limits(self, limits: QueueLimits, *, now: datetime | None = None) -> None:
+        """Set a queue's limits whole (None lifts one); every claim from the
+        next on obeys them. ConfigError for a bad queue name or limit."""
+
+    @abc.abstractmethod
+    def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
+        """Every queue with a limit, with its running jobs and starts in the window."""
 
     @abc.abstractmethod
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:

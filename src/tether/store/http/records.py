@@ -65,7 +65,7 @@ def encode_job(j: Job) -> dict[str, Any]:
         "progress": j.progress, "progress_message": j.progress_message, "result": j.result,
         "last_error": j.last_error, "created_at": _dt(j.created_at), "finished_at": _dt(j.finished_at),
         "meta": j.meta, "attempts": [encode_attempt(a) for a in j.attempts],
-        "schedule": j.schedule, "scheduled_for": _dt(j.scheduled_for),
+        "schedule": j.schedule, "scheduled_for": _dt(j.scheduled_for), "exclusive_key": j.exclusive_key,
     }
 
 
@@ -79,7 +79,7 @@ def decode_job(d: dict[str, Any]) -> Job:
         result=d["result"], last_error=d["last_error"], created_at=_req_dt(d["created_at"]),
         finished_at=_parse_dt(d["finished_at"]), meta=d["meta"],
         schedule=d.get("schedule"), scheduled_for=_parse_dt(d.get("scheduled_for")),
-        attempts=[decode_attempt(a) for a in d["attempts"]],
+        attempts=[decode_attempt(a) for a in d["attempts"]], exclusive_key=d.get("exclusive_key"),
     )
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from ... import model
-from ...config import DatabaseURL, validate_queue
+from ...config import DatabaseURL, check_limits, validate_queue
 from ...errors import (
     AccessDenied,
     ConfigError,
@@ -51,6 +51,7 @@ from ...model import (
     JobState,
     NewJob,
     Outcome,
+    QueueLimits,
     Reaped,
     ScheduleInfo,
     ScheduleSpec,
@@ -321,6 +322,14 @@ class HttpStore(Store):
     def paused_queues(self) -> list[str]:
         return [str(q) for q in self._call("paused_queues")["queues"]]
 
+    def set_limits(self, limits: QueueLimits, *, now: datetime | None = None) -> None:
+        lim = check_limits(limits)
+        self._call("set_limits", {"queue": lim.queue, "concurrency": lim.concurrency, "rate_limit": lim.rate_limit,
+                                  "rate_period": lim.rate_period}, now=now)
+
+    def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
+        return [QueueLimits(**d) for d in self._call("queue_limits", {}, now=now)["limits"]]
+
     # -- maintenance --------------------------------------------------------------------------
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
         return [wire.decode_reaped(r) for r in self._call("reap", {"limit": limit}, now=now)["reaped"]]
@@ -429,7 +438,8 @@ def _encode_new(j: NewJob) -> dict[str, Any]:
     return {"task": j.task, "args": args, "queue": j.queue, "priority": j.priority,
             "run_at": None if j.run_at is None else j.run_at.isoformat(), "delay": j.delay,
             "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl, "timeout": j.timeout,
-            "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": meta}
+            "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": meta,
+            **({} if j.exclusive_key is None else {"exclusive_key": j.exclusive_key})}
 
 
 def _error(status: int, answer: dict[str, Any], op: str, url: str) -> TetherError:

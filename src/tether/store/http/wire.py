@@ -122,7 +122,8 @@ JOB_RECORD = obj({
     "created_at": DATETIME, "finished_at": nullable(DATETIME), "meta": ANY_JSON,
     "attempts": array(ATTEMPT_RECORD, 10**6),
     "schedule": nullable(string(1000)), "scheduled_for": nullable(DATETIME),
-}, optional=("schedule", "scheduled_for"))  # optional: servers older than schedules do not send them
+    "exclusive_key": nullable(string(1000, 1)),
+}, optional=("schedule", "scheduled_for", "exclusive_key"))  # optional: older servers do not send them
 CLAIMED_RECORD = obj({
     "id": JOB_ID, "attempt": ATTEMPT, "task": string(1000), "args": ANY_JSON, "queue": string(1000),
     "priority": integer(-(2**31), 2**31 - 1), "max_attempts": ATTEMPT, "lease_ttl": {"type": "number"},
@@ -151,15 +152,21 @@ THROUGHPUT_RECORD = obj({
     "start": DATETIME, "seconds": integer(1, MAX_BUCKET_SECONDS),
     "counts": obj({str(o): integer(0, 2**63 - 1) for o in Outcome}),
 })
+LIMITS_RECORD = obj({
+    "queue": string(1000), "concurrency": nullable(integer(1, 2**31 - 1)),
+    "rate_limit": nullable(integer(1, 2**31 - 1)), "rate_period": nullable({"type": "number"}),
+    "running": integer(0, 2**63 - 1), "started": integer(0, 2**63 - 1),
+})
 NEW_JOB = obj(
     {
         "task": TASK, "args": JSON_OBJECT, "queue": QUEUE, "priority": integer(-(2**31) + 1, 2**31 - 1),
         "run_at": nullable(DATETIME), "delay": number(0, 1e8), "max_attempts": integer(1),
         "lease_ttl": nullable(TTL), "timeout": nullable(TTL), "backoff_base": number(0, 1e6),
         "dedup_key": nullable(string(1000, 1)), "meta": nullable(JSON_OBJECT),
+        "exclusive_key": nullable(string(1000, 1)),
     },
     optional=("queue", "priority", "run_at", "delay", "max_attempts", "lease_ttl", "timeout", "backoff_base",
-              "dedup_key", "meta"),
+              "dedup_key", "meta", "exclusive_key"),
 )
 # schedules (I6); records encoded by wire_schedules.py
 SCHEDULE_SPEC = obj({
@@ -350,6 +357,15 @@ OPS: list[Op] = [
        EMPTY, body=obj({"queue": QUEUE, "paused": boolean()}), takes_now=True, errors=(422,)),
     Op("paused_queues", "GET", "/v1/queues/paused", ANY, "The queues paused now",
        obj({"queues": array(string(1000), 100_000)})),
+    Op("set_limits", "POST", "/v1/queues/limits", A,
+       "Set a queue's limits whole (null lifts one): at most `concurrency` of its jobs running at once, at most "
+       "`rate_limit` started in any `rate_period` seconds; every claim from the next on obeys them",
+       EMPTY, body=obj({"queue": QUEUE, "concurrency": nullable(integer(1, 2**31 - 1)),
+                        "rate_limit": nullable(integer(1, 2**31 - 1)), "rate_period": nullable(number(0, 1e8, exclusive_min=True))}),
+       takes_now=True, errors=(422,)),
+    Op("queue_limits", "POST", "/v1/queues/limits/read", ANY,
+       "Every queue with a limit, with its running jobs and its starts in the rate window",
+       obj({"limits": array(LIMITS_RECORD, 100_000)}), body=obj({}), takes_now=True),
     # admin
     Op("migrate", "POST", "/v1/migrate", A, "Apply pending migrations", obj({"applied": array(string(1000))}),
        body=obj({})),

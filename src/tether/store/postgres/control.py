@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...config import validate_queue
-from ...model import JobState
+from ...config import check_limits, validate_queue
+from ...model import JobState, QueueLimits
 from ..base import check_prune
 
 __all__ = ["PostgresControl"]
@@ -34,6 +34,14 @@ class PostgresControl:
 
     def paused_queues(self) -> list[str]:
         return [str(r[0]) for r in self._all("paused_queues")]
+
+    def set_limits(self, limits: QueueLimits, *, now: datetime | None = None) -> None:
+        lim = check_limits(limits)
+        self._all("set_limits", {"queue": lim.queue, "concurrency": lim.concurrency, "rate_limit": lim.rate_limit,
+                                 "rate_period": lim.rate_period, "now": now})
+
+    def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
+        return [QueueLimits(*r) for r in self._all("queue_limits", {"now": now})]
 
     def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
         return {JobState(s): int(n) for s, n in self._all("prunable", _ages(ages, None, now))}

@@ -13,17 +13,17 @@
 -- by an active job inserts nothing; the caller looks that job's id up by key.
 INSERT INTO {schema}.jobs
     (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
-     backoff_base, dedup_key, meta, created_at)
+     backoff_base, dedup_key, meta, exclusive_key, created_at)
 SELECT n.queue, n.task, n.args::jsonb, n.priority,
        coalesce(n.run_at, {now} + make_interval(secs => n.delay)),
        n.max_attempts, n.lease_ttl, n.timeout, n.backoff_base, n.dedup_key,
-       n.meta::jsonb, {now}
+       n.meta::jsonb, n.exclusive_key, {now}
 FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(priority)s::int[],
             %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
             %(lease_ttl)s::float8[], %(timeout)s::float8[], %(backoff_base)s::float8[],
-            %(dedup_key)s::text[], %(meta)s::text[])
+            %(dedup_key)s::text[], %(meta)s::text[], %(exclusive_key)s::text[])
      WITH ORDINALITY AS n(queue, task, args, priority, run_at, delay, max_attempts,
-                          lease_ttl, timeout, backoff_base, dedup_key, meta, ord)
+                          lease_ttl, timeout, backoff_base, dedup_key, meta, exclusive_key, ord)
 ORDER BY n.ord
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
 DO NOTHING
@@ -35,11 +35,11 @@ RETURNING id, dedup_key
 -- call is how most producers enqueue.
 INSERT INTO {schema}.jobs
     (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
-     backoff_base, dedup_key, meta, created_at)
+     backoff_base, dedup_key, meta, exclusive_key, created_at)
 VALUES (%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::int,
         coalesce(%(run_at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)),
         %(max_attempts)s::int, %(lease_ttl)s::float8, %(timeout)s::float8, %(backoff_base)s::float8,
-        %(dedup_key)s::text, %(meta)s::jsonb, {now})
+        %(dedup_key)s::text, %(meta)s::jsonb, %(exclusive_key)s::text, {now})
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
 DO NOTHING
 RETURNING id, dedup_key
@@ -51,11 +51,11 @@ RETURNING id, dedup_key
 -- (most of a bulk enqueue's client CPU). Ids follow the array's order.
 INSERT INTO {schema}.jobs
     (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
-     backoff_base, meta, created_at)
+     backoff_base, meta, exclusive_key, created_at)
 SELECT %(queue)s::text, %(task)s::text, a.value, %(priority)s::int,
        coalesce(%(run_at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)),
        %(max_attempts)s::int, %(lease_ttl)s::float8, %(timeout)s::float8, %(backoff_base)s::float8,
-       %(meta)s::jsonb, {now}
+       %(meta)s::jsonb, %(exclusive_key)s::text, {now}
 FROM jsonb_array_elements(%(args)s::jsonb) WITH ORDINALITY AS a(value, ord)
 ORDER BY a.ord
 RETURNING id, dedup_key
@@ -105,19 +105,38 @@ RETURNING j.id, j.attempt, j.task, j.args::text, j.queue, j.priority, j.max_atte
 -- statement ends.
 -- Paused queues (the queues table: app.pause) are left out of the list before
 -- any of its rows is read or locked: one read of that tiny table per claim.
-candidates AS (
-    SELECT c.ctid, c.id, c.priority, c.run_at
-    FROM (SELECT name FROM unnest(%(queues)s::text[]) AS u(name)
-          WHERE name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
+limits AS (
+    -- the room of each limited queue of the claim (claim_room: migration 0007
+    -- says why a function); the function is not even called, nor any lock
+    -- taken, unless one of the worker's queues has a limit (a one-time filter)
+    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
+    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
+                  WHERE l.queue = ANY(%(queues)s::text[])
+                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
+), candidates AS (
+    SELECT c.ctid, c.id, c.priority, c.run_at, c.exclusive_key
+    FROM (SELECT u.name, coalesce((SELECT room FROM limits WHERE limited = u.name), %(limit)s) AS room
+          FROM unnest(%(queues)s::text[]) AS u(name)
+          WHERE u.name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
     CROSS JOIN LATERAL (
-        SELECT ctid, id, priority, run_at FROM {schema}.jobs
+        SELECT ctid, id, priority, run_at, exclusive_key FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
+          AND CASE WHEN exclusive_key IS NULL THEN true ELSE {schema}.key_free(exclusive_key, %(done)s::jsonb, %(worker)s) END
         ORDER BY priority DESC, run_at, id
-        LIMIT %(limit)s
+        LIMIT least(%(limit)s, q.room)
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), picked AS (
-    SELECT ctid FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
+    -- jobs without a key, and the first job of each key (two of one key in one
+    -- claim both passed key_free, whose lock is this claim's own)
+    SELECT p.ctid FROM (
+        SELECT ctid, priority, run_at, id FROM candidates WHERE exclusive_key IS NULL
+        UNION ALL
+        SELECT * FROM (SELECT DISTINCT ON (exclusive_key) ctid, priority, run_at, id FROM candidates
+                       WHERE exclusive_key IS NOT NULL
+                       ORDER BY exclusive_key, priority DESC, run_at, id) AS k
+    ) AS p
+    ORDER BY p.priority DESC, p.run_at, p.id LIMIT %(limit)s
 )
 
 -- name: _claim_picked_known
@@ -136,20 +155,54 @@ candidates AS (
 -- and not jobs_claim_idx's, so the planner cannot walk the queue's index and
 -- filter by task instead (it did, on a table without statistics; migration
 -- 0006 says more). Paused queues are left out of the list, as in _claim_picked.
-candidates AS (
-    SELECT c.ctid, c.id, c.priority, c.run_at
-    FROM (SELECT name FROM unnest(%(queues)s::text[]) AS u(name)
-          WHERE name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
-    CROSS JOIN unnest(%(tasks)s::text[]) AS t(name)
+limits AS (
+    -- the room of each limited queue of the claim (claim_room: migration 0007
+    -- says why a function); the function is not even called, nor any lock
+    -- taken, unless one of the worker's queues has a limit (a one-time filter)
+    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
+    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
+                  WHERE l.queue = ANY(%(queues)s::text[])
+                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
+), candidates AS (
+    SELECT c.ctid, c.id, c.priority, c.run_at, c.exclusive_key
+    FROM (SELECT u.name, coalesce((SELECT room FROM limits WHERE limited = u.name), %(limit)s) AS room
+          FROM unnest(%(queues)s::text[]) AS u(name)
+          WHERE u.name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
     CROSS JOIN LATERAL (
-        SELECT ctid, id, priority, run_at FROM {schema}.jobs
-        WHERE coalesce(state, '') = 'queued' AND queue = q.name AND task = t.name AND run_at <= {now}
-        ORDER BY priority DESC, run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
+        -- a queue's pairs together take no more than its room
+        SELECT p.ctid, p.id, p.priority, p.run_at, p.exclusive_key
+        FROM unnest(%(tasks)s::text[]) AS t(name)
+        CROSS JOIN LATERAL (
+            SELECT ctid, id, priority, run_at, exclusive_key FROM {schema}.jobs
+            WHERE coalesce(state, '') = 'queued' AND queue = q.name AND task = t.name AND run_at <= {now}
+                AND CASE WHEN exclusive_key IS NULL THEN true ELSE {schema}.key_free(exclusive_key, %(done)s::jsonb, %(worker)s) END
+            ORDER BY priority DESC, run_at, id
+            LIMIT least(%(limit)s, q.room)
+            FOR UPDATE SKIP LOCKED
+        ) AS p
+        ORDER BY p.priority DESC, p.run_at, p.id
+        LIMIT least(%(limit)s, q.room)
     ) AS c
 ), picked AS (
-    SELECT ctid FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
+    -- jobs without a key, and the first job of each key (two of one key in one
+    -- claim both passed key_free, whose lock is this claim's own)
+    SELECT p.ctid FROM (
+        SELECT ctid, priority, run_at, id FROM candidates WHERE exclusive_key IS NULL
+        UNION ALL
+        SELECT * FROM (SELECT DISTINCT ON (exclusive_key) ctid, priority, run_at, id FROM candidates
+                       WHERE exclusive_key IS NOT NULL
+                       ORDER BY exclusive_key, priority DESC, run_at, id) AS k
+    ) AS p
+    ORDER BY p.priority DESC, p.run_at, p.id LIMIT %(limit)s
+)
+
+-- name: _record_starts
+-- A claim's starts in rate-limited queues, for claim_room's sliding window
+-- (a CTE for the claim statements' WITH lists). Other queues write nothing.
+starts AS (
+    INSERT INTO {schema}.queue_starts (queue, started_at)
+    SELECT c.queue, c.claimed_at FROM claimed AS c
+    WHERE c.queue = ANY(ARRAY(SELECT queue FROM {schema}.queues WHERE rate_limit IS NOT NULL))
 )
 
 -- name: claim
@@ -157,16 +210,20 @@ candidates AS (
 -- lease_until) and bumps attempt, the fencing token. lease_until is capped at
 -- the attempt's deadline so one partial index finds both lapsed leases and
 -- timed-out attempts.
-WITH {_claim_picked}
-UPDATE {schema}.jobs AS j
-{_grant_lease}
+WITH {_claim_picked}, claimed AS (
+    UPDATE {schema}.jobs AS j
+    {_grant_lease}
+), {_record_starts}
+SELECT * FROM claimed
 
 -- name: claim_known
 -- claim, of the tasks the worker knows only (_claim_picked_known): a job of
 -- any other task stays queued, its budget untouched, for a worker that knows it.
-WITH {_claim_picked_known}
-UPDATE {schema}.jobs AS j
-{_grant_lease}
+WITH {_claim_picked_known}, claimed AS (
+    UPDATE {schema}.jobs AS j
+    {_grant_lease}
+), {_record_starts}
+SELECT * FROM claimed
 
 -- name: claim_ids
 -- A transport (NATS) delivered these ids; the database decides who owns them.
@@ -180,17 +237,37 @@ UPDATE {schema}.jobs AS j
 -- overlapping id sets cannot deadlock; no SKIP LOCKED, because a skipped row
 -- would be a delivered job nobody claimed. A job on a paused queue is not
 -- claimed either: the sweep delivers it again once its queue is resumed.
-WITH picked AS (
-    SELECT ctid FROM {schema}.jobs
+WITH limits AS (
+    -- the room of each limited queue of the claim (claim_room: migration 0007
+    -- says why a function); the function is not even called, nor any lock
+    -- taken, unless one of the worker's queues has a limit (a one-time filter)
+    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
+    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
+                  WHERE l.queue = ANY(%(queues)s::text[])
+                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
+), locked AS (
+    SELECT ctid, id, queue, exclusive_key FROM {schema}.jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND state = 'queued'
       AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
       AND queue <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+      AND CASE WHEN exclusive_key IS NULL THEN true ELSE {schema}.key_free(exclusive_key, %(done)s::jsonb, %(worker)s) END
     ORDER BY id
     FOR UPDATE
-)
-UPDATE {schema}.jobs AS j
-{_grant_lease}
+), picked AS (
+    -- a limited queue's delivered ids up to its room (lowest ids first), and
+    -- one job per exclusive key; the rest stay queued and are delivered again
+    SELECT n.ctid FROM (
+        SELECT k.ctid, k.queue, row_number() OVER (PARTITION BY k.queue ORDER BY k.id) AS nth
+        FROM (SELECT DISTINCT ON (exclusive_key IS NULL, coalesce(exclusive_key, id::text)) ctid, id, queue
+              FROM locked ORDER BY exclusive_key IS NULL, coalesce(exclusive_key, id::text), id) AS k
+    ) AS n
+    WHERE n.nth <= coalesce((SELECT room FROM limits WHERE limited = n.queue), n.nth)
+), claimed AS (
+    UPDATE {schema}.jobs AS j
+    {_grant_lease}
+), {_record_starts}
+SELECT * FROM claimed
 
 -- name: due_unclaimed
 -- The transport sweep: queued jobs that are due and that no delivery seems to
@@ -307,7 +384,7 @@ WITH done AS (
 ), {_claim_picked}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
-)
+), {_record_starts}
 {_round_answer}
 
 -- name: _round_answer
@@ -329,7 +406,7 @@ WITH done AS (
 ), {_claim_picked_known}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
-)
+), {_record_starts}
 {_round_answer}
 
 -- name: fail
@@ -493,7 +570,7 @@ SELECT state FROM {schema}.jobs WHERE id = %(id)s
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
        progress, progress_message, result, last_error, created_at, finished_at, meta,
-       schedule, scheduled_for
+       schedule, scheduled_for, exclusive_key
 FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: get_attempts
@@ -899,3 +976,33 @@ SELECT queue, CASE WHEN NOT paused THEN pg_notify({channel}, queue)::text END FR
 
 -- name: paused_queues
 SELECT queue FROM {schema}.queues WHERE paused ORDER BY queue
+
+-- ---------------------------------------------------------------------------
+-- Job control (issue 20): queue limits.
+
+-- name: set_limits
+-- A queue's limits, set whole (NULL: no such limit): one row per queue,
+-- upserted beside its paused flag. The claim statements read them from the
+-- next claim on (claim_room re-reads them under the queue's lock). A change
+-- wakes idle workers on the queue's channel, as a resume does: a raised limit
+-- may have made room.
+WITH s AS (
+    INSERT INTO {schema}.queues AS q (queue, paused, updated_at, concurrency, rate_limit, rate_period)
+    VALUES (%(queue)s, false, {now}, %(concurrency)s, %(rate_limit)s, %(rate_period)s)
+    ON CONFLICT (queue) DO UPDATE SET concurrency = EXCLUDED.concurrency, rate_limit = EXCLUDED.rate_limit,
+                                      rate_period = EXCLUDED.rate_period, updated_at = EXCLUDED.updated_at
+    RETURNING q.queue
+)
+SELECT queue, pg_notify({channel}, queue)::text FROM s
+
+-- name: queue_limits
+-- Every queue with a limit, with what counts against it now: its running jobs
+-- (a dead worker's among them until reaped) and its starts in the rate window.
+SELECT q.queue, q.concurrency, q.rate_limit, q.rate_period,
+       (SELECT count(*) FROM {schema}.jobs AS j WHERE j.state = 'running' AND j.queue = q.queue),
+       (SELECT count(*) FROM {schema}.queue_starts AS s
+        WHERE s.queue = q.queue AND q.rate_period IS NOT NULL
+          AND s.started_at > {now} - make_interval(secs => q.rate_period))
+FROM {schema}.queues AS q
+WHERE q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+ORDER BY q.queue

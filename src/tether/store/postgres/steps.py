@@ -81,6 +81,7 @@ def _enqueue_plan(jobs: Sequence[NewJob], now: datetime | None) -> tuple[str, di
             "now": now, "queue": j.queue, "task": j.task, "args": j.args_json, "priority": j.priority,
             "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl,
             "timeout": j.timeout, "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": j.meta_json,
+            "exclusive_key": j.exclusive_key,
         }
     if _uniform(jobs):
         j = jobs[0]
@@ -88,6 +89,7 @@ def _enqueue_plan(jobs: Sequence[NewJob], now: datetime | None) -> tuple[str, di
             "now": now, "queue": j.queue, "task": j.task, "args": "[" + ",".join(x.args_json for x in jobs) + "]",
             "priority": j.priority, "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts,
             "lease_ttl": j.lease_ttl, "timeout": j.timeout, "backoff_base": j.backoff_base, "meta": j.meta_json,
+            "exclusive_key": j.exclusive_key,
         }
     return "enqueue", _enqueue_arrays(jobs, now)
 
@@ -107,6 +109,7 @@ def _enqueue_arrays(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, A
         "backoff_base": [j.backoff_base for j in jobs],
         "dedup_key": [j.dedup_key for j in jobs],
         "meta": [j.meta_json for j in jobs],
+        "exclusive_key": [j.exclusive_key for j in jobs],
     }
 
 
@@ -126,7 +129,7 @@ def claim_steps(
 ) -> Steps[list[ClaimedJob]]:
     rows = yield _claim_query("claim", tasks), {
         "worker": worker, "queues": list(queues), "limit": limit, "lease_ttl": lease_ttl, "now": now,
-        **_tasks_param(tasks)}
+        "done": None, **_tasks_param(tasks)}
     return claimed_from_rows(rows)
 
 

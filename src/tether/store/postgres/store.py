@@ -52,6 +52,10 @@ _MIGRATE_LOCK = 0x7E7E_0001
 #: quadratic loop, nor with array_position (quadratic whatever the plan).
 #: Behind a transaction pooler nothing is prepared, so these too are planned
 #: on every execution (see connect.py).
+#: what a statement meets on a schema that is missing or behind the code: no
+#: schema, no table, or (a migration short) no function or column it names
+SCHEMA_BEHIND = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction,
+                 pg_errors.UndefinedColumn)
 GENERIC_PLANS = frozenset({"claim", "claim_known", "complete", "complete_and_claim", "complete_and_claim_known"})
 # Their results come back in binary: a claim's two times (and its numbers)
 # are read from their binary form in a fraction of the time it takes to parse
@@ -106,7 +110,7 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
         with (self.round_pool if rounds else self.pool).connection() as conn:
             try:
                 cur = conn.execute(self.q[name], params or {}, binary=rounds)
-            except pg_errors.UndefinedTable:
+            except SCHEMA_BEHIND:
                 raise self._no_tables() from None
             return cur.fetchall() if _has_rows(cur) else []
 
@@ -116,12 +120,13 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
         async with (self.round_async if rounds else self.async_connections).connection() as conn:
             try:
                 cur = await conn.execute(self.q[name], params, binary=rounds)
-            except pg_errors.UndefinedTable:
+            except SCHEMA_BEHIND:
                 raise self._no_tables() from None
             return await cur.fetchall() if _has_rows(cur) else []
 
     def _no_tables(self) -> SchemaMissing:
-        return SchemaMissing(f"tether's tables are missing from schema {self.schema!r}: run `tether migrate`")
+        return SchemaMissing(f"tether's tables are missing from schema {self.schema!r}, or are behind the code: "
+                             "run `tether migrate`")
 
     def close(self) -> None:
         self._close_tx()
@@ -299,6 +304,7 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
             return []
         return claimed_from_rows(self._all(
             "claim_ids", {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl,
+                          "done": None,
                           "now": now, "tasks": None if tasks is None else list(tasks)},
         ))
 

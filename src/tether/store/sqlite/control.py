@@ -11,8 +11,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from ...config import validate_queue
-from ...model import TERMINAL_STATES, JobState
+from ...config import check_limits, validate_queue
+from ...model import TERMINAL_STATES, JobState, QueueLimits
 from ..base import check_prune
 
 __all__ = ["SQLiteControl"]
@@ -54,6 +54,14 @@ class SQLiteControl:
 
     def paused_queues(self) -> list[str]:
         return [str(r[0]) for r in self._all("paused_queues")]
+
+    def set_limits(self, limits: QueueLimits, *, now: datetime | None = None) -> None:
+        lim = check_limits(limits)
+        self._all("set_limits", {"queue": lim.queue, "concurrency": lim.concurrency, "rate_limit": lim.rate_limit,
+                                 "rate_period": lim.rate_period, "now": None if now is None else now.timestamp()})
+
+    def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
+        return [QueueLimits(*r) for r in self._all("queue_limits", {"now": None if now is None else now.timestamp()})]
 
     def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
         params = _ages(ages, None, now)

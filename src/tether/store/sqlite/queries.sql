@@ -14,11 +14,11 @@
 -- INSERT ... SELECT. A dedup hit inserts nothing; the caller looks it up.
 INSERT INTO tether_jobs
     (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
-     backoff_base, dedup_key, meta, created_at)
+     backoff_base, dedup_key, meta, exclusive_key, created_at)
 SELECT n.value ->> 0, n.value ->> 1, n.value ->> 2, n.value ->> 3,
        coalesce(n.value ->> 4, {now} + (n.value ->> 5)),
        n.value ->> 6, n.value ->> 7, n.value ->> 8, n.value ->> 9, n.value ->> 10,
-       n.value ->> 11, {now}
+       n.value ->> 11, n.value ->> 12, {now}
 FROM json_each(:jobs) AS n
 WHERE true
 ORDER BY n.key
@@ -47,18 +47,66 @@ SET state = 'running',
 RETURNING id, attempt, task, args, queue, priority, max_attempts,
           coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at, scheduled_for
 
+-- name: _rooms
+-- (A CTE for the claims.) The worker's queues that are not paused, each with
+-- its room: how many more jobs it may start now under its limits
+-- (app.configure_queue), or NULL for a queue without limits. The running
+-- count and the starts in the rate window are read inside the claim's own
+-- statement; SQLite's one writer means no other claim commits in between, so
+-- the counts are exact. A dead worker's jobs stay running, and count, until
+-- the reaper ends them.
+rooms AS (
+    SELECT m.value AS name, (
+        SELECT min(coalesce(l.concurrency - (SELECT count(*) FROM tether_jobs AS r
+                                             WHERE r.state = 'running' AND r.queue = l.queue), 2147483647),
+                   coalesce(l.rate_limit - (SELECT count(*) FROM tether_queue_starts AS s
+                                            WHERE s.queue = l.queue AND s.started_at > {now} - l.rate_period),
+                            2147483647))
+        FROM tether_queues AS l
+        WHERE l.queue = m.value AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL)) AS room
+    FROM json_each(:queues) AS m
+    WHERE m.value NOT IN (SELECT queue FROM tether_queues WHERE paused)
+)
+
+-- name: _key_free
+-- (A condition on a queued job j.) Its exclusive key, if it has one, is free:
+-- no job with the key is running, and j is the first queued, due job of its
+-- key (priority, then run_at, then id), so one claim never starts two.
+(j.exclusive_key IS NULL OR (
+    NOT EXISTS (SELECT 1 FROM tether_jobs AS x WHERE x.exclusive_key = j.exclusive_key AND x.state = 'running')
+    AND j.id = (SELECT y.id FROM tether_jobs AS y
+                WHERE y.exclusive_key = j.exclusive_key AND y.state = 'queued' AND y.run_at <= {now}
+                ORDER BY y.priority DESC, y.run_at, y.id LIMIT 1)))
+
 -- name: claim
 -- The subquery walks tether_jobs_claim_idx; the UPDATE grants the lease and
 -- bumps attempt (the fencing token) in the same statement. lease_until is
 -- capped at the attempt's deadline so one index finds lapsed and timed-out rows.
--- Paused queues (tether_queues: app.pause) are left out of the list.
+-- Paused queues (tether_queues: app.pause) are left out of the list, and
+-- limited queues (app.configure_queue) give no more than their room (_rooms);
+-- a job whose exclusive key is held waits (_key_free).
 UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (
-    SELECT id FROM tether_jobs
-    WHERE state = 'queued' AND run_at <= {now}
-      AND queue IN (SELECT value FROM json_each(:queues)
-                    WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
+    WITH {_rooms}
+    SELECT id FROM (
+        -- queues without limits: the best :limit due jobs, as always
+        SELECT * FROM (
+            SELECT j.id, j.priority, j.run_at FROM tether_jobs AS j
+            WHERE j.state = 'queued' AND j.run_at <= {now}
+              AND j.queue IN (SELECT name FROM rooms WHERE room IS NULL)
+              AND {_key_free}
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT :limit)
+        UNION ALL
+        -- limited queues: no more of each than its room
+        SELECT id, priority, run_at FROM (
+            SELECT j.id, j.priority, j.run_at, r.room,
+                   row_number() OVER (PARTITION BY j.queue ORDER BY j.priority DESC, j.run_at, j.id) AS nth
+            FROM rooms AS r CROSS JOIN tether_jobs AS j  -- CROSS: rooms drives; no limited queue, no scan
+            WHERE r.room IS NOT NULL AND j.queue = r.name AND j.state = 'queued' AND j.run_at <= {now}
+              AND {_key_free})
+        WHERE nth <= room)
     ORDER BY priority DESC, run_at, id
     LIMIT :limit
 )
@@ -72,15 +120,31 @@ WHERE id IN (
 -- does not know are never read, however many wait at the head of the queue.
 -- (The sort that follows is claim's own: queue IN (...) gives up the index
 -- order, so claim reads a queue's due rows and sorts them too.) Paused
--- queues are left out of the list, as in claim.
+-- queues are left out of the list, and limits and keys obeyed, as in claim.
 UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (
-    SELECT id FROM tether_jobs
-    WHERE state = 'queued' AND run_at <= {now}
-      AND queue IN (SELECT value FROM json_each(:queues)
-                    WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
-      AND task IN (SELECT value FROM json_each(:tasks))
+    WITH {_rooms}
+    SELECT id FROM (
+        -- queues without limits: the best :limit due jobs, as always
+        SELECT * FROM (
+            SELECT j.id, j.priority, j.run_at FROM tether_jobs AS j
+            WHERE j.state = 'queued' AND j.run_at <= {now}
+              AND j.queue IN (SELECT name FROM rooms WHERE room IS NULL)
+              AND j.task IN (SELECT value FROM json_each(:tasks))
+              AND {_key_free}
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT :limit)
+        UNION ALL
+        -- limited queues: no more of each than its room
+        SELECT id, priority, run_at FROM (
+            SELECT j.id, j.priority, j.run_at, r.room,
+                   row_number() OVER (PARTITION BY j.queue ORDER BY j.priority DESC, j.run_at, j.id) AS nth
+            FROM rooms AS r CROSS JOIN tether_jobs AS j  -- CROSS: rooms drives; no limited queue, no scan
+            WHERE r.room IS NOT NULL AND j.queue = r.name AND j.state = 'queued' AND j.run_at <= {now}
+              AND j.task IN (SELECT value FROM json_each(:tasks))
+              AND {_key_free})
+        WHERE nth <= room)
     ORDER BY priority DESC, run_at, id
     LIMIT :limit
 )
@@ -93,15 +157,21 @@ WHERE id IN (
 -- holds (running), a finished one, one not due yet, or one of a task the
 -- worker does not know (:tasks, when given) matches nothing, and the caller
 -- skips it. Two workers handed the same id: SQLite runs one UPDATE
--- at a time, so the second finds the row running and takes nothing.
+-- at a time, so the second finds the row running and takes nothing. A
+-- limited queue's ids are taken up to its room (lowest ids first), and a job
+-- whose exclusive key is held is not taken: the sweep delivers both again.
 UPDATE tether_jobs
 {_grant_lease}
-WHERE id IN (SELECT value FROM json_each(:ids))
-  AND state = 'queued'
-  AND queue IN (SELECT value FROM json_each(:queues)
-                WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
-  AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
-  AND run_at <= {now}
+WHERE id IN (
+    WITH {_rooms}
+    SELECT id FROM (
+        SELECT j.id, r.room, row_number() OVER (PARTITION BY j.queue ORDER BY j.id) AS nth
+        FROM tether_jobs AS j JOIN rooms AS r ON r.name = j.queue
+        WHERE j.id IN (SELECT value FROM json_each(:ids))
+          AND j.state = 'queued' AND j.run_at <= {now}
+          AND (:tasks IS NULL OR j.task IN (SELECT value FROM json_each(:tasks)))
+          AND {_key_free})
+    WHERE room IS NULL OR nth <= room)
 {_claimed_row}
 
 -- name: due_unclaimed
@@ -287,7 +357,7 @@ SELECT state FROM tether_jobs WHERE id = :id
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
        progress, progress_message, result, last_error, created_at, finished_at, meta,
-       schedule, scheduled_for
+       schedule, scheduled_for, exclusive_key
 FROM tether_jobs WHERE id = :id
 
 -- name: get_attempts
@@ -587,3 +657,22 @@ ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = exclude
 
 -- name: paused_queues
 SELECT queue FROM tether_queues WHERE paused ORDER BY queue
+
+-- name: set_limits
+-- A queue's limits, set whole (NULL: no such limit), beside its paused flag;
+-- the claims read them from the next claim on.
+INSERT INTO tether_queues (queue, paused, updated_at, concurrency, rate_limit, rate_period)
+VALUES (:queue, 0, {now}, :concurrency, :rate_limit, :rate_period)
+ON CONFLICT (queue) DO UPDATE SET concurrency = excluded.concurrency, rate_limit = excluded.rate_limit,
+                                  rate_period = excluded.rate_period, updated_at = excluded.updated_at
+
+-- name: queue_limits
+-- Every queue with a limit, with what counts against it now: its running jobs
+-- (a dead worker's among them until reaped) and its starts in the rate window.
+SELECT q.queue, q.concurrency, q.rate_limit, q.rate_period,
+       (SELECT count(*) FROM tether_jobs AS j WHERE j.state = 'running' AND j.queue = q.queue),
+       (SELECT count(*) FROM tether_queue_starts AS s
+        WHERE s.queue = q.queue AND s.started_at > {now} - q.rate_period)
+FROM tether_queues AS q
+WHERE q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+ORDER BY q.queue

@@ -89,13 +89,16 @@ class SQLiteSchema:
 
 
 def _split(script: str) -> list[str]:
-    """Split a migration into statements (our migrations hold no ';' in literals)."""
+    """Split a migration into statements (our migrations hold no ';' in
+    literals). A CREATE TRIGGER's body holds statements of its own: it ends at
+    its ``END;`` line."""
     out, buf = [], []
     for line in script.splitlines():
         if line.strip().startswith("--"):
             continue
         buf.append(line)
-        if line.rstrip().endswith(";"):
+        in_trigger = "\n".join(buf).lstrip().upper().startswith("CREATE TRIGGER")
+        if (line.strip().upper() == "END;") if in_trigger else line.rstrip().endswith(";"):
             out.append("\n".join(buf))
             buf = []
     tail = "\n".join(buf).strip()

@@ -153,7 +153,7 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         payload = json.dumps(
             [
                 [j.queue, j.task, j.args_json, j.priority, _ts(j.run_at), j.delay, j.max_attempts,
-                 j.lease_ttl, j.timeout, j.backoff_base, j.dedup_key, j.meta_json]
+                 j.lease_ttl, j.timeout, j.backoff_base, j.dedup_key, j.meta_json, j.exclusive_key]
                 for j in jobs
             ]
         )
