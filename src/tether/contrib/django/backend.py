@@ -39,8 +39,11 @@ from .task import TetherTask, tether_options
 
 __all__ = ["TetherBackend", "migrate_database", "tether_backends"]
 
-#: OPTIONS keys that are the backend's own; every other one goes to ``Tether()``
-_OWN_OPTIONS = ("database", "schema", "task_options", "task_modules")
+#: every Task defined with a TetherBackend in this process, by path (the first
+#: seen): any TetherBackend's worker runs them, since ``using(backend=...)``
+#: may send a task to another backend than the one it was defined with
+_DEFINED: dict[str, Any] = {}
+_DEFINED_LOCK = threading.Lock()
 
 
 class TetherBackend(BaseTaskBackend):
@@ -61,7 +64,6 @@ class TetherBackend(BaseTaskBackend):
         #: modules a worker imports besides the apps' ``tasks`` modules
         self.task_modules: list[str] = list(options.pop("task_modules", []))
         self.tether_options = options
-        self._tasks: dict[str, Any] = {}  # module_path -> the Task first seen with this backend
         self._lock = threading.RLock()
         self._app: Tether | None = None
         self._url = ""
@@ -93,17 +95,17 @@ class TetherBackend(BaseTaskBackend):
     # -- tasks ------------------------------------------------------------------------------
     def validate_task(self, task: Any) -> None:
         super().validate_task(task)
-        with self._lock:
-            self._tasks.setdefault(task.module_path, task)
+        with _DEFINED_LOCK:
+            _DEFINED.setdefault(task.module_path, task)
 
     def registered(self, path: str) -> Any:
         """The Task of this backend named ``path``, or None: one this process has
         defined, after importing the apps' ``tasks`` modules if need be (a job's
         name is never imported as given)."""
-        found = self._tasks.get(path)
+        found = _DEFINED.get(path)
         if found is None:
             self.discover()
-            found = self._tasks.get(path)
+            found = _DEFINED.get(path)
         return found
 
     def discover(self) -> list[Any]:
@@ -112,8 +114,8 @@ class TetherBackend(BaseTaskBackend):
         autodiscover_modules("tasks")
         for module in self.task_modules:
             import_string(module) if ":" in module else __import__(module)
-        with self._lock:
-            return [self._tasks[p] for p in sorted(self._tasks)]
+        with _DEFINED_LOCK:
+            return [_DEFINED[p] for p in sorted(_DEFINED)]
 
     def handler_task(self, task: Any) -> TetherHandlerTask[Any, Any]:
         """The tether task that runs ``task``, registered on the app under its path."""
@@ -122,7 +124,8 @@ class TetherBackend(BaseTaskBackend):
         with self._lock:
             found = app.tasks.get(name)
             if found is None:
-                first = self._tasks.setdefault(name, task)
+                with _DEFINED_LOCK:
+                    first = _DEFINED.setdefault(name, task)
                 options = tether_options(first, self.task_options.get(name, {}))
                 found = app.task(name=name, queue=first.queue_name, priority=first.priority,
                                  **options)(make_handler(self, first))
