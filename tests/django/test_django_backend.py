@@ -14,7 +14,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import manage, start_worker, stop, wait_for
 from django.db import connections, transaction
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -23,6 +22,7 @@ from django.utils import timezone
 from shop import tasks
 from shop.models import Order
 
+from conftest import manage, start_worker, stop, wait_for
 from tether.contrib.django import TetherBackend
 
 
@@ -250,7 +250,7 @@ def test_docs_exceptions(backend: str, burst) -> None:
     result = tasks.flaky.using(backend=backend).enqueue(fail_times=9)
     burst(backend, "retry")
     result.refresh()
-    assert result.errors[0].exception_class == ValueError
+    assert result.errors[0].exception_class is ValueError
     assert "ValueError: attempt 1 fails" in result.errors[0].traceback
 
 

@@ -11,7 +11,7 @@ USE_TZ = True
 ROOT_URLCONF = "testproject.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-INSTALLED_APPS = ["tether.contrib.django", "shop"]
+INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes", "tether.contrib.django", "shop", "readme"]
 
 DATABASES = {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["TETHER_DJANGO_SQLITE"]},
