@@ -35,7 +35,7 @@ from tether.store import Store, open_store
 #: the plugin a user gets through the pytest11 entry point (named so that both may load it)
 pytest_plugins = ["tether.testing.pytest_plugin"]
 #: a user's project, run by its own pytest process (tests/test_testing.py)
-collect_ignore = ["examples"]
+collect_ignore = ["examples", "django"]  # django: Python 3.12+, run by scripts/test in .venv-django
 
 PG_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 PGBOUNCER_URL = os.environ.get("TETHER_TEST_PGBOUNCER_URL", "postgresql://postgres@127.0.0.1:64329/test")

@@ -8,7 +8,7 @@ import math
 import os
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -70,6 +70,26 @@ def exit_code_for(exc: TetherError) -> int:
     if isinstance(exc, (ConfigError, UnknownTask, PayloadError, SchemaMissing)):
         return EXIT_USAGE
     return EXIT_FAILURE
+
+
+@contextmanager
+def one_line_errors(debug: Callable[[], bool], rerun: str) -> Iterator[None]:
+    """tether's own errors, and anything unexpected, as one clean line (a click
+    error) unless ``debug()``; ``rerun`` is the command line that shows the
+    traceback."""
+    try:
+        yield
+    except (click.ClickException, click.exceptions.Exit, click.Abort):
+        raise
+    except TetherError as exc:
+        if debug():
+            raise
+        error = BadUsage if exit_code_for(exc) == EXIT_USAGE else CLIError
+        raise error(str(exc)) from None
+    except Exception as exc:
+        if debug():
+            raise
+        raise CLIError(f"{type(exc).__name__}: {exc} (run with `{rerun}` to see the traceback)") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,140 @@
+"""What ``tether worker`` runs, shared with the faces that start a worker the
+same way with an app found otherwise (``manage.py tether_worker`` in
+``tether.contrib.django``): the worker's options, as one click decorator,
+and ``run_worker``, which runs a worker of an app with them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from ..app import Tether
+from ..logs import JsonFormatter
+from ..worker.unknown import DEFAULT_UNKNOWN_TASK_GRACE
+from .common import DRIVER_LOGGER, POOL_LOGGER, BadUsage, Seconds, configure_app, require_database
+
+__all__ = ["run_worker", "worker_options"]
+
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_OPTIONS: list[Callable[[F], F]] = [
+    click.option("--concurrency", "-c", type=click.IntRange(min=1), default=10, show_default=True,
+                 help="Jobs run at once by this worker."),
+    click.option("--queues", "-q", multiple=True, metavar="Q1,Q2",
+                 help="Queues to work (comma-separated or repeated); default: every queue the app's tasks use."),
+    click.option("--shutdown-timeout", type=Seconds(allow_zero=True), default=30.0, show_default=True,
+                 help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing them."),
+    click.option("--lease-ttl", type=Seconds(), help="Override the app's lease TTL (seconds)."),
+    click.option("--heartbeat-interval", type=Seconds(), help="Override the app's heartbeat interval (seconds)."),
+    click.option("--reaper-interval", type=Seconds(), help="Override the app's reaper interval (seconds)."),
+    click.option("--poll-interval", type=Seconds(), help="Idle poll interval (default: the backend's)."),
+    click.option("--prefetch/--no-prefetch", default=True, show_default=True, envvar="TETHER_PREFETCH",
+                 help="While handlers finish within 25 ms on average, claim ahead (up to twice the concurrency a "
+                      "claim) so the next claim runs while this batch does (env TETHER_PREFETCH)."),
+    click.option("--burst", is_flag=True,
+                 help="Run until no job is due and none is running, then exit 0 (CI jobs, cron-style batches); "
+                      "jobs due later (delay, run_at, a retry's backoff) are left for later."),
+    click.option("--unknown-task-grace", type=Seconds(allow_zero=True), default=DEFAULT_UNKNOWN_TASK_GRACE,
+                 show_default=True,
+                 help="End dead the jobs of a task no worker serving their queue has known for this long "
+                      "(at least 60; 0: never, they wait, shown by `tether status`)."),
+    click.option("--transport", metavar="notify|poll|nats://HOST:PORT", envvar="TETHER_TRANSPORT",
+                 help="How job ids reach workers: the database (notify, the default; poll) or NATS JetStream, "
+                      "e.g. nats://127.0.0.1:4222?prefix=myapp (env TETHER_TRANSPORT)."),
+    click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+                 default="info", show_default=True),
+    click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+                 help="json: one object per line with job_id, attempt, task, queue and worker fields."),
+    click.option("--metrics-port", type=click.IntRange(min=0, max=65535),
+                 help="Serve Prometheus metrics on this port (needs the 'metrics' extra)."),
+    click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port."),
+    click.option("--metrics-token", envvar="TETHER_METRICS_TOKEN",
+                 help="Bearer token scrapers must send (env TETHER_METRICS_TOKEN)."),
+    click.option("--metrics-no-auth", is_flag=True, help="Serve metrics without a token."),
+    click.option("--server", metavar="URL",
+                 help="Work through a `tether server` (http://host:port) instead of the database."),
+    click.option("--token", envvar="TETHER_TOKEN", metavar="TOKEN",
+                 help="The server's bearer token, scope worker (env TETHER_TOKEN)."),
+]
+
+
+def worker_options(f: F) -> F:
+    """Every option of ``tether worker`` but ``--app``: the command gets them
+    as keyword arguments, to hand to ``run_worker``."""
+    for option in reversed(_OPTIONS):
+        f = option(f)
+    return f
+
+
+def run_worker(
+    app: Tether, label: str, *, database: str | None, concurrency: int, queues: tuple[str, ...],
+    shutdown_timeout: float, lease_ttl: float | None, heartbeat_interval: float | None,
+    reaper_interval: float | None, poll_interval: float | None, prefetch: bool, burst: bool,
+    unknown_task_grace: float, transport: str | None, log_level: str, log_format: str,
+    metrics_port: int | None, metrics_host: str, metrics_token: str | None, metrics_no_auth: bool,
+    server: str | None, token: str | None,
+) -> None:
+    """Run a worker of ``app`` (``label`` names it in the log) with
+    ``worker_options``' values until it stops; ``database``: point the app
+    there first (None: where it points). Closes the app."""
+    qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
+    if server is not None and not server.lower().startswith(("http://", "https://")):
+        raise BadUsage(f"--server {server!r} is not an http:// or https:// URL")
+    url = server if server is not None else database
+    if token:
+        app.token = token
+    try:
+        configure_app(app, url=url, lease_ttl=lease_ttl,
+                      heartbeat_interval=heartbeat_interval, reaper_interval=reaper_interval,
+                      transport=transport)
+        require_database(app)
+        app.store.check_schema()  # fail here, in one line, rather than inside the event loop
+        _configure_logging(log_level, log_format)
+        logging.getLogger("tether").info("app %s: tasks %s", label, ", ".join(sorted(app.tasks)) or "none")
+        w = app.worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
+                       poll_interval=poll_interval, prefetch=prefetch, burst=burst,
+                       unknown_task_grace=unknown_task_grace or None)
+        with contextlib.ExitStack() as stack:
+            if metrics_port is not None:
+                from ..metrics import Metrics, serve_metrics
+
+                metrics = Metrics().attach(app).watch_store(app.store).watch_worker(w)
+                metrics_server = serve_metrics(metrics, port=metrics_port, host=metrics_host, token=metrics_token,
+                                       no_auth=metrics_no_auth)
+                stack.callback(metrics_server.close)
+            _settle_gc()
+            asyncio.run(w.run(install_signal_handlers=True))
+    finally:
+        app.close()
+
+
+def _settle_gc() -> None:
+    """This process is now a worker: what start-up built (modules, the app, the
+    pool) lives as long as it does. Freeze it, so full collections stop walking
+    it, and collect the young generation a tenth as often: a job's objects die
+    by reference counting, yet their allocations kept triggering collections
+    (about 7% of a no-op worker's time at concurrency 100, mostly full ones)."""
+    gc.collect()
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, 7000), middle, old)
+
+
+def _configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
+    # ...but not every connection the pool lends and takes back: psycopg_pool
+    # logs each at INFO, two lines per store call (a quarter of a database
+    # thread's CPU at INFO). Its connection failures are warnings and still show.
+    logging.getLogger(POOL_LOGGER).setLevel(logging.NOTSET if level.upper() == "DEBUG" else logging.WARNING)

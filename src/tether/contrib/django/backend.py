@@ -1,0 +1,221 @@
+"""``TetherBackend``: Django's Tasks backend whose jobs are tether's, in the
+project's own database.
+
+An enqueue goes through Django's connection to that database: inside
+``transaction.atomic()`` it joins the transaction (the job exists once it
+commits, never after a rollback); outside one, it is its own small
+transaction. Results are read through tether's own connections, so they
+show committed jobs. The tether app (``backend.app``) points at the same
+database (``dsn.database_url``); each task is registered on it under its
+``module_path`` when first enqueued, and a worker registers every task of
+the backend that importing the apps' ``tasks`` modules defined.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.tasks import TaskResult, TaskResultStatus, task_backends
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+from django.utils.module_loading import autodiscover_modules, import_string
+
+from ...app import Tether
+from ...errors import PayloadError
+from ...model import Job
+from ...task import Task as TetherHandlerTask
+from .dsn import database_url
+from .handler import make_handler
+from .results import STATUS, payload, task_result
+from .task import TetherTask, tether_options
+
+__all__ = ["TetherBackend", "migrate_database", "tether_backends"]
+
+#: every Task defined with a TetherBackend in this process, by path (the first
+#: seen): any TetherBackend's worker runs them, since ``using(backend=...)``
+#: may send a task to another backend than the one it was defined with
+_DEFINED: dict[str, Any] = {}
+_DEFINED_LOCK = threading.Lock()
+
+
+class TetherBackend(BaseTaskBackend):
+    task_class = TetherTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        options = dict(self.options)
+        #: the DATABASES alias the jobs live in
+        self.database: str = options.pop("database", DEFAULT_DB_ALIAS)
+        self._schema: str | None = options.pop("schema", None)
+        #: tether options by task path: {"myapp.tasks.send": {"max_attempts": 5}}
+        self.task_options: dict[str, dict[str, Any]] = dict(options.pop("task_options", {}))
+        #: modules a worker imports besides the apps' ``tasks`` modules
+        self.task_modules: list[str] = list(options.pop("task_modules", []))
+        self.tether_options = options
+        self._lock = threading.RLock()
+        self._app: Tether | None = None
+        self._url = ""
+
+    # -- the tether app ---------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """tether's URL of the database the jobs live in (Django's settings for it, now)."""
+        return database_url(self.database, connections[self.database].settings_dict, self._schema)
+
+    @property
+    def app(self) -> Tether:
+        """The tether app on the jobs' database (a new one should its settings change,
+        as when Django's test runner switches to a test database)."""
+        url = self.url
+        with self._lock:
+            if self._app is None or self._url != url:
+                if self._app is not None:
+                    self._app.close()
+                self._app, self._url = Tether(url, **self.tether_options), url
+            return self._app
+
+    def close(self) -> None:
+        with self._lock:
+            if self._app is not None:
+                self._app.close()
+                self._app = None
+
+    # -- tasks ------------------------------------------------------------------------------
+    def validate_task(self, task: Any) -> None:
+        super().validate_task(task)
+        with _DEFINED_LOCK:
+            _DEFINED.setdefault(task.module_path, task)
+
+    def registered(self, path: str) -> Any:
+        """The Task of this backend named ``path``, or None: one this process has
+        defined, after importing the apps' ``tasks`` modules if need be (a job's
+        name is never imported as given)."""
+        found = _DEFINED.get(path)
+        if found is None:
+            self.discover()
+            found = _DEFINED.get(path)
+        return found
+
+    def discover(self) -> list[Any]:
+        """Import every installed app's ``tasks`` module (and ``task_modules``):
+        the tasks they define with this backend, by path."""
+        autodiscover_modules("tasks")
+        for module in self.task_modules:
+            import_string(module) if ":" in module else __import__(module)
+        with _DEFINED_LOCK:
+            return [_DEFINED[p] for p in sorted(_DEFINED)]
+
+    def handler_task(self, task: Any) -> TetherHandlerTask[Any, Any]:
+        """The tether task that runs ``task``, registered on the app under its path."""
+        app = self.app
+        name = task.module_path
+        with self._lock:
+            found = app.tasks.get(name)
+            if found is None:
+                with _DEFINED_LOCK:
+                    first = _DEFINED.setdefault(name, task)
+                options = tether_options(first, self.task_options.get(name, {}))
+                found = app.task(name=name, queue=first.queue_name, priority=first.priority,
+                                 **options)(make_handler(self, first))
+            return found
+
+    def worker_app(self) -> Tether:
+        """The app with every task of this backend registered, for a worker."""
+        for task in self.discover():
+            self.handler_task(task)
+        return self.app
+
+    def read_job(self, job_id: int) -> Job:
+        job = self.app.get_job(job_id)
+        if job is None:
+            raise TaskResultDoesNotExist(f"no job {job_id}")
+        return job
+
+    # -- producing ----------------------------------------------------------------------------
+    def enqueue(self, task: Any, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
+        self.validate_task(task)
+        args = list(args)
+        _check_signature(task, args, kwargs)
+        run_after = _aware(task.run_after)
+        options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority, "run_at": run_after}
+        for name in ("dedup_key", "max_attempts", "timeout"):
+            value = getattr(task, name, None)
+            if value is not None:
+                options[name] = value
+        handler = self.handler_task(task)
+        conn = connections[self.database]
+        with transaction.atomic(using=self.database):
+            conn.ensure_connection()
+            job_id = handler.using(connection=conn.connection, **options).enqueue(
+                **payload(args, kwargs, run_after))
+        result = TaskResult(
+            task=task, id=str(job_id), status=TaskResultStatus.READY, enqueued_at=timezone.now(),
+            started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
+            backend=self.alias, errors=[], worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    # -- results ----------------------------------------------------------------------------------
+    def get_result(self, result_id: str) -> TaskResult:
+        try:
+            job_id = int(result_id)
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(f"no task result {result_id!r}: tether's ids are numbers") from None
+        job = self.read_job(job_id)
+        task = self.registered(job.task)
+        if task is None:
+            raise TaskResultDoesNotExist(f"job {job_id} is not a task of the backend {self.alias!r} "
+                                         f"(its task is {job.task!r})")
+        return task_result(task, job, self.alias)
+
+    def cancel(self, result_id: str) -> TaskResultStatus:
+        """Cancel a task: a READY one fails at once, a RUNNING one is told at its
+        worker's next heartbeat (an ``async def`` task is cancelled, a ``def``
+        one sees ``context.job.cancelled``). Returns the status now."""
+        return STATUS[self.app.cancel(int(result_id))]
+
+
+def _check_signature(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
+    leading = [None] if task.takes_context else []
+    try:
+        inspect.signature(task.func).bind(*leading, *args, **kwargs)
+    except TypeError as exc:
+        raise PayloadError(f"arguments do not fit task {task.module_path!r}: {exc}") from None
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    if moment is None or timezone.is_aware(moment):
+        return moment
+    aware: datetime = timezone.make_aware(moment)
+    return aware
+
+
+def tether_backends() -> list[TetherBackend]:
+    """The project's TetherBackends (TASKS entries of this class)."""
+    return [b for b in (task_backends[alias] for alias in getattr(settings, "TASKS", {}))
+            if isinstance(b, TetherBackend)]
+
+
+def migrate_database(alias: str) -> list[str]:
+    """tether's migrations on the database ``alias``, once for each tether
+    database (URL) whose backend keeps its jobs there."""
+    applied: list[str] = []
+    done: set[str] = set()
+    for backend in tether_backends():
+        if backend.database == alias and backend.url not in done:
+            done.add(backend.url)
+            applied += backend.app.migrate()
+    return applied

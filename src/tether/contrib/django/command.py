@@ -1,0 +1,38 @@
+"""``manage.py tether_worker``: ``tether worker``'s command line (its options,
+shared through ``tether.cli.worker_cmd``) for the project's TetherBackend,
+whose tasks it registers instead of loading ``--app``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from django.tasks import task_backends
+
+from ...cli.common import BadUsage, one_line_errors
+from ...cli.worker_cmd import run_worker, worker_options
+from .backend import TetherBackend
+
+__all__ = ["tether_worker"]
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--backend", "alias", default="default", show_default=True, metavar="ALIAS",
+              help="The TASKS entry (a TetherBackend) whose tasks to run.")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@worker_options
+def tether_worker(alias: str, debug: bool, **options: Any) -> None:
+    """Run a tether worker for this project's tasks until SIGTERM/SIGINT (first: finish running jobs;
+    second: stop now), or with --burst until no job is due. It imports each installed app's tasks
+    module and runs every task defined there with this backend; its queues default to the
+    backend's QUEUES."""
+    with one_line_errors(lambda: debug, "manage.py tether_worker --debug ..."):
+        backend = task_backends[alias]
+        if not isinstance(backend, TetherBackend):
+            raise BadUsage(f"TASKS[{alias!r}] is {type(backend).__module__}.{type(backend).__name__}, "
+                           "not tether.contrib.django.TetherBackend")
+        app = backend.worker_app()
+        if not options["queues"] and backend.queues:
+            options["queues"] = (",".join(sorted(backend.queues)),)
+        run_worker(app, f"django TASKS[{alias!r}]", database=None, **options)
+        backend.close()

@@ -1,0 +1,100 @@
+"""What a worker runs for a Django task: the tether handler registered under
+the task's ``module_path``, which calls the task's function with the job's
+args, and sends Django's ``task_started`` and ``task_finished`` signals.
+
+The function is the one the registered ``Task`` object holds: a job's data
+names a task, never code to import. A ``def`` task runs on the worker's
+handler threads, with Django's stale connections closed before and after it
+(as after a request); an ``async def`` task runs on the worker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import traceback
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from django.db import close_old_connections
+from django.tasks import TaskResult, TaskResultStatus
+from django.tasks.signals import task_finished, task_started
+
+from ...context import JobContext
+from ...model import Attempt, Job, Outcome
+from .results import task_error, task_result
+from .task import TetherTaskContext
+
+__all__ = ["make_handler"]
+
+
+class Source(Protocol):
+    """What of the backend a handler needs."""
+
+    alias: str
+
+    def read_job(self, job_id: int) -> Job: ...
+
+
+def make_handler(source: Source, task: Any) -> Callable[..., Any]:
+    """The tether handler of ``task`` (a Django ``Task``)."""
+    if inspect.iscoroutinefunction(task.func):
+        async def run_async(ctx: JobContext, args: list[Any], kwargs: dict[str, Any],
+                            run_after: str | None = None) -> Any:
+            result = await asyncio.to_thread(_started, source, task, ctx)
+            try:
+                value = await task.func(*_leading(task, result, ctx), *args, **kwargs)
+            except BaseException as exc:
+                _failed(source, result, ctx, exc)
+                raise
+            _succeeded(source, result, value)
+            return value
+
+        return run_async
+
+    def run(ctx: JobContext, args: list[Any], kwargs: dict[str, Any], run_after: str | None = None) -> Any:
+        close_old_connections()
+        try:
+            result = _started(source, task, ctx)
+            try:
+                value = task.func(*_leading(task, result, ctx), *args, **kwargs)
+            except BaseException as exc:
+                _failed(source, result, ctx, exc)
+                raise
+            _succeeded(source, result, value)
+            return value
+        finally:
+            close_old_connections()
+
+    return run
+
+
+def _started(source: Source, task: Any, ctx: JobContext) -> TaskResult:
+    """The job as a RUNNING result (its attempts so far, this one included)."""
+    result = task_result(task, source.read_job(ctx.job_id), source.alias)
+    object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    task_started.send(sender=type(source), task_result=result)
+    return result
+
+
+def _leading(task: Any, result: TaskResult, ctx: JobContext) -> tuple[Any, ...]:
+    return (TetherTaskContext(task_result=result, job=ctx),) if task.takes_context else ()
+
+
+def _succeeded(source: Source, result: TaskResult, value: Any) -> None:
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender=type(source), task_result=result)
+
+
+def _failed(source: Source, result: TaskResult, ctx: JobContext, exc: BaseException) -> None:
+    """``task_finished`` for a failed attempt (sent inside the except block, so
+    Django's log has the traceback): FAILED if no attempt is left, else READY
+    (tether retries it; a ``retry_on`` that excludes the error still ends it)."""
+    attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
+                      finished_at=None, outcome=Outcome.FAILED, error=f"{type(exc).__name__}: {exc}",
+                      traceback="".join(traceback.format_exception(exc)))
+    result.errors.append(task_error(attempt))
+    last = ctx.attempt >= ctx.max_attempts
+    object.__setattr__(result, "status", TaskResultStatus.FAILED if last else TaskResultStatus.READY)
+    task_finished.send(sender=type(source), task_result=result)

@@ -1,0 +1,69 @@
+"""``TetherTask``: Django's ``Task`` with tether's per-task options, which
+Django 6.1's ``@task(...)`` passes on to the backend's ``task_class``:
+
+    @task(max_attempts=5, timeout=600, retry_backoff=10)
+    def send_receipt(order_id): ...
+
+Each is None when not given: the backend's ``OPTIONS["task_options"]`` for
+the task's path, else tether's default. ``TetherTaskContext`` is Django's
+``TaskContext`` plus ``job``, tether's ``JobContext`` for the attempt
+(progress, the cancel signal)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from django.tasks import Task, TaskContext
+
+from ...context import JobContext
+
+__all__ = ["TETHER_OPTIONS", "TetherTask", "TetherTaskContext"]
+
+#: tether's options a task may set (``@app.task``'s, less name, queue and priority)
+TETHER_OPTIONS = ("max_attempts", "timeout", "lease_ttl", "retry_backoff", "retry_on")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TetherTask(Task):
+    #: attempts before the task fails (tether's default: 3)
+    max_attempts: int | None = None
+    #: seconds an attempt may run (None: no limit)
+    timeout: float | None = None
+    #: this task's lease TTL (None: the worker's)
+    lease_ttl: float | None = None
+    #: seconds before the first retry, doubling; or a callable (attempt) -> seconds
+    retry_backoff: float | Callable[[int], float] | None = None
+    #: exceptions worth another attempt; any other fails the task at once (None: all)
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None
+    #: at most one queued or running job per key (per call: ``using(dedup_key=...)``)
+    dedup_key: str | None = None
+
+    def using(self, *, dedup_key: str | None = None, max_attempts: int | None = None,
+              timeout: float | None = None, **django: Any) -> TetherTask:
+        """Django's ``using`` (priority, queue_name, run_after, backend), and
+        tether's per-call ``dedup_key``, ``max_attempts`` and ``timeout``."""
+        changed: TetherTask = Task.using(self, **django)
+        extra: dict[str, Any] = {k: v for k, v in {"dedup_key": dedup_key, "max_attempts": max_attempts,
+                                   "timeout": timeout}.items() if v is not None}
+        return replace(changed, **extra) if extra else changed
+
+
+def tether_options(task: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The task's tether options: its own where set, else ``defaults`` (the
+    backend's ``task_options`` for it)."""
+    out = dict(defaults)
+    names = {f.name for f in fields(task)}
+    for name in TETHER_OPTIONS:
+        value = getattr(task, name, None) if name in names else None
+        if value is not None:
+            out[name] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TetherTaskContext(TaskContext):
+    #: tether's context for this attempt: ``job.progress(0.5, "half")``,
+    #: ``job.cancelled``, ``job.raise_if_cancelled()``, ``job.job_id``
+    job: JobContext

@@ -1,0 +1,78 @@
+"""The project's tasks: what the tests enqueue and the workers run."""
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from django.core.mail import send_mail
+from django.tasks import task
+
+from .models import Order
+
+
+@task(queue_name="emails")
+def send_receipt(order_id: int, email: str, database: str = "default") -> str:
+    order = Order.objects.using(database).filter(id=order_id).first()
+    return f"receipt for order {order_id} sent to {email}" + ("" if order else " (order not visible)")
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task(takes_context=True)
+def whoami(context, label: str) -> dict:
+    return {"label": label, "attempt": context.attempt, "result_id": context.task_result.id,
+            "job_id": context.job.job_id, "worker_ids": context.task_result.worker_ids}
+
+
+@task(takes_context=True, queue_name="retry", max_attempts=3, retry_backoff=0)
+def flaky(context, fail_times: int) -> int:
+    if context.attempt <= fail_times:
+        raise ValueError(f"attempt {context.attempt} fails")
+    return context.attempt
+
+
+@task(queue_name="retry", retry_backoff=0)
+def configured(n: int) -> int:
+    """max_attempts from OPTIONS["task_options"] on the pg backend (1), tether's default (3) elsewhere."""
+    raise RuntimeError(f"configured {n}")
+
+
+@task(queue_name="prio")
+def record(path: str, label: str) -> str:
+    with open(path, "a") as f:
+        f.write(label + "\n")
+    return label
+
+
+@task(queue_name="kill")
+def slow(marker: str, seconds: float) -> str:
+    Path(marker).write_text(str(os.getpid()))
+    time.sleep(seconds)
+    return f"slept in {os.getpid()}"
+
+
+# -- the examples of Django's Tasks documentation (topics/tasks) ---------------------------
+@task(queue_name="docs")
+def email_users(emails, subject, message):
+    return send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)
+
+
+@task(priority=2, queue_name="docs")
+def email_users_prioritised(emails, subject, message):
+    return send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)
+
+
+@task(takes_context=True, queue_name="docs")
+def email_users_with_context(context, emails, subject, message):
+    print(f"Attempt {context.attempt} to send user email. Task result id: {context.task_result.id}.")
+    return send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)

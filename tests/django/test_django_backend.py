@@ -1,0 +1,262 @@
+"""tether.contrib.django in a real Django project (tests/django/project), on
+SQLite and PostgreSQL: enqueue from a view in atomic() (committed and rolled
+back), real ``manage.py tether_worker`` processes (one SIGKILLed mid-task),
+results, retries in ``errors``, takes_context, priority order, defer, async
+tasks, and Django's own Tasks documentation examples."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connections, transaction
+from django.tasks import TaskResultStatus, default_task_backend, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.test import Client
+from django.utils import timezone
+from shop import tasks
+from shop.models import Order
+
+from conftest import manage, start_worker, stop, wait_for
+from tether.contrib.django import TetherBackend
+
+
+def db(alias: str) -> str:
+    return "pg" if alias == "pg" else "default"
+
+
+def test_backend_declares_what_it_supports(backend: str) -> None:
+    b = task_backends[backend]
+    assert isinstance(b, TetherBackend)
+    assert (b.supports_defer, b.supports_priority, b.supports_async_task, b.supports_get_result) == (True,) * 4
+    assert b.app.dsn.backend == ("postgresql" if backend == "pg" else "sqlite")
+
+
+def test_view_enqueues_in_its_transaction_and_a_rollback_leaves_no_job(backend: str, burst) -> None:
+    client = Client()
+    ok = client.post("/order/", {"backend": backend, "email": "a@example.com"}).json()
+    assert ok["committed"]
+    refused = client.post("/order/", {"backend": backend, "email": "b@example.com", "fail": "1"})
+    assert refused.status_code == 409
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.send_receipt.using(backend=backend).get_result(refused.json()["result_id"])
+    assert not Order.objects.using(db(backend)).filter(email="b@example.com").exists()
+    burst(backend, "emails")
+    result = tasks.send_receipt.using(backend=backend).get_result(ok["result_id"])
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == f"receipt for order {ok['order_id']} sent to a@example.com"
+    assert result.attempts == 1 and len(result.worker_ids) == 1 and result.errors == []
+    assert result.enqueued_at <= result.started_at <= result.last_attempted_at <= result.finished_at
+
+
+def test_enqueue_joins_atomic_and_autocommit(backend: str) -> None:
+    with pytest.raises(ZeroDivisionError), transaction.atomic(using=db(backend)):
+        gone = tasks.add.using(backend=backend).enqueue(1, 2)
+        1 / 0  # noqa: B018
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends[backend].get_result(gone.id)
+    assert connections[db(backend)].get_autocommit()
+    kept = tasks.add.using(backend=backend).enqueue(a=2, b=3)  # outside atomic: committed at once
+    assert task_backends[backend].get_result(kept.id).status == TaskResultStatus.READY
+    with transaction.atomic(using=db(backend)):
+        transaction.on_commit(lambda: tasks.add.using(backend=backend).enqueue(a=5, b=5), using=db(backend))
+    assert connections[db(backend)].get_autocommit()
+
+
+def test_killed_worker_task_is_finished_by_another(backend: str, tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    result = tasks.slow.using(backend=backend).enqueue(marker=str(marker), seconds=1.5)
+    first = start_worker("--backend", backend, "-q", "kill", "--no-prefetch")
+    try:
+        wait_for(marker.exists)
+        victim = int(marker.read_text())
+        stop(first, signal.SIGKILL)
+        marker.unlink()
+        second = start_worker("--backend", backend, "-q", "kill", "--no-prefetch")
+        try:
+            wait_for(lambda: task_backends[backend].get_result(result.id).is_finished, timeout=60)
+        finally:
+            stop(second)
+    finally:
+        if first.returncode is None:
+            stop(first, signal.SIGKILL)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value != f"slept in {victim}"
+    assert result.attempts == 2 and len(set(result.worker_ids)) == 2
+    [lost] = result.errors
+    assert lost.exception_class_path == "tether.contrib.django.errors.LeaseExpired"
+    assert lost.exception_class.__name__ == "LeaseExpired"
+
+
+def test_retries_are_recorded_in_errors(backend: str, burst) -> None:
+    ok = tasks.flaky.using(backend=backend).enqueue(fail_times=2)
+    dead = tasks.flaky.using(backend=backend).enqueue(fail_times=5)
+    burst(backend, "retry")
+    ok = tasks.flaky.using(backend=backend).get_result(ok.id)
+    assert ok.status == TaskResultStatus.SUCCESSFUL and ok.return_value == 3 and ok.attempts == 3
+    assert [e.exception_class for e in ok.errors] == [ValueError, ValueError]
+    assert "attempt 2 fails" in ok.errors[1].traceback
+    dead = tasks.flaky.using(backend=backend).get_result(dead.id)
+    assert dead.status == TaskResultStatus.FAILED and dead.attempts == 3 and len(dead.errors) == 3
+    with pytest.raises(ValueError, match="Task failed"):
+        dead.return_value  # noqa: B018
+
+
+def test_task_options_mapping(backend: str, burst) -> None:
+    result = tasks.configured.using(backend=backend).enqueue(n=1)
+    burst(backend, "retry")
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == (1 if backend == "pg" else 3)  # OPTIONS["task_options"] on pg
+    assert result.errors[0].exception_class_path == "builtins.RuntimeError"
+
+
+def test_takes_context(backend: str, burst) -> None:
+    result = tasks.whoami.using(backend=backend).enqueue(label="me")
+    burst(backend, "default")
+    result.refresh()
+    value = result.return_value
+    assert value["attempt"] == 1 and value["result_id"] == result.id and value["job_id"] == int(result.id)
+    assert value["worker_ids"] == result.worker_ids
+
+
+def test_priority_order(backend: str, burst, tmp_path: Path) -> None:
+    log = tmp_path / "order.log"
+    for p in (0, -100, 100, 5, -5, 99):
+        tasks.record.using(backend=backend, priority=p).enqueue(path=str(log), label=str(p))
+    burst(backend, "prio", extra=("-c", "1"))
+    assert log.read_text().split() == ["100", "99", "5", "0", "-5", "-100"]
+
+
+def test_defer(backend: str, burst) -> None:
+    when = timezone.now() + timedelta(seconds=8)  # past a burst worker's start-up
+    result = tasks.add.using(backend=backend, queue_name="later", run_after=when).enqueue(a=1, b=1)
+    assert task_backends[backend].get_result(result.id).status == TaskResultStatus.READY
+    burst(backend, "later")
+    result.refresh()
+    if timezone.now() < when:  # the burst worker ended before it was due (a slow start-up may not)
+        assert result.status == TaskResultStatus.READY
+    assert result.task.run_after == when
+    time.sleep(max(0.0, (when - timezone.now()).total_seconds()) + 0.2)
+    burst(backend, "later")
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 2
+    assert result.started_at >= when
+
+
+def test_async_task_and_aenqueue(backend: str, burst) -> None:
+    async def go() -> str:
+        r = await tasks.async_add.using(backend=backend).aenqueue(a=20, b=22)
+        return str(r.id)
+
+    result_id = asyncio.run(go())
+    burst(backend, "default")
+    result = asyncio.run(tasks.async_add.using(backend=backend).aget_result(result_id))
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
+
+
+def test_queue_names_are_validated_and_args_checked(backend: str) -> None:
+    with pytest.raises(InvalidTask, match="Queue 'nope' is not valid"):
+        tasks.add.using(backend=backend, queue_name="nope")
+    with pytest.raises(ValueError, match="arguments do not fit"):
+        tasks.add.using(backend=backend).enqueue(a=1)
+
+
+def test_cancel_a_ready_task(backend: str) -> None:
+    result = tasks.add.using(backend=backend, queue_name="later").enqueue(a=1, b=1)
+    assert task_backends[backend].cancel(result.id) == TaskResultStatus.FAILED
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+
+
+def test_unknown_job_is_no_result(backend: str) -> None:
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends[backend].get_result("999999")
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends[backend].get_result("not-a-number")
+
+
+def test_worker_help_shares_tether_worker_options() -> None:
+    out = manage("tether_worker", "--help").stdout
+    for flag in ("--concurrency", "--queues", "--lease-ttl", "--burst", "--backend", "--shutdown-timeout"):
+        assert flag in out
+
+
+def test_worker_refuses_a_backend_that_is_not_tether() -> None:
+    done = manage("tether_worker", "--backend", "nope", check=False)
+    assert done.returncode != 0
+
+
+# -- Django's Tasks documentation (docs/topics/tasks.txt), on this backend ---------------------
+def test_docs_defining_and_enqueueing(backend: str, burst) -> None:
+    email_users = tasks.email_users.using(backend=backend)
+    result = email_users.enqueue(emails=["user@example.com"], subject="You have a message", message="Hello there!")
+    assert result.status == TaskResultStatus.READY
+    burst(backend, "docs")
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 1  # send_mail's count
+
+
+def test_docs_modifying_tasks(backend: str, burst) -> None:
+    assert tasks.email_users_prioritised.priority == 2
+    modified = tasks.email_users_prioritised.using(priority=10, backend=backend)
+    assert modified.priority == 10 and tasks.email_users_prioritised.priority == 2
+    result = modified.enqueue(emails=["u@example.com"], subject="s", message="m")
+    assert result.task.priority == 10
+    burst(backend, "docs")
+    assert modified.get_result(result.id).task.priority == 10
+
+
+def test_docs_task_context(backend: str, burst) -> None:
+    result = tasks.email_users_with_context.using(backend=backend).enqueue(
+        emails=["u@example.com"], subject="s", message="m")
+    out = burst(backend, "docs")
+    assert f"Attempt 1 to send user email. Task result id: {result.id}." in out
+
+
+def test_docs_transactions_on_commit(backend: str) -> None:
+    from functools import partial
+
+    with transaction.atomic(using=db(backend)):
+        Order.objects.using(db(backend)).create(email="docs@example.com")
+        transaction.on_commit(partial(tasks.add.using(backend=backend).enqueue, a=1, b=2), using=db(backend))
+
+
+def test_docs_results(backend: str, burst) -> None:
+    email_users = tasks.email_users.using(backend=backend)
+    result = email_users.enqueue(emails=["u@example.com"], subject="s", message="m")
+    result_id = result.id
+    burst(backend, "docs")
+    # "Retrieving results": from the task, or from the backend
+    assert email_users.get_result(result_id).status == TaskResultStatus.SUCCESSFUL
+    assert task_backends[backend].get_result(result_id).return_value == 1
+    if backend == "default":
+        assert default_task_backend.get_result(result_id).is_finished
+    # "Updating results"
+    assert result.status == TaskResultStatus.READY
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    asyncio.run(result.arefresh())
+    assert result.return_value == 1
+
+
+def test_docs_exceptions(backend: str, burst) -> None:
+    result = tasks.flaky.using(backend=backend).enqueue(fail_times=9)
+    burst(backend, "retry")
+    result.refresh()
+    assert result.errors[0].exception_class is ValueError
+    assert "ValueError: attempt 1 fails" in result.errors[0].traceback
+
+
+def test_import_tether_needs_no_django() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, tether, tether.contrib.django; assert 'django' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "DJANGO_SETTINGS_MODULE": ""})
