@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     configs = [c for c in CONFIGS if c[1] in have]
     results: dict[str, Any] = {"n": n, "configs": {}, "runs": [], "by_processes": {}}
     runs: dict[str, list[dict[str, Any]]] = {}
-    for rep in range(C.reps(args)):
+    for rep in range(args.reps or (2 if args.quick else 3)):  # the ratio is the figure: two even when quick
         for config in C.rotated(configs, rep):  # type: ignore[arg-type]
             name = config[0]
             C.log(f"huey scenario: {name}, n={n}, rep {rep + 1}")

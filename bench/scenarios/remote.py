@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runs: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for backend in backends:
         for conc in concs:
-            for rep in range(C.reps(args)):
+            for rep in range(args.reps or (2 if args.quick else 3)):  # the ratio is the figure: two even when quick
                 for mode in C.rotated(MODES, rep):
                     tag = f"remote-{backend}-{mode}-c{conc}-r{rep}"
                     C.log(f"remote {backend} {mode} c{conc} n={n} rep {rep + 1}")
