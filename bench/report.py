@@ -111,6 +111,7 @@ def ratio_rows(raw: dict[str, Any]) -> list[list[str]]:
             t = vals.get("tether")
             add("3 latency", f"enqueue→handler {pct}, PostgreSQL", vals, False, "ms", f"< {limit:g} ms",
                 None if t is None else t < limit, digits=2)
+    rows += issue22_rows(raw)
     return rows
 
 
@@ -222,6 +223,81 @@ def sqlite_md(sq: dict[str, Any]) -> str:
             for k, r in sq["by_workers"].items()]
     return (f"N = {sq['n']:,} no-op jobs, concurrency {sq['concurrency']} per worker, one SQLite file.\n\n"
             + table(["worker processes", "jobs/s", "jobs/s from spawn", "worker CPU ms/job", "target ≥ 2,000/s"], rows))
+
+
+def issue22_rows(raw: dict[str, Any]) -> list[list[str]]:
+    """Ratio rows of issue 22 items 4-6: remote / local, NATS / NOTIFY, tether / huey (one run each)."""
+    rows: list[list[str]] = []
+    for key, d in (raw.get("remote") or {}).get("configs", {}).items():
+        r = d.get("remote_over_local")
+        rows.append(["remote workers", f"jobs/s, tether server / local worker, {key}",
+                     f"{f(d['remote'].get('rate'))} / {f(d['local'].get('rate'))} /s", "-",
+                     f(r, 2) + "x" if r else "-", "-", "≥ 0.8x", check(None if r is None else r >= 0.8)])
+    for nats, key, label in (("tether-nats", "nats_over_notify", "NATS"),
+                             ("tether-nats-nosweep", "nats_nosweep_over_notify", "NATS, no sweep of the backlog")):
+        ratio = (raw.get("transports") or {}).get(key) or {}
+        if ratio:
+            tp = raw["transports"]["throughput"]
+            cpu = [tp[k]["summary"].get("worker_cpu_per_job_ms") for k in (nats, "tether-notify")]
+            r = ratio.get("worker_cpu_per_job_ms")
+            rows.append(["transports", f"worker CPU ms/job, {label} / NOTIFY, 1w x c10",
+                         f"{f(cpu[0], 3)} / {f(cpu[1], 3)} ms", "-", f(r, 2) + "x" if r else "-", "-", "≤ 1.2x",
+                         check(None if r is None else r <= 1.2)])
+    for k, d in (raw.get("huey") or {}).get("by_processes", {}).items():
+        r = d.get("tether_over_huey")
+        rows.append(["embedded anchor", f"SQLite jobs/s, `def` no-op, {k} process(es)", f"{f(d.get('tether'))} /s",
+                     f"{f(d.get('huey'))} (huey: {d.get('huey_config') or '-'})", f(r, 2) + "x" if r else "-", "-",
+                     "≥ 2x huey", check(None if r is None else r >= 2)])
+    return rows
+
+
+def remote_md(rm: dict[str, Any]) -> str:
+    rows = []
+    for key, d in rm["configs"].items():
+        for mode in ("local", "remote"):
+            r = d[mode]
+            rows.append([key, mode, f(r.get("rate")), f(r.get("rate_from_spawn")), f(r.get("worker_cpu_per_job_ms"), 3),
+                         f(r.get("server_cpu_per_job_ms"), 3) if mode == "remote" else "-",
+                         f(r.get("pg_cpu_per_job_ms"), 3), f"{r.get('ok_reps', 0)}/{r.get('reps', 0)}",
+                         f(d.get("remote_over_local"), 2) + "x" if mode == "remote" and d.get("remote_over_local")
+                         else ""])
+    return (f"N = {rm['n']:,} pre-enqueued no-op jobs, one worker process; `local` talks to the database, `remote` "
+            "to a `tether server` process on loopback over the same database. CPU over the first-handler-to-done "
+            "window. Local and remote take turns in each repetition.\n\n"
+            + table(["backend, concurrency", "worker", "jobs/s", "jobs/s from spawn", "worker CPU ms/job",
+                     "server CPU ms/job", "PG CPU ms/job", "ok runs", "remote / local"], rows))
+
+
+def transports_md(tr: dict[str, Any]) -> str:
+    lat = [[k, f((d.get("from_call") or {}).get("p50"), 2), f((d.get("from_call") or {}).get("p99"), 2),
+            f"{d.get('samples', 0)}/{tr['samples']}"] for k, d in tr["latency"].items()]
+    tp = [[k, f(d["summary"].get("rate")), f(d["summary"].get("worker_cpu_per_job_ms"), 3),
+           f(d["summary"].get("pg_cpu_per_job_ms"), 3), f"{d['summary'].get('ok_reps', 0)}/{d['summary'].get('reps', 0)}"]
+          for k, d in tr["throughput"].items()]
+    ratio = tr.get("nats_over_notify") or {}
+    nosweep = tr.get("nats_nosweep_over_notify") or {}
+    text = (f"The same tether app under each transport. Idle-queue latency, {tr['samples']} samples:\n\n"
+            + table(["transport", "p50 ms", "p99 ms", "samples"], lat)
+            + f"\n\nThroughput of {tr['n']:,} pre-enqueued no-op jobs, PostgreSQL, 1 worker x 10 (transports taking "
+            "turns in each repetition):\n\n"
+            + table(["transport", "jobs/s", "worker CPU ms/job", "PG CPU ms/job", "ok runs"], tp))
+    if ratio:
+        text += (f"\n\nNATS / NOTIFY: worker CPU per job {f(ratio.get('worker_cpu_per_job_ms'), 2)}x, worker+PG CPU "
+                 f"{f(ratio.get('cpu_per_job_ms'), 2)}x, jobs/s {f(ratio.get('rate'), 2)}x.")
+    if nosweep:
+        text += (f" With a sweep grace longer than the run (`tether-nats-nosweep`: the sweep leaves the aged backlog "
+                 f"alone): worker CPU per job {f(nosweep.get('worker_cpu_per_job_ms'), 2)}x, worker+PG CPU "
+                 f"{f(nosweep.get('cpu_per_job_ms'), 2)}x, jobs/s {f(nosweep.get('rate'), 2)}x.")
+    return text
+
+
+def huey_md(hu: dict[str, Any]) -> str:
+    rows = [[name, f(d.get("rate")), f(d.get("rate_from_spawn")), f(d.get("worker_cpu_per_job_ms"), 3),
+             f"{d.get('ok_reps', 0)}/{d.get('reps', 0)}"] for name, d in hu["configs"].items()]
+    return (f"N = {hu['n']:,} no-op `def` jobs on one SQLite file; tether with leases, heartbeats, fencing and the "
+            "attempts audit, huey (`SqliteHuey`) with its defaults. The configurations take turns in each "
+            "repetition.\n\n"
+            + table(["configuration", "jobs/s", "jobs/s from spawn", "worker CPU ms/job", "ok runs"], rows))
 
 
 def ceiling_md(ce: dict[str, Any], tp: dict[str, Any] | None) -> str:
@@ -388,6 +464,11 @@ def build(out: Path) -> Path:
             parts += ["", f"## {title}", "", fn(raw[key])]
     if "ceiling" in raw:
         parts += ["", "## 8. Raw-SQL ceiling (pgbench)", "", ceiling_md(raw["ceiling"], raw.get("throughput"))]
+    for key, title, fn in (("remote", "Remote workers through `tether server`", remote_md),
+                           ("transports", "Transports: NATS JetStream, NOTIFY, polling", transports_md),
+                           ("huey", "Embedded anchor: tether and huey on SQLite", huey_md)):
+        if key in raw:
+            parts += ["", f"## {title}", "", fn(raw[key])]
     if made:
         parts += ["", "## Plots", ""] + [f"![{m}]({m})" for m in made]
     path = out / "summary.md"

@@ -27,6 +27,8 @@ import report
 SCENARIOS = ["throughput", "enqueue", "latency", "heartbeat", "history", "recovery", "sqlite", "ceiling"]
 #: scenarios whose --system takes the side-by-side systems
 SIDE_BY_SIDE = {"throughput", "enqueue", "latency"}
+#: issue 22 items 4-6: remote workers, NATS against NOTIFY, the huey anchor (tether only, in bench/run)
+SCENARIOS += ["remote", "transports", "huey"]
 
 
 def main() -> None:

@@ -77,6 +77,9 @@ class Rounds:
     def complete_and_claim(self, *args: Any, **kwargs: Any) -> tuple[set[int], list[ClaimedJob]]:
         return self._call("complete_and_claim", *args, **kwargs)  # type: ignore[no-any-return]
 
+    def claim_ids(self, *args: Any, **kwargs: Any) -> list[ClaimedJob]:
+        return self._call("claim_ids", *args, **kwargs)  # type: ignore[no-any-return]
+
     def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
         if self.mode == "sync":
             return getattr(self.store, op)(*args, **kwargs)
@@ -1533,10 +1536,10 @@ def test_a_running_row_always_holds_a_lease(store: Store) -> None:
 GRACE = 5.0
 
 
-def test_claim_ids_takes_a_queued_due_job_like_claim(store: Store) -> None:
+def test_claim_ids_takes_a_queued_due_job_like_claim(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     job_id = enqueue_one(store, t0, queue="mail", priority=3, lease_ttl=45.0, timeout=100.0)
-    (c,) = store.claim_ids(W, [job_id], ["mail"], TTL, now=t0 + sec(1))
+    (c,) = rounds.claim_ids(W, [job_id], ["mail"], TTL, now=t0 + sec(1))
     assert (c.id, c.attempt, c.queue, c.priority, c.lease_ttl, c.timeout) == (job_id, 1, "mail", 3, 45.0, 100.0)
     job = get(store, job_id)
     assert (job.state, job.attempt, job.locked_by) == (JobState.RUNNING, 1, W)
@@ -1544,12 +1547,12 @@ def test_claim_ids_takes_a_queued_due_job_like_claim(store: Store) -> None:
     assert close_to(job.claimed_at, t0 + sec(1))
 
 
-def test_claim_ids_refuses_a_job_someone_holds(store: Store) -> None:
+def test_claim_ids_refuses_a_job_someone_holds(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     c = start_job(store, t0)
     before = get(store, c.id)
-    assert store.claim_ids(W2, [c.id], ["default"], TTL, now=t0 + sec(1)) == []
-    assert store.claim_ids(W, [c.id], ["default"], TTL, now=t0 + sec(1)) == []  # not even its owner
+    assert rounds.claim_ids(W2, [c.id], ["default"], TTL, now=t0 + sec(1)) == []
+    assert rounds.claim_ids(W, [c.id], ["default"], TTL, now=t0 + sec(1)) == []  # not even its owner
     assert get(store, c.id) == before
 
 

@@ -289,6 +289,14 @@ class Store(abc.ABC):
         return await asyncio.get_running_loop().run_in_executor(
             executor, partial(self.claim, worker, queues, limit, lease_ttl, now=now, tasks=tasks))
 
+    async def claim_ids_async(
+        self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
+        executor: Executor | None = None, now: datetime | None = None, tasks: Sequence[str] | None = None,
+    ) -> list[ClaimedJob]:
+        """``claim_ids`` for a coroutine (a delivering transport's claim)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            executor, partial(self.claim_ids, worker, ids, queues, lease_ttl, now=now, tasks=tasks))
+
     async def complete_async(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], *,
         executor: Executor | None = None, now: datetime | None = None,

@@ -28,8 +28,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
-import re
 import threading
 import time
 from collections.abc import Coroutine, Sequence
@@ -46,6 +44,7 @@ from ..config import Timers, validate_queue
 from ..errors import ConfigError
 from ..model import DueJob
 from .base import Delivery, Transport
+from .nats_names import _seconds, consumer_name, subject_for, validate_prefix
 
 __all__ = ["NatsTransport", "consumer_name", "subject_for"]
 
@@ -69,38 +68,6 @@ MAX_AGE = 7 * 24 * 3600.0
 ACK_WAIT_FACTOR = 2.0
 #: how long to wait before logging "cannot publish" again
 COMPLAIN_EVERY = 10.0
-
-_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
-
-
-def validate_prefix(prefix: str) -> str:
-    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
-        raise ConfigError(
-            f"NATS prefix {prefix!r} is not usable as a stream name and subject token: use letters, "
-            "digits, '_' and '-', at most 48 characters"
-        )
-    return prefix
-
-
-def subject_for(prefix: str, queue: str) -> str:
-    """The subject of one queue: ``.`` separates subject tokens, so it becomes ``~``
-    (which queue names cannot contain, so the mapping is one to one)."""
-    return f"{prefix}.jobs.{validate_queue(queue).replace('.', '~')}"
-
-
-def consumer_name(prefix: str, queue: str) -> str:
-    return f"{prefix}_{validate_queue(queue).replace('.', '~')}"
-
-
-def _seconds(value: object, what: str) -> float:
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what} must be a number of seconds, got {value!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"{what} must be a positive, finite number of seconds, got {value!r}")
-    return seconds
-
 
 class NatsTransport(Transport):
     delivers = True
@@ -147,6 +114,8 @@ class NatsTransport(Transport):
         self._subs: dict[str, JetStreamContext.PullSubscription] = {}
         self._complained = 0.0
         self._pending: set[asyncio.Future[None]] = set()
+        self._to_settle: list[tuple[Msg, str]] = []  # acks and naks for the link loop
+        self._settle_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, spec: str) -> NatsTransport:
@@ -423,10 +392,23 @@ class NatsTransport(Transport):
         self._settle(delivery, "nak")
 
     def _settle(self, delivery: Delivery, how: str) -> None:
-        if not isinstance(delivery.handle, Msg) or self._loop is None or self._closed:
+        # Batched: one wake-up of the link loop and one task per batch, not per message.
+        loop = self._loop
+        if not isinstance(delivery.handle, Msg) or loop is None or self._closed:
             return
+        with self._settle_lock:
+            self._to_settle.append((delivery.handle, how))
+            if len(self._to_settle) > 1:
+                return  # a flush is already on its way
         with contextlib.suppress(RuntimeError):  # the loop has stopped
-            asyncio.run_coroutine_threadsafe(_settle(delivery.handle, how), self._loop)
+            loop.call_soon_threadsafe(self._flush_settles)
+
+    def _flush_settles(self) -> None:
+        with self._settle_lock:  # on the link loop
+            batch, self._to_settle = self._to_settle, []
+        if batch:
+            self._pending.add(task := asyncio.ensure_future(_settle_all(batch)))
+            task.add_done_callback(self._pending.discard)
 
     # -- shutdown --------------------------------------------------------------------------
     def destroy(self) -> None:
@@ -459,6 +441,8 @@ class NatsTransport(Transport):
             self._subs.clear()
             self._waited = False
             self._closed = False
+        with self._settle_lock:  # their messages are redelivered after ack_wait
+            self._to_settle.clear()
 
     async def _shut(self) -> None:
         if self._keeper is not None:
@@ -470,6 +454,11 @@ class NatsTransport(Transport):
         if nc is not None and not nc.is_closed:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), 2.0)
+
+
+async def _settle_all(batch: list[tuple[Msg, str]]) -> None:
+    for msg, how in batch:
+        await _settle(msg, how)
 
 
 async def _settle(msg: Msg, how: str) -> None:

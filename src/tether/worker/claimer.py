@@ -28,7 +28,6 @@ import math
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from ..errors import ConfigError
@@ -261,7 +260,7 @@ class Claimer:
         store, pool, ttl = s.store, s.db_pool, s.timers.lease_ttl
         call: Coroutine[Any, Any, Any]
         if ids is not None:
-            call = s.db(partial(store.claim_ids, tasks=s.tasks), s.id, ids, s.queues, ttl)
+            call = store.claim_ids_async(s.id, ids, s.queues, ttl, executor=pool, tasks=s.tasks)
         elif reporter.done and reporter.carry:
             carried, reporter.done = reporter.done, []
             call = store.complete_and_claim_async(s.id, rows_of(carried), s.queues, want, ttl, executor=pool,

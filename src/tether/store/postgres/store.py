@@ -300,13 +300,15 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
         now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
-        if not ids:
-            return []
-        return claimed_from_rows(self._all(
-            "claim_ids", {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl,
-                          "done": None,
-                          "now": now, "tasks": None if tasks is None else list(tasks)},
-        ))
+        return claimed_from_rows(self._all("claim_ids", _ids_params(worker, ids, queues, lease_ttl, now, tasks))
+                                 ) if ids else []
+
+    async def claim_ids_async(
+        self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
+        executor: Executor | None = None, now: datetime | None = None, tasks: Sequence[str] | None = None,
+    ) -> list[ClaimedJob]:
+        params = _ids_params(worker, ids, queues, lease_ttl, now, tasks)
+        return claimed_from_rows(await self._all_async("claim_ids", params)) if ids else []
 
     def due_unclaimed(
         self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
@@ -488,3 +490,9 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
         if self.listen_url is None:
             return None
         return NotifyListener(self.listen_url, self.done_channel, on_finished)
+
+
+def _ids_params(worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, now: datetime | None,
+                tasks: Sequence[str] | None) -> dict[str, Any]:
+    return {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl, "now": now, "done": None,
+            "tasks": None if tasks is None else list(tasks)}

@@ -1,0 +1,214 @@
+"""Scenario 11: remote workers through ``tether server`` against local ones.
+
+The same no-op jobs, the same worker command (one process, concurrency C),
+the same database; only the worker's ``TETHER_DATABASE_URL`` changes:
+
+- ``local``: the worker talks to the database (PostgreSQL, or the SQLite file);
+- ``remote``: the worker talks HTTP to a ``tether server`` process on loopback
+  (``TETHER_TOKEN``, a worker-scope token), which runs the store operations
+  against that database.
+
+Method as in scenario 1: N jobs bulk-enqueued (straight into the database),
+then the worker starts; jobs/s from the first handler to the moment nothing
+is queued or running (one probe of the database every 20 ms). Worker CPU and
+server CPU per job over the same window (/proc), and PostgreSQL's. Local and
+remote take turns within each repetition (the order rotating), and the
+figure is the ratio remote / local within the run.
+
+    python bench/scenarios/remote.py --quick
+    python bench/scenarios/remote.py --backend sqlite --concurrency 10 --n 5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import secrets
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common as C
+
+BACKENDS = ["postgresql", "sqlite"]
+CONCURRENCY = [10, 50]
+MODES = ["local", "remote"]
+DB = "bench_tether_remote"
+POLL = 0.02
+
+
+def _system(backend: str) -> C.System:
+    if backend == "sqlite":
+        path = C.scratch() / "remote-bench.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        return C.tether_sqlite(path)
+    C.recreate_db(DB)
+    return dataclasses.replace(C.SYSTEMS["tether"], db=DB)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(system: C.System, token: str, tag: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``tether server`` on a free loopback port, in tether's bench venv; waits until it accepts."""
+    port = _free_port()
+    log = open(C.scratch() / "logs" / f"{tag}-server.log", "ab")  # noqa: SIM115 (closed with the process)
+    proc = subprocess.Popen([system.python, "-m", "tether", "-d", system.dsn, "server", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"],
+                            env=system.environ({"TETHER_SERVER_TOKENS": f"{token} worker"}), stdout=log,
+                            stderr=subprocess.STDOUT, cwd=str(C.scratch()), start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tether server exited ({proc.returncode}); see {C.scratch() / 'logs'}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("tether server did not start listening within 60 s")
+
+
+def _pending(system: C.System) -> Any:
+    """A probe of the database: (callable returning True while jobs are left, closer)."""
+    if system.is_postgres:
+        conn = C.connect(system.db)
+        return (lambda: conn.execute(system.pending_sql).fetchone()[0]), conn.close  # type: ignore[index]
+    path = system.dsn.removeprefix("sqlite:///")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    return (lambda: db.execute(system.pending_sql).fetchone()[0]), db.close
+
+
+def run_one(backend: str, mode: str, n: int, concurrency: int, tag: str) -> dict[str, Any]:
+    system = _system(backend)
+    logs = C.scratch() / "logs"
+    C.run_client(system, ["setup"], log_to=logs / f"{tag}-setup.log")
+    enq = C.run_client(system, ["enqueue", "--mode", "bulk", "--n", str(n), "--batch", "1000"],
+                       log_to=logs / f"{tag}-prefill.log")
+    if system.is_postgres:
+        C.settle_db(system.db)
+    server: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = {}
+    if mode == "remote":
+        token = secrets.token_urlsafe(24)
+        server, url = start_server(system, token, tag)
+        env = {"TETHER_DATABASE_URL": url, "TETHER_TOKEN": token}
+    marks = C.fresh_dir(f"marks-{tag}")
+    t_spawn = time.time()
+    w = C.spawn_workers(system, 1, concurrency, extra_env={**env, "BENCH_MARK_DIR": str(marks)}, tag=f"-{tag}")
+    out: dict[str, Any] = {"backend": backend, "mode": mode, "concurrency": concurrency, "n": n,
+                           "prefill_rate": n / enq["seconds"]}
+    try:
+        if C.wait_first_mark(marks, w, timeout=120) is None:
+            raise RuntimeError(f"no job started (worker alive: {w.alive()}); see {logs}")
+        w1, srv1 = w.cpu(), C.tree_cpu([server.pid]) if server else 0.0
+        pg1 = C.pg_cpu() if system.is_postgres else 0.0
+        pending, close = _pending(system)
+        try:
+            deadline = time.monotonic() + max(120.0, n / 50)
+            while True:
+                t_q = time.time()
+                if not pending():
+                    t_done = t_q
+                    break
+                if time.monotonic() > deadline or not w.alive() or (server and server.poll() is not None):
+                    raise RuntimeError(f"jobs still pending at the deadline (worker alive: {w.alive()})")
+                time.sleep(POLL)
+        finally:
+            close()
+        w2, srv2 = w.cpu(), C.tree_cpu([server.pid]) if server else 0.0
+        pg2 = C.pg_cpu() if system.is_postgres else 0.0
+    finally:
+        w.stop()
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    if system.is_postgres:
+        with C.connect(system.db) as c:
+            (done,) = c.execute(system.done_sql).fetchone()  # type: ignore[misc]
+    else:
+        db = sqlite3.connect(f"file:{system.dsn.removeprefix('sqlite:///')}?mode=ro", uri=True, timeout=30)
+        (done,) = db.execute(system.done_sql).fetchone()
+        db.close()
+    window = t_done - min(C.first_marks(marks))
+    out.update({
+        "done": int(done), "ok": int(done) == n, "seconds": window, "rate": n / window,
+        "rate_from_spawn": n / (t_done - t_spawn),
+        "worker_cpu_per_job_ms": 1000 * (w2 - w1) / n,
+        "server_cpu_per_job_ms": 1000 * (srv2 - srv1) / n,
+        "pg_cpu_per_job_ms": 1000 * (pg2 - pg1) / n if system.is_postgres else None,
+    })
+    return out
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if r.get("ok")]
+    out: dict[str, Any] = {"reps": len(runs), "ok_reps": len(ok)}
+    for k in ("rate", "rate_from_spawn", "worker_cpu_per_job_ms", "server_cpu_per_job_ms", "pg_cpu_per_job_ms"):
+        out[k] = C.median([r[k] for r in ok if r.get(k) is not None])
+    if not ok and runs:
+        out["error"] = runs[-1].get("error")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    C.add_common_args(p, default_n=20000)
+    p.add_argument("--backend", action="append", choices=BACKENDS, help="default: both")
+    p.add_argument("--concurrency", type=int, action="append", help="default: 10 and 50")
+    args = p.parse_args(argv)
+    C.set_out_dir(args.out, quick=args.quick)
+    n = args.n or (3000 if args.quick else 20000)
+    C.available(["tether"]) or sys.exit("tether's bench venv is missing")
+    (C.scratch() / "logs").mkdir(parents=True, exist_ok=True)
+    backends, concs = args.backend or BACKENDS, args.concurrency or CONCURRENCY
+    results: dict[str, Any] = {"n": n, "configs": {}, "runs": []}
+    runs: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for backend in backends:
+        for conc in concs:
+            for rep in range(args.reps or (2 if args.quick else 3)):  # the ratio is the figure: two even when quick
+                for mode in C.rotated(MODES, rep):
+                    tag = f"remote-{backend}-{mode}-c{conc}-r{rep}"
+                    C.log(f"remote {backend} {mode} c{conc} n={n} rep {rep + 1}")
+                    speed = C.speed_probe()
+                    try:
+                        r = run_one(backend, mode, n, conc, tag)
+                        C.log(f"  {r['rate']:.0f} jobs/s, worker {r['worker_cpu_per_job_ms']:.3f} ms/job, "
+                              f"server {r['server_cpu_per_job_ms']:.3f} ms/job, done {r['done']}/{n}, "
+                              f"speed probe {speed:.1f} ms")
+                    except Exception as exc:
+                        C.log(f"  FAILED: {exc}")
+                        r = {"backend": backend, "mode": mode, "concurrency": conc, "ok": False,
+                             "error": str(exc)[:2000]}
+                    r["rep"], r["speed_probe_ms"] = rep, speed
+                    runs.setdefault((backend, conc, mode), []).append(r)
+                    results["runs"].append(r)
+            local = summarize(runs[backend, conc, "local"])
+            remote = summarize(runs[backend, conc, "remote"])
+            ratio = remote["rate"] / local["rate"] if remote["rate"] and local["rate"] else None
+            results["configs"][f"{backend} c{conc}"] = {"local": local, "remote": remote,
+                                                        "remote_over_local": ratio}
+            C.log(f"remote {backend} c{conc}: remote/local = {ratio or 0:.2f}")
+    if "postgresql" in backends:
+        C.drop_db(DB)
+    C.save_raw("remote", results)
+    return results
+
+
+if __name__ == "__main__":
+    main()
