@@ -480,10 +480,27 @@ def spawn_workers(system: System, count: int, concurrency: int, *, extra_env: di
         cmd = argv or system.worker_argv(system, concurrency)
         f.write(f"$ {' '.join(cmd)}\n".encode())
         f.flush()
-        procs.append(subprocess.Popen(cmd, env=system.environ(extra_env), stdout=f, stderr=subprocess.STDOUT,
+        # libpq (psycopg) names each connection after its worker process, so
+        # pg_stat_activity can count a worker's connections (worker_app_name)
+        env = {"PGAPPNAME": worker_app_name(k), **(extra_env or {})}
+        procs.append(subprocess.Popen(cmd, env=system.environ(env), stdout=f, stderr=subprocess.STDOUT,
                                       cwd=str(scratch()), start_new_session=True))
         logs.append(f)
     return Workers(procs, logs)
+
+
+def worker_app_name(k: int) -> str:
+    """The ``application_name`` of worker process ``k``'s connections (drivers
+    that read ``PGAPPNAME``: libpq's, so tether's, procrastinate's, chancy's)."""
+    return f"bench-w{k}"
+
+
+def connections_by_app(db: str, admin: psycopg.Connection[Any]) -> dict[str, int]:
+    """Connections to ``db`` now, by ``application_name`` (one query)."""
+    rows = admin.execute(
+        "SELECT application_name, count(*) FROM pg_stat_activity "
+        "WHERE datname = %s AND pid <> pg_backend_pid() GROUP BY 1", (db,)).fetchall()
+    return {str(a): int(n) for a, n in rows}
 
 
 def first_marks(mark_dir: Path) -> list[float]:

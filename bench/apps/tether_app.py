@@ -27,6 +27,13 @@ async def noop(ctx: JobContext, i: int = 0) -> None:
     mark_first()
 
 
+@app.task(name="noop_sync")
+def noop_sync(ctx: JobContext, i: int = 0) -> None:
+    """A plain ``def`` no-op (run on the worker's thread pool): the embedded
+    anchor scenario, beside huey's sync handlers."""
+    mark_first()
+
+
 @app.task(name="sleepy")
 async def sleepy(ctx: JobContext, seconds: float = 3600.0, i: int = 0) -> None:
     """A long-running job: holds its lease (and so its heartbeats) until cancelled."""
