@@ -66,6 +66,10 @@ PG_USER = os.environ.get("BENCH_PG_USER", "postgres")
 ADMIN_DB = os.environ.get("BENCH_PG_ADMIN_DB", "postgres")
 PGBIN = Path(os.environ.get("BENCH_PGBIN", "/usr/lib/postgresql/15/bin"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: appended to the names of the databases the systems and the sentinel use, so
+#: that two harnesses (two checkouts) can share one server without dropping
+#: each other's databases mid-run
+DB_SUFFIX = os.environ.get("BENCH_DB_SUFFIX", "")
 
 
 def pg_url(db: str) -> str:
@@ -226,7 +230,7 @@ def snapshot(db: str, admin: psycopg.Connection[Any] | None = None) -> Snap:
             conn.close()
 
 
-SENTINEL_DB = "bench_sentinel"
+SENTINEL_DB = "bench_sentinel" + DB_SUFFIX
 
 
 class Sentinel:
@@ -391,6 +395,8 @@ SYSTEMS: dict[str, System] = {
         notes="`chancy worker start`; queue declared with the asyncio executor, concurrency C, eager polling",
     ),
 }
+for _s in SYSTEMS.values():
+    _s.db += DB_SUFFIX
 PEERS = ["pgqueuer", "procrastinate", "oban", "chancy"]
 ALL_SYSTEMS = ["tether", *PEERS]
 
