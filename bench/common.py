@@ -66,6 +66,10 @@ PG_USER = os.environ.get("BENCH_PG_USER", "postgres")
 ADMIN_DB = os.environ.get("BENCH_PG_ADMIN_DB", "postgres")
 PGBIN = Path(os.environ.get("BENCH_PGBIN", "/usr/lib/postgresql/15/bin"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: appended to the names of the databases the systems and the sentinel use, so
+#: that two harnesses (two checkouts) can share one server without dropping
+#: each other's databases mid-run
+DB_SUFFIX = os.environ.get("BENCH_DB_SUFFIX", "")
 
 
 def pg_url(db: str) -> str:
@@ -226,7 +230,7 @@ def snapshot(db: str, admin: psycopg.Connection[Any] | None = None) -> Snap:
             conn.close()
 
 
-SENTINEL_DB = "bench_sentinel"
+SENTINEL_DB = "bench_sentinel" + DB_SUFFIX
 
 
 class Sentinel:
@@ -391,6 +395,8 @@ SYSTEMS: dict[str, System] = {
         notes="`chancy worker start`; queue declared with the asyncio executor, concurrency C, eager polling",
     ),
 }
+for _s in SYSTEMS.values():
+    _s.db += DB_SUFFIX
 PEERS = ["pgqueuer", "procrastinate", "oban", "chancy"]
 ALL_SYSTEMS = ["tether", *PEERS]
 
@@ -480,10 +486,27 @@ def spawn_workers(system: System, count: int, concurrency: int, *, extra_env: di
         cmd = argv or system.worker_argv(system, concurrency)
         f.write(f"$ {' '.join(cmd)}\n".encode())
         f.flush()
-        procs.append(subprocess.Popen(cmd, env=system.environ(extra_env), stdout=f, stderr=subprocess.STDOUT,
+        # libpq (psycopg) names each connection after its worker process, so
+        # pg_stat_activity can count a worker's connections (worker_app_name)
+        env = {"PGAPPNAME": worker_app_name(k), **(extra_env or {})}
+        procs.append(subprocess.Popen(cmd, env=system.environ(env), stdout=f, stderr=subprocess.STDOUT,
                                       cwd=str(scratch()), start_new_session=True))
         logs.append(f)
     return Workers(procs, logs)
+
+
+def worker_app_name(k: int) -> str:
+    """The ``application_name`` of worker process ``k``'s connections (drivers
+    that read ``PGAPPNAME``: libpq's, so tether's, procrastinate's, chancy's)."""
+    return f"bench-w{k}"
+
+
+def connections_by_app(db: str, admin: psycopg.Connection[Any]) -> dict[str, int]:
+    """Connections to ``db`` now, by ``application_name`` (one query)."""
+    rows = admin.execute(
+        "SELECT application_name, count(*) FROM pg_stat_activity "
+        "WHERE datname = %s AND pid <> pg_backend_pid() GROUP BY 1", (db,)).fetchall()
+    return {str(a): int(n) for a, n in rows}
 
 
 def first_marks(mark_dir: Path) -> list[float]:

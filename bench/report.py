@@ -92,6 +92,28 @@ def ratio_rows(raw: dict[str, Any]) -> list[list[str]]:
             t, pgq = cpu.get("tether"), cpu.get("pgqueuer")
             add("1 throughput", f"CPU ms/job (worker+PG), {cfg}", cpu, False, "ms", "≤ ½ pgqueuer",
                 None if t is None or pgq is None else t <= pgq / 2, digits=3)
+        whole = "1w x c10"
+        if whole in tp["configs"]:  # whole-process figures (issue 22): spawn to done, rusage + server CPU
+            spawn = {s: d["configs"].get(whole, {}).get("rate_from_spawn") for s, d in tp["systems"].items()}
+            t, pgq = spawn.get("tether"), spawn.get("pgqueuer")
+            add("1 throughput", f"whole process: jobs/s from spawn, {whole}", spawn, True, "/s", "≥ 3x pgqueuer",
+                None if t is None or pgq is None else t >= 3 * pgq)
+            cpu = {s: d["configs"].get(whole, {}).get("cpu_total_per_job_ms") for s, d in tp["systems"].items()}
+            t, pgq = cpu.get("tether"), cpu.get("pgqueuer")
+            add("1 throughput", f"whole process: CPU ms/job (worker rusage + PG), {whole}", cpu, False, "ms",
+                "≤ 0.33x pgqueuer", None if t is None or pgq is None else t <= 0.33 * pgq, digits=3)
+    sy = raw.get("sync")
+    if sy:
+        for key, d in sy["configs"].items():
+            r = (d.get("sync_over_async") or {}).get("rate")
+            rows.append(["sync handlers", f"def / async def jobs/s, {key}", f(r, 2) + "x" if r else "-", "-", "-",
+                         "-", "≥ 0.8x", check(None if r is None else r >= 0.8)])
+    wk = raw.get("workers")
+    if wk:
+        most = max((d.get("conns_per_worker_max") or 0) for d in wk["by_workers"].values())
+        med = max((d.get("conns_per_worker_median") or 0) for d in wk["by_workers"].values())
+        rows.append(["many workers", "connections per worker process (median / most)", f"{f(med, 1)} / {most}",
+                     "-", "-", "-", "≤ 3", check(most <= 3)])
     enq = raw.get("enqueue")
     if enq:
         for mode, label in (("bulk", "bulk"), ("sync", "single, sync"), ("async", "single, async")):
@@ -132,14 +154,18 @@ def throughput_md(tp: dict[str, Any]) -> str:
         for cfg in tp["configs"]:
             r = d["configs"].get(cfg, {})
             rows.append([s, cfg, f(r.get("rate")), f(r.get("rate_from_spawn")), f(r.get("worker_cpu_per_job_ms"), 3),
-                         f(r.get("pg_cpu_per_job_ms"), 3), f(r.get("commits_per_job"), 2),
+                         f(r.get("pg_cpu_per_job_ms"), 3), f(r.get("worker_cpu_total_per_job_ms"), 3),
+                         f(r.get("pg_cpu_total_per_job_ms"), 3), f(r.get("commits_per_job"), 2),
                          f(r.get("wal_bytes_per_job")), f"{r.get('ok_reps', 0)}/{r.get('reps', 0)}"])
     notes = "\n".join(f"- **{s}**: {d.get('notes', '')}" for s, d in tp["systems"].items())
     return (f"N = {tp['n']:,} pre-enqueued no-op jobs; rate from the first handler to the last job done "
-            "(`from spawn` includes interpreter start-up); CPU over the same window; commits and WAL from "
+            "(`from spawn`: from the workers' spawn until the database shows every job finished, start-up "
+            "included); CPU over the same window, and whole-process (`whole`: the workers' rusage from spawn to "
+            "exit, the server's CPU from before the spawn until every connection closed); commits and WAL from "
             "worker start to exit. " + interleaving(tp["runs"]) + "\n\n"
             + table(["system", "workers x concurrency", "jobs/s", "jobs/s from spawn", "worker CPU ms/job",
-                     "PG CPU ms/job", "commits/job", "WAL B/job", "ok runs"], rows)
+                     "PG CPU ms/job", "whole: worker CPU ms/job", "whole: PG CPU ms/job", "commits/job",
+                     "WAL B/job", "ok runs"], rows)
             + "\n\n" + notes)
 
 
@@ -324,6 +350,45 @@ def ceiling_md(ce: dict[str, Any], tp: dict[str, Any] | None) -> str:
     return text
 
 
+def sync_md(sy: dict[str, Any]) -> str:
+    rows = []
+    for key, d in sy["configs"].items():
+        a, s, r = d.get("async", {}), d.get("sync", {}), d.get("sync_over_async", {})
+        rows.append([key, f(a.get("rate")), f(s.get("rate")), f(r.get("rate"), 2) + "x" if r.get("rate") else "-",
+                     f(a.get("rate_from_spawn")), f(s.get("rate_from_spawn")),
+                     f(a.get("worker_cpu_per_job_ms"), 4), f(s.get("worker_cpu_per_job_ms"), 4),
+                     f(r.get("worker_cpu_per_job_ms"), 2) + "x" if r.get("worker_cpu_per_job_ms") else "-",
+                     f"{a.get('ok_reps', 0)}+{s.get('ok_reps', 0)}/{a.get('reps', 0)}+{s.get('reps', 0)}"])
+    return (f"N = {sy['n']:,} no-op jobs, one worker process; `async def` (task `noop`) and `def` (`noop_sync`, on "
+            "the handler threads) run back to back in each repetition; ratios are the median of the "
+            "per-repetition ratios. " + interleaving(sy["runs"]) + "\n\n"
+            + table(["backend, concurrency", "async jobs/s", "def jobs/s", "def / async", "async from spawn",
+                     "def from spawn", "async worker CPU ms/job", "def worker CPU ms/job", "CPU def / async",
+                     "ok runs"], rows))
+
+
+def workers_md(wk: dict[str, Any]) -> str:
+    rows = []
+    for k, d in sorted(wk["by_workers"].items(), key=lambda kv: int(kv[0])):
+        waits = ", ".join(f"{w} {p:.0f}%" for w, p in list((d.get("waits_pct") or {}).items())[:4])
+        rows.append([k, f(d.get("rate")), f(d.get("rate_from_spawn")), f(d.get("worker_cpu_per_job_ms"), 3),
+                     f(d.get("pg_cpu_per_job_ms"), 3), f(d.get("cores_busy_pct")),
+                     f"{f(d.get('conns_per_worker_idle_max'))} / {f(d.get('conns_per_worker_median'), 1)} / "
+                     f"{f(d.get('conns_per_worker_max'))}",
+                     f(d.get("heartbeats_per_s"), 1), f(d.get("heartbeats_per_worker_per_s"), 2),
+                     f(d.get("heartbeats_per_1000_jobs"), 1), f(d.get("commits_per_job"), 2), waits or "-"])
+    return (f"N = {wk['n']:,} no-op jobs held back until every worker is up, concurrency {wk['concurrency']} per "
+            f"process, heartbeat every {wk.get('heartbeat_s', 1):g} s; jobs/s from the release (`from spawn`: "
+            "from the first worker's spawn); cores busy = (worker + PostgreSQL CPU) / window / "
+            f"{wk.get('cores', '?')} cores; connections per worker process from `pg_stat_activity` by "
+            "`application_name` (at idle before the release, then median and most while the jobs ran); "
+            "heartbeat statements from `n_tup_upd` of `tether.workers`; what the database's active backends "
+            "waited on, as a share of samples. " + interleaving(wk["runs"]) + "\n\n"
+            + table(["workers", "jobs/s", "from spawn", "worker CPU ms/job", "PG CPU ms/job", "cores busy %",
+                     "conns/worker idle / median / most", "heartbeats/s", "per worker/s", "per 1,000 jobs",
+                     "commits/job", "active backends wait on"], rows))
+
+
 # -- plots ---------------------------------------------------------------------------------
 def _bars(ax: Any, groups: list[str], series: dict[str, list[float | None]], ylabel: str) -> None:
     n = max(1, len(series))
@@ -425,6 +490,55 @@ def plots(raw: dict[str, Any], out: Path) -> list[str]:
         fig.savefig(out / "enqueue.png", dpi=90)
         plt.close(fig)
         made.append("enqueue.png")
+    sy = raw.get("sync")
+    if sy:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        keys = list(sy["configs"])
+        _bars(ax, keys, {kind: [sy["configs"][k].get(kind, {}).get("rate") for k in keys]
+                         for kind in ("async", "sync")}, "jobs/s")
+        for i, k in enumerate(keys):
+            r = sy["configs"][k].get("sync_over_async", {}).get("rate")
+            if r:
+                ax.annotate(f"{r:.2f}x", (i, 0), textcoords="offset points", xytext=(0, 4), ha="center")
+        ax.legend(["async def", "def"])
+        ax.set_title("def vs async def no-op handlers, one worker (ratio def/async at the foot)")
+        fig.tight_layout()
+        fig.savefig(out / "sync.png", dpi=90)
+        plt.close(fig)
+        made.append("sync.png")
+    wk = raw.get("workers")
+    if wk:
+        fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+        for name, label in (("workers", "tether"), ("workers-no-done-notify", "finished-job NOTIFY off")):
+            d = raw.get(name)
+            if not d:
+                continue
+            ks = sorted(d["by_workers"], key=int)
+            a.plot([int(k) for k in ks], [d["by_workers"][k].get("rate") for k in ks], "o-", label=label)
+        a.set_xscale("log", base=2)
+        counts = sorted(int(k) for k in wk["by_workers"])
+        a.set_xticks(counts, [str(c) for c in counts])
+        a.set_xlabel(f"worker processes (x concurrency {wk['concurrency']})")
+        a.set_ylabel("jobs/s")
+        a.set_ylim(bottom=0)
+        a.set_title("Throughput vs worker processes")
+        a.grid(alpha=0.3)
+        a.legend()
+        ks = sorted(wk["by_workers"], key=int)
+        xs = [int(k) for k in ks]
+        b.plot(xs, [wk["by_workers"][k].get("conns_per_worker_max") for k in ks], "o-", label="connections per worker (most)")
+        b.plot(xs, [wk["by_workers"][k].get("heartbeats_per_s") for k in ks], "s--", label="heartbeat statements/s")
+        b.set_xscale("log", base=2)
+        b.set_xticks(counts, [str(c) for c in counts])
+        b.set_xlabel("worker processes")
+        b.set_ylim(bottom=0)
+        b.set_title("Connections and heartbeats vs worker processes")
+        b.grid(alpha=0.3)
+        b.legend()
+        fig.tight_layout()
+        fig.savefig(out / "workers.png", dpi=90)
+        plt.close(fig)
+        made.append("workers.png")
     return made
 
 
@@ -458,7 +572,11 @@ def build(out: Path) -> Path:
                 ("heartbeat", "4. Heartbeat cost", heartbeat_md),
                 ("history", "5. Claim and reap cost vs history", history_md),
                 ("recovery", "6. Recovery after SIGKILL", recovery_md),
-                ("sqlite", "7. SQLite embedded", sqlite_md)]
+                ("sqlite", "7. SQLite embedded", sqlite_md),
+                ("sync", "def handlers beside async def", sync_md),
+                ("workers", "Many worker processes (PostgreSQL)", workers_md),
+                ("workers-no-done-notify", "Many worker processes, finished-job NOTIFY off (experiment)",
+                 workers_md)]
     for key, title, fn in sections:
         if key in raw:
             parts += ["", f"## {title}", "", fn(raw[key])]

@@ -25,6 +25,8 @@ import common as C
 import report
 
 SCENARIOS = ["throughput", "enqueue", "latency", "heartbeat", "history", "recovery", "sqlite", "ceiling"]
+#: tether-only scenarios of issue 22 (sync handlers; many worker processes)
+SCENARIOS += ["sync", "workers"]
 #: scenarios whose --system takes the side-by-side systems
 SIDE_BY_SIDE = {"throughput", "enqueue", "latency"}
 #: issue 22 items 4-6: remote workers, NATS against NOTIFY, the huey anchor (tether only, in bench/run)

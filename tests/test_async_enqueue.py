@@ -163,6 +163,27 @@ def test_each_loop_opens_its_own_and_an_ended_loops_are_closed(named_app: tuple[
 
 
 @postgresql_only
+def test_a_loop_limited_to_one_round_connection_sends_its_rounds_on_one(named_app: tuple[Tether, str]) -> None:
+    """What a worker whose claims carry its successes asks (runtime.run): its
+    loop's round statements share one connection; unlimited, two."""
+    app, name = named_app
+    store = app.store
+
+    async def rounds(limit: int | None) -> None:
+        if limit is not None:
+            store.round_connections(limit)
+        await asyncio.gather(*(store.claim_async("w", ["default"], 1, 30.0) for _ in range(4)))
+
+    asyncio.run(rounds(1))
+    settles(name, 1 + 1)  # the sync pool's one, and the loop's one round connection
+    asyncio.run(rounds(None))
+    settles(name, 1 + 2)  # a new loop: the default, two (the ended loop's one closed)
+    app.close()
+    settles(name, 0)
+    gc.collect()
+
+
+@postgresql_only
 def test_close_called_inside_the_running_loop_returns_and_closes(named_app: tuple[Tether, str]) -> None:
     app, name = named_app
     add = _tasks(app)

@@ -24,13 +24,14 @@ import common as C
 WORKERS = [1, 2, 4]
 
 
-def run_one(n: int, workers: int, concurrency: int, tag: str) -> dict[str, Any]:
+def run_one(n: int, workers: int, concurrency: int, tag: str, *, task: str = "noop") -> dict[str, Any]:
+    """``task``: the jobs' task (``noop_sync``: ``def`` handlers)."""
     path = C.scratch() / "sqlite-bench.db"
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
     system = C.tether_sqlite(path)
     C.run_client(system, ["setup"])
-    enq = C.run_client(system, ["enqueue", "--mode", "bulk", "--n", str(n), "--batch", "1000"])
+    enq = C.run_client(system, ["enqueue", "--mode", "bulk", "--n", str(n), "--batch", "1000", "--task", task])
     marks = C.fresh_dir(f"marks-{tag}")
     t_spawn = time.time()
     w = C.spawn_workers(system, workers, concurrency, extra_env={"BENCH_MARK_DIR": str(marks)}, tag=f"-{tag}")
@@ -59,7 +60,7 @@ def run_one(n: int, workers: int, concurrency: int, tag: str) -> dict[str, Any]:
         "workers": workers, "concurrency": concurrency, "n": n, "done": int(done), "ok": int(done) == n,
         "prefill_rate": n / enq["seconds"], "seconds": t_done - t_first, "rate": n / (t_done - t_first),
         "rate_from_spawn": n / (t_done - t_spawn), "worker_cpu_per_job_ms": 1000 * (w2 - w1) / n,
-        "worker_cpu_total_s": total_cpu,
+        "worker_cpu_total_s": total_cpu, "worker_cpu_total_per_job_ms": 1000 * total_cpu / n,
     }
 
 

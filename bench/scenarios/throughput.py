@@ -13,7 +13,13 @@ running. Reported per run:
   (/proc); ``worker_cpu_total_s`` from rusage, start-up and shutdown included;
 - ``commits_per_job`` (pg_stat_database.xact_commit, our polls subtracted) and
   ``wal_bytes_per_job`` (pg_current_wal_lsn), from worker spawn until every
-  connection closed.
+  connection closed;
+- whole-process figures: ``rate_from_spawn`` (N / from the workers' spawn until
+  the database shows every job finished), ``worker_cpu_total_per_job_ms`` (the
+  worker processes' whole-life CPU: the rusage ``wait4`` returns, start-up and
+  shutdown included) and ``pg_cpu_total_per_job_ms`` (the server's CPU from
+  before the spawn until every connection closed), summed in
+  ``cpu_total_per_job_ms``.
 
     python bench/scenarios/throughput.py --system tether --n 2000 --reps 1
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +44,53 @@ def config_name(workers: int, concurrency: int) -> str:
     return f"{workers}w x c{concurrency}"
 
 
+Watch = Callable[[Any], None]
+
+
+def wait_drained(system: C.System, w: C.Workers, n: int, admin: Any, watch: Watch | None = None) -> tuple[float, int]:
+    """Poll ``system.pending_sql`` every POLL seconds until nothing is queued or
+    running; returns when it first saw that (wall clock) and how many polls it
+    sent. ``watch(admin)`` runs after each poll that still saw work."""
+    polls = 0
+    deadline = time.monotonic() + max(120.0, n / 50)
+    with C.connect(system.db) as pc:
+        while True:
+            t_q = time.time()
+            (pending,) = pc.execute(system.pending_sql).fetchone()  # type: ignore[misc]
+            polls += 1
+            if not pending:
+                return t_q, polls
+            if watch is not None:
+                watch(admin)
+            if time.monotonic() > deadline or not w.alive():
+                raise RuntimeError(f"{system.name}: jobs still pending at the deadline (workers alive: {w.alive()})")
+            time.sleep(POLL)
+
+
+def after_exit(system: C.System) -> tuple[C.Snap, int]:
+    """Once the workers exited: the closing snapshot (taken when every
+    connection closed, so their counters are flushed) and the jobs succeeded."""
+    C.wait_no_backends(system.db)
+    s3 = C.snapshot(system.db)
+    with C.connect(system.db) as c:
+        (done,) = c.execute(system.done_sql).fetchone()  # type: ignore[misc]
+    return s3, int(done)
+
+
 def run_one(system: C.System, n: int, workers: int, concurrency: int, tag: str,
-            env: dict[str, str] | None = None) -> dict[str, Any]:
-    """``env`` reaches the workers and the client (e.g. TETHER_TRANSPORT)."""
+            env: dict[str, str] | None = None, *, task: str = "noop",
+            watch: Watch | None = None) -> dict[str, Any]:
+    """``env`` reaches the workers and the client (e.g. TETHER_TRANSPORT);
+    ``task``: the jobs' task (tether: ``noop_sync`` for ``def`` handlers);
+    ``watch(admin)`` is called at each poll while the jobs run, on the driver's
+    admin connection (e.g. to sample pg_stat_activity)."""
     db = system.db
     C.recreate_db(db)
     setup_args = ["setup"] + (["--concurrency", str(concurrency)] if system.setup_takes_concurrency else [])
     C.run_client(system, setup_args, extra_env=env, log_to=C.scratch() / "logs" / f"{tag}-setup.log")
-    enq = C.run_client(system, ["enqueue", "--mode", "bulk", "--n", str(n), "--batch", "1000"], extra_env=env,
-                       log_to=C.scratch() / "logs" / f"{tag}-prefill.log")
+    enq_args = ["enqueue", "--mode", "bulk", "--n", str(n), "--batch", "1000"] + (
+        ["--task", task] if task != "noop" else [])
+    enq = C.run_client(system, enq_args, extra_env=env, log_to=C.scratch() / "logs" / f"{tag}-prefill.log")
     C.settle_db(db)
     marks = C.fresh_dir(f"marks-{tag}")
     with C.connect() as admin, C.Sentinel() as sentinel:
@@ -62,28 +107,13 @@ def run_one(system: C.System, n: int, workers: int, concurrency: int, tag: str,
             s1 = C.snapshot(db, admin)
             w1 = w.cpu()
             conns = C.backends(db, admin)
-            polls = 0
-            deadline = time.monotonic() + max(120.0, n / 50)
-            with C.connect(db) as pc:
-                while True:
-                    t_q = time.time()
-                    (pending,) = pc.execute(system.pending_sql).fetchone()  # type: ignore[misc]
-                    polls += 1
-                    if not pending:
-                        t_done = t_q
-                        break
-                    if time.monotonic() > deadline or not w.alive():
-                        raise RuntimeError(f"{system.name}: jobs still pending at the deadline "
-                                           f"(workers alive: {w.alive()})")
-                    time.sleep(POLL)
+            t_done, polls = wait_drained(system, w, n, admin, watch)
             w2 = w.cpu()
             s2 = C.snapshot(db, admin)
         finally:
             rusage_cpu = w.stop()
-    C.wait_no_backends(db)
-    s3 = C.snapshot(db)
-    with C.connect(db) as c:
-        (done,) = c.execute(system.done_sql).fetchone()  # type: ignore[misc]
+            t_exit = time.time()
+    s3, done = after_exit(system)
     t_first = min(C.first_marks(marks))
     window = t_done - t_first
     # Not corrected for catch-up transactions (see common.Sentinel): busy
@@ -100,6 +130,13 @@ def run_one(system: C.System, n: int, workers: int, concurrency: int, tag: str,
         "worker_cpu_s": w2 - w1,
         "pg_cpu_s": s2.pg_cpu - s1.pg_cpu,
         "worker_cpu_total_s": rusage_cpu,
+        "pg_cpu_total_s": s3.pg_cpu - s0.pg_cpu,
+        "worker_cpu_total_per_job_ms": 1000 * rusage_cpu / n,
+        "pg_cpu_total_per_job_ms": 1000 * (s3.pg_cpu - s0.pg_cpu) / n,
+        "cpu_total_per_job_ms": 1000 * (rusage_cpu + s3.pg_cpu - s0.pg_cpu) / n,
+        "t_spawn": t_spawn,
+        "t_done": t_done,
+        "t_exit": t_exit,
         "worker_cpu_per_job_ms": 1000 * (w2 - w1) / n,
         "pg_cpu_per_job_ms": 1000 * (s2.pg_cpu - s1.pg_cpu) / n,
         "cpu_per_job_ms": 1000 * ((w2 - w1) + (s2.pg_cpu - s1.pg_cpu)) / n,
@@ -117,6 +154,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Median of each figure over the repetitions that finished."""
     ok = [r for r in runs if r.get("ok")]
     keys = ["rate", "rate_from_spawn", "worker_cpu_per_job_ms", "pg_cpu_per_job_ms", "cpu_per_job_ms",
+            "worker_cpu_total_per_job_ms", "pg_cpu_total_per_job_ms", "cpu_total_per_job_ms",
             "commits_per_job", "wal_bytes_per_job", "startup_s"]
     out: dict[str, Any] = {"reps": len(runs), "ok_reps": len(ok)}
     for k in keys:
@@ -151,7 +189,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 try:
                     r = run_one(system, n, workers, conc, tag)
                     C.log(f"  {r['rate']:.0f} jobs/s, worker {r['worker_cpu_per_job_ms']:.3f} ms/job, "
-                          f"pg {r['pg_cpu_per_job_ms']:.3f} ms/job, {r['commits_per_job']:.2f} commits/job, "
+                          f"pg {r['pg_cpu_per_job_ms']:.3f} ms/job; whole process {r['rate_from_spawn']:.0f} "
+                          f"jobs/s, {r['cpu_total_per_job_ms']:.3f} ms/job; {r['commits_per_job']:.2f} commits/job, "
                           f"{r['wal_bytes_per_job']:.0f} WAL B/job, done {r['done']}/{n}, speed probe {speed:.1f} ms")
                 except Exception as exc:  # a peer that breaks must not stop the others
                     C.log(f"  FAILED: {exc}")

@@ -103,6 +103,10 @@ class Store(abc.ABC):
     #: server), whose work then overlaps the worker's own
     claims_ahead: bool = True
 
+    def round_connections(self, size: int) -> None:  # noqa: B027 (a hook: most stores have no such connections)
+        """On a worker's event loop: how many statements of its rounds may be
+        in flight at once (PostgreSQL: its round connections on this loop)."""
+
     # -- schema ---------------------------------------------------------------
     @abc.abstractmethod
     def migrate(self) -> list[str]:

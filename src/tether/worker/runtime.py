@@ -210,6 +210,11 @@ class Worker:
         s = self.state
         loop = asyncio.get_running_loop()
         s.bind(loop)
+        # Claims that carry the successes leave a report little to overlap
+        # with: one round connection (a worker then holds three: that, one
+        # pooled for its heartbeat and services, and LISTEN). Larger claims
+        # have the reporter write successes beside them, on a second.
+        s.store.round_connections(1 if self.reporter.carry else 2)
         self.reporter.bind()
         self.executor.bind()
         self.claimer.bind()

@@ -42,13 +42,15 @@ Conn = AsyncConnection[TupleRow]
 class _Loop:
     """One event loop's connections."""
 
-    __slots__ = ("closed", "idle", "lock", "slots")
+    __slots__ = ("asked", "closed", "idle", "lock", "slots")
 
     def __init__(self, size: int) -> None:
         self.idle: list[Conn] = []
         self.slots = asyncio.Semaphore(size)  # binds to the loop that first waits on it
         self.lock = threading.Lock()  # close() may come from another thread
         self.closed = False
+        #: the largest size asked for this loop (``LoopConnections.limit``), if any
+        self.asked = 0
 
     def take(self) -> Conn | None:
         with self.lock:
@@ -93,6 +95,20 @@ class LoopConnections:
                 yield conn
             finally:
                 mine.give_back(conn)
+
+    def limit(self, size: int) -> None:
+        """On a loop: let it use ``size`` connections at most instead of the
+        default (the largest size asked on this loop wins: two workers sharing
+        a loop get what the greedier needs). Idle connections past it close.
+        Uses already under way keep their slots of the old limit."""
+        mine = self._mine()
+        size = max(size, mine.asked)
+        mine.asked = size
+        mine.slots = asyncio.Semaphore(size)
+        with mine.lock:
+            extra = mine.idle[size:]
+            del mine.idle[size:]
+        _finish_all(extra)
 
     def _mine(self) -> _Loop:
         loop = asyncio.get_running_loop()

@@ -124,6 +124,9 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
                 raise self._no_tables() from None
             return await cur.fetchall() if _has_rows(cur) else []
 
+    def round_connections(self, size: int) -> None:
+        self.round_async.limit(size)
+
     def _no_tables(self) -> SchemaMissing:
         return SchemaMissing(f"tether's tables are missing from schema {self.schema!r}, or are behind the code: "
                              "run `tether migrate`")
