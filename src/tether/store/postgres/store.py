@@ -52,8 +52,7 @@ _MIGRATE_LOCK = 0x7E7E_0001
 #: quadratic loop, nor with array_position (quadratic whatever the plan).
 #: Behind a transaction pooler nothing is prepared, so these too are planned
 #: on every execution (see connect.py).
-#: what a statement meets on a schema that is missing or behind the code: no
-#: schema, no table, or (a migration short) no function or column it names
+#: a schema missing, or behind the code (no table, function or column a statement names)
 SCHEMA_BEHIND = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction,
                  pg_errors.UndefinedColumn)
 GENERIC_PLANS = frozenset({"claim", "claim_known", "complete", "complete_and_claim", "complete_and_claim_known"})
@@ -497,5 +496,5 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
 
 def _ids_params(worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, now: datetime | None,
                 tasks: Sequence[str] | None) -> dict[str, Any]:
-    return {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl, "now": now, "done": None,
-            "tasks": None if tasks is None else list(tasks)}
+    return {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl, "now": now,
+            "done": None, "tasks": None if tasks is None else list(tasks)}
