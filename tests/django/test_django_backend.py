@@ -226,6 +226,25 @@ def test_docs_transactions_on_commit(backend: str) -> None:
     with transaction.atomic(using=db(backend)):
         Order.objects.using(db(backend)).create(email="docs@example.com")
         transaction.on_commit(partial(tasks.add.using(backend=backend).enqueue, a=1, b=2), using=db(backend))
+        assert not task_backends[backend].app.store.list_jobs(task=tasks.add.module_path)  # not before the commit
+    (job,) = task_backends[backend].app.store.list_jobs(task=tasks.add.module_path)
+    assert tasks.add.using(backend=backend).get_result(str(job.id)).args == [] and job.args["kwargs"] == {"a": 1, "b": 2}
+
+
+def test_docs_arguments_must_be_json(backend: str, burst) -> None:
+    from datetime import datetime
+
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        tasks.process_data.using(backend=backend).enqueue(datetime.now())
+    # a tuple becomes a list on the way through JSON: the docs' example fails in the worker, as documented
+    # (max_attempts=1: tether would retry it, where Django's ImmediateBackend fails once)
+    result = tasks.double_dictionary.using(backend=backend, max_attempts=1).enqueue((1, 2, 3))
+    with pytest.raises(ValueError, match="not finished"):
+        result.return_value  # noqa: B018 - "Return values": unfinished raises ValueError
+    burst(backend, "docs")
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert "TypeError: unhashable type: 'list'" in result.errors[-1].traceback
 
 
 def test_docs_results(backend: str, burst) -> None:

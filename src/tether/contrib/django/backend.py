@@ -156,10 +156,13 @@ class TetherBackend(BaseTaskBackend):
                 options[name] = value
         handler = self.handler_task(task)
         conn = connections[self.database]
-        with transaction.atomic(using=self.database):
-            conn.ensure_connection()
-            job_id = handler.using(connection=conn.connection, **options).enqueue(
-                **payload(args, kwargs, run_after))
+        try:
+            with transaction.atomic(using=self.database):
+                conn.ensure_connection()
+                job_id = handler.using(connection=conn.connection, **options).enqueue(
+                    **payload(args, kwargs, run_after))
+        except PayloadError as exc:  # Django's contract: arguments that are not JSON raise TypeError
+            raise TaskArgumentsError(str(exc)) from exc
         result = TaskResult(
             task=task, id=str(job_id), status=TaskResultStatus.READY, enqueued_at=timezone.now(),
             started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
@@ -186,6 +189,11 @@ class TetherBackend(BaseTaskBackend):
         worker's next heartbeat (an ``async def`` task is cancelled, a ``def``
         one sees ``context.job.cancelled``). Returns the status now."""
         return STATUS[self.app.cancel(int(result_id))]
+
+
+class TaskArgumentsError(PayloadError, TypeError):
+    """A task's arguments are not JSON (or too large): a ``TypeError``, as
+    Django's Tasks documentation says, and tether's ``PayloadError``."""
 
 
 def _check_signature(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None:

@@ -76,3 +76,13 @@ def email_users_prioritised(emails, subject, message):
 def email_users_with_context(context, emails, subject, message):
     print(f"Attempt {context.attempt} to send user email. Task result id: {context.task_result.id}.")
     return send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)
+
+
+@task(queue_name="docs")
+def process_data(data):
+    return data
+
+
+@task(queue_name="docs")
+def double_dictionary(key):
+    return {key: key * 2}
