@@ -8,7 +8,7 @@ from datetime import datetime
 from .model import JobState, QueueLimits
 
 __all__ = ["STATE_ORDER", "fmt_age", "fmt_clock", "fmt_concurrency", "fmt_limits", "fmt_rate", "fmt_rel",
-           "fmt_time"]
+           "fmt_seconds", "fmt_time"]
 
 STATE_ORDER = [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED]
 
@@ -52,9 +52,12 @@ def fmt_rate(limits: QueueLimits) -> str:
     """``rate 37/100 per 60s`` (started in the window / the limit); "" without one."""
     if limits.rate_limit is None or limits.rate_period is None:
         return ""
-    p = limits.rate_period
-    period = f"{int(p)}s" if float(p).is_integer() else f"{p:g}s"
-    return f"rate {limits.started}/{limits.rate_limit} per {period}"
+    return f"rate {limits.started}/{limits.rate_limit} per {fmt_seconds(limits.rate_period)}s"
+
+
+def fmt_seconds(seconds: float) -> str:
+    """A period as a plain number of seconds that reads back: 60, 90.5, 86400."""
+    return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
 
 
 def fmt_limits(limits: QueueLimits) -> str:
