@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 
 from tether import JobState, Outcome
 from tether.cli.main import cli
-from tether.model import WorkerInfo
+from tether.model import NewJob, QueueLimits, WorkerInfo
 from tether.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,6 +223,56 @@ def test_status_shows_counts_oldest_due_and_workers(
     assert "jobs by queue and state" in out and "oldest due queued" in out
     assert "default" in out and "other" in out and "all" in out
     assert "host-1-abcd" in out and "default,other" in out
+
+
+def test_limit_sets_limits_whole_and_status_shows_what_counts_against_them(
+    run: Callable[..., Result], db_url: str
+) -> None:
+    run("-d", db_url, "migrate")
+    r = run("-d", db_url, "limit", "emails", "--concurrency", "5", "--rate", "100/1m")
+    assert r.exit_code == 0 and "queue emails: concurrency 0/5 running, rate 0/100 per 60s" in r.stdout
+    assert "queue reports: rate 0/3 per 90.5s" in run("-d", db_url, "limit", "reports", "--rate", "3/90.5").stdout
+    store = open_store(db_url)
+    try:
+        store.enqueue([NewJob(task="greet", args_json="{}", queue="emails") for _ in range(2)])
+        assert len(store.claim("w-1", ["emails"], 1, 30)) == 1
+        assert store.queue_limits() == [QueueLimits("emails", 5, 100, 60.0, running=1, started=1),
+                                        QueueLimits("reports", None, 3, 90.5)]
+        r = run("-d", db_url, "status")
+        assert r.exit_code == 0, r.output
+        assert "limits: emails concurrency 1/5 running, rate 1/100 per 60s" in r.stdout
+        assert "limits: reports rate 0/3 per 90.5s" in r.stdout
+        # each call sets both limits: --concurrency alone lifts the rate
+        r = run("-d", db_url, "limit", "emails", "--concurrency", "1")
+        assert r.exit_code == 0 and r.stdout.strip() == "queue emails: concurrency 1/1 running"
+        assert "limits: emails concurrency 1/1 running\n" in run("-d", db_url, "status").stdout
+        # no option: both lifted, and said so
+        r = run("-d", db_url, "limit", "emails")
+        assert r.exit_code == 0 and "queue emails: limits lifted (no concurrency or rate limit)" in r.stdout
+        assert [q.queue for q in store.queue_limits()] == ["reports"]
+        assert "limits: emails" not in run("-d", db_url, "status").stdout
+    finally:
+        store.close()
+
+
+def test_limit_refuses_bad_input_in_one_line(run: Callable[..., Result], db_url: str) -> None:
+    one_line_error(run("-d", db_url, "limit", "emails", "--concurrency", "2"), 2, "tether migrate")
+    run("-d", db_url, "migrate")
+    for args, needle in [
+        (["--rate", "100"], "--rate must be COUNT/PERIOD"),
+        (["--rate", "-1/60"], "--rate must be COUNT/PERIOD"),
+        (["--rate", "100/soon"], "--rate's PERIOD must be a duration"),
+        (["--rate", "100/0"], "a rate's period must be a positive number of seconds"),
+        (["--rate", "0/1m"], "a rate's count must be a whole number >= 1"),
+        (["--concurrency", "0"], "concurrency must be a whole number >= 1"),
+    ]:
+        one_line_error(run("-d", db_url, "limit", "emails", *args), 2, needle)
+    one_line_error(run("-d", db_url, "limit", "bad queue", "--concurrency", "2"), 2, "is not a plain identifier")
+    store = open_store(db_url)
+    try:
+        assert store.queue_limits() == []
+    finally:
+        store.close()
 
 
 # -- error paths ------------------------------------------------------------------------------

@@ -164,6 +164,49 @@ def test_login_redirects_only_to_local_paths(client: TestClient) -> None:
     assert r.status_code == 303 and r.headers["location"] == "/"
 
 
+def test_overview_shows_queue_limits_and_changes_them_through_csrf_checked_posts(
+    client: TestClient, seeded: tuple[Tether, Seeded]
+) -> None:
+    app, _ = seeded
+    app.configure_queue("reports", concurrency=2, rate=(10, "1m"))
+    app.configure_queue("idle", rate=(5, 90.5))  # a limited queue without jobs gets a row too
+    login(client)
+    page = client.get("/").text
+    reports = next(q for q in app.queue_limits() if q.queue == "reports")
+    assert reports.running == 1  # the seed's running job
+    assert "concurrency 1/2 running" in page and f"rate {reports.started}/10 per 60s" in page
+    assert "rate 0/5 per 90.5s" in page and 'value="5/90.5"' in page
+    assert 'action="/queues/reports/limits"' in page and 'value="10/60"' in page and 'value="2"' in page
+    token = csrf_of(page)
+    before = app.queue_limits()
+    url = "/queues/mail/limits"
+    assert client.post(url, data={"csrf": "0" * 64, "concurrency": "1"}, headers=ORIGIN).status_code == 403
+    assert client.post(url, data={"csrf": token, "concurrency": "1"},
+                       headers={"Origin": "http://evil.example"}).status_code == 403
+    with _client(app) as stranger:  # not logged in
+        assert stranger.post(url, data={"concurrency": "1"}, headers=ORIGIN).status_code == 401
+    assert app.queue_limits() == before
+
+    def post(**fields: str) -> str:
+        r = client.post(url, data={"csrf": token, **fields}, headers=ORIGIN)
+        assert r.status_code == 303 and r.headers["location"].startswith("/?notice=")
+        return client.get(r.headers["location"]).text
+
+    assert "queue mail: concurrency 0/3 running, rate 0/100 per 3600s" in post(concurrency="3", rate="100/1h")
+    # what the user typed comes back in the notice, escaped
+    escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
+    for fields, needle in [({"concurrency": XSS}, "concurrency must be a whole number"),
+                           ({"rate": XSS}, "the rate must be COUNT/PERIOD"),
+                           ({"rate": f"5/{XSS}"}, "the rate&#39;s period must be a duration")]:
+        shown = post(**fields)
+        assert needle in shown and escaped in shown and "<script>alert" not in shown, fields
+    assert next(q for q in app.queue_limits() if q.queue == "mail").concurrency == 3  # refusals changed nothing
+    assert "queue mail: limits lifted" in post(concurrency="", rate="")
+    assert "mail" not in {q.queue for q in app.queue_limits()}
+    assert "is not a plain identifier" in client.get(client.post(
+        "/queues/bad queue/limits", data={"csrf": token, "concurrency": "1"}, headers=ORIGIN).headers["location"]).text
+
+
 def chart_bars(html: str) -> list[tuple[int, int]]:
     """(succeeded, failed) of each bar of the overview's throughput chart."""
     return [(int(ok), int(bad)) for ok, bad in

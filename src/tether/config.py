@@ -31,6 +31,7 @@ __all__ = [
     "Timers",
     "dump_json",
     "parse_database_url",
+    "parse_rate",
     "redact_url",
     "validate_identifier",
     "validate_queue",
@@ -301,3 +302,15 @@ def check_limits(limits: QueueLimits) -> QueueLimits:
     if p is not None and not (isinstance(p, int | float) and not isinstance(p, bool) and 0 < p <= 1e8):
         raise ConfigError(f"queue {q!r}: a rate's period must be a positive number of seconds, got {p!r}")
     return QueueLimits(q, limits.concurrency, limits.rate_limit, None if p is None else float(p))
+
+
+def parse_rate(text: str, what: str = "rate") -> tuple[int, float | str]:
+    """``"100/60"`` or ``"100/1m"`` as ``(100, 60.0)`` or ``(100, "1m")``: a
+    whole count and the period, a number of seconds or a duration's text for
+    ``parse_age`` (as ``app.configure_queue(rate=...)`` takes them). ConfigError
+    naming ``what`` otherwise."""
+    count, sep, period = str(text).strip().partition("/")
+    count, period = count.strip(), period.strip()
+    if not sep or not re.fullmatch(r"[0-9]{1,12}", count) or not period:
+        raise ConfigError(f"{what} must be COUNT/PERIOD, e.g. 100/60 (seconds) or 100/1m; got {text!r}")
+    return int(count), float(period) if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", period) else period

@@ -1,13 +1,14 @@
 """Plain-text pieces every face shows the same way (the terminal and the
-dashboard): times in local time, ages, and the order of states."""
+dashboard): times in local time, ages, the order of states, and queue limits."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from .model import JobState
+from .model import JobState, QueueLimits
 
-__all__ = ["STATE_ORDER", "fmt_age", "fmt_clock", "fmt_rel", "fmt_time"]
+__all__ = ["STATE_ORDER", "fmt_age", "fmt_clock", "fmt_concurrency", "fmt_limits", "fmt_rate", "fmt_rel",
+           "fmt_seconds", "fmt_time"]
 
 STATE_ORDER = [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED]
 
@@ -40,3 +41,26 @@ def fmt_rel(dt: datetime | None, now: datetime) -> str:
         return "-"
     delta = (dt - now).total_seconds()
     return f"in {fmt_age(delta)}" if delta > 0.05 else f"{fmt_age(delta)} ago"
+
+
+def fmt_concurrency(limits: QueueLimits) -> str:
+    """``concurrency 3/5 running`` (its jobs running / the limit); "" without one."""
+    return "" if limits.concurrency is None else f"concurrency {limits.running}/{limits.concurrency} running"
+
+
+def fmt_rate(limits: QueueLimits) -> str:
+    """``rate 37/100 per 60s`` (started in the window / the limit); "" without one."""
+    if limits.rate_limit is None or limits.rate_period is None:
+        return ""
+    return f"rate {limits.started}/{limits.rate_limit} per {fmt_seconds(limits.rate_period)}s"
+
+
+def fmt_seconds(seconds: float) -> str:
+    """A period as a plain number of seconds that reads back: 60, 90.5, 86400."""
+    return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
+
+
+def fmt_limits(limits: QueueLimits) -> str:
+    """A queue's limits and what counts against them now:
+    ``concurrency 3/5 running, rate 37/100 per 60s``; ``no limits`` without any."""
+    return ", ".join(part for part in (fmt_concurrency(limits), fmt_rate(limits)) if part) or "no limits"

@@ -1,17 +1,19 @@
-"""Job control from the command line (issue 20): ``tether prune``, ``tether pause``
-and ``tether resume``."""
+"""Job control from the command line (issue 20): ``tether prune``, ``tether pause``,
+``tether resume`` and ``tether limit``."""
 
 from __future__ import annotations
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..config import parse_rate
+from ..display import fmt_limits
 from ..errors import ConfigError
 from ..model import TERMINAL_STATES, JobState
 from ..worker.pruner import DEFAULT_PRUNE_LIMIT, RETENTION_DEFAULTS, parse_age
 from .common import BadUsage, CLIState, make_console, opened
 
-__all__ = ["pause", "prune", "resume"]
+__all__ = ["limit", "pause", "prune", "resume"]
 
 _FINISHED = [str(s) for s in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.DEAD)]
 
@@ -92,3 +94,25 @@ def resume(state: CLIState, queue: str) -> None:
         app.resume(queue)
         paused = app.store.paused_queues()
     click.echo(f"queue {queue}: resumed (paused now: {', '.join(paused) or 'none'})")
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--concurrency", type=int, metavar="N", help="At most N of its jobs running at once, on all workers.")
+@click.option("--rate", metavar="COUNT/PERIOD",
+              help="At most COUNT of its jobs started in any PERIOD: seconds or a duration (100/60, 100/1m).")
+@click.pass_obj
+def limit(state: CLIState, queue: str, concurrency: int | None, rate: str | None) -> None:
+    """Set QUEUE's limits, enforced in the claim for every worker: both at once,
+    as app.configure_queue does (an option left out lifts that limit; neither
+    given lifts both)."""
+    parsed = None
+    if rate is not None:
+        count, period = parse_rate(rate, "--rate")
+        parsed = (count, parse_age(period, "--rate's PERIOD"))
+    with opened(state) as app:
+        stored = app.configure_queue(queue, concurrency=concurrency, rate=parsed)
+    if stored.concurrency is None and stored.rate_limit is None:
+        click.echo(f"queue {queue}: limits lifted (no concurrency or rate limit)")
+    else:
+        click.echo(f"queue {queue}: {fmt_limits(stored)}")

@@ -273,8 +273,9 @@ def schedules(state: CLIState, as_json: bool) -> None:
 @click.option("--interval", type=Seconds(), default=2.0, show_default=True, help="Refresh period for --watch.")
 @pass_state
 def status(state: CLIState, watch: bool, interval: float) -> None:
-    """Jobs by queue and state, the oldest due job per queue, jobs whose task no
-    live worker knows, and live workers."""
+    """Jobs by queue and state, the oldest due job per queue, paused queues, queue
+    limits and what counts against them, jobs whose task no live worker knows,
+    and live workers."""
     with opened(state) as app:
         def view() -> RenderableType:
             stats = app.store.stats()
@@ -285,6 +286,7 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
             paused = app.store.paused_queues()
             if paused:
                 parts.append(f"[bold yellow]paused:[/bold yellow] {', '.join(paused)} (no new claims; `tether resume`)")
+            parts += [render.limits_line(lim) for lim in app.store.queue_limits()]
             if stats.unknown:
                 parts += [render.unknown_tasks_table(stats),
                           "[dim]start workers whose app registers these tasks (a typo never will: such jobs end "
@@ -324,7 +326,7 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
 
 def _register_extras() -> None:
     from .chaos_cmd import chaos
-    from .control_cmd import pause, prune, resume
+    from .control_cmd import limit, pause, prune, resume
     from .dashboard_cmd import dashboard
     from .server_cmd import server
 
@@ -332,6 +334,7 @@ def _register_extras() -> None:
     cli.add_command(prune)
     cli.add_command(pause)
     cli.add_command(resume)
+    cli.add_command(limit)
     cli.add_command(dashboard)
     cli.add_command(server)
 

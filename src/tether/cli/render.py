@@ -19,8 +19,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..display import STATE_ORDER, fmt_age, fmt_rel, fmt_time
-from ..model import Attempt, Job, JobState, Outcome, ScheduleInfo, Stats, WorkerInfo
+from ..display import STATE_ORDER, fmt_age, fmt_concurrency, fmt_rate, fmt_rel, fmt_time
+from ..model import Attempt, Job, JobState, Outcome, QueueLimits, ScheduleInfo, Stats, WorkerInfo
 
 __all__ = [
     "STATE_ORDER",
@@ -30,6 +30,7 @@ __all__ = [
     "job_details",
     "job_json",
     "jobs_table",
+    "limits_line",
     "outcome_text",
     "progress_text",
     "queues_table",
@@ -190,6 +191,20 @@ def job_json(job: Job) -> str:
 
 
 # -- status -----------------------------------------------------------------------------
+def limits_line(limits: QueueLimits) -> Text:
+    """``limits: emails concurrency 3/5 running, rate 37/100 per 60s``; a limit
+    reached now in yellow (its queue's claims wait for room)."""
+    line = Text.assemble(("limits:", "bold cyan"), " ", (limits.queue, "bold"), " ")
+    full = [limits.concurrency is not None and limits.running >= limits.concurrency,
+            limits.rate_limit is not None and limits.started >= limits.rate_limit]
+    parts = [(text, "yellow" if at_limit else "") for text, at_limit in
+             zip((fmt_concurrency(limits), fmt_rate(limits)), full, strict=True) if text]
+    for i, part in enumerate(parts):
+        line.append(", " if i else "")
+        line.append(*part)
+    return line
+
+
 def queues_table(stats: Stats) -> Table:
     table = Table(title="jobs by queue and state", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("queue", style="bold")

@@ -24,8 +24,19 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from ..app import Tether
-from ..display import STATE_ORDER, fmt_age, fmt_clock, fmt_rel, fmt_time
-from ..errors import TetherError
+from ..config import parse_rate
+from ..display import (
+    STATE_ORDER,
+    fmt_age,
+    fmt_clock,
+    fmt_concurrency,
+    fmt_limits,
+    fmt_rate,
+    fmt_rel,
+    fmt_seconds,
+    fmt_time,
+)
+from ..errors import ConfigError, TetherError
 from ..model import JobState, Outcome
 from .chart import chart
 from .security import COOKIE, Guard, Session, safe_next
@@ -57,7 +68,8 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
     guard = Guard(token=token, secret=secret)
     env = Environment(loader=PackageLoader("tether.dashboard", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
-    env.filters.update(time=fmt_time, age=fmt_age, clock=fmt_clock, pretty=_pretty)
+    env.filters.update(time=fmt_time, age=fmt_age, clock=fmt_clock, pretty=_pretty, concurrency=fmt_concurrency,
+                       rate=fmt_rate, seconds=fmt_seconds)
     silent = silent_after if silent_after is not None else tether.timers.lease_ttl
     store = tether.store
 
@@ -90,14 +102,15 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
     # -- pages ---------------------------------------------------------------------------
     async def overview(request: Request, session: Session) -> Response:
-        stats, recoveries, throughput, paused = await run_in_threadpool(lambda: (
+        stats, recoveries, throughput, paused, limits = await run_in_threadpool(lambda: (
             store.stats(), store.recent_attempts([Outcome.LEASE_EXPIRED], limit=5),
-            store.throughput(buckets=CHART_BUCKETS, bucket_seconds=CHART_SECONDS), store.paused_queues()))
-        queues = sorted({q for q, _ in stats.counts} | set(paused))
+            store.throughput(buckets=CHART_BUCKETS, bucket_seconds=CHART_SECONDS), store.paused_queues(),
+            store.queue_limits()))
+        queues = sorted({q for q, _ in stats.counts} | set(paused) | {lim.queue for lim in limits})
         totals = {s: sum(n for (_, st), n in stats.counts.items() if st == s) for s in STATE_ORDER}
         return render(request, session, "overview.html", stats=stats, queues=queues, states=STATE_ORDER,
                       totals=totals, recoveries=recoveries, now=stats.now, chart=chart(throughput),
-                      paused=set(paused))
+                      paused=set(paused), limits={lim.queue: lim for lim in limits})
 
     async def jobs(request: Request, session: Session) -> Response:
         q = request.query_params
@@ -169,6 +182,20 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             notice = str(exc)
         return RedirectResponse("/?" + urlencode({"notice": notice}), 303)
 
+    async def do_limits(request: Request, session: Session, form: dict[str, str]) -> Response:
+        """Set a queue's limits whole (a field left empty lifts that one): app.configure_queue."""
+        queue = request.path_params["queue"]
+        try:
+            concurrency, rate = _concurrency(form.get("concurrency", "")), form.get("rate", "").strip()
+            stored = await run_in_threadpool(lambda: tether.configure_queue(
+                queue, concurrency=concurrency, rate=parse_rate(rate, "the rate") if rate else None))
+            lifted = stored.concurrency is None and stored.rate_limit is None
+            shown = "limits lifted (no concurrency or rate limit)" if lifted else fmt_limits(stored)
+            notice = f"queue {queue}: {shown}"
+        except TetherError as exc:
+            notice = str(exc)
+        return RedirectResponse("/?" + urlencode({"notice": notice}), 303)
+
     async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
         ids = [int(i) for i in form.get("ids", "").split(",") if i.strip().isdigit()]
         done, problems = 0, []
@@ -230,6 +257,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/jobs/{job_id:int}/retry", page(action(do_retry)), methods=["POST"]),
         Route("/queues/{queue}/pause", page(action(do_pause)), methods=["POST"]),
         Route("/queues/{queue}/resume", page(action(do_pause)), methods=["POST"]),
+        Route("/queues/{queue}/limits", page(action(do_limits)), methods=["POST"]),
         Route("/workers", page(workers)),
         Route("/recoveries", page(recoveries)),
         Route("/schedules", page(schedules)),
@@ -254,6 +282,16 @@ async def _form(request: Request) -> dict[str, str]:
         return {}
     body = (await request.body())[:65536].decode("utf-8", "replace")
     return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
+def _concurrency(text: str) -> int | None:
+    """The limits form's concurrency field: empty lifts the limit."""
+    text = text.strip()
+    if not text:
+        return None
+    if not text.isascii() or not text.isdigit() or len(text) > 12:
+        raise ConfigError(f"concurrency must be a whole number >= 1 (or empty: no limit), got {text!r}")
+    return int(text)
 
 
 def _path(request: Request) -> str:

@@ -16,7 +16,7 @@
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("main");
         var main = document.getElementById("main");
-        if (fresh && main && !main.contains(document.activeElement.closest("form.filters"))) {
+        if (fresh && main && !main.contains(document.activeElement.closest("form.filters, form.limits"))) {
           var open = [];
           main.querySelectorAll("details").forEach(function (d, i) { if (d.open) { open.push(i); } });
           main.replaceWith(fresh);
