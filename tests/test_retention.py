@@ -227,21 +227,26 @@ def test_migrating_a_version_4_database_keeps_its_jobs_and_attempts(backend: str
         everything = store._migrations  # type: ignore[attr-defined]
         store._migrations = [m for m in everything if m[0] <= 4]  # type: ignore[attr-defined]
         assert store.migrate()[-1] == "0004_schedules"
-        # history as version 4 wrote it (its claim statements are gone: raw SQL)
-        ids = store.enqueue([new_job(queue="done") for _ in range(4)])
+        # history as version 4 wrote it (today's statements name later columns: raw SQL throughout)
         with raw_sql(db_url) as (run, prefix):
             clock = "now()" if backend == "postgresql" else "(julianday('now') - 2440587.5) * 86400.0"
-            for n, i in enumerate(ids):
+            for n in range(4):
                 state, outcome = ("succeeded", "succeeded") if n % 2 else ("dead", "failed")
-                run(f"UPDATE {prefix}jobs SET state = '{state}', attempt = 1, finished_at = {clock} WHERE id = {i}")
+                run(f"INSERT INTO {prefix}jobs (queue, task, args, state, attempt, max_attempts, run_at, created_at, "
+                    f"finished_at) VALUES ('done', 't', '{{}}', '{state}', 1, 3, {clock}, {clock}, {clock})")
                 run(f"INSERT INTO {prefix}attempts (job_id, attempt, worker, claimed_at, finished_at, outcome) "
-                    f"VALUES ({i}, 1, 'w', {clock}, {clock}, '{outcome}')")
-        before = [store.get_job(i) for i in ids]
-        assert all(j is not None and len(j.attempts) == 1 for j in before)
+                    f"VALUES ({n + 1}, 1, 'w', {clock}, {clock}, '{outcome}')")
+            ids = [1, 2, 3, 4]
+            history = (f"SELECT j.id, j.state, j.attempt, j.finished_at, a.outcome, a.claimed_at FROM {prefix}jobs AS j "
+                       f"JOIN {prefix}attempts AS a ON a.job_id = j.id ORDER BY j.id")
+            before = run(history)
+        assert len(before) == 4
         store._migrations = everything  # type: ignore[attr-defined]
         assert store.migrate()[0] == "0005_job_control"  # and any later ones
         store.check_schema()
-        assert [store.get_job(i) for i in ids] == before
+        with raw_sql(db_url) as (run, prefix):
+            assert run(history) == before
+        assert all(len(store.get_job(i).attempts) == 1 for i in ids)  # type: ignore[union-attr]
         (job_id,) = store.enqueue([new_job()])
         (c,) = store.claim(W, ["default"], 1, TTL)
         store.fail(W, c.id, c.attempt, outcome=Outcome.SNOOZED, error="snoozed", delay=0)

@@ -130,6 +130,13 @@ def _retry(s: _Server, a: Args) -> Args:
     return {"queue": queue}
 
 
+def _limits(a: Args) -> QueueLimits:
+    """set_limits' body as the store takes it (JSON's 5.0 is the integer 5 here)."""
+    rate = a["rate"]
+    return QueueLimits(a["queue"], None if a["concurrency"] is None else int(a["concurrency"]),
+                       None if rate is None else int(rate["count"]), None if rate is None else float(rate["period"]))
+
+
 def _get_job(s: _Server, a: Args) -> Args:
     job = s.store.get_job(a["job_id"])
     if job is None:
@@ -272,8 +279,7 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "prune": lambda s, a: {"pruned": _counts(s.store.prune(_ages(a), a["limit"], now=a["now"]))},
     "set_paused": lambda s, a: s.store.set_paused(a["queue"], a["paused"], now=a["now"]) or {},
     "paused_queues": lambda s, a: {"queues": s.store.paused_queues()},
-    "set_limits": lambda s, a: s.store.set_limits(
-        QueueLimits(a["queue"], a["concurrency"], a["rate_limit"], a["rate_period"]), now=a["now"]) or {},
+    "set_limits": lambda s, a: s.store.set_limits(_limits(a), now=a["now"]) or {},
     "queue_limits": lambda s, a: {"limits": [dataclasses.asdict(q) for q in s.store.queue_limits(now=a["now"])]},
     "prunable": lambda s, a: {"pruned": _counts(s.store.prunable(_ages(a), now=a["now"]))},
     "migrate": lambda s, a: {"applied": s.store.migrate()},

@@ -324,8 +324,8 @@ class HttpStore(Store):
 
     def set_limits(self, limits: QueueLimits, *, now: datetime | None = None) -> None:
         lim = check_limits(limits)
-        self._call("set_limits", {"queue": lim.queue, "concurrency": lim.concurrency, "rate_limit": lim.rate_limit,
-                                  "rate_period": lim.rate_period}, now=now)
+        rate = None if lim.rate_limit is None else {"count": lim.rate_limit, "period": lim.rate_period}
+        self._call("set_limits", {"queue": lim.queue, "concurrency": lim.concurrency, "rate": rate}, now=now)
 
     def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
         return [QueueLimits(**d) for d in self._call("queue_limits", {}, now=now)["limits"]]

@@ -359,9 +359,10 @@ OPS: list[Op] = [
        obj({"queues": array(string(1000), 100_000)})),
     Op("set_limits", "POST", "/v1/queues/limits", A,
        "Set a queue's limits whole (null lifts one): at most `concurrency` of its jobs running at once, at most "
-       "`rate_limit` started in any `rate_period` seconds; every claim from the next on obeys them",
+       "`rate.count` started in any `rate.period` seconds; every claim from the next on obeys them",
        EMPTY, body=obj({"queue": QUEUE, "concurrency": nullable(integer(1, 2**31 - 1)),
-                        "rate_limit": nullable(integer(1, 2**31 - 1)), "rate_period": nullable(number(0, 1e8, exclusive_min=True))}),
+                        "rate": nullable(obj({"count": integer(1, 2**31 - 1),
+                                              "period": number(0, 1e8, exclusive_min=True)}))}),
        takes_now=True, errors=(422,)),
     Op("queue_limits", "POST", "/v1/queues/limits/read", ANY,
        "Every queue with a limit, with its running jobs and its starts in the rate window",
