@@ -82,3 +82,11 @@ def test_each_episode_over_the_limit_is_reported_once() -> None:
     spans = [span(1, 0, 1), span(2, 0, 1), span(3, 0.5, 1), span(4, 2, 3), span(5, 2, 3), span(6, 2.5, 3)]
     inv, _ = check_limits(spans, concurrency=2)
     assert len(inv.violations) == 2
+
+
+def test_under_skew_an_attempt_shorter_than_the_skew_is_not_left_open() -> None:
+    """Its end, taken skew early, falls before its start: it must close, not stay open for ever."""
+    spans = [span(1, 0, 0.2), span(2, 1, 2), span(3, 1.5, 3)]
+    inv, details = check_limits(spans, concurrency=2, skew=0.25)
+    assert inv.ok, inv.violations
+    assert details["limited_peak"] == 2

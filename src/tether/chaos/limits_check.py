@@ -100,9 +100,10 @@ def _excess(spans: Sequence[Span], limit: int, skew: float) -> tuple[list[tuple[
     until, the spans open when it began), and the most open at once."""
     edges: list[tuple[float, int, int]] = []  # (time, 0 end / 1 start, index): ends first at a tie
     for i, s in enumerate(spans):
-        edges.append((s.start, 1, i))
-        if s.end is not None:
-            edges.append((max(s.start, s.end - skew), 0, i))
+        if s.end is None:
+            edges.append((s.start, 1, i))
+        elif s.end - skew > s.start:  # one no longer than skew is open at no instant under this rule
+            edges += [(s.start, 1, i), (s.end - skew, 0, i)]
     edges.sort()
     open_: set[int] = set()
     peak, out = 0, []
