@@ -1,5 +1,5 @@
 """`tether chaos` in short mode: real workers, real faults, and the checker's
-clean verdict (I1-I6: the workers also fire a one-second schedule), on SQLite
+clean verdict (I1-I8: the workers also fire a one-second schedule and serve a limited queue), on SQLite
 (kill, stop) and on a scratch PostgreSQL the harness starts itself (kill, stop,
 partition, restart, and clock skew where libfaketime is installed). The
 checker itself is tested in test_checker.py and test_schedule_check.py."""
@@ -36,6 +36,7 @@ def test_chaos_sqlite_kill_and_stop(tmp_path: Path) -> None:
     assert result.report.invariants["I7"].checked > 0, "no transactional job: I7 was not tested"
     assert result.report.invariants["I6"].checked >= 5, "the schedule check judged (almost) no tick"
     assert result.to_dict()["check"]["invariants"]["I6"]["ok"]
+    assert_limits_judged(result)
 
 
 def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
@@ -59,6 +60,15 @@ def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
         assert result.faults[kind] > 0, f"no {kind} fault was injected"
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
     assert result.report.invariants["I6"].checked >= 5, "the schedule check judged (almost) no tick"
+    assert_limits_judged(result)
+
+
+def assert_limits_judged(result: ChaosResult) -> None:
+    """I8 held, and had something to judge: the limited queue filled its limit."""
+    d = result.to_dict()["check"]
+    assert d["invariants"]["I8"]["ok"]
+    assert d["counts"]["limits_limited_attempts"] > 0 and d["counts"]["limits_keyed_attempts"] > 0
+    assert d["counts"]["limits_limited_peak"] == 2, "the limited queue never had two jobs running: I8 proved little"
 
 
 def test_a_worker_counts_as_healthy_only_once_it_reached_the_database(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ drawn from one seed, a drain, and the checker's verdict.
 What it does to the database it is pointed at: on PostgreSQL it works in a
 schema of its own (``tether_chaos_<seed>``) and drops it at the end; on SQLite
 it uses a scratch file beside the one named (or in a temp dir) and deletes it.
-Its jobs live on the ``tether_chaos`` queue only.
+Its jobs live on the ``tether_chaos`` queue and on ``tether_chaos_limited``
+(concurrency 2, some jobs with an exclusive key: I8).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..config import parse_database_url, validate_identifier
-from ..model import JobState, NewJob
+from ..model import JobState, NewJob, QueueLimits
 from ..store import Store, open_store
 from ..transport import Transport, open_transport
 from ..worker.failpoints import NAMES as FAILPOINTS
@@ -36,6 +37,7 @@ from .checker import CheckReport, answered_since, check
 from .collect import read_events, read_jobs, schedule_invariant
 from .config import FAULTS, LIBFAKETIME, ChaosConfig
 from .effects import TX_TASKS, Effects
+from .limits_check import LIMITED_CONCURRENCY, LIMITED_QUEUE, limits_invariant, place
 from .pgserver import ScratchPostgres
 from .proxy import TCPProxy
 from .workerproc import ASYNC_TASK, QUEUE, SYNC_TASK
@@ -111,6 +113,7 @@ class _Run:
         self.url = self._database()
         self.store: Store = open_store(self.url)
         self.store.migrate()
+        self.store.set_limits(QueueLimits(LIMITED_QUEUE, concurrency=LIMITED_CONCURRENCY))  # I8
         self.effects = Effects(self.url)  # I7: the transactional workload's table
         self.effects.create()
         # The producer announces what it enqueued, as Tether's enqueue does.
@@ -380,11 +383,10 @@ class _Run:
 
     def _produce(self, n: int, rng: random.Random, *, short: bool = False) -> None:
         jobs = [
-            NewJob(task=rng.choice([SYNC_TASK, ASYNC_TASK, *TX_TASKS]), queue=QUEUE,
-                   args_json=json.dumps({"ms": rng.randint(1, 5) if short else rng.randint(20, 600),
-                                         "fail": rng.random() < 0.05}),
+            NewJob(task=rng.choice([SYNC_TASK, ASYNC_TASK, *TX_TASKS]), queue=queue, exclusive_key=key,
+                   args_json=json.dumps({"ms": ms, "fail": rng.random() < 0.05}),
                    max_attempts=rng.choice([4, 6, 10]), backoff_base=0.05)
-            for _ in range(n)
+            for queue, key, ms in (place(rng, short, QUEUE) for _ in range(n))
         ]
         try:
             ids = self.store.enqueue(jobs)
@@ -394,7 +396,7 @@ class _Run:
             return
         self.enqueued.extend(ids)
         self._event("enqueued", jobs=ids)
-        self.transport.publish([(i, QUEUE) for i in ids])
+        self.transport.publish([(i, j.queue) for i, j in zip(ids, jobs, strict=True)])
 
     def _drain(self) -> bool:
         deadline = time.monotonic() + self.cfg.drain_timeout
@@ -402,7 +404,7 @@ class _Run:
             self._tend(faults_on=False)
             try:
                 left = sum(n for (q, s), n in self.store.stats().counts.items()
-                           if q == QUEUE and s in (JobState.QUEUED, JobState.RUNNING))
+                           if q in (QUEUE, LIMITED_QUEUE) and s in (JobState.QUEUED, JobState.RUNNING))
             except Exception:
                 left = -1  # the database may still be coming back
             if left == 0:
@@ -434,6 +436,8 @@ class _Run:
         report.invariants["I6"] = schedule_invariant(
             self.store, events, mono_to_wall=self.offset, start=self.started_wall, end=time.time(),
             bound=self.cfg.reaper_interval, outages=self.outages, sqlite=self.sqlite_path is not None)
+        report.invariants["I8"], limits = limits_invariant(self.store, self.enqueued, postgres=self.sqlite_path is None)
+        report.counts.update({f"limits_{k}": v for k, v in limits.items()})
         return self.effects.judge(report, jobs, attempts)  # I7
 
     def cleanup(self) -> None:

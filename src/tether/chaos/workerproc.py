@@ -24,6 +24,7 @@ from ..context import JobContext
 from ..worker import failpoints
 from .collect import TICK_CRON, TICK_QUEUE, TICK_TASK
 from .effects import TX_TASKS, Effects
+from .limits_check import LIMITED_QUEUE
 
 QUEUE = "tether_chaos"
 SYNC_TASK = "tether.chaos.work"
@@ -123,7 +124,7 @@ def main() -> None:
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     build_app().run_worker(
         concurrency=int(os.environ.get("TETHER_CHAOS_CONCURRENCY", "4")),
-        queues=[QUEUE, TICK_QUEUE],
+        queues=[QUEUE, LIMITED_QUEUE, TICK_QUEUE],
         shutdown_timeout=float(os.environ.get("TETHER_CHAOS_SHUTDOWN", "5")),
         prefetch=os.environ.get("TETHER_PREFETCH", "1").lower() not in ("0", "false", "no", "off"),
     )

@@ -38,6 +38,15 @@ def render(result: ChaosResult, console: Console) -> None:
         console.print(f"I7 exactly-once effects: {d['check']['counts'].get('effect_rows', 0)} effect rows for "
                       f"{i7['checked']} transactional jobs: "
                       + ("[green]held[/green]" if i7["ok"] else f"[red]BROKEN[/red] ({i7['violation_count']})"))
+    i8, c = d["check"]["invariants"].get("I8"), d["check"]["counts"]
+    if i8 is not None:
+        raw = (f"; the raw timestamps overlap {c['limits_raw_overlaps']} times, longest {c['limits_raw_longest_ms']} "
+               f"ms (tolerated up to {c['limits_skew_ms']} ms: claimed_at is the claim's transaction start)"
+               if c.get("limits_raw_overlaps") else "")
+        console.print(f"I8 queue limits: {c['limits_limited_attempts']} attempts on the limited queue, at most "
+                      f"{c['limits_limited_peak']} open at once (concurrency {c['limits_concurrency']}); "
+                      f"{c['limits_keyed_attempts']} with an exclusive key, at most {c['limits_key_peak']} per key"
+                      f"{raw}: " + ("[green]held[/green]" if i8["ok"] else f"[red]BROKEN[/red] ({i8['violation_count']})"))
     rec = d["check"]["recovery_s"]
 
     def s(v: float | None) -> str:
@@ -113,7 +122,7 @@ def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int,
           seed: int | None, lease_ttl: float, heartbeat_interval: float, reaper_interval: float,
           concurrency: int, drain_timeout: float, json_out: Path | None, keep: bool,
           transport: str | None, artifacts: Path | None) -> None:
-    """Run workers under faults and check the contract (I1-I7) held."""
+    """Run workers under faults and check the contract (I1-I8) held."""
     console = make_console()
     seed = random.randrange(2**31) if seed is None else seed
     cfg = ChaosConfig(
