@@ -156,6 +156,8 @@ def test_an_exclusive_key_runs_one_job_at_a_time(store: Store, rounds: Rounds) -
     got = {c.id for c in rounds.claim(W, [Q], 10, TTL, now=t0)}
     assert got == {keyed[0], other_key, *free}  # the best job of each key, and every job without one
     assert get(store, keyed[0]).exclusive_key == "customer:42"
+    listed = {j.id: j.exclusive_key for j in store.list_jobs(queue=Q, limit=100)}
+    assert listed[keyed[1]] == "customer:42" and listed[free[0]] is None
     assert rounds.claim(W2, [Q], 10, TTL, now=t0) == []
     done, more = rounds.complete_and_claim(W, [(keyed[0], 1, None)], [Q], 10, TTL, now=t0)
     assert done == {keyed[0]} and [c.id for c in more] == [keyed[1]]

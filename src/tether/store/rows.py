@@ -45,7 +45,7 @@ def job_from_row(
         cancel_requested=bool(r[16]), progress=r[17], progress_message=r[18], result=js(r[19]),
         last_error=r[20], created_at=ts(r[21]), finished_at=ts(r[22]), meta=js(r[23]),
         schedule=r[24], scheduled_for=ts(r[25]), attempts=_with_running(r, attempts, ts),
-        exclusive_key=r[26] if len(r) > 26 else None,
+        exclusive_key=r[26],
     )
 
 

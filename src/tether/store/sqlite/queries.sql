@@ -392,7 +392,7 @@ GROUP BY bucket, outcome
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
        lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
        progress, progress_message, result, last_error, created_at, finished_at, meta,
-       schedule, scheduled_for
+       schedule, scheduled_for, exclusive_key
 FROM tether_jobs
 WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
