@@ -154,6 +154,8 @@ def test_each_statement_that_finishes_jobs_sends_one_notification_of_their_ids(p
     try:
         now = store.db_now()
         ids = store.enqueue([new_job(max_attempts=1) for _ in range(6)], now=now)
+        for job_id in ids:  # someone waits for each (only waited-for jobs are announced)
+            store.watch_finished(job_id, 60)
         claimed = store.claim(W, ["default"], 6, TTL, now=now)
         assert heard.ids() == []  # enqueue and claim finish nothing
         a, b, c, d, e, f = claimed
@@ -169,7 +171,7 @@ def test_each_statement_that_finishes_jobs_sends_one_notification_of_their_ids(p
         store.reap(10, now=now + sec(TTL + 1))  # f's lease lapsed, and its one attempt is spent
         assert heard.ids() == [[f.id]]
         (queued,) = store.enqueue([new_job()], now=now)
-        store.cancel(queued, now=now)
+        store.cancel(queued, now=now)  # the cancel query announces its own, waited for or not
         assert heard.ids() == [[queued]]
         _, more = store.complete_and_claim(W, [], ["default"], 1, TTL, now=now)
         (g,) = more
@@ -178,6 +180,61 @@ def test_each_statement_that_finishes_jobs_sends_one_notification_of_their_ids(p
         assert set(ids) >= {a.id, b.id, c.id}
     finally:
         heard.conn.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_only_jobs_someone_waits_for_are_announced(pg: Tether) -> None:
+    """A NOTIFY takes a server-wide lock at commit (migration 0008): the
+    trigger sends one only for jobs a live waiter registered for."""
+    store = pg.store
+    assert isinstance(store, PostgresStore)
+    heard = Heard(store)
+    try:
+        now = store.db_now()
+        store.enqueue([new_job(max_attempts=1) for _ in range(5)], now=now)
+        a, b, c, d, e = store.claim(W, ["default"], 5, TTL, now=now)
+        store.complete(W, [(a.id, a.attempt, None)], now=now)
+        store.fail(W, b.id, b.attempt, outcome=Outcome.FAILED, error="x", now=now)  # dead
+        assert heard.ids() == []  # nobody waits: no notification at all
+        token = store.watch_finished(d.id, 60)
+        assert token is not None
+        store.complete(W, [(c.id, c.attempt, None), (d.id, d.attempt, None)], now=now)
+        assert heard.ids() == [[d.id]]  # only the waited-for id
+        store.unwatch_finished(token)
+        stale = store.watch_finished(e.id, 0.01)  # a waiter whose process died: its row expires
+        time.sleep(0.1)
+        store.complete(W, [(e.id, e.attempt, None)], now=now)
+        assert heard.ids() == []
+        assert stale is not None
+        with psycopg.connect(store.dsn.url.split("?")[0], autocommit=True) as conn:
+            live = store.watch_finished(a.id, 60)  # a registration deletes expired rows
+            rows = conn.execute(f'SELECT id FROM "{store.dsn.schema}".waiters').fetchall()
+            assert [r[0] for r in rows] == [live]
+            store.unwatch_finished(live)
+            assert conn.execute(f'SELECT count(*) FROM "{store.dsn.schema}".waiters').fetchone() == (0,)
+    finally:
+        heard.conn.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_wait_registers_while_it_waits_and_unregisters_when_it_returns(pg: Tether) -> None:
+    store = pg.store
+    assert isinstance(store, PostgresStore)
+    (job_id,) = store.enqueue([new_job()])
+    seen: list[int] = []
+
+    def count() -> None:
+        with psycopg.connect(store.dsn.url.split("?")[0], autocommit=True) as conn:
+            row = conn.execute(f'SELECT count(*) FROM "{store.dsn.schema}".waiters WHERE job_id = %s',
+                               (job_id,)).fetchone()
+            seen.append(row[0] if row else -1)
+        _finish(store, job_id)
+
+    threading.Timer(0.5, count).start()
+    assert pg.wait(job_id, timeout=20).state is JobState.SUCCEEDED
+    assert seen == [1]
+    with psycopg.connect(store.dsn.url.split("?")[0], autocommit=True) as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{store.dsn.schema}".waiters').fetchone() == (0,)
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

@@ -483,6 +483,15 @@ class Store(abc.ABC):
         finished, look again); None if the backend has none (``app.wait`` polls)."""
         return None
 
+    def watch_finished(self, job_id: int, seconds: float) -> int | None:
+        """Ask ``listen_finished``'s channel to announce this job when it
+        finishes, for at most ``seconds``; a token for ``unwatch_finished``, or
+        None where the channel announces every job (no registration needed)."""
+        return None
+
+    def unwatch_finished(self, token: int) -> None:  # noqa: B027 (a hook: see watch_finished)
+        """End a ``watch_finished`` registration."""
+
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         """Start a push channel calling ``on_enqueue(queue)``; None if the backend has none."""
         return None

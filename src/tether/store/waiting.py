@@ -12,6 +12,14 @@ it polls, from ``FIRST_POLL`` up to ``MAX_POLL`` seconds apart.
 
 A waiter subscribes before it reads, so a job that finishes in between wakes
 it; the listener's ``"*"`` (sent when it connects or reconnects) wakes them all.
+Where the channel announces only the jobs someone waits for
+(``Store.watch_finished``: PostgreSQL's trigger notifies waited-for ids only,
+so that completions nobody waits for take no server-wide NOTIFY lock), the
+waiter registers before its first read and unregisters when it returns. A
+completion whose trigger ran just before the registration committed is not
+announced, so even with a healthy channel the pauses between reads start at
+``FIRST_POLL`` and grow to ``PUSH_CHECK``: such a job is seen within tens of
+milliseconds.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ class FinishWatch:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self._wakers: dict[int, set[Callable[[], None]]] = {}
         self._listener: Listener | None = None
         self._started = False
@@ -69,13 +78,15 @@ class FinishWatch:
         return listener is not None and listener.healthy
 
     def _start(self) -> None:
-        with self._lock:
+        # a lock of its own, held while the listener starts: a second waiter
+        # must not go on before it is known whether there is one (_watch)
+        with self._start_lock:
             if self._started:
                 return
+            listener = self.store.listen_finished(self._on_finished)
+            with self._lock:
+                self._listener = listener
             self._started = True
-        listener = self.store.listen_finished(self._on_finished)
-        with self._lock:
-            self._listener = listener
 
     def _on_finished(self, payload: str) -> None:
         """The listener's thread: wake the waiters of these ids (all for "*")."""
@@ -103,6 +114,23 @@ class FinishWatch:
                     if not ws:
                         del self._wakers[job_id]
 
+    def _watch(self, job_id: int, seconds: float) -> int | None:
+        """Registered with the store for announcements, where it has a channel."""
+        if self._listener is None:
+            return None
+        # the deadline plus a margin: the row must outlive the wait's last read
+        return self.store.watch_finished(job_id, seconds + PUSH_CHECK)
+
+    def _unwatch(self, token: int | None) -> None:
+        if token is not None:
+            self.store.unwatch_finished(token)
+
+    def _pause(self, pause: float) -> tuple[float, float]:
+        """This pause between reads, and the next: growing to PUSH_CHECK while
+        the channel is up, to MAX_POLL while it is not."""
+        cap = PUSH_CHECK if self.pushed else MAX_POLL
+        return min(pause, cap), min(pause * POLL_GROWTH, cap)
+
     def _read(self, job_id: int) -> Job | None:
         """The job once finished; None while it is queued or running."""
         job = self.store.get_job(job_id)
@@ -114,18 +142,25 @@ class FinishWatch:
         """Block until the job finishes; TimeoutError after ``timeout`` seconds."""
         deadline = time.monotonic() + check_timeout(timeout)
         woken = threading.Event()
-        pause = FIRST_POLL
         with self._subscribed(job_id, woken.set):
-            while True:
-                woken.clear()
-                job = self._read(job_id)
-                if job is not None:
-                    return job
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
-                woken.wait(min(left, PUSH_CHECK if self.pushed else pause))
-                pause = min(pause * POLL_GROWTH, MAX_POLL)
+            token = self._watch(job_id, deadline - time.monotonic())
+            try:
+                return self._wait_subscribed(job_id, timeout, deadline, woken)
+            finally:
+                self._unwatch(token)
+
+    def _wait_subscribed(self, job_id: int, timeout: float | None, deadline: float, woken: threading.Event) -> Job:
+        pause = FIRST_POLL
+        while True:
+            woken.clear()
+            job = self._read(job_id)
+            if job is not None:
+                return job
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
+            now_pause, pause = self._pause(pause)
+            woken.wait(min(left, now_pause))
 
     async def wait_async(self, job_id: int, timeout: float | None) -> Job:
         """``wait`` for a coroutine: reads run on a thread, the waits on the loop."""
@@ -140,14 +175,18 @@ class FinishWatch:
         pause = FIRST_POLL
         await asyncio.to_thread(self._start)
         with self._subscribed(job_id, wake):
-            while True:
-                woken.clear()
-                job = await asyncio.to_thread(self._read, job_id)
-                if job is not None:
-                    return job
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), min(left, PUSH_CHECK if self.pushed else pause))
-                pause = min(pause * POLL_GROWTH, MAX_POLL)
+            token = await asyncio.to_thread(self._watch, job_id, deadline - time.monotonic())
+            try:
+                while True:
+                    woken.clear()
+                    job = await asyncio.to_thread(self._read, job_id)
+                    if job is not None:
+                        return job
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
+                    now_pause, pause = self._pause(pause)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), min(left, now_pause))
+            finally:
+                await asyncio.to_thread(self._unwatch, token)

@@ -12,7 +12,11 @@ from ...config import check_limits, validate_queue
 from ...model import JobState, QueueLimits
 from ..base import check_prune
 
-__all__ = ["PostgresControl"]
+__all__ = ["WATCH_MAX", "PostgresControl"]
+
+#: the longest a waiter's registration lasts (seconds): a row whose process
+#: died is ignored after this, and deleted by the next registration
+WATCH_MAX = 86_400.0
 
 
 def _ages(ages: Mapping[JobState, float], limit: int | None, now: datetime | None) -> dict[str, Any]:
@@ -21,7 +25,7 @@ def _ages(ages: Mapping[JobState, float], limit: int | None, now: datetime | Non
 
 
 class PostgresControl:
-    """Retention, pause and resume for ``PostgresStore`` (which provides ``_all``)."""
+    """Retention, pause and resume, and waiters, for ``PostgresStore`` (which provides ``_all``)."""
 
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         raise NotImplementedError
@@ -42,6 +46,13 @@ class PostgresControl:
 
     def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
         return [QueueLimits(*r) for r in self._all("queue_limits", {"now": now})]
+
+    def watch_finished(self, job_id: int, seconds: float) -> int | None:
+        # bounded: a wait without a deadline registers for a day (0008_waiters.sql)
+        return int(self._all("watch_finished", {"job_id": job_id, "seconds": min(float(seconds), WATCH_MAX)})[0][0])
+
+    def unwatch_finished(self, token: int) -> None:
+        self._all("unwatch_finished", {"id": token})
 
     def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
         return {JobState(s): int(n) for s, n in self._all("prunable", _ages(ages, None, now))}

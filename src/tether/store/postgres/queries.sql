@@ -1006,3 +1006,23 @@ SELECT q.queue, q.concurrency, q.rate_limit, q.rate_period,
 FROM {schema}.queues AS q
 WHERE q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
 ORDER BY q.queue
+
+-- ---------------------------------------------------------------------------
+-- Waiting (issue 22): who waits for which job, so that the finished-job
+-- trigger notifies only those (migration 0008 says why).
+
+-- name: watch_finished
+-- One waiter, until %(seconds)s from now. The same statement deletes the rows
+-- that can no longer matter (expired: their process died before unwatching),
+-- so the table stays as small as the number of waits in progress. A live
+-- wait's row never expires before its deadline, and a wait without one
+-- registers for a day.
+WITH gone AS (
+    DELETE FROM {schema}.waiters WHERE expires_at <= now()
+)
+INSERT INTO {schema}.waiters (job_id, expires_at)
+VALUES (%(job_id)s, now() + make_interval(secs => %(seconds)s))
+RETURNING id
+
+-- name: unwatch_finished
+DELETE FROM {schema}.waiters WHERE id = %(id)s
