@@ -10,6 +10,7 @@ such job, a finished job cannot be cancelled). ``--debug`` shows tracebacks.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import time
 from typing import Any
@@ -45,12 +46,32 @@ from .worker_cmd import run_worker, worker_options
 __all__ = ["cli", "main"]
 
 
+#: commands defined in modules of their own, imported only when run (or listed
+#: by --help): ``tether worker`` starts without the chaos harness, the server
+#: or the dashboard (about a tenth of a second of CPU per worker start)
+LAZY_COMMANDS = {
+    "chaos": "chaos_cmd", "prune": "control_cmd", "pause": "control_cmd", "resume": "control_cmd",
+    "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd",
+}
+
+
 class TetherGroup(click.Group):
     """Turns tether's own errors, and anything unexpected, into one clean line."""
 
     def invoke(self, ctx: click.Context) -> Any:
         with one_line_errors(lambda: _state(ctx).debug, "tether --debug ..."):
             return super().invoke(ctx)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = LAZY_COMMANDS.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            found = getattr(importlib.import_module(f"{__package__}.{module}"), cmd_name)
+            assert isinstance(found, click.Command)
+            self.add_command(found, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
 
 def _state(ctx: click.Context) -> CLIState:
@@ -322,24 +343,6 @@ def demo(n_jobs: int, n_workers: int, keep: str | None) -> None:
     ok = run_demo(n_jobs=n_jobs, n_workers=n_workers, keep=keep, console=make_console())
     if not ok:
         raise click.exceptions.Exit(EXIT_FAILURE)
-
-
-def _register_extras() -> None:
-    from .chaos_cmd import chaos
-    from .control_cmd import limit, pause, prune, resume
-    from .dashboard_cmd import dashboard
-    from .server_cmd import server
-
-    cli.add_command(chaos)
-    cli.add_command(prune)
-    cli.add_command(pause)
-    cli.add_command(resume)
-    cli.add_command(limit)
-    cli.add_command(dashboard)
-    cli.add_command(server)
-
-
-_register_extras()
 
 
 def main() -> None:

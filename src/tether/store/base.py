@@ -30,10 +30,10 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from functools import partial
 
+from ..config import check_prune
 from ..errors import ConfigError
 from ..model import (
     LIVE_WITHIN,
-    TERMINAL_STATES,
     Attempt,
     Beat,
     Buried,
@@ -56,24 +56,6 @@ from .buckets import Buckets
 
 __all__ = ["Listener", "Store", "check_prune"]
 
-
-def check_prune(ages: Mapping[JobState, float], limit: int | None = None) -> dict[JobState, float]:
-    """``prune``'s arguments checked (ConfigError naming the bad one), as
-    {finished state: age in seconds}."""
-    out: dict[JobState, float] = {}
-    for state, age in ages.items():
-        try:
-            st = JobState(state)
-        except ValueError:
-            st = None
-        if st is None or st not in TERMINAL_STATES:
-            raise ConfigError(f"only finished jobs are pruned (succeeded, dead, cancelled), not {state!r}")
-        if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < float("inf"):
-            raise ConfigError(f"the age to prune {st} jobs at must be a finite number of seconds >= 0, got {age!r}")
-        out[st] = float(age)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ConfigError(f"prune limit must be an int >= 1, got {limit!r}")
-    return out
 
 _NO_SHARED_TX = (
     "{what} needs a direct connection to tether's database, and this app's store is {backend}: "
@@ -484,13 +466,12 @@ class Store(abc.ABC):
         return None
 
     def watch_finished(self, job_id: int, seconds: float) -> int | None:
-        """Ask ``listen_finished``'s channel to announce this job when it
-        finishes, for at most ``seconds``; a token for ``unwatch_finished``, or
-        None where the channel announces every job (no registration needed)."""
+        """Have ``listen_finished`` announce this job, for ``seconds`` at most:
+        a token for ``unwatch_finished``; None: no registration needed."""
         return None
 
     def unwatch_finished(self, token: int) -> None:  # noqa: B027 (a hook: see watch_finished)
-        """End a ``watch_finished`` registration."""
+        pass
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         """Start a push channel calling ``on_enqueue(queue)``; None if the backend has none."""
