@@ -304,6 +304,26 @@ def test_a_delayed_job_is_published_when_due(make_app: Callable[..., Tether], na
         assert w.counts["swept"] == 1 and w.counts["deliveries_claimed"] == 1
 
 
+def test_a_workers_nats_rounds_carry_their_successes_with_the_claim(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    """A round of delivered ids writes the successes since the last round in
+    the same statement (complete_and_claim_ids), not in one of their own."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+
+    @app.task(name="noop")
+    def noop(ctx: JobContext) -> None:
+        pass
+
+    with running(app, concurrency=4) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        ids = noop.enqueue_many([{} for _ in range(200)])
+        for job_id in ids:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+        assert w.counts["deliveries_claimed"] == 200
+        assert w.counts["successes_carried"] > 0
+
+
 # -- every path that queues a due job outside a worker publishes it ---------------------------
 # enqueue and retry, from the app, `tether enqueue` / `tether retry`, the dashboard and
 # `tether server`: once committed, the job is published, so that a worker takes it at once
