@@ -285,6 +285,32 @@ class NatsTransport(Transport):
                            "the sweep publishes them later")
             return 0
 
+    def undelivered(self, queues: Sequence[str]) -> dict[str, int]:
+        """Each queue's durable consumer's ``num_pending``: messages in the
+        stream past what the consumer has delivered to any worker. (Not
+        ``num_ack_pending``: those were handed over, and include every running
+        job's message, which is acked only when its outcome is written.)"""
+        loop = self._loop
+        if not queues or loop is None or not self.healthy or threading.current_thread() is self._thread:
+            return {}
+        future = asyncio.run_coroutine_threadsafe(self._undelivered(list(queues)), loop)
+        try:
+            return future.result(PUBLISH_TIMEOUT + 1.0)
+        except Exception as exc:
+            future.cancel()
+            log.debug("NATS: reading the consumers' backlog failed (%s)", exc)
+            return {}
+
+    async def _undelivered(self, queues: list[str]) -> dict[str, int]:
+        js = self._js
+        assert js is not None
+        out: dict[str, int] = {}
+        for queue in queues:
+            with contextlib.suppress(Exception):  # no such consumer (yet): unknown, left out
+                info = await js.consumer_info(self.stream, consumer_name(self.prefix, queue), timeout=PUBLISH_TIMEOUT)
+                out[queue] = info.num_pending or 0
+        return out
+
     def _complain(self, text: str) -> None:
         now = time.monotonic()
         if now - self._complained >= COMPLAIN_EVERY:
