@@ -30,6 +30,7 @@ from typing import Any
 import nats
 import pytest
 from click.testing import CliRunner, Result
+from nats.aio.msg import Msg
 
 from tether import JobContext, JobState, Outcome, Tether
 from tether.cli.main import cli
@@ -37,7 +38,7 @@ from tether.config import Timers
 from tether.errors import ConfigError
 from tether.model import NewJob
 from tether.store import Store, open_store
-from tether.transport import Transport, open_transport
+from tether.transport import Delivery, Transport, open_transport
 from tether.transport.nats import NatsTransport, consumer_name, subject_for
 from tether.worker.sweeper import Sweeper
 
@@ -378,6 +379,30 @@ def test_a_workers_nats_rounds_carry_their_successes_with_the_claim(
             wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
         assert w.counts["deliveries_claimed"] == 200
         assert w.counts["successes_carried"] > 0
+
+
+def test_a_settle_queued_as_the_link_loop_closed_does_not_hold_up_later_ones() -> None:
+    """An ack queued for a link loop that has closed meanwhile is dropped
+    (JetStream redelivers it after ack_wait): had it stayed queued, every later
+    settle would have waited for a flush that never comes."""
+    t = NatsTransport("nats://127.0.0.1:4222")
+    gone = asyncio.new_event_loop()
+    gone.close()
+    t._loop = gone
+    t.ack(Delivery(job_id=1, queue="default", retry=False, handle=Msg(None)))
+    assert t._to_settle == []
+    live = asyncio.new_event_loop()
+    thread = threading.Thread(target=live.run_forever, daemon=True)
+    thread.start()
+    try:
+        t._loop = live
+        t.ack(Delivery(job_id=2, queue="default", retry=False, handle=Msg(None)))
+        wait_for(lambda: t._to_settle == [], 10, "the flush on the live loop")
+    finally:
+        live.call_soon_threadsafe(live.stop)
+        thread.join(5)
+        live.close()
+        t._loop = None
 
 
 # -- every path that queues a due job outside a worker publishes it ---------------------------

@@ -426,8 +426,11 @@ class NatsTransport(Transport):
             self._to_settle.append((delivery.handle, how))
             if len(self._to_settle) > 1:
                 return  # a flush is already on its way
-        with contextlib.suppress(RuntimeError):  # the loop has stopped
+        try:
             loop.call_soon_threadsafe(self._flush_settles)
+        except RuntimeError:  # the loop has closed: no flush will come for what is queued
+            with self._settle_lock:  # (nor would one ever be sent again); JetStream redelivers after ack_wait
+                self._to_settle.clear()
 
     def _flush_settles(self) -> None:
         with self._settle_lock:  # on the link loop
