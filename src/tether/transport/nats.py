@@ -45,6 +45,7 @@ from ..errors import ConfigError
 from ..model import DueJob
 from .base import Delivery, Transport
 from .nats_names import _seconds, consumer_name, subject_for, validate_prefix
+from .nats_settle import _current_loop, _settle, _settle_all
 
 __all__ = ["NatsTransport", "consumer_name", "subject_for"]
 
@@ -484,22 +485,3 @@ class NatsTransport(Transport):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), 2.0)
 
-
-async def _settle_all(batch: list[tuple[Msg, str]]) -> None:
-    for msg, how in batch:
-        await _settle(msg, how)
-
-
-async def _settle(msg: Msg, how: str) -> None:
-    """ack, nak or term; a failure only means JetStream redelivers after ack_wait."""
-    try:
-        await getattr(msg, how)()
-    except Exception as exc:
-        log.debug("NATS %s failed: %s", how, exc)
-
-
-def _current_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
