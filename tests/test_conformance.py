@@ -80,6 +80,9 @@ class Rounds:
     def claim_ids(self, *args: Any, **kwargs: Any) -> list[ClaimedJob]:
         return self._call("claim_ids", *args, **kwargs)  # type: ignore[no-any-return]
 
+    def complete_and_claim_ids(self, *args: Any, **kwargs: Any) -> tuple[set[int], list[ClaimedJob]]:
+        return self._call("complete_and_claim_ids", *args, **kwargs)  # type: ignore[no-any-return]
+
     def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
         if self.mode == "sync":
             return getattr(self.store, op)(*args, **kwargs)
@@ -737,6 +740,71 @@ def test_complete_and_claim_refuses_another_workers_success_but_still_claims(sto
     assert accepted == set() and [j.id for j in claimed] == [later]
     assert get(store, c.id).state is JobState.RUNNING and get(store, c.id).locked_by == W
     assert get(store, later).locked_by == W2
+
+
+# -- complete_and_claim_ids: a delivering transport's round ---------------------------
+
+
+def test_complete_and_claim_ids_fences_each_completion_and_claims_the_delivered_jobs(
+    store: Store, rounds: Rounds
+) -> None:
+    t0 = store.db_now()
+    ids = store.enqueue([new_job(args={"n": n}) for n in range(5)], now=t0)
+    a, b = rounds.claim_ids(W, ids[:2], ["default"], TTL, now=t0)
+    b_before = get(store, b.id)
+    accepted, claimed = rounds.complete_and_claim_ids(
+        W, [(a.id, a.attempt, '{"ok": 1}'), (b.id, b.attempt + 1, '"stale"'), (UNKNOWN_ID, 1, None)],
+        [ids[3], ids[2], a.id, b.id, UNKNOWN_ID], ["default"], TTL, now=t0 + sec(2),
+    )
+    assert accepted == {a.id}
+    # exactly the delivered jobs still queued (not a, just finished, nor b, held), each a fresh attempt 1
+    assert sorted(c.id for c in claimed) == [ids[2], ids[3]]
+    assert all(c.attempt == 1 and close_to(c.claimed_at, t0 + sec(2)) and c.lease_ttl == TTL for c in claimed)
+    assert all(get(store, c.id).state is JobState.RUNNING and get(store, c.id).locked_by == W for c in claimed)
+    assert get(store, ids[4]).state is JobState.QUEUED  # not delivered: not claimed
+    assert get(store, b.id) == b_before  # the stale completion changed nothing
+    done = get(store, a.id)
+    assert done.state is JobState.SUCCEEDED and done.result == {"ok": 1}
+    assert [(x.attempt, x.worker, x.outcome) for x in done.attempts] == [(1, W, Outcome.SUCCEEDED)]
+    # the same round again (a retry whose answer was lost): refused, written once
+    again, more = rounds.complete_and_claim_ids(W, [(a.id, a.attempt, '"again"')], [ids[2]], ["default"], TTL,
+                                                now=t0 + sec(3))
+    assert (again, more) == (set(), [])
+    assert get(store, a.id).result == {"ok": 1} and len(get(store, a.id).attempts) == 1
+
+
+def test_complete_and_claim_ids_does_not_write_a_zombies_success(store: Store, rounds: Rounds) -> None:
+    """W's lease lapsed and the job went to W2 (attempt 2): W's late success,
+    riding with W's next claim, must not be written, and the claim still goes on."""
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0)
+    (c1,) = store.claim(W, ["default"], 1, 5.0, now=t0)
+    later = t0 + sec(60)
+    assert [r.id for r in store.reap(10, now=later)] == [job_id]
+    (c2,) = store.claim_ids(W2, [job_id], ["default"], TTL, now=later)
+    assert c2.attempt == c1.attempt + 1
+    other = enqueue_one(store, later)
+    accepted, claimed = rounds.complete_and_claim_ids(W, [(job_id, c1.attempt, '"zombie"')], [job_id, other],
+                                                      ["default"], TTL, now=later + sec(1))
+    assert accepted == set() and [c.id for c in claimed] == [other]
+    job = get(store, job_id)
+    assert job.state is JobState.RUNNING and job.locked_by == W2 and job.attempt == c2.attempt
+    assert job.result is None
+    assert Outcome.SUCCEEDED not in [a.outcome for a in job.attempts]
+    # the owner's success is still the one written
+    assert rounds.complete(W2, [(job_id, c2.attempt, '"mine"')], now=later + sec(2)) == {job_id}
+    assert get(store, job_id).result == "mine"
+
+
+def test_complete_and_claim_ids_with_one_side_empty_is_the_other_alone(store: Store, rounds: Rounds) -> None:
+    t0 = store.db_now()
+    job_id = enqueue_one(store, t0)
+    accepted, claimed = rounds.complete_and_claim_ids(W, [], [job_id], ["default"], TTL, now=t0 + sec(1))
+    assert accepted == set() and [c.id for c in claimed] == [job_id]
+    (c,) = claimed
+    assert rounds.complete_and_claim_ids(W, [(c.id, c.attempt, None)], [], ["default"], TTL,
+                                         now=t0 + sec(2)) == ({c.id}, [])
+    assert get(store, c.id).state is JobState.SUCCEEDED
 
 
 def get_running(store: Store) -> list[Job]:

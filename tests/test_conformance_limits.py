@@ -2,7 +2,7 @@
 every backend (the ``store`` fixture as in test_conformance.py): concurrency
 and rate limits (``set_limits``, read by the claim statements themselves) and
 exclusive keys, through every claim path (claim, claim with known tasks,
-complete_and_claim sync and async, claim_ids). Nothing sleeps: clocks are
+complete_and_claim sync and async, claim_ids, complete_and_claim_ids). Nothing sleeps: clocks are
 moved with ``now=``. On PostgreSQL, racing claimers on threads check that the
 limit holds across concurrent transactions, which is what claim_room's lock is
 for (one statement's snapshot alone would let two claims overrun it)."""
@@ -172,6 +172,28 @@ def test_an_exclusive_key_is_freed_by_the_reaper_with_the_lease(store: Store) ->
     store.reap(100, now=later)  # a goes back to queued (attempts left); b is next in line by id
     got = store.claim(W2, ["default"], 10, TTL, now=later)
     assert len(got) == 1 and got[0].id in (a, b)
+
+
+def test_complete_and_claim_ids_frees_the_slot_and_key_its_own_successes_end(store: Store, rounds: Rounds) -> None:
+    """The successes riding with a claim of delivered ids end before it, as far
+    as limits and keys go: a queue at its limit, or a key held, by the very
+    jobs the statement completes, has room again for that claim. A success
+    refused by its fence (another worker's attempt) frees nothing."""
+    t0 = store.db_now()
+    store.set_limits(QueueLimits(Q, concurrency=1))
+    a, b, c = fill(store, 3, t0)
+    (first,) = store.claim_ids(W, [a], [Q], TTL, now=t0)
+    assert store.claim_ids(W, [b], [Q], TTL, now=t0) == []  # at its limit
+    # W2's success for W's job is refused, and frees no room
+    assert rounds.complete_and_claim_ids(W2, [(a, first.attempt, None)], [b], [Q], TTL, now=t0) == (set(), [])
+    done, more = rounds.complete_and_claim_ids(W, [(a, first.attempt, None)], [b, c], [Q], TTL, now=t0)
+    assert done == {a} and [j.id for j in more] == [b]  # a's slot, and only one
+    assert running(store) == 1
+    k1, k2 = (store.enqueue([new_job(exclusive_key="k")], now=t0)[0] for _ in range(2))
+    (held,) = store.claim_ids(W, [k1], ["default"], TTL, now=t0)
+    assert store.claim_ids(W, [k2], ["default"], TTL, now=t0) == []  # k is held
+    done, more = rounds.complete_and_claim_ids(W, [(k1, held.attempt, None)], [k2], ["default"], TTL, now=t0)
+    assert done == {k1} and [j.id for j in more] == [k2]
 
 
 def test_claim_ids_obeys_limits_and_keys(store: Store) -> None:

@@ -23,13 +23,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 from click.testing import CliRunner, Result
+from nats.aio.msg import Msg
 
 from tether import JobContext, JobState, Outcome, Tether
 from tether.cli.main import cli
@@ -37,8 +38,9 @@ from tether.config import Timers
 from tether.errors import ConfigError
 from tether.model import NewJob
 from tether.store import Store, open_store
-from tether.transport import Transport, open_transport
+from tether.transport import Delivery, Transport, open_transport
 from tether.transport.nats import NatsTransport, consumer_name, subject_for
+from tether.worker.sweeper import Sweeper
 
 from .test_processes import Workers, assert_recovered_by, enqueue, finished, wait_for
 from .test_worker import FAST, running, wait_job
@@ -302,6 +304,105 @@ def test_a_delayed_job_is_published_when_due(make_app: Callable[..., Tether], na
         done = wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
         assert done.finished_at is not None and done.finished_at >= done.run_at
         assert w.counts["swept"] == 1 and w.counts["deliveries_claimed"] == 1
+
+
+def test_the_sweep_publishes_nothing_while_a_backlog_is_being_delivered(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    """Jobs due for longer than sweep_grace whose queue's consumer still holds
+    undelivered messages are left to those deliveries (issue 22: the sweep
+    republished the backlog's head, up to 500 a second per worker, for the
+    claims to refuse); once nothing is left to deliver, every job still
+    queued is published again, the lost message's job with the rest."""
+    app = nats_app(make_app, nats_url, prefix, sweep_grace=1.0)
+    transport = app.transport
+    assert isinstance(transport, NatsTransport)
+    transport.start(["default"])
+    assert transport.ready(10)
+    store = app.store
+    past = store.db_now() - timedelta(seconds=60)
+    ids = store.enqueue([NewJob(task="job", args_json="{}") for _ in range(5)], now=past)  # due for a minute
+    assert transport.publish([(i, "default") for i in ids[:3]]) == 3  # the other two's messages were lost
+    sweeper = Sweeper(store, transport, ["default"])
+    assert sweeper.run_once() == 0 and sweeper.skipped == 1
+    assert backlog(nats_url, prefix) == (3, 0)  # nothing more was published
+
+    async def take_all() -> int:
+        got = await transport.fetch(10, 2.0, ["default"])
+        for d in got:
+            transport.ack(d)  # handed over and settled, never claimed: as good as lost
+        return len(got)
+
+    assert asyncio.run(take_all()) == 3
+    wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "the backlog delivered and acked")
+    assert sweeper.run_once() == 5  # deliveries have stopped: every due job is published again
+    assert backlog(nats_url, prefix) == (5, 0)
+
+
+def test_a_lost_message_is_published_by_the_sweep_once_a_worker_has_worked_through_the_backlog(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    """End to end: a job whose message is lost, among others delivered, runs,
+    by the sweep's message (sweep_grace short, the fallback claim off)."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_interval=0.2, sweep_grace=0.5)
+    ran: list[int] = []
+
+    @app.task(name="job")
+    def job(ctx: JobContext) -> None:
+        ran.append(ctx.job_id)
+
+    with running(app) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        lost = app.store.enqueue([NewJob(task="job", args_json="{}")])[0]  # committed, never published
+        ids = job.enqueue_many([{} for _ in range(50)])
+        for job_id in [*ids, lost]:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+        assert sorted(ran) == sorted([*ids, lost])
+        assert w.counts["deliveries_claimed"] == 51 and w.counts["swept"] >= 1
+
+
+def test_a_workers_nats_rounds_carry_their_successes_with_the_claim(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    """A round of delivered ids writes the successes since the last round in
+    the same statement (complete_and_claim_ids), not in one of their own."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+
+    @app.task(name="noop")
+    def noop(ctx: JobContext) -> None:
+        pass
+
+    with running(app, concurrency=4) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        ids = noop.enqueue_many([{} for _ in range(200)])
+        for job_id in ids:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+        assert w.counts["deliveries_claimed"] == 200
+        assert w.counts["successes_carried"] > 0
+
+
+def test_a_settle_queued_as_the_link_loop_closed_does_not_hold_up_later_ones() -> None:
+    """An ack queued for a link loop that has closed meanwhile is dropped
+    (JetStream redelivers it after ack_wait): had it stayed queued, every later
+    settle would have waited for a flush that never comes."""
+    t = NatsTransport("nats://127.0.0.1:4222")
+    gone = asyncio.new_event_loop()
+    gone.close()
+    t._loop = gone
+    t.ack(Delivery(job_id=1, queue="default", retry=False, handle=Msg(None)))
+    assert t._to_settle == []
+    live = asyncio.new_event_loop()
+    thread = threading.Thread(target=live.run_forever, daemon=True)
+    thread.start()
+    try:
+        t._loop = live
+        t.ack(Delivery(job_id=2, queue="default", retry=False, handle=Msg(None)))
+        wait_for(lambda: t._to_settle == [], 10, "the flush on the live loop")
+    finally:
+        live.call_soon_threadsafe(live.stop)
+        thread.join(5)
+        live.close()
+        t._loop = None
 
 
 # -- every path that queues a due job outside a worker publishes it ---------------------------

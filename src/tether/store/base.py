@@ -53,6 +53,7 @@ from ..model import (
     WorkerInfo,
 )
 from .buckets import Buckets
+from .pruning import check_prune
 
 __all__ = ["Listener", "Store", "check_prune"]
 
@@ -262,6 +263,19 @@ class Store(abc.ABC):
         accepted = self.complete(worker, done, now=now) if done else set()
         return accepted, self.claim(worker, queues, limit, lease_ttl, now=now, tasks=tasks)
 
+    def complete_and_claim_ids(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], ids: Sequence[int], queues: Sequence[str],
+        lease_ttl: float, *, now: datetime | None = None, tasks: Sequence[str] | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        """``complete(done)`` and then ``claim_ids(ids, ...)``: a delivering
+        transport's round, as ``complete_and_claim`` is a database claim's. A
+        backend that can does both in one statement or transaction; the
+        completions are fenced as ``complete`` fences them, and the claim sees
+        them done (their slots and exclusive keys free). This default (the
+        HTTP store's) is the two calls, one after the other."""
+        accepted = self.complete(worker, done, now=now) if done else set()
+        return accepted, self.claim_ids(worker, ids, queues, lease_ttl, now=now, tasks=tasks)
+
     # -- a worker's round, from its event loop ----------------------------------------
     # These defaults run the method above on ``executor`` (the worker's database
     # threads). PostgreSQL sends the statement from the event loop itself: no
@@ -298,6 +312,15 @@ class Store(abc.ABC):
         """``complete_and_claim`` for a coroutine."""
         return await asyncio.get_running_loop().run_in_executor(
             executor, partial(self.complete_and_claim, worker, done, queues, limit, lease_ttl, now=now, tasks=tasks))
+
+    async def complete_and_claim_ids_async(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], ids: Sequence[int], queues: Sequence[str],
+        lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
+        tasks: Sequence[str] | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        """``complete_and_claim_ids`` for a coroutine."""
+        return await asyncio.get_running_loop().run_in_executor(
+            executor, partial(self.complete_and_claim_ids, worker, done, ids, queues, lease_ttl, now=now, tasks=tasks))
 
     @abc.abstractmethod
     def fail(

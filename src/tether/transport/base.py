@@ -81,6 +81,13 @@ class Transport:
         """The sweep's republish of due jobs nothing seems to carry."""
         return 0
 
+    def undelivered(self, queues: Sequence[str]) -> dict[str, int]:
+        """Blocking, from any thread but the transport's own: how many messages
+        each of these queues holds that no worker has been handed yet (the
+        backlog its deliveries are still working through). A queue it cannot
+        tell about is left out."""
+        return {}
+
     def start(self, queues: Sequence[str]) -> None:
         """Begin consuming these queues (each worker calls this once; workers
         sharing an app share its transport, so the queues add up)."""

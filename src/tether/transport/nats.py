@@ -45,6 +45,7 @@ from ..errors import ConfigError
 from ..model import DueJob
 from .base import Delivery, Transport
 from .nats_names import _seconds, consumer_name, subject_for, validate_prefix
+from .nats_settle import _current_loop, _settle, _settle_all
 
 __all__ = ["NatsTransport", "consumer_name", "subject_for"]
 
@@ -285,6 +286,32 @@ class NatsTransport(Transport):
                            "the sweep publishes them later")
             return 0
 
+    def undelivered(self, queues: Sequence[str]) -> dict[str, int]:
+        """Each queue's durable consumer's ``num_pending``: messages in the
+        stream past what the consumer has delivered to any worker. (Not
+        ``num_ack_pending``: those were handed over, and include every running
+        job's message, which is acked only when its outcome is written.)"""
+        loop = self._loop
+        if not queues or loop is None or not self.healthy or threading.current_thread() is self._thread:
+            return {}
+        future = asyncio.run_coroutine_threadsafe(self._undelivered(list(queues)), loop)
+        try:
+            return future.result(PUBLISH_TIMEOUT + 1.0)
+        except Exception as exc:
+            future.cancel()
+            log.debug("NATS: reading the consumers' backlog failed (%s)", exc)
+            return {}
+
+    async def _undelivered(self, queues: list[str]) -> dict[str, int]:
+        js = self._js
+        assert js is not None
+        out: dict[str, int] = {}
+        for queue in queues:
+            with contextlib.suppress(Exception):  # no such consumer (yet): unknown, left out
+                info = await js.consumer_info(self.stream, consumer_name(self.prefix, queue), timeout=PUBLISH_TIMEOUT)
+                out[queue] = info.num_pending or 0
+        return out
+
     def _complain(self, text: str) -> None:
         now = time.monotonic()
         if now - self._complained >= COMPLAIN_EVERY:
@@ -400,8 +427,11 @@ class NatsTransport(Transport):
             self._to_settle.append((delivery.handle, how))
             if len(self._to_settle) > 1:
                 return  # a flush is already on its way
-        with contextlib.suppress(RuntimeError):  # the loop has stopped
+        try:
             loop.call_soon_threadsafe(self._flush_settles)
+        except RuntimeError:  # the loop has closed: no flush will come for what is queued
+            with self._settle_lock:  # (nor would one ever be sent again); JetStream redelivers after ack_wait
+                self._to_settle.clear()
 
     def _flush_settles(self) -> None:
         with self._settle_lock:  # on the link loop
@@ -455,22 +485,3 @@ class NatsTransport(Transport):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), 2.0)
 
-
-async def _settle_all(batch: list[tuple[Msg, str]]) -> None:
-    for msg, how in batch:
-        await _settle(msg, how)
-
-
-async def _settle(msg: Msg, how: str) -> None:
-    """ack, nak or term; a failure only means JetStream redelivers after ack_wait."""
-    try:
-        await getattr(msg, how)()
-    except Exception as exc:
-        log.debug("NATS %s failed: %s", how, exc)
-
-
-def _current_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

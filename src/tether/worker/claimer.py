@@ -10,8 +10,11 @@ worker has handlers for (``WorkerState.tasks``): a job of any other task is
 left queued, its budget untouched, for a worker that knows it
 (``worker/unknown.py`` says what becomes of jobs that no worker knows).
 
-Successes waiting to be written ride with a claim of any jobs
-(``complete_and_claim``: one round trip, one commit) when the reporter carries.
+Successes waiting to be written ride with the next claim (``complete_and_claim``,
+or ``complete_and_claim_ids`` for delivered ids: one round trip, one commit)
+when the reporter carries. While a fetch waits for messages with none yet
+(``FETCH_IDLE``), the claimer counts as idle: the reporter writes successes
+itself rather than hold them for a claim that may be a second away.
 While handlers are short the claimer pipelines: it sends the next claim before
 setting up this one's jobs, so the next statement runs on the database while
 these run here.
@@ -37,12 +40,15 @@ from .executor import Executor
 from .reporter import Done, Reporter, rows_of
 from .state import WorkerState, wait_event
 
-__all__ = ["COALESCE_WAIT", "FETCH_WAIT", "STOP_GRACE", "Claimer"]
+__all__ = ["COALESCE_WAIT", "FETCH_IDLE", "FETCH_WAIT", "STOP_GRACE", "Claimer"]
 
 #: how long the claimer waits for more free slots before claiming just a few
 COALESCE_WAIT = 0.005
 #: how long one transport fetch waits for a first message
 FETCH_WAIT = 1.0
+#: a fetch still without messages after this long is waiting for work: the
+#: claimer counts as idle (successes are written without waiting to be carried)
+FETCH_IDLE = 0.005
 #: how long a claim in flight at a stop may take before the worker stops without
 #: its answer (the reaper then owns whatever it took); also bounds the releases
 STOP_GRACE = 3.0
@@ -216,7 +222,15 @@ class Claimer:
         repeat) is acked at once: the database has already said no."""
         s = self.state
         transport = s.transport
-        deliveries = await transport.fetch(want, FETCH_WAIT, s.queues)
+        assert s.loop is not None
+        waiting = s.loop.call_later(FETCH_IDLE, self._fetch_idle)
+        try:
+            deliveries = await transport.fetch(want, FETCH_WAIT, s.queues)
+        finally:
+            waiting.cancel()
+            if s.fetch_waiting:
+                s.fetch_waiting = False
+                self._idle.clear()
         if not deliveries:
             return []
         first: dict[int, Delivery] = {}
@@ -244,6 +258,11 @@ class Claimer:
         s.counts["deliveries_claimed"] += len(jobs)
         return [(j, first[j.id]) for j in jobs]
 
+    def _fetch_idle(self) -> None:
+        """The fetch has waited FETCH_IDLE without a message: idle until it returns."""
+        self.state.fetch_waiting = True
+        self._idle.set()
+
     async def _claim_any(self, claim: _Claim) -> Got | None:
         self.state.counts["db_claims"] += 1
         jobs = await self._receive(claim)
@@ -252,19 +271,20 @@ class Claimer:
     # -- one claim ------------------------------------------------------------------------
     def send(self, want: int, *, ids: list[int] | None = None) -> _Claim:
         """Send one claim (of any due jobs, or of exactly ``ids``). Successes
-        waiting to be written ride with a claim of any jobs: one round trip,
-        one commit. The statement goes out when the loop next runs its tasks:
+        waiting to be written ride with it: one round trip, one commit. The statement goes out when the loop next runs its tasks:
         a caller with other work to do first yields once (``asyncio.sleep(0)``)."""
         s, reporter = self.state, self.reporter
         carried: list[Done] = []
         store, pool, ttl = s.store, s.db_pool, s.timers.lease_ttl
         call: Coroutine[Any, Any, Any]
-        if ids is not None:
-            call = store.claim_ids_async(s.id, ids, s.queues, ttl, executor=pool, tasks=s.tasks)
-        elif reporter.done and reporter.carry:
+        if reporter.done and reporter.carry:
             carried, reporter.done = reporter.done, []
-            call = store.complete_and_claim_async(s.id, rows_of(carried), s.queues, want, ttl, executor=pool,
-                                                  tasks=s.tasks)
+            call = store.complete_and_claim_async(
+                s.id, rows_of(carried), s.queues, want, ttl, executor=pool, tasks=s.tasks,
+            ) if ids is None else store.complete_and_claim_ids_async(
+                s.id, rows_of(carried), ids, s.queues, ttl, executor=pool, tasks=s.tasks)
+        elif ids is not None:
+            call = store.claim_ids_async(s.id, ids, s.queues, ttl, executor=pool, tasks=s.tasks)
         else:
             call = store.claim_async(s.id, s.queues, want, ttl, executor=pool, tasks=s.tasks)
         assert s.loop is not None

@@ -358,7 +358,7 @@ class Executor:
             reporter.fail(running, Outcome.FAILED, str(perr), None, False)
             return
         reporter.done.append((running, result_json))
-        if not self.state.stopping and self.room() > 0:
+        if not self.state.stopping and self.room() > 0 and not self.state.fetch_waiting:
             self.state.claimer_idle.clear()  # the nudge above wakes the claimer, which will carry this success
         reporter.wake.set()
 

@@ -105,10 +105,9 @@ class Worker:
         self.executor = executor = Executor(s, reporter, app.tasks, concurrency=concurrency,
                                             claim_batch=claim_batch, prefetch=prefetch,
                                             max_payload_bytes=app.max_payload_bytes)
-        #: whether claims carry successes (complete_and_claim): small ones do;
-        #: with a delivering transport each claim is of named jobs and carries none
-        reporter.carry = (executor.ahead_batch if executor.prefetch else executor.claim_batch) <= CARRY_MAX \
-            and not s.transport.delivers
+        #: whether claims carry successes (complete_and_claim, or with a
+        #: delivering transport complete_and_claim_ids): small ones do
+        reporter.carry = (executor.ahead_batch if executor.prefetch else executor.claim_batch) <= CARRY_MAX
         reporter.lost = executor.lost
         self.reporter = reporter
         interval = poll_interval or s.store.default_poll_interval

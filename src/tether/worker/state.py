@@ -66,6 +66,10 @@ class WorkerState:
         #: set while the claimer waits for work: successes have no claim to ride
         #: with, so the reporter writes them at once
         self.claimer_idle: asyncio.Event
+        #: True while the claimer waits on a transport fetch with nothing to
+        #: take yet (``claimer_idle`` is set then): a finished job's success is
+        #: written at once, as no claim will carry it soon
+        self.fetch_waiting = False
         self.stop_event: asyncio.Event
         #: done when stop() was called: raced against calls that may hang
         self.stop_waiter: asyncio.Task[Any]

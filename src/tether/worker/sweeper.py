@@ -8,6 +8,16 @@ database for due queued jobs on its queues that no delivery seems to carry
 (``Store.due_unclaimed``) and republishes them. Every worker finding the same
 job is harmless: the sweep's message id is the same for all of them, and
 JetStream keeps one copy within its duplicate window.
+
+A queue whose consumer still holds undelivered messages (``Transport.undelivered``)
+is not swept: under a backlog its jobs wait longer than ``sweep_grace`` only
+because the messages ahead of theirs are still being delivered, and
+republishing them (up to ``limit`` a tick per worker) made the claims refuse
+or repeat as many again (issue 22: twice PostgreSQL's CPU per job). The sweep
+is for jobs no delivery carries; it finds them once the backlog is through:
+a job whose message was lost is still republished once deliveries stop.
+(The same wait holds for a delivered job a claim refused for its queue's
+limits or its exclusive key: its next delivery is the sweep's.)
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ class Sweeper(PeriodicService):
         self.queues = list(queues)
         self.limit = limit
         self.total = 0
+        #: ticks that left a queue out because its messages were still being delivered
+        self.skipped = 0
 
     def first_wait(self) -> float:
         return self.next_wait(0.0)
@@ -48,7 +60,13 @@ class Sweeper(PeriodicService):
         """Republish what is due and undelivered; returns how many the transport took."""
         if not self.transport.healthy:
             return 0
-        due = self.store.due_unclaimed(self.queues, grace=self.transport.sweep_grace, limit=self.limit)
+        backlog = self.transport.undelivered(self.queues)
+        queues = [q for q in self.queues if not backlog.get(q)]
+        if len(queues) < len(self.queues):
+            self.skipped += 1
+            if not queues:
+                return 0
+        due = self.store.due_unclaimed(queues, grace=self.transport.sweep_grace, limit=self.limit)
         if not due:
             return 0
         sent = self.transport.publish_due(due)

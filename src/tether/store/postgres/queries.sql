@@ -225,19 +225,22 @@ WITH {_claim_picked_known}, claimed AS (
 ), {_record_starts}
 SELECT * FROM claimed
 
--- name: claim_ids
--- A transport (NATS) delivered these ids; the database decides who owns them.
--- The same grant as claim, for the named rows only, and only while each is
--- still queued, due and on one of the worker's queues: a job someone else
--- holds (running), a finished one, one not due yet, or one of a task the
--- worker does not know (tasks, when given) matches nothing, and the caller
--- skips it. Two workers handed the same id: the second's FOR UPDATE
--- waits for the first, re-checks the WHERE on the new row version (running
--- now) and takes nothing. Rows are locked in id order, so two claims over
--- overlapping id sets cannot deadlock; no SKIP LOCKED, because a skipped row
--- would be a delivered job nobody claimed. A job on a paused queue is not
--- claimed either: the sweep delivers it again once its queue is resumed.
-WITH limits AS (
+-- name: _claim_ids_picked
+-- The choice of delivered jobs that claim_ids and complete_and_claim_ids
+-- share (three CTEs, limits, locked and picked, for a WITH list).
+-- A transport (NATS) delivered these ids (%(delivered)s); the database decides
+-- who owns them. Only a job still queued, due and on one of the worker's
+-- queues is locked: a job someone else holds (running), a finished one, one
+-- not due yet, or one of a task the worker does not know (tasks, when given)
+-- matches nothing, and the caller skips it. Two workers handed the same id:
+-- the second's FOR UPDATE waits for the first, re-checks the WHERE on the new
+-- row version (running now) and takes nothing. Rows are locked in id order,
+-- so two claims over overlapping id sets cannot deadlock; no SKIP LOCKED,
+-- because a skipped row would be a delivered job nobody claimed. A job on a
+-- paused queue is not claimed either: the sweep delivers it again once its
+-- queue is resumed. %(done)s: the successes the same statement records (NULL
+-- for claim_ids), which claim_room and key_free count as finished.
+limits AS (
     -- the room of each limited queue of the claim (claim_room: migration 0007
     -- says why a function); the function is not even called, nor any lock
     -- taken, unless one of the worker's queues has a limit (a one-time filter)
@@ -247,7 +250,7 @@ WITH limits AS (
                     AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
 ), locked AS (
     SELECT ctid, id, queue, exclusive_key FROM {schema}.jobs
-    WHERE id = ANY(%(ids)s::bigint[]) AND state = 'queued'
+    WHERE id = ANY(%(delivered)s::bigint[]) AND state = 'queued'
       AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
       AND queue <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
@@ -263,11 +266,36 @@ WITH limits AS (
               FROM locked ORDER BY exclusive_key IS NULL, coalesce(exclusive_key, id::text), id) AS k
     ) AS n
     WHERE n.nth <= coalesce((SELECT room FROM limits WHERE limited = n.queue), n.nth)
-), claimed AS (
+)
+
+-- name: claim_ids
+-- The same grant as claim, for the delivered rows _claim_ids_picked chooses.
+WITH {_claim_ids_picked}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
 SELECT * FROM claimed
+
+-- name: complete_and_claim_ids
+-- A delivering transport's round: the successes since the worker's last
+-- claim and its claim of the delivered ids, in one statement and one commit,
+-- as complete_and_claim is for claim. The two UPDATEs never touch the same
+-- row (done matches rows running under this worker, locked only queued
+-- ones, both as of the statement's one snapshot), which is what lets them
+-- share a statement; claim_room and key_free are told of done's rows, so a
+-- success frees its queue's slot and its exclusive key for this very claim.
+-- Answer as complete_and_claim's (_round_answer).
+WITH done AS (
+{_complete_done}
+), audit AS (
+    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
+    SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
+    RETURNING job_id
+), {_claim_ids_picked}, claimed AS (
+    UPDATE {schema}.jobs AS j
+    {_grant_lease}
+), {_record_starts}
+{_round_answer}
 
 -- name: due_unclaimed
 -- The transport sweep: queued jobs that are due and that no delivery seems to

@@ -22,7 +22,9 @@ __all__ = [
     "Rows",
     "Steps",
     "beats",
+    "claim_ids_steps",
     "claim_steps",
+    "complete_and_claim_ids_steps",
     "complete_and_claim_steps",
     "complete_steps",
     "enqueue_steps",
@@ -168,6 +170,38 @@ def complete_and_claim_steps(
         **_tasks_param(tasks),
     }
     return {r[1] for r in rows if r[0] == 1}, claimed_from_rows([r[1:] for r in rows if r[0] == 0])
+
+
+def claim_ids_steps(
+    worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, now: datetime | None,
+    tasks: Sequence[str] | None,
+) -> Steps[list[ClaimedJob]]:
+    if not ids:
+        return []
+    rows = yield "claim_ids", {**_ids_params(worker, ids, queues, lease_ttl, now, tasks), "done": None}
+    return claimed_from_rows(rows)
+
+
+def complete_and_claim_ids_steps(
+    worker: str, done: Sequence[tuple[int, int, str | None]], ids: Sequence[int], queues: Sequence[str],
+    lease_ttl: float, now: datetime | None, tasks: Sequence[str] | None,
+) -> Steps[tuple[set[int], list[ClaimedJob]]]:
+    """One statement; one side empty, or more successes than one statement
+    takes (see complete_steps): complete's statements, then claim_ids'."""
+    if not done or not ids or len(done) > DONE_CHUNK:
+        accepted = yield from complete_steps(worker, done, now)
+        return accepted, (yield from claim_ids_steps(worker, ids, queues, lease_ttl, now, tasks))
+    rows = yield "complete_and_claim_ids", {
+        **_ids_params(worker, ids, queues, lease_ttl, now, tasks), **_done_params(worker, done)}
+    return {r[1] for r in rows if r[0] == 1}, claimed_from_rows([r[1:] for r in rows if r[0] == 0])
+
+
+def _ids_params(worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, now: datetime | None,
+                tasks: Sequence[str] | None) -> dict[str, Any]:
+    """claim_ids' params but ``done``: the delivered ids as an array literal
+    (as _done_params sends its ids), int() each so nothing else gets in."""
+    return {"worker": worker, "delivered": "{" + ",".join([str(int(i)) for i in ids]) + "}",
+            "queues": list(queues), "lease_ttl": lease_ttl, "now": now, "tasks": None if tasks is None else list(tasks)}
 
 
 def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:

@@ -25,10 +25,11 @@ from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing,
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
-from ..rows import attempt_from_row, claimed_from_rows, job_from_row, worker_from_row
+from ..rows import attempt_from_row, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote
 from .control import PostgresControl
+from .ids import ClaimIdsMixin
 from .listener import NotifyListener
 from .schedules import PostgresSchedules
 from .steps import Rows, Steps, beats, claim_steps, complete_and_claim_steps, complete_steps, enqueue_steps
@@ -72,7 +73,7 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return res is not None and res.status == TUPLES_OK
 
 
-class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store):
+class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, TransactionsMixin, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0
@@ -298,20 +299,6 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
     ) -> list[ClaimedJob]:
         return await self._drive_async(claim_steps(worker, queues, limit, lease_ttl, now, tasks))
 
-    def claim_ids(
-        self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
-        now: datetime | None = None, tasks: Sequence[str] | None = None,
-    ) -> list[ClaimedJob]:
-        return claimed_from_rows(self._all("claim_ids", _ids_params(worker, ids, queues, lease_ttl, now, tasks))
-                                 ) if ids else []
-
-    async def claim_ids_async(
-        self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
-        executor: Executor | None = None, now: datetime | None = None, tasks: Sequence[str] | None = None,
-    ) -> list[ClaimedJob]:
-        params = _ids_params(worker, ids, queues, lease_ttl, now, tasks)
-        return claimed_from_rows(await self._all_async("claim_ids", params)) if ids else []
-
     def due_unclaimed(
         self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
     ) -> list[DueJob]:
@@ -492,9 +479,3 @@ class PostgresStore(PostgresSchedules, PostgresControl, TransactionsMixin, Store
         if self.listen_url is None:
             return None
         return NotifyListener(self.listen_url, self.done_channel, on_finished)
-
-
-def _ids_params(worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, now: datetime | None,
-                tasks: Sequence[str] | None) -> dict[str, Any]:
-    return {"worker": worker, "ids": list(ids), "queues": list(queues), "lease_ttl": lease_ttl, "now": now,
-            "done": None, "tasks": None if tasks is None else list(tasks)}

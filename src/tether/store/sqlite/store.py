@@ -259,11 +259,15 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
     ) -> list[ClaimedJob]:
         if not ids:
             return []
-        return _claimed(self._all(
-            "claim_ids",
-            {"worker": worker, "ids": json.dumps([int(i) for i in ids]), "queues": json.dumps(list(queues)),
-             "lease_ttl": lease_ttl, "now": _ts(now), "tasks": None if tasks is None else json.dumps(list(tasks))},
-        ))
+        return _claimed(self._all("claim_ids", self._ids_params(worker, ids, queues, lease_ttl, now, tasks)))
+
+    @staticmethod
+    def _ids_params(
+        worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, now: datetime | None,
+        tasks: Sequence[str] | None,
+    ) -> dict[str, Any]:
+        return {"worker": worker, "ids": json.dumps([int(i) for i in ids]), "queues": json.dumps(list(queues)),
+                "lease_ttl": lease_ttl, "now": _ts(now), "tasks": None if tasks is None else json.dumps(list(tasks))}
 
     def due_unclaimed(
         self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
@@ -327,6 +331,19 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
             accepted = self._complete_in(conn, worker, done, now)
             rows = conn.execute(self.q[name], params).fetchall()
         return accepted, _claimed(rows)
+
+    def complete_and_claim_ids(
+        self, worker: str, done: Sequence[tuple[int, int, str | None]], ids: Sequence[int], queues: Sequence[str],
+        lease_ttl: float, *, now: datetime | None = None, tasks: Sequence[str] | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        # One write transaction, as complete_and_claim: the claim sees the
+        # successes written (their slots and exclusive keys free).
+        if not done or not ids:
+            return super().complete_and_claim_ids(worker, done, ids, queues, lease_ttl, now=now, tasks=tasks)
+        with self._write() as conn:
+            accepted = self._complete_in(conn, worker, done, now)
+            rows = conn.execute(self.q["claim_ids"], self._ids_params(worker, ids, queues, lease_ttl, now, tasks))
+            return accepted, _claimed(rows.fetchall())
 
     def _complete_in(
         self, conn: sqlite3.Connection, worker: str, done: Sequence[tuple[int, int, str | None]], now: datetime | None,

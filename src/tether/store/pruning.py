@@ -1,0 +1,29 @@
+"""``prune``'s arguments, checked alike by every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import ConfigError
+from ..model import TERMINAL_STATES, JobState
+
+__all__ = ["check_prune"]
+
+
+def check_prune(ages: Mapping[JobState, float], limit: int | None = None) -> dict[JobState, float]:
+    """``prune``'s arguments checked (ConfigError naming the bad one), as
+    {finished state: age in seconds}."""
+    out: dict[JobState, float] = {}
+    for state, age in ages.items():
+        try:
+            st = JobState(state)
+        except ValueError:
+            st = None
+        if st is None or st not in TERMINAL_STATES:
+            raise ConfigError(f"only finished jobs are pruned (succeeded, dead, cancelled), not {state!r}")
+        if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < float("inf"):
+            raise ConfigError(f"the age to prune {st} jobs at must be a finite number of seconds >= 0, got {age!r}")
+        out[st] = float(age)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"prune limit must be an int >= 1, got {limit!r}")
+    return out
