@@ -11,13 +11,12 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .errors import ConfigError, InvalidDSN, PayloadError
-from .model import TERMINAL_STATES, JobState, QueueLimits
+from .model import QueueLimits
 
 __all__ = [
     "DEFAULT_BACKOFF_BASE",
@@ -315,22 +314,3 @@ def parse_rate(text: str, what: str = "rate") -> tuple[int, float | str]:
     if not sep or not re.fullmatch(r"[0-9]{1,12}", count) or not period:
         raise ConfigError(f"{what} must be COUNT/PERIOD, e.g. 100/60 (seconds) or 100/1m; got {text!r}")
     return int(count), float(period) if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", period) else period
-
-
-def check_prune(ages: Mapping[JobState, float], limit: int | None = None) -> dict[JobState, float]:
-    """``prune``'s arguments checked (ConfigError naming the bad one), as
-    {finished state: age in seconds}."""
-    out: dict[JobState, float] = {}
-    for state, age in ages.items():
-        try:
-            st = JobState(state)
-        except ValueError:
-            st = None
-        if st is None or st not in TERMINAL_STATES:
-            raise ConfigError(f"only finished jobs are pruned (succeeded, dead, cancelled), not {state!r}")
-        if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < float("inf"):
-            raise ConfigError(f"the age to prune {st} jobs at must be a finite number of seconds >= 0, got {age!r}")
-        out[st] = float(age)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ConfigError(f"prune limit must be an int >= 1, got {limit!r}")
-    return out

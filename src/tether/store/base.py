@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from functools import partial
 
-from ..config import check_prune
 from ..errors import ConfigError
 from ..model import (
     LIVE_WITHIN,
@@ -54,6 +53,7 @@ from ..model import (
 )
 from .buckets import Buckets
 from .pruning import check_prune
+from .push import Listener, PushChannels
 
 __all__ = ["Listener", "Store", "check_prune"]
 
@@ -65,19 +65,7 @@ _NO_SHARED_TX = (
 )
 
 
-class Listener(abc.ABC):
-    """A push channel that wakes claimers when jobs are enqueued (LISTEN/NOTIFY)."""
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    @property
-    @abc.abstractmethod
-    def healthy(self) -> bool:
-        """False while the channel is down; the worker then relies on polling."""
-
-
-class Store(abc.ABC):
+class Store(PushChannels, abc.ABC):
     backend: str
     #: how often an idle worker polls when no push channel wakes it (seconds)
     default_poll_interval: float
@@ -86,7 +74,7 @@ class Store(abc.ABC):
     #: server), whose work then overlaps the worker's own
     claims_ahead: bool = True
 
-    def round_connections(self, size: int) -> None:  # noqa: B027 (a hook: most stores have no such connections)
+    def round_connections(self, size: int) -> None:
         """On a worker's event loop: how many statements of its rounds may be
         in flight at once (PostgreSQL: its round connections on this loop)."""
 
@@ -481,24 +469,6 @@ class Store(abc.ABC):
     def integrity_check(self) -> list[str]:
         """Problems the database reports with its own storage; empty when fine."""
         return []
-
-    def listen_finished(self, on_finished: Callable[[str], None]) -> Listener | None:
-        """Start a push channel calling ``on_finished(ids)`` when jobs finish
-        (``ids``: comma-separated job ids, or ``"*"``: anything may have
-        finished, look again); None if the backend has none (``app.wait`` polls)."""
-        return None
-
-    def watch_finished(self, job_id: int, seconds: float) -> int | None:
-        """Have ``listen_finished`` announce this job, for ``seconds`` at most:
-        a token for ``unwatch_finished``; None: no registration needed."""
-        return None
-
-    def unwatch_finished(self, token: int) -> None:  # noqa: B027 (a hook: see watch_finished)
-        pass
-
-    def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
-        """Start a push channel calling ``on_enqueue(queue)``; None if the backend has none."""
-        return None
 
     @abc.abstractmethod
     def close(self) -> None: ...
