@@ -223,11 +223,16 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
         return await self._drive_async(enqueue_steps(jobs, now))
 
     def get_job(self, job_id: int) -> Job | None:
-        rows = self._all("get_job", {"id": job_id})
-        if not rows:
-            return None
-        attempts = [attempt_from_row(r) for r in self._all("get_attempts", {"id": job_id})]
-        return job_from_row(rows[0], attempts)
+        # the row and its history from one snapshot (REPEATABLE READ): read
+        # apart, an attempt ending in between showed in one and not the other
+        with self.pool.connection() as conn, conn.transaction():
+            try:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                rows = conn.execute(self.q["get_job"], {"id": job_id}).fetchall()
+                history = conn.execute(self.q["get_attempts"], {"id": job_id}).fetchall() if rows else []
+            except SCHEMA_BEHIND:
+                raise self._no_tables() from None
+        return job_from_row(rows[0], [attempt_from_row(r) for r in history]) if rows else None
 
     def list_jobs(
         self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50

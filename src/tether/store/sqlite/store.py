@@ -171,11 +171,20 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         return {k: i for i, k in rows}
 
     def get_job(self, job_id: int) -> Job | None:
-        rows = self._all("get_job", {"id": job_id})
-        if not rows:
-            return None
-        attempts = [attempt_from_row(r, epoch_to_dt) for r in self._all("get_attempts", {"id": job_id})]
-        return job_from_row(rows[0], attempts, epoch_to_dt, json_text)
+        # the row and its history in one read transaction (one snapshot): read
+        # apart, an attempt ending in between showed in one and not the other
+        conn = self._conn()
+        own = not conn.in_transaction
+        if own:
+            conn.execute("BEGIN")
+        try:
+            rows = self._all("get_job", {"id": job_id})
+            history = self._all("get_attempts", {"id": job_id}) if rows else []
+        finally:
+            if own:
+                conn.execute("COMMIT")
+        return job_from_row(rows[0], [attempt_from_row(r, epoch_to_dt) for r in history], epoch_to_dt,
+                            json_text) if rows else None
 
     def list_jobs(
         self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50
