@@ -88,7 +88,9 @@ def probe(args: argparse.Namespace) -> None:
     worker = "bench-probe"
     app.get_task("noop").enqueue_many([{"i": k} for k in range(args.backlog)])
     out: dict = {"backlog": args.backlog}
-    params = {"worker": worker, "queues": ["default"], "limit": args.claim_batch, "lease_ttl": 30.0, "now": None}
+    # the parameters PostgresStore.claim sends (store/postgres/steps.py, claim_steps)
+    params = {"worker": worker, "queues": ["default"], "limit": args.claim_batch, "lease_ttl": 30.0, "now": None,
+              "done": None}
     out["claim_plan"], out["claim_explain_ms"] = _explain(store.q["claim"], params)  # type: ignore[attr-defined]
     claim_ms, complete_ms = [], []
     for _ in range(args.claims):
