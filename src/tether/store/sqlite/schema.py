@@ -23,7 +23,7 @@ class SQLiteSchema:
     path: str
     _migrations: list[tuple[int, str, str]]
 
-    def _conn(self) -> sqlite3.Connection:
+    def _use(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
@@ -60,12 +60,14 @@ class SQLiteSchema:
     def integrity_check(self) -> list[str]:
         """PRAGMA integrity_check: after kills in the middle of writes, the file
         must still be a consistent database."""
-        rows = [r[0] for r in self._conn().execute("PRAGMA integrity_check").fetchall()]
+        with self._use() as conn:
+            rows = [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall()]
         return [] if rows == ["ok"] else rows
 
     def check_schema(self) -> None:
         try:
-            rows = self._conn().execute("SELECT version FROM tether_migrations").fetchall()
+            with self._use() as conn:
+                rows = conn.execute("SELECT version FROM tether_migrations").fetchall()
         except sqlite3.OperationalError:
             raise SchemaMissing(MISSING.format(path=self.path)) from None
         have = {r[0] for r in rows}
@@ -75,16 +77,16 @@ class SQLiteSchema:
 
     def schema_objects(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        conn = self._conn()
-        names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'tether_%' "
-                             "ORDER BY name").fetchall()
-        for (table,) in names:
-            out[f"table:{table.removeprefix('tether_')}"] = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
-        out["indexes"] = [
-            r[0].removeprefix("tether_")
-            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'tether_%' "
-                                  "AND sql IS NOT NULL ORDER BY name")
-        ]
+        with self._use() as conn:
+            names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'tether_%' "
+                                 "ORDER BY name").fetchall()
+            for (table,) in names:
+                out[f"table:{table.removeprefix('tether_')}"] = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+            out["indexes"] = [
+                r[0].removeprefix("tether_")
+                for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'tether_%' "
+                                      "AND sql IS NOT NULL ORDER BY name")
+            ]
         return out
 
 

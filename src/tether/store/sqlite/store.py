@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +31,7 @@ from ..rows import (
     worker_from_row,
 )
 from ..sqlfile import load_migrations, load_queries
+from .conns import ThreadConnections
 from .control import SQLiteControl
 from .schedules import SQLiteSchedules
 from .schema import MISSING, SQLiteSchema
@@ -69,20 +69,14 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         macros = {"now": NOW}
         self.q = load_queries(__package__ or "tether.store.sqlite", "queries.sql", macros)
         self._migrations = load_migrations(f"{__package__}.migrations", macros)
-        self._local = threading.local()
-        self._all_conns: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._conn()  # fail early on an unusable file
+        self._conns = ThreadConnections(self._open)
+        with self._use():  # fail early on an unusable file
+            pass
 
     # -- plumbing -----------------------------------------------------------------
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._open()
-            self._local.conn = conn
-            with self._lock:
-                self._all_conns.append(conn)
-        return conn
+    def _use(self) -> AbstractContextManager[sqlite3.Connection]:
+        """This thread's connection, held: ``close()`` waits for its statement."""
+        return self._conns.use()
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -97,7 +91,8 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
 
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         try:
-            return self._conn().execute(self.q[name], params or {}).fetchall()
+            with self._use() as conn:
+                return conn.execute(self.q[name], params or {}).fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 raise SchemaMissing(MISSING.format(path=self.path)) from None
@@ -107,32 +102,24 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
     def _write(self) -> Iterator[sqlite3.Connection]:
         """A short write transaction; IMMEDIATE takes the write lock up front so
         what we read inside cannot change before we write."""
-        conn = self._conn()
-        try:
+        with self._use() as conn:
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise exc
-        try:
-            yield conn
-        except sqlite3.OperationalError as exc:
-            conn.execute("ROLLBACK")
-            if "no such table" in str(exc):
-                raise SchemaMissing(MISSING.format(path=self.path)) from None
-            raise
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
-            conn.execute("COMMIT")
+            try:
+                yield conn
+            except sqlite3.OperationalError as exc:
+                conn.execute("ROLLBACK")
+                if "no such table" in str(exc):
+                    raise SchemaMissing(MISSING.format(path=self.path)) from None
+                raise
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
 
     def close(self) -> None:
         self._close_tx()
-        with self._lock:
-            for conn in self._all_conns:
-                with suppress(sqlite3.Error):
-                    conn.close()
-            self._all_conns.clear()
-        self._local = threading.local()
+        self._conns.close()
 
     def db_now(self) -> datetime:
         value = epoch_to_dt(self._all("db_now", {"now": None})[0][0])
@@ -173,16 +160,16 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
     def get_job(self, job_id: int) -> Job | None:
         # the row and its history in one read transaction (one snapshot): read
         # apart, an attempt ending in between showed in one and not the other
-        conn = self._conn()
-        own = not conn.in_transaction
-        if own:
-            conn.execute("BEGIN")
-        try:
-            rows = self._all("get_job", {"id": job_id})
-            history = self._all("get_attempts", {"id": job_id}) if rows else []
-        finally:
+        with self._use() as conn:
+            own = not conn.in_transaction
             if own:
-                conn.execute("COMMIT")
+                conn.execute("BEGIN")
+            try:
+                rows = self._all("get_job", {"id": job_id})
+                history = self._all("get_attempts", {"id": job_id}) if rows else []
+            finally:
+                if own:
+                    conn.execute("COMMIT")
         return job_from_row(rows[0], [attempt_from_row(r, epoch_to_dt) for r in history], epoch_to_dt,
                             json_text) if rows else None
 
