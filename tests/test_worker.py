@@ -321,6 +321,43 @@ def test_embedded_worker_cancelled_releases_its_jobs(make_app: Callable[..., Tet
     assert (job.attempt, job.released) == (1, 1)
 
 
+def test_a_worker_returns_only_after_a_services_tick_in_flight_has_ended(make_app: Callable[..., Tether]) -> None:
+    """A tick still on its database thread when the worker stops is waited
+    for: returning at once let the caller close the store under the reaper's
+    statement (on SQLite, SIGSEGV in a CI run)."""
+    app = make_app(**FAST)
+    w = app.worker(concurrency=1, shutdown_timeout=2)
+    entered, release = threading.Event(), threading.Event()
+    moments: dict[str, float] = {}
+    tick = w.reaper.tick
+
+    def slow_tick() -> Any:
+        entered.set()
+        release.wait(10)
+        try:
+            return tick()
+        finally:
+            moments["tick ended"] = time.monotonic()
+
+    w.reaper.tick = slow_tick  # type: ignore[method-assign]
+    w.reaper.spread_start = False
+
+    def main() -> None:
+        asyncio.run(w.run())
+        moments["run returned"] = time.monotonic()
+
+    t = threading.Thread(target=main, daemon=True)
+    t.start()
+    assert entered.wait(10), "the reaper never ticked"
+    w.stop()
+    t.join(0.5)
+    assert t.is_alive(), "the worker returned while its reaper's tick was still running"
+    release.set()
+    t.join(10)
+    assert not t.is_alive()
+    assert moments["run returned"] >= moments["tick ended"]
+
+
 # LISTEN/NOTIFY and network partitions are PostgreSQL's: these run on it alone.
 PG_ONLY = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 

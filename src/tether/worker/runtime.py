@@ -221,7 +221,7 @@ class Worker:
             await self._start_up()
         except BaseException:
             self.executor.handlers.shutdown(wait=False)
-            s.db_pool.shutdown(wait=False, cancel_futures=True)
+            await s.close_db(STOP_GRACE)
             raise
         listener = s.transport.wake(s.store, self.claimer.on_notify)
         if s.transport.delivers:
@@ -286,7 +286,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             self.executor.handlers.shutdown(wait=False)
-            s.db_pool.shutdown(wait=False, cancel_futures=True)
+            await s.close_db(STOP_GRACE)
             s.log.info("worker %s stopped after %s: %s", self.id, _duration(time.monotonic() - started),
                        summary(s.counts))
             if s.history is not None:
