@@ -23,7 +23,8 @@ import contextlib
 import functools
 import os
 import secrets
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -163,3 +164,27 @@ def make_app(db_url: str) -> Iterator[object]:
     yield factory
     for app in apps:
         app.close()
+
+
+def take_from(store: Store, worker_id: str, job_id: int, *, reap: Callable[[], object] | None = None,
+              timeout: float = 10) -> None:
+    """End a live worker's lease on ``job_id`` as if another worker's reaper had
+    judged it dead: expire its leases, then reap. That worker's heartbeat may
+    renew the lease between the two statements (a lapsed lease is still its
+    own until reaped), or its own reaper may reap first: so this repeats until
+    the attempt has left the worker's hands, whoever reaped it."""
+    held = store.get_job(job_id)
+    assert held is not None and held.state.value == "running" and held.locked_by == worker_id, held
+    deadline = time.monotonic() + timeout
+    while True:
+        store.expire_leases([worker_id])
+        if reap is not None:
+            reap()
+        else:
+            store.reap(100)
+        job = store.get_job(job_id)
+        assert job is not None
+        if job.attempt != held.attempt or job.state.value != "running":
+            return
+        assert time.monotonic() < deadline, f"job {job_id} stayed with worker {worker_id}"
+        time.sleep(0.01)

@@ -16,6 +16,7 @@ from tether.worker.heartbeat import Heartbeater
 from tether.worker.inflight import InFlight
 from tether.worker.reaper import Reaper
 
+from .conftest import take_from
 from .test_worker import FAST, is_final, running, wait_job
 
 
@@ -151,8 +152,7 @@ def test_lost_fires_when_the_heartbeat_finds_the_job_gone(make_app: Callable[...
     jid = slow.enqueue()
     with running(app) as w:
         assert started.wait(10)
-        app.store.expire_leases([w.id])  # as if another worker's reaper judged this one dead
-        app.store.reap(10)
+        take_from(app.store, w.id, jid)  # as if another worker's reaper judged this one dead
         ev = rec.wait_for("job.lost", jid)
     assert (ev.attempt, ev.worker, ev.task) == (1, w.id, "slow")
     assert ev.error is not None and "fence" in ev.error

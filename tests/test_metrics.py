@@ -16,6 +16,7 @@ from tether.worker.heartbeat import Heartbeater
 from tether.worker.inflight import InFlight
 from tether.worker.reaper import Reaper
 
+from .conftest import take_from
 from .test_worker import FAST, is_final, running, wait_job
 
 
@@ -70,8 +71,8 @@ def test_recoveries_losses_heartbeat_failures_and_in_flight(make_app: Callable[.
         m.watch_worker(w)
         assert started.wait(10)
         assert value(m, "tether_jobs_in_flight") == 1
-        app.store.expire_leases([w.id])
-        Reaper(app.store, events=app.events).run_once()  # another worker's reaper takes the job back
+        # another worker's reaper takes the job back
+        take_from(app.store, w.id, jid, reap=Reaper(app.store, events=app.events).run_once)
         wait_job(app, jid, lambda j: value(m, "tether_ownership_losses_total") == 1)
         wait_job(app, jid, lambda j: value(m, "tether_jobs_in_flight") == 0)
     assert value(m, "tether_leases_recovered_total") == 1

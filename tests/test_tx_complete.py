@@ -26,7 +26,7 @@ from tether.config import parse_database_url
 from tether.model import ClaimedJob, Outcome
 from tether.store import Store, open_store
 
-from .conftest import BACKENDS, PG_URL, PGBOUNCER, TEST_TOKEN, backend_param, served
+from .conftest import BACKENDS, PG_URL, PGBOUNCER, TEST_TOKEN, backend_param, served, take_from
 from .test_conformance import TTL, W, claim_one, enqueue_one, finished_attempts, get, sec, start_job
 from .test_worker import FAST, is_final, running, wait_job
 
@@ -282,8 +282,7 @@ def test_a_worker_whose_attempt_was_handed_on_commits_nothing_aba(
     with running(app, concurrency=1) as w:
         assert started.wait(10)
         store = app.store
-        store.expire_leases([w.id])
-        assert [r.id for r in store.reap(10)] == [job_id]
+        take_from(store, w.id, job_id)
         (again,) = store.claim(w.id, ["default"], 1, 30.0)  # the same worker id, attempt 2
         assert again.attempt == 2
         proceed.set()
