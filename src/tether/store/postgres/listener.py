@@ -10,7 +10,10 @@ transaction, through the pooler like any other.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import select
+import socket
 import threading
 from collections.abc import Callable
 
@@ -24,15 +27,25 @@ __all__ = ["NotifyListener"]
 
 log = logging.getLogger("tether.store.postgres")
 
+#: how often the listening thread looks up when nothing arrives (``close()``
+#: wakes it at once; this only bounds a wake-up lost to an error)
+IDLE_CHECK = 5.0
+
 
 class NotifyListener(Listener):
-    """LISTEN on a dedicated connection in a thread; reconnects when it drops."""
+    """LISTEN on a dedicated connection in a thread; reconnects when it drops.
+
+    The thread waits on the connection's socket and on a wake-up socket of its
+    own, so ``close()`` ends it at once. (psycopg's ``notifies(timeout=...)``
+    cannot be interrupted: a worker's every stop, and an app's close after a
+    wait, took up to its timeout, a second, doing nothing.)"""
 
     def __init__(self, url: str, channel: str, on_enqueue: Callable[[str], None]) -> None:
         self._url = url
         self._channel = channel
         self._on_enqueue = on_enqueue
         self._stop = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
         self._healthy = False
         self._conn: psycopg.Connection[TupleRow] | None = None
         self._thread = threading.Thread(target=self._run, name="tether-listen", daemon=True)
@@ -51,9 +64,7 @@ class NotifyListener(Listener):
                     self._healthy = True
                     # An enqueue may have landed while we were (re)connecting.
                     self._on_enqueue("*")
-                    while not self._stop.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            self._on_enqueue(note.payload)
+                    self._receive(conn)
             except Exception as exc:  # the connection dropped: poll until it is back
                 if not self._stop.is_set():
                     log.warning("LISTEN connection lost (%s); polling until it is back", exc)
@@ -61,7 +72,24 @@ class NotifyListener(Listener):
                 self._healthy = False
                 self._conn = None
             self._stop.wait(1.0)
+        self._wake_r.close()
+
+    def _receive(self, conn: psycopg.Connection[TupleRow]) -> None:
+        """Hand on each notification's payload until ``close()``: libpq's own
+        loop (wait for the socket, consume input, drain the notifications),
+        which raises when the connection drops."""
+        pgconn, encoding = conn.pgconn, conn.info.encoding
+        sock = conn.fileno()
+        while not self._stop.is_set():
+            ready, _, _ = select.select([sock, self._wake_r.fileno()], [], [], IDLE_CHECK)
+            if sock in ready:
+                pgconn.consume_input()
+                while (note := pgconn.notifies()) is not None:
+                    self._on_enqueue(note.extra.decode(encoding))
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):  # already closed
+            self._wake_w.send(b"x")
+            self._wake_w.close()
         self._thread.join(timeout=1)  # a daemon; it may be blocked on a dead socket
