@@ -145,7 +145,8 @@ def test_prune_reads_the_finished_index_not_the_table(backend: str, db_url: str)
         store.enqueue([new_job(queue="backlog") for _ in range(3000)])
         if isinstance(store, SQLiteStore):
             params = {"succeeded": 60.0, "dead": 60.0, "cancelled": None, "limit": 1000, "now": None}
-            rows = store._conn().execute("EXPLAIN QUERY PLAN " + store.q["prune"], params).fetchall()
+            with store._use() as conn:
+                rows = conn.execute("EXPLAIN QUERY PLAN " + store.q["prune"], params).fetchall()
             plan = "\n".join(str(r[-1]) for r in rows)
             assert plan.count("INDEX tether_jobs_finished_idx (state=? AND finished_at<?)") == 3, plan
             assert "SCAN tether_jobs" not in plan, plan
