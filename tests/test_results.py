@@ -170,8 +170,11 @@ def test_each_statement_that_finishes_jobs_sends_one_notification_of_their_ids(p
         assert heard.ids() == [[e.id]]
         store.reap(10, now=now + sec(TTL + 1))  # f's lease lapsed, and its one attempt is spent
         assert heard.ids() == [[f.id]]
-        (queued,) = store.enqueue([new_job()], now=now)
-        store.cancel(queued, now=now)  # the cancel query announces its own, waited for or not
+        unwaited, queued = store.enqueue([new_job(), new_job()], now=now)
+        store.cancel(unwaited, now=now)  # nobody waits for it: the cancel announces nothing
+        assert heard.ids() == []
+        store.watch_finished(queued, 60)
+        store.cancel(queued, now=now)  # the cancel query announces its own, as the trigger would
         assert heard.ids() == [[queued]]
         _, more = store.complete_and_claim(W, [], ["default"], 1, TTL, now=now)
         (g,) = more

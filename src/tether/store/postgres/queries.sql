@@ -567,7 +567,10 @@ RETURNING id
 -- cancelled at once; a running one gets a request its worker reads from its
 -- next heartbeat. Finished jobs do not match (terminal is final).
 -- A job cancelled here writes no attempt row, so no trigger announces it: the
--- statement sends the notification app.wait() listens for itself.
+-- statement sends the notification app.wait() listens for itself, and, as the
+-- trigger does (migration 0008), only when a live waiter registered for the
+-- job: a NOTIFY takes a server-wide lock at commit, and almost always nobody
+-- waits for a cancelled job.
 WITH c AS (
     UPDATE {schema}.jobs
     SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
@@ -576,7 +579,11 @@ WITH c AS (
     WHERE id = %(id)s AND state IN ('queued', 'running')
     RETURNING id, state
 )
-SELECT state, CASE WHEN state = 'cancelled' THEN pg_notify({done_channel}, id::text)::text END FROM c
+SELECT state,
+       CASE WHEN state = 'cancelled'
+                 AND EXISTS (SELECT 1 FROM {schema}.waiters AS w WHERE w.job_id = c.id AND w.expires_at > now())
+            THEN pg_notify({done_channel}, id::text)::text END
+FROM c
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at
