@@ -125,11 +125,16 @@ class FinishWatch:
         if token is not None:
             self.store.unwatch_finished(token)
 
-    def _pause(self, pause: float) -> tuple[float, float]:
-        """This pause between reads, and the next: growing to PUSH_CHECK while
-        the channel is up, to MAX_POLL while it is not."""
+    def _pause(self, job_id: int, timeout: float | None, deadline: float, pause: float) -> tuple[float, float]:
+        """After a read that found the job unfinished: how long to wait for a
+        wake-up now, and the pause after that (growing to PUSH_CHECK while the
+        channel is up, to MAX_POLL while it is not); TimeoutError past the
+        deadline. Both loops below ask it, so they cannot drift apart."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
         cap = PUSH_CHECK if self.pushed else MAX_POLL
-        return min(pause, cap), min(pause * POLL_GROWTH, cap)
+        return min(left, pause, cap), min(pause * POLL_GROWTH, cap)
 
     def _read(self, job_id: int) -> Job | None:
         """The job once finished; None while it is queued or running."""
@@ -156,11 +161,8 @@ class FinishWatch:
             job = self._read(job_id)
             if job is not None:
                 return job
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
-            now_pause, pause = self._pause(pause)
-            woken.wait(min(left, now_pause))
+            now_pause, pause = self._pause(job_id, timeout, deadline, pause)
+            woken.wait(now_pause)
 
     async def wait_async(self, job_id: int, timeout: float | None) -> Job:
         """``wait`` for a coroutine: reads run on a thread, the waits on the loop."""
@@ -182,11 +184,8 @@ class FinishWatch:
                     job = await asyncio.to_thread(self._read, job_id)
                     if job is not None:
                         return job
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
-                    now_pause, pause = self._pause(pause)
+                    now_pause, pause = self._pause(job_id, timeout, deadline, pause)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(woken.wait(), min(left, now_pause))
+                        await asyncio.wait_for(woken.wait(), now_pause)
             finally:
                 await asyncio.to_thread(self._unwatch, token)
