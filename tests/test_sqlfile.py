@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
@@ -42,3 +44,26 @@ def test_loaded_queries_are_tagged_bare_and_short_enough_to_cache(package: str) 
         assert "--" not in body, name
         # Longer statements are parsed by the driver again on every execution.
         assert len(sql) <= MAX_CACHED_STATEMENT_LENGTH, (name, len(sql))
+
+
+def test_fragments_include_fragments_and_a_cycle_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "fragpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ok.sql").write_text(
+        "-- name: _inner\nx = {n}\n"
+        "-- name: _outer\n-- why\nWHERE {_inner} AND y\n"
+        "-- name: q\nSELECT 1 FROM t {_outer}\n"
+        "-- name: r\nSELECT {_inner}\n")
+    (pkg / "loop.sql").write_text(
+        "-- name: _a\n{_b}\n"
+        "-- name: _b\n{_a}\n"
+        "-- name: q\nSELECT {_a}\n")
+    (pkg / "unknown.sql").write_text("-- name: q\nSELECT {_nowhere}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    queries = load_queries("fragpkg", "ok.sql", {"n": "1"})
+    assert queries == {"q": "/* tether:q */\nSELECT 1 FROM t\nWHERE x = 1 AND y", "r": "/* tether:r */\nSELECT x = 1"}
+    with pytest.raises(RuntimeError, match=r"fragment '_a' includes itself \(q -> _a -> _b -> _a\)"):
+        load_queries("fragpkg", "loop.sql", {})
+    with pytest.raises(RuntimeError, match=r"unfilled macro \{_nowhere\}"):
+        load_queries("fragpkg", "unknown.sql", {})

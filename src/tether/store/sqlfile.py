@@ -5,7 +5,9 @@ comments between belong to the query and say why its WHERE clause is shaped as
 it is. Macros in braces (``{schema}``, ``{now}``) are filled once, at load time,
 with values the backend has validated; parameters stay driver placeholders.
 A query whose name starts with ``_`` is a fragment: other queries include it
-as ``{_name}`` (two statements that must grant a lease the same way share it).
+as ``{_name}`` (two statements that must grant a lease the same way share it),
+and so may other fragments (a fragment that includes itself, directly or not,
+is an error at load).
 
 The comments are for readers of the file, not for the server: a loaded query
 is its SQL without them, opened by a one-line ``/* tether:NAME */`` tag that
@@ -23,6 +25,7 @@ from importlib import resources
 __all__ = ["load_migrations", "load_queries"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{(_[a-z0-9_]+)\}")
 
 
 def load_queries(package: str, filename: str, macros: dict[str, str]) -> dict[str, str]:
@@ -35,7 +38,21 @@ def load_queries(package: str, filename: str, macros: dict[str, str]) -> dict[st
             raise RuntimeError(f"{filename}: query {name!r} defined twice")
         raw[name] = body.strip()
     fragments = {name: body for name, body in raw.items() if name.startswith("_")}
-    return {name: f"/* tether:{name} */\n" + strip_comments(_fill(_fill(body, fragments, check=False), macros))
+    filled: dict[str, str] = {}
+
+    def include(body: str, within: tuple[str, ...]) -> str:
+        def one(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in fragments:
+                return m.group(0)  # left for _fill to report
+            if name in within:
+                raise RuntimeError(f"{filename}: fragment {name!r} includes itself ({' -> '.join((*within, name))})")
+            if name not in filled:
+                filled[name] = include(fragments[name], (*within, name))
+            return filled[name]
+        return _INCLUDE.sub(one, body)
+
+    return {name: f"/* tether:{name} */\n" + strip_comments(_fill(include(body, (name,)), macros))
             for name, body in raw.items() if not name.startswith("_")}
 
 

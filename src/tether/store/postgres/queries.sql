@@ -285,13 +285,7 @@ SELECT * FROM claimed
 -- share a statement; claim_room and key_free are told of done's rows, so a
 -- success frees its queue's slot and its exclusive key for this very claim.
 -- Answer as complete_and_claim's (_round_answer).
-WITH done AS (
-{_complete_done}
-), audit AS (
-    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
-    SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
-    RETURNING job_id
-), {_claim_ids_picked}, claimed AS (
+WITH {_done_audit}, {_claim_ids_picked}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
@@ -386,6 +380,18 @@ WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.locked_by = %(worker)s AND coalesce(j.state, '') = 'running'
 RETURNING j.id, j.attempt, j.claimed_at, j.finished_at
 
+-- name: _done_audit
+-- The successes a round carries (complete_and_claim, its _known and _ids
+-- variants): the fenced rows (done) and their audit rows (audit), as CTEs the
+-- statement's claim follows and its answer reads (_round_answer).
+done AS (
+{_complete_done}
+), audit AS (
+    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
+    SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
+    RETURNING job_id
+)
+
 -- name: complete
 -- Many completions, one statement, each row still fenced on its own attempt.
 -- The attempt's audit row is written here, once, from the rows that matched.
@@ -403,13 +409,7 @@ RETURNING job_id
 -- claim only queued ones), which is what lets them share a statement. Answer:
 -- one row per claimed job (kind 0, as claim returns them) and one per accepted
 -- completion (kind 1, its id); an id sent but not answered failed its fence.
-WITH done AS (
-{_complete_done}
-), audit AS (
-    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
-    SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
-    RETURNING job_id
-), {_claim_picked}, claimed AS (
+WITH {_done_audit}, {_claim_picked}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
@@ -425,13 +425,7 @@ SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NU
 -- name: complete_and_claim_known
 -- complete_and_claim whose claim takes only the tasks the worker knows
 -- (_claim_picked_known); otherwise the same statement.
-WITH done AS (
-{_complete_done}
-), audit AS (
-    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
-    SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
-    RETURNING job_id
-), {_claim_picked_known}, claimed AS (
+WITH {_done_audit}, {_claim_picked_known}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
