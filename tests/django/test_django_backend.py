@@ -108,6 +108,28 @@ def test_retries_are_recorded_in_errors(backend: str, burst) -> None:
         dead.return_value  # noqa: B018
 
 
+def test_task_finished_tells_what_becomes_of_the_job(backend: str, burst, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status task_finished carries after an attempt raised is the one the
+    worker gives the job: READY when it runs again, FAILED when it ends, on
+    the first of three attempts too (it said READY whenever attempts were left)."""
+    log = tmp_path / "signals.log"
+    monkeypatch.setenv("SHOP_SIGNALS", str(log))
+    ids = {how: tasks.picky.using(backend=backend).enqueue(how=how).id for how in ("type", "value", "discard", "snooze")}
+    burst(backend, "retry")
+    said: dict[str, list[str]] = {}
+    for line in log.read_text().splitlines():
+        job_id, status = line.split()
+        said.setdefault(job_id, []).append(status)
+    assert said[ids["type"]] == ["FAILED"]  # outside retry_on: ends at once
+    assert said[ids["value"]] == ["READY", "SUCCESSFUL"]  # retried, then succeeded
+    assert said[ids["discard"]] == ["FAILED"]
+    assert said[ids["snooze"]] == ["READY", "SUCCESSFUL"]
+    final = {how: tasks.picky.using(backend=backend).get_result(i).status for how, i in ids.items()}
+    assert final == {"type": TaskResultStatus.FAILED, "value": TaskResultStatus.SUCCESSFUL,
+                     "discard": TaskResultStatus.FAILED, "snooze": TaskResultStatus.SUCCESSFUL}
+
+
 def test_task_options_mapping(backend: str, burst) -> None:
     result = tasks.configured.using(backend=backend).enqueue(n=1)
     burst(backend, "retry")

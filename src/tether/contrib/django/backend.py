@@ -128,7 +128,7 @@ class TetherBackend(BaseTaskBackend):
                     first = _DEFINED.setdefault(name, task)
                 options = tether_options(first, self.task_options.get(name, {}))
                 found = app.task(name=name, queue=first.queue_name, priority=first.priority,
-                                 **options)(make_handler(self, first))
+                                 **options)(make_handler(self, first, options.get("retry_on")))
             return found
 
     def worker_app(self) -> Tether:

@@ -20,7 +20,7 @@ from django.db import close_old_connections
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 
-from ...context import JobContext
+from ...context import Discard, JobContext, Retry
 from ...model import Attempt, Job, Outcome
 from .results import task_error, task_result
 from .task import TetherTaskContext
@@ -36,8 +36,9 @@ class Source(Protocol):
     def read_job(self, job_id: int) -> Job: ...
 
 
-def make_handler(source: Source, task: Any) -> Callable[..., Any]:
-    """The tether handler of ``task`` (a Django ``Task``)."""
+def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..., Any]:
+    """The tether handler of ``task`` (a Django ``Task``); ``retry_on``: its
+    tether option of that name, resolved (None: every error is retried)."""
     if inspect.iscoroutinefunction(task.func):
         async def run_async(ctx: JobContext, args: list[Any], kwargs: dict[str, Any],
                             run_after: str | None = None) -> Any:
@@ -45,7 +46,7 @@ def make_handler(source: Source, task: Any) -> Callable[..., Any]:
             try:
                 value = await task.func(*_leading(task, result, ctx), *args, **kwargs)
             except BaseException as exc:
-                _failed(source, result, ctx, exc)
+                _failed(source, result, ctx, exc, retry_on)
                 raise
             _succeeded(source, result, value)
             return value
@@ -59,7 +60,7 @@ def make_handler(source: Source, task: Any) -> Callable[..., Any]:
             try:
                 value = task.func(*_leading(task, result, ctx), *args, **kwargs)
             except BaseException as exc:
-                _failed(source, result, ctx, exc)
+                _failed(source, result, ctx, exc, retry_on)
                 raise
             _succeeded(source, result, value)
             return value
@@ -87,14 +88,22 @@ def _succeeded(source: Source, result: TaskResult, value: Any) -> None:
     task_finished.send(sender=type(source), task_result=result)
 
 
-def _failed(source: Source, result: TaskResult, ctx: JobContext, exc: BaseException) -> None:
-    """``task_finished`` for a failed attempt (sent inside the except block, so
-    Django's log has the traceback): FAILED if no attempt is left, else READY
-    (tether retries it; a ``retry_on`` that excludes the error still ends it)."""
+def _failed(source: Source, result: TaskResult, ctx: JobContext, exc: BaseException, retry_on: Any) -> None:
+    """``task_finished`` for an attempt that raised (sent inside the except
+    block, so Django's log has the traceback), with the status the job takes,
+    decided as the worker decides it (worker/policy.py): READY when tether
+    runs it again (a ``tether.Retry`` snooze, or an error worth retrying with
+    attempts left), FAILED when it ends (``tether.Discard``, an error outside
+    ``retry_on``, or the last attempt)."""
+    if isinstance(exc, Retry):  # snoozed: not an error, and the job runs again
+        object.__setattr__(result, "status", TaskResultStatus.READY)
+        task_finished.send(sender=type(source), task_result=result)
+        return
+    ends = (isinstance(exc, Discard) or (retry_on is not None and not isinstance(exc, retry_on))
+            or ctx.attempt >= ctx.max_attempts)
     attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
-                      finished_at=None, outcome=Outcome.FAILED, error=f"{type(exc).__name__}: {exc}",
-                      traceback="".join(traceback.format_exception(exc)))
+                      finished_at=None, outcome=Outcome.DISCARDED if isinstance(exc, Discard) else Outcome.FAILED,
+                      error=f"{type(exc).__name__}: {exc}", traceback="".join(traceback.format_exception(exc)))
     result.errors.append(task_error(attempt))
-    last = ctx.attempt >= ctx.max_attempts
-    object.__setattr__(result, "status", TaskResultStatus.FAILED if last else TaskResultStatus.READY)
+    object.__setattr__(result, "status", TaskResultStatus.FAILED if ends else TaskResultStatus.READY)
     task_finished.send(sender=type(source), task_result=result)

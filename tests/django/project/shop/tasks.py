@@ -6,7 +6,11 @@ import time
 from pathlib import Path
 
 from django.core.mail import send_mail
+from django.dispatch import receiver
 from django.tasks import task
+from django.tasks.signals import task_finished
+
+from tether import Discard, Retry
 
 from .models import Order
 
@@ -38,6 +42,31 @@ def whoami(context, label: str) -> dict:
 def flaky(context, fail_times: int) -> int:
     if context.attempt <= fail_times:
         raise ValueError(f"attempt {context.attempt} fails")
+    return context.attempt
+
+
+@receiver(task_finished)
+def _log_finished(sender, task_result, **kwargs) -> None:
+    """Each task_finished a worker sends, as "<id> <status>" lines in the file
+    SHOP_SIGNALS names (when set)."""
+    path = os.environ.get("SHOP_SIGNALS")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{task_result.id} {task_result.status}\n")
+
+
+@task(takes_context=True, queue_name="retry", max_attempts=3, retry_backoff=0, retry_on=ValueError)
+def picky(context, how: str) -> int:
+    """Raises as told on its first attempt: what task_finished says then."""
+    if context.attempt == 1:
+        if how == "type":
+            raise TypeError("outside retry_on")
+        if how == "value":
+            raise ValueError("worth another attempt")
+        if how == "discard":
+            raise Discard("no point")
+        if how == "snooze":
+            raise Retry(0)
     return context.attempt
 
 
