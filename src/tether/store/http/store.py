@@ -60,6 +60,12 @@ log = logging.getLogger("tether.store.http")
 class HttpStore(HttpClient, Store):
     backend = "http"
     default_poll_interval = 0.05  # claims long-poll on the server; this is only the gap between them
+    # Each round is a request to the server, which pays for it about as much
+    # again as the database does: fewer, larger rounds. Remote scenario,
+    # PostgreSQL, 1 x 10 no-op jobs: twice the batch ahead (4 instead of 2)
+    # took remote/local from 0.54 to 0.75.
+    prefetch_factor = 4
+    always_carry = True
 
     def __init__(self, dsn: DatabaseURL, *, token: str | None = None) -> None:
         super().__init__(dsn, token=token)
