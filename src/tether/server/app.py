@@ -176,7 +176,7 @@ async def _claim_ids(s: _Server, a: Args) -> Args:
     queues = [validate_queue(q) for q in a["queues"]]
     jobs = await s.store.claim_ids_async(a["worker"], a["ids"], queues, a["lease_ttl"], now=a["now"],
                                          tasks=a.get("tasks"))
-    return {"jobs": [wire.encode_claimed(j) for j in jobs]}
+    return {"jobs": wire.encode_claimed_all(jobs)}
 
 
 def _due_unclaimed(s: _Server, a: Args) -> Args:
@@ -402,7 +402,7 @@ async def _long_poll(s: _Server, request: Request, args: Args,
             break
         await s.wakeups.wait(min(LONG_POLL_TICK, left))
         jobs = await _claim_once(s, args)
-    return {**answer, "jobs": [wire.encode_claimed(j) for j in jobs]}
+    return {**answer, "jobs": wire.encode_claimed_all(jobs)}
 
 
 def create_app(
