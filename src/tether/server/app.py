@@ -309,6 +309,9 @@ WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases
                    "set_limits"})
 
 
+#: the routes tried first (see create_app)
+ROUND_FIRST = frozenset({"complete_and_claim", "claim", "complete", "heartbeat", "claim_ids"})
+
 #: operations that bind their worker to the token (checked after they ran)
 BINDS = frozenset({"register_worker"})
 
@@ -455,6 +458,9 @@ def create_app(
             if listener is not None:
                 listener.close()
 
-    routes = [Route("/openapi.json", openapi, methods=["GET"])]
-    routes += [Route(op.path, _endpoint(s, op), methods=[op.method]) for op in wire.OPS]
+    # A worker's rounds first: the router tries each route's pattern in turn
+    # (their paths are their own: no other route could match them first).
+    ops = sorted(wire.OPS, key=lambda op: op.name not in ROUND_FIRST)
+    routes = [Route(op.path, _endpoint(s, op), methods=[op.method]) for op in ops]
+    routes.append(Route("/openapi.json", openapi, methods=["GET"]))
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
