@@ -38,7 +38,7 @@ import common as C
 BACKENDS = ["postgresql", "sqlite"]
 CONCURRENCY = [10, 50]
 MODES = ["local", "remote"]
-DB = "bench_tether_remote"
+DB = "bench_tether_remote" + C.DB_SUFFIX
 POLL = 0.02
 
 

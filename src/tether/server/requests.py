@@ -6,12 +6,13 @@ trust. Every problem is an ``ApiError`` with its HTTP status and code."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 
 from ..store.http import wire
-from ..store.http.schema import SchemaViolation, parse_datetime, validate
+from ..store.http.schema import SchemaViolation, compile_schema, parse_datetime, validate
 
 __all__ = ["ApiError", "Args", "arguments", "read_body", "too_large"]
 
@@ -69,7 +70,8 @@ async def read_body(request: Request, max_body: int) -> Any:
                        f"the body must be JSON with Content-Type: application/json (got {ctype or 'none'})")
     try:
         value = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
-        check_text(value)
+        if b"\\" in body:  # a NUL or a lone surrogate can only come as an escape (\u0000, \ud800)
+            check_text(value)
     except UnicodeDecodeError as exc:
         raise ApiError(400, "bad_request", f"the body is not UTF-8: {exc}") from None
     except json.JSONDecodeError as exc:
@@ -119,14 +121,26 @@ async def arguments(request: Request, op: wire.Op, *, client_clock: bool, max_bo
         body = await read_body(request, max_body) if op.body is not None else {}
         if isinstance(body, dict) and "now" in body:
             refuse_client_clock(op, client_clock)
-        body_schema = wire.request_schema(op, client_clock=client_clock, max_wait=max_wait)
-        if body_schema is not None:
-            body = validate(body, body_schema)
+        check = _body_check(op, client_clock, max_wait)
+        if check is not None:
+            body = check(body, "body")
     except SchemaViolation as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
     args.update(body)
     args["now"] = parse_datetime(args["now"]) if "now" in args else None
     return args
+
+
+_CHECKS: dict[tuple[str, bool, float], Callable[[Any, str], Any] | None] = {}
+
+
+def _body_check(op: wire.Op, client_clock: bool, max_wait: float) -> Callable[[Any, str], Any] | None:
+    """The operation's body schema (as ``/openapi.json`` shows it), compiled once."""
+    key = (op.name, client_clock, max_wait)
+    if key not in _CHECKS:
+        schema = wire.request_schema(op, client_clock=client_clock, max_wait=max_wait)
+        _CHECKS[key] = None if schema is None else compile_schema(schema)
+    return _CHECKS[key]
 
 
 def refuse_client_clock(op: wire.Op, client_clock: bool) -> None:

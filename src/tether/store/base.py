@@ -73,6 +73,13 @@ class Store(PushChannels, abc.ABC):
     #: short: worth it where the statement runs in another process (a database
     #: server), whose work then overlaps the worker's own
     claims_ahead: bool = True
+    #: while prefetching, a claim may take this many times the worker's claim
+    #: batch (up to its MAX_CLAIM_BATCH): more where each round costs more
+    prefetch_factor: int = 2
+    #: whether claims carry the successes waiting however many jobs they take
+    #: (else only up to the worker's CARRY_MAX): where each round is a request
+    #: of its own, one round fewer gains more than a report beside the claim
+    always_carry: bool = False
 
     def round_connections(self, size: int) -> None:
         """On a worker's event loop: how many statements of its rounds may be

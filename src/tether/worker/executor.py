@@ -72,7 +72,8 @@ PREFETCH_HOLD_MAX = 0.5
 #: weight of the newest handler duration in that running average
 PREFETCH_ALPHA = 0.2
 #: while prefetching, a claim may take this many times the claim batch (up to
-#: MAX_CLAIM_BATCH): handlers that short empty the extra in a wave or two
+#: MAX_CLAIM_BATCH): handlers that short empty the extra in a wave or two.
+#: The store's ``prefetch_factor`` (this, but for a tether server's store)
 PREFETCH_FACTOR = 2
 
 
@@ -90,8 +91,8 @@ class Executor:
         self.max_payload_bytes = max_payload_bytes
         #: how many jobs one claim takes when not prefetching
         self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
-        #: how many while prefetching
-        self.ahead_batch = min(PREFETCH_FACTOR * self.claim_batch, MAX_CLAIM_BATCH)
+        #: how many while prefetching (PREFETCH_FACTOR batches, or the store's own factor)
+        self.ahead_batch = min(state.store.prefetch_factor * self.claim_batch, MAX_CLAIM_BATCH)
         #: prefetch only where the store gains from it (not SQLite), and without
         #: a delivering transport: there each message leads to a claim of its
         #: own job, and the transport holds the rest

@@ -106,8 +106,10 @@ class Worker:
                                             claim_batch=claim_batch, prefetch=prefetch,
                                             max_payload_bytes=app.max_payload_bytes)
         #: whether claims carry successes (complete_and_claim, or with a
-        #: delivering transport complete_and_claim_ids): small ones do
-        reporter.carry = (executor.ahead_batch if executor.prefetch else executor.claim_batch) <= CARRY_MAX
+        #: delivering transport complete_and_claim_ids): small ones do, and
+        #: any through a tether server (each round is a request)
+        reporter.carry = s.store.always_carry or (
+            executor.ahead_batch if executor.prefetch else executor.claim_batch) <= CARRY_MAX
         reporter.lost = executor.lost
         self.reporter = reporter
         interval = poll_interval or s.store.default_poll_interval

@@ -4,7 +4,8 @@ re-exports them beside the operations they travel in)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from ...model import Attempt, ClaimedJob, DueJob, Job, JobState, Outcome, Reaped, Stats, Throughput, WorkerInfo
@@ -21,6 +22,7 @@ __all__ = [
     "decode_worker",
     "encode_attempt",
     "encode_claimed",
+    "encode_claimed_all",
     "encode_due",
     "encode_job",
     "encode_reaped",
@@ -83,11 +85,28 @@ def decode_job(d: dict[str, Any]) -> Job:
     )
 
 
-def encode_claimed(c: ClaimedJob) -> dict[str, Any]:
+def encode_claimed(c: ClaimedJob, dt: Callable[[datetime | None], str | None] = _dt) -> dict[str, Any]:
     return {"id": c.id, "attempt": c.attempt, "task": c.task, "args": c.args, "queue": c.queue,
             "priority": c.priority, "max_attempts": c.max_attempts, "lease_ttl": c.lease_ttl, "timeout": c.timeout,
-            "claimed_at": _dt(c.claimed_at), "meta": c.meta, "run_at": _dt(c.run_at),
-            "scheduled_for": _dt(c.scheduled_for)}
+            "claimed_at": dt(c.claimed_at), "meta": c.meta, "run_at": dt(c.run_at),
+            "scheduled_for": dt(c.scheduled_for)}
+
+
+def encode_claimed_all(jobs: Sequence[ClaimedJob]) -> list[dict[str, Any]]:
+    """``encode_claimed`` for a claim's jobs, each distinct time written once:
+    they share their claimed_at, and jobs enqueued together their run_at."""
+    seen: dict[tuple[datetime, timedelta | None], str] = {}
+
+    def dt(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        key = (value, value.utcoffset())  # equal instants in other offsets are written otherwise
+        text = seen.get(key)
+        if text is None:
+            text = seen[key] = value.isoformat()
+        return text
+
+    return [encode_claimed(c, dt) for c in jobs]
 
 
 def decode_claimed(d: dict[str, Any]) -> ClaimedJob:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "SchemaViolation",
     "array",
     "boolean",
+    "compile_schema",
     "integer",
     "nullable",
     "number",
@@ -182,6 +184,133 @@ def _check_object(value: dict[str, Any], schema: Schema, where: str) -> dict[str
         else:
             out[key] = item
     return out
+
+
+# -- compiled: the server's hot path ---------------------------------------------------
+class _Slow(Exception):
+    """Not a value the compiled check passes as is: ``validate`` decides."""
+
+
+Check = Callable[[Any], Any]
+#: integers past this go through validate (no float can stand for them)
+_BIG = 2**1000
+_KNOWN = frozenset({"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+                    "minimum", "maximum", "exclusiveMinimum", "minLength", "maxLength", "pattern", "enum"})
+
+
+def compile_schema(schema: Schema) -> Callable[[Any, str], Any]:
+    """``validate`` for one schema, compiled once: a request that fits is
+    checked without walking the schema's dicts or naming every field it
+    passes; anything else (a refusal, an integral float to turn into an int)
+    goes through ``validate`` itself, which gives the same answer and error."""
+    check = _compile(schema)
+
+    def run(value: Any, where: str = "body") -> Any:
+        try:
+            return check(value)
+        except _Slow:
+            return validate(value, schema, where)
+
+    return run
+
+
+def _compile(schema: Schema) -> Check:
+    if not schema.keys() <= _KNOWN or schema.get("format") is not None:
+        return _generic(schema)
+    types = schema.get("type")
+    types = frozenset(types if isinstance(types, list) else [types] if types is not None else [])
+    nullable = "null" in types
+    kinds = types - {"null"}
+    if len(kinds) > 1:
+        return _generic(schema)
+    kind = next(iter(kinds), None)
+    enum = None if "enum" not in schema else frozenset(schema["enum"])
+    if kind == "integer" or kind == "number":
+        lo, hi = schema.get("minimum", -math.inf), schema.get("maximum", math.inf)
+        xlo = schema.get("exclusiveMinimum", -math.inf)
+        floats = kind == "number"  # an integer's integral float becomes an int: validate does that
+
+        def number(v: Any) -> Any:
+            t = type(v)
+            if ((t is int and -_BIG < v < _BIG) or (floats and t is float and math.isfinite(v))) and (
+                    lo <= v <= hi and v > xlo and (enum is None or v in enum)):
+                return v
+            if v is None and nullable:
+                return None
+            raise _Slow
+        return number
+    if kind == "string":
+        lo_len, hi_len = schema.get("minLength", 0), schema.get("maxLength", math.inf)
+        rx = None if "pattern" not in schema else _regex(schema["pattern"])
+
+        def string(v: Any) -> Any:
+            if type(v) is str and lo_len <= len(v) <= hi_len and (rx is None or rx.search(v)) and (
+                    enum is None or v in enum):
+                return v
+            if v is None and nullable:
+                return None
+            raise _Slow
+        return string
+    if kind == "boolean" and enum is None:
+        def boolean(v: Any) -> Any:
+            if type(v) is bool or (v is None and nullable):
+                return v
+            raise _Slow
+        return boolean
+    if kind == "array" and enum is None:
+        lo_n, hi_n = schema.get("minItems", 0), schema.get("maxItems", math.inf)
+        item = None if "items" not in schema else _compile(schema["items"])
+
+        def array(v: Any) -> Any:
+            if type(v) is list and lo_n <= len(v) <= hi_n:
+                return v if item is None else [item(x) for x in v]
+            if v is None and nullable:
+                return None
+            raise _Slow
+        return array
+    if kind == "object" and enum is None:
+        return _object(schema, nullable)
+    if kind is None and not nullable and enum is None and len(schema) == 0:  # any JSON value
+        return lambda v: dict(v) if type(v) is dict else v
+    return _generic(schema)
+
+
+def _object(schema: Schema, nullable: bool) -> Check:
+    props = {k: _compile(v) for k, v in schema.get("properties", {}).items()}
+    required = tuple(schema.get("required", ()))
+    extra = schema.get("additionalProperties", True)
+    extra_check = _compile(extra) if isinstance(extra, dict) else None
+
+    def obj(v: Any) -> Any:
+        if type(v) is not dict:
+            if v is None and nullable:
+                return None
+            raise _Slow
+        for key in required:
+            if key not in v:
+                raise _Slow
+        out: dict[str, Any] = {}
+        for key, item in v.items():
+            check = props.get(key)
+            if check is not None:
+                out[key] = check(item)
+            elif extra is False:
+                raise _Slow
+            elif extra_check is not None:
+                out[key] = extra_check(item)
+            else:
+                out[key] = item
+        return out
+    return obj
+
+
+def _generic(schema: Schema) -> Check:
+    def check(v: Any) -> Any:
+        try:
+            return validate(v, schema)
+        except SchemaViolation:
+            raise _Slow from None
+    return check
 
 
 _REGEX_CACHE: dict[str, re.Pattern[str]] = {}
