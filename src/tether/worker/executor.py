@@ -92,10 +92,10 @@ class Executor:
         self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
         #: how many while prefetching
         self.ahead_batch = min(PREFETCH_FACTOR * self.claim_batch, MAX_CLAIM_BATCH)
-        #: prefetch only where the store gains from it (not SQLite), and without
-        #: a delivering transport: there each message leads to a claim of its
-        #: own job, and the transport holds the rest
-        self.prefetch = prefetch and state.store.claims_ahead and not state.transport.delivers
+        #: prefetch only where the store gains from it (not SQLite); with a
+        #: delivering transport too, where the next round (a fetch, then a claim
+        #: of the delivered ids) runs while this one's jobs do
+        self.prefetch = prefetch and state.store.claims_ahead
         self.busy = 0  # handlers running now; the concurrency limit applies to these
         #: claimed jobs waiting for a handler slot (prefetch), oldest first
         self.ready: deque[Running] = deque()
