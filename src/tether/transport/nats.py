@@ -343,7 +343,7 @@ class NatsTransport(Transport):
                 js.publish(
                     subject_for(self.prefix, queue),
                     json.dumps({"job_id": job_id, "queue": queue, "retry": retry}).encode(),
-                    stream=self.stream, timeout=PUBLISH_TIMEOUT,
+                    timeout=PUBLISH_TIMEOUT,
                     headers={"Nats-Msg-Id": msg_id} if msg_id else None,
                 )
                 for job_id, queue, retry, msg_id in chunk

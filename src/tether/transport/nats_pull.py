@@ -8,8 +8,8 @@ the worker's CPU per job. Here each queue keeps pull requests of its own
 outstanding: messages arrive on a plain subscription (one callback each, into
 a buffer) ahead of the claimer's next round, which then takes them at once.
 
-- ``top_up(n)`` asks the server for what the buffer and the requests still
-  outstanding do not already cover of ``n``. Every request has a reply subject
+- ``top_up(n)``, once the buffer and the requests still outstanding cover
+  less than ``n``, asks the server for up to ``2n``. Every request has a reply subject
   of its own (``<inbox>.<seq>``): a status (404 no messages, 408 expired, 409
   ...) names the request it ends. A message keeps its stream subject, so it
   counts against the oldest request (the server serves them in order). A
@@ -102,10 +102,12 @@ class Puller:
         return int(sum(due for due, _ in self.requests.values()))
 
     async def top_up(self, want: int, expires: float = PULL_EXPIRES) -> None:
-        """Ask for the messages ``want`` lacks beyond the buffer and what is asked for already."""
-        missing = want - len(self.buffer) - self.outstanding()
-        if missing <= 0:
+        """Once the buffer and the requests outstanding cover less than ``want``,
+        ask for up to twice that: a request every other round, not every round."""
+        have = len(self.buffer) + self.outstanding()
+        if have >= want:
             return
+        missing = 2 * want - have
         self._seq += 1
         token = str(self._seq)
         self.requests[token] = [float(missing), time.monotonic() + expires + _GRACE]
