@@ -49,7 +49,7 @@ from ..model import DueJob
 from .base import Delivery, Transport
 from .nats_names import _seconds, consumer_name, subject_for, validate_prefix
 from .nats_pull import Puller, take_now, top_up_all
-from .nats_settle import _current_loop, _settle_all, deliveries
+from .nats_settle import Coalesced, _current_loop, _settle_all, deliveries
 
 __all__ = ["NatsTransport", "consumer_name", "subject_for"]
 
@@ -125,6 +125,7 @@ class NatsTransport(Transport):
         self._to_settle: list[tuple[Msg, str]] = []  # acks and naks for the link loop
         self._settle_lock = threading.Lock()
         self._kicked = False  # a flush is on its way to the link loop
+        self._kick_soon = Coalesced(self._kick)  # from a worker's loop: its acks in one wake-up
 
     @classmethod
     def from_url(cls, spec: str) -> NatsTransport:
@@ -226,6 +227,8 @@ class NatsTransport(Transport):
                     log.info("NATS at %s ready: queues %s", self.name, ",".join(self._queues) or "(publish only)")
             for puller in list(self._pullers.values()):
                 await puller.expire(BUFFER_HOLD)
+            if self._to_settle:  # queued by a loop that stopped before its wake-up came (Coalesced)
+                self._flush_settles()
             await asyncio.sleep(WATCH_INTERVAL)
 
     async def _on_disconnected(self) -> None:
@@ -369,15 +372,14 @@ class NatsTransport(Transport):
             return []
         msgs = take_now(self._pullers, queues, limit)
         if msgs:  # taken here, on the caller's loop: the link loop is only woken to ask for more
-            self._kick()
+            if any(len(p.buffer) < p.want for p in list(self._pullers.values())):
+                self._kick()
             return self._deliveries(msgs)
         future = self._submit(self._fetch(limit, timeout, list(queues)))
         return [] if future is None else await future
 
     async def _fetch(self, limit: int, timeout: float, queues: list[str]) -> list[Delivery]:
-        """Up to ``limit`` of the messages the queues' standing pulls brought in,
-        waiting up to ``timeout`` for a first; then ask for the next ``limit``,
-        so that they arrive while this round's jobs run."""
+        """The link loop's fetch, when the buffers were empty: wait up to ``timeout`` for a first."""
         pullers = [p for q, p in self._pullers.items() if q in queues]
         arrived = self._arrived
         if not pullers or arrived is None:
@@ -407,19 +409,17 @@ class NatsTransport(Transport):
         return deliveries(msgs, self._settle_msg)
 
     def ack(self, delivery: Delivery) -> None:
-        self._settle(delivery, "ack")
+        if isinstance(delivery.handle, Msg):
+            self._settle_msg(delivery.handle, "ack")
 
     def nak(self, delivery: Delivery) -> None:
-        self._settle(delivery, "nak")
-
-    def _settle(self, delivery: Delivery, how: str) -> None:
         if isinstance(delivery.handle, Msg):
-            self._settle_msg(delivery.handle, how)
+            self._settle_msg(delivery.handle, "nak")
 
     def _settle_msg(self, msg: Msg, how: str) -> None:
         with self._settle_lock:
             self._to_settle.append((msg, how))
-        self._kick()
+        self._kick_soon(self._loop)
 
     def _kick(self) -> None:
         """Any thread: wake the link loop once for whatever waits (settles, top-ups)."""

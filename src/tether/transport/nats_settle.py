@@ -7,15 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import Callable
 
 from nats.aio.msg import Msg
 
 from .base import Delivery
 
-__all__ = ["_current_loop", "_settle", "_settle_all", "deliveries", "parse"]
+__all__ = ["SETTLE_DELAY", "Coalesced", "_current_loop", "_settle", "_settle_all", "deliveries", "parse"]
 
 log = logging.getLogger("tether.nats")
+
+#: settles (acks) queued on a worker's loop wait this long for others to go with them
+SETTLE_DELAY = 0.002
 
 
 async def _settle_all(batch: list[tuple[Msg, str]]) -> None:
@@ -61,3 +65,32 @@ def deliveries(msgs: list[Msg], settle: Callable[[Msg, str], None]) -> list[Deli
         else:
             out.append(d)
     return out
+
+
+class Coalesced:
+    """``fn`` (waking the link loop) for a caller on an event loop other than
+    ``link``: once per ``SETTLE_DELAY`` for all the calls from that loop, not
+    once per call (a round's acks come in several batches); at once from a
+    thread without a loop, or from the link loop itself. Should that loop stop
+    before the wake-up, the link loop's keeper sends what waits (every 0.25 s)."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+        self._armed: set[asyncio.AbstractEventLoop] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, link: asyncio.AbstractEventLoop | None) -> None:
+        loop = _current_loop()
+        if loop is None or loop is link:
+            self.fn()
+            return
+        with self._lock:
+            if loop in self._armed:
+                return
+            self._armed.add(loop)
+        loop.call_later(SETTLE_DELAY, self._fire, loop)
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._armed.discard(loop)
+        self.fn()
