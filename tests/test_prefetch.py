@@ -108,7 +108,7 @@ def test_short_handlers_pipeline_claims_and_each_job_runs_once(make_app: Callabl
             wait_job(app, job_id, is_final)
     assert w.counts["claims_ahead"] > 0  # the next claim was sent before the last one's jobs were taken
     assert (w.counts["succeeded"], w.counts["stale_reports"], w.counts["claimed"]) == (300, 0, 300)
-    # while prefetching, a claim takes up to PREFETCH_FACTOR batches (10 each here)
+    # while prefetching, a claim takes up to the store's prefetch_factor batches (10 each here)
     assert w.counts["claimed"] / w.counts["db_claims"] > 10
     for n, job_id in enumerate(ids):
         job = app.get_job(job_id)

@@ -19,7 +19,10 @@ first (and the reaper republishes it); JetStream's redelivery is the backstop.
 nats-py is asyncio-only; tether's callers are threads (sync enqueue, the
 worker's database threads) and the worker's own event loop. So the transport
 runs one event loop of its own on the ``tether-nats`` thread, holding the
-connection, and everything crosses over to it.
+connection, and everything crosses over to it; but a round's messages, once
+each queue's standing pull (``nats_pull.py``) has brought them in, are taken
+on the worker's loop, which wakes the link loop once per round to ask for the
+next ones and to send the acks waiting.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ from ..errors import ConfigError
 from ..model import DueJob
 from .base import Delivery, Transport
 from .nats_names import _seconds, consumer_name, subject_for, validate_prefix
-from .nats_settle import _current_loop, _settle, _settle_all
+from .nats_pull import Puller, take_now, top_up_all
+from .nats_settle import Coalesced, _current_loop, _settle_all, deliveries
 
 __all__ = ["NatsTransport", "consumer_name", "subject_for"]
 
@@ -67,6 +71,8 @@ DUPLICATE_WINDOW = 120.0
 MAX_AGE = 7 * 24 * 3600.0
 #: default ack_wait, as a multiple of the database's recovery bound
 ACK_WAIT_FACTOR = 2.0
+#: a message pulled ahead that waited this long (the worker's slots stayed busy) goes back (nak)
+BUFFER_HOLD = 1.0
 #: how long to wait before logging "cannot publish" again
 COMPLAIN_EVERY = 10.0
 
@@ -112,11 +118,14 @@ class NatsTransport(Transport):
         self._closed = False
         self._waited = False
         self._queues: list[str] = []
-        self._subs: dict[str, JetStreamContext.PullSubscription] = {}
+        self._pullers: dict[str, Puller] = {}  # each queue's standing pull (nats_pull.py)
+        self._arrived: asyncio.Event | None = None  # set on the link loop when a message arrives
         self._complained = 0.0
         self._pending: set[asyncio.Future[None]] = set()
         self._to_settle: list[tuple[Msg, str]] = []  # acks and naks for the link loop
         self._settle_lock = threading.Lock()
+        self._kicked = False  # a flush is on its way to the link loop
+        self._kick_soon = Coalesced(self._kick)  # from a worker's loop: its acks in one wake-up
 
     @classmethod
     def from_url(cls, spec: str) -> NatsTransport:
@@ -191,7 +200,7 @@ class NatsTransport(Transport):
                 # this loop builds a new one (and new subscriptions), so there is
                 # one recovery path for "never reached" and "lost".
                 self._ready.clear()
-                self._subs.clear()
+                self._pullers.clear()  # their buffers went with the link: redelivered after ack_wait
                 try:
                     nc = await nats.connect(
                         self.url, name="tether", connect_timeout=int(CONNECT_TIMEOUT), allow_reconnect=False,
@@ -216,6 +225,10 @@ class NatsTransport(Transport):
                     reported = False
                     self._ready.set()
                     log.info("NATS at %s ready: queues %s", self.name, ",".join(self._queues) or "(publish only)")
+            for puller in list(self._pullers.values()):
+                await puller.expire(BUFFER_HOLD)
+            if self._to_settle:  # queued by a loop that stopped before its wake-up came (Coalesced)
+                self._flush_settles()
             await asyncio.sleep(WATCH_INTERVAL)
 
     async def _on_disconnected(self) -> None:
@@ -244,8 +257,13 @@ class NatsTransport(Transport):
                 ack_policy=api.AckPolicy.EXPLICIT, deliver_policy=api.DeliverPolicy.ALL,
                 ack_wait=self.ack_wait, max_deliver=-1, max_ack_pending=-1,
             ))
-            if queue not in self._subs:
-                self._subs[queue] = await js.pull_subscribe_bind(durable=durable, stream=self.stream)
+            if queue not in self._pullers:
+                if self._arrived is None:
+                    self._arrived = asyncio.Event()
+                assert self._nc is not None
+                puller = Puller(self._nc, self.stream, durable, self._arrived)
+                await puller.start()
+                self._pullers[queue] = puller
 
     # -- publishing (any thread but the link's) ------------------------------------------
     def publish(self, jobs: Sequence[tuple[int, str]], *, retry: bool = False) -> int:
@@ -328,7 +346,7 @@ class NatsTransport(Transport):
                 js.publish(
                     subject_for(self.prefix, queue),
                     json.dumps({"job_id": job_id, "queue": queue, "retry": retry}).encode(),
-                    stream=self.stream, timeout=PUBLISH_TIMEOUT,
+                    timeout=PUBLISH_TIMEOUT,
                     headers={"Nats-Msg-Id": msg_id} if msg_id else None,
                 )
                 for job_id, queue, retry, msg_id in chunk
@@ -352,93 +370,83 @@ class NatsTransport(Transport):
     async def fetch(self, limit: int, timeout: float, queues: Sequence[str]) -> list[Delivery]:
         if not self.healthy:
             return []
+        msgs = take_now(self._pullers, queues, limit)
+        if msgs:  # taken here, on the caller's loop: the link loop is only woken to ask for more
+            if any(len(p.buffer) < p.want for p in list(self._pullers.values())):
+                self._kick()
+            return self._deliveries(msgs)
         future = self._submit(self._fetch(limit, timeout, list(queues)))
         return [] if future is None else await future
 
     async def _fetch(self, limit: int, timeout: float, queues: list[str]) -> list[Delivery]:
-        subs = [sub for q, sub in self._subs.items() if q in queues]
-        if not subs:
+        """The link loop's fetch, when the buffers were empty: wait up to ``timeout`` for a first."""
+        pullers = [p for q, p in self._pullers.items() if q in queues]
+        arrived = self._arrived
+        if not pullers or arrived is None:
             await asyncio.sleep(min(timeout, WATCH_INTERVAL))
             return []
-        if len(subs) == 1:
-            msgs = await self._fetch_one(subs[0], limit, timeout)
-        else:
-            # Whichever queue has work first; the others' pull requests are
-            # dropped (what they already received waits in the subscription for
-            # the next fetch; a message lost in between is redelivered by
-            # JetStream after ack_wait, and its job is in the database anyway).
-            tasks = {asyncio.ensure_future(self._fetch_one(s, limit, timeout)) for s in subs}
-            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            if pending:
-                more, pending = await asyncio.wait(pending, timeout=0.002)
-                done |= more
-            for t in pending:
-                t.cancel()
-            msgs = [m for t in done for m in t.result()]
-        out: list[Delivery] = []
-        for msg in msgs:
-            d = self._delivery(msg)
-            if d is None:
-                continue
-            if len(out) < limit:
-                out.append(d)
-            else:
-                await _settle(msg, "nak")
-        return out
-
-    async def _fetch_one(self, sub: JetStreamContext.PullSubscription, limit: int, timeout: float) -> list[Msg]:
+        until = (loop := asyncio.get_running_loop()).time() + timeout
         try:
-            return await sub.fetch(limit, timeout=timeout)
-        except (TimeoutError, nats.errors.TimeoutError):
-            return []
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the consumer or the stream went away, or the link dropped
+            while not (msgs := take_now(self._pullers, queues, limit)):
+                await top_up_all(self._pullers)
+                left = until - loop.time()
+                if left <= 0 or not self.healthy:
+                    return []
+                arrived.clear()
+                if not any(p.buffer for p in pullers):
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(min(left, WATCH_INTERVAL)):  # look at the link now and then
+                            await arrived.wait()
+            await top_up_all(self._pullers)  # read ahead: the next round's messages
+        except Exception as exc:  # the link dropped under a request
             log.warning("NATS fetch failed (%s); setting the stream up again", exc)
             self._ready.clear()
             await asyncio.sleep(min(timeout, 0.5))
             return []
+        return self._deliveries(msgs)
 
-    def _delivery(self, msg: Msg) -> Delivery | None:
-        try:
-            body = json.loads(msg.data)
-            job_id, queue = body["job_id"], body["queue"]
-            if not isinstance(job_id, int) or isinstance(job_id, bool) or not isinstance(queue, str):
-                raise ValueError("job_id must be an int and queue a string")
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("NATS: dropping a malformed message on %s (%s): %r", msg.subject, exc, msg.data[:200])
-            self._pending.add(task := asyncio.ensure_future(_settle(msg, "term")))
-            task.add_done_callback(self._pending.discard)
-            return None
-        return Delivery(job_id=job_id, queue=queue, retry=bool(body.get("retry")), handle=msg)
+    def _deliveries(self, msgs: list[Msg]) -> list[Delivery]:
+        return deliveries(msgs, self._settle_msg)
 
     def ack(self, delivery: Delivery) -> None:
-        self._settle(delivery, "ack")
+        if isinstance(delivery.handle, Msg):
+            self._settle_msg(delivery.handle, "ack")
 
     def nak(self, delivery: Delivery) -> None:
-        self._settle(delivery, "nak")
+        if isinstance(delivery.handle, Msg):
+            self._settle_msg(delivery.handle, "nak")
 
-    def _settle(self, delivery: Delivery, how: str) -> None:
-        # Batched: one wake-up of the link loop and one task per batch, not per message.
+    def _settle_msg(self, msg: Msg, how: str) -> None:
+        with self._settle_lock:
+            self._to_settle.append((msg, how))
+        self._kick_soon(self._loop)
+
+    def _kick(self) -> None:
+        """Any thread: wake the link loop once for whatever waits (settles, top-ups)."""
         loop = self._loop
-        if not isinstance(delivery.handle, Msg) or loop is None or self._closed:
+        if loop is None or self._closed:
             return
         with self._settle_lock:
-            self._to_settle.append((delivery.handle, how))
-            if len(self._to_settle) > 1:
+            if self._kicked:
                 return  # a flush is already on its way
+            self._kicked = True
         try:
             loop.call_soon_threadsafe(self._flush_settles)
         except RuntimeError:  # the loop has closed: no flush will come for what is queued
             with self._settle_lock:  # (nor would one ever be sent again); JetStream redelivers after ack_wait
                 self._to_settle.clear()
+                self._kicked = False
 
     def _flush_settles(self) -> None:
         with self._settle_lock:  # on the link loop
-            batch, self._to_settle = self._to_settle, []
-        if batch:
-            self._pending.add(task := asyncio.ensure_future(_settle_all(batch)))
-            task.add_done_callback(self._pending.discard)
+            batch, self._to_settle, self._kicked = self._to_settle, [], False
+        self._pending.add(task := asyncio.ensure_future(self._flush(batch)))
+        task.add_done_callback(self._pending.discard)
+
+    async def _flush(self, batch: list[tuple[Msg, str]]) -> None:
+        with contextlib.suppress(Exception):  # the link dropped: set up again by the keeper
+            await top_up_all(self._pullers)
+        await _settle_all(batch)
 
     # -- shutdown --------------------------------------------------------------------------
     def destroy(self) -> None:
@@ -468,15 +476,20 @@ class NatsTransport(Transport):
             loop.close()
         with self._lock:  # closed, but usable again: the next publish starts a new link
             self._loop = self._thread = self._nc = self._js = self._keeper = None
-            self._subs.clear()
+            self._pullers.clear()
+            self._arrived = None
             self._waited = False
             self._closed = False
         with self._settle_lock:  # their messages are redelivered after ack_wait
             self._to_settle.clear()
+            self._kicked = False
 
     async def _shut(self) -> None:
         if self._keeper is not None:
             self._keeper.cancel()
+        for puller in list(self._pullers.values()):  # what they hold goes to other workers now
+            with contextlib.suppress(Exception):
+                await puller.drop()
         for task in asyncio.all_tasks():
             if task is not asyncio.current_task():
                 task.cancel()

@@ -17,7 +17,8 @@ when the reporter carries. While a fetch waits for messages with none yet
 itself rather than hold them for a claim that may be a second away.
 While handlers are short the claimer pipelines: it sends the next claim before
 setting up this one's jobs, so the next statement runs on the database while
-these run here.
+these run here; with a delivering transport, the next round (its fetch, then
+its claim of the delivered ids) runs as a task meanwhile.
 
 Between rounds it idles until nudged (a slot freed, a NOTIFY, a reaped job, a
 stop) or for ``poll_interval``.
@@ -71,6 +72,16 @@ class _Claim:
     sent_at: float
 
 
+@dataclass(eq=False)
+class _Fetch:
+    """A transport round (fetch, then a claim of exactly the delivered ids) sent ahead."""
+
+    task: asyncio.Task[Got | None]
+    want: int
+    #: monotonic time it began: before its claim was sent, so its jobs' local deadlines err early
+    sent_at: float
+
+
 class Claimer:
     def __init__(self, state: WorkerState, executor: Executor, reporter: Reporter, *,
                  poll_interval: float) -> None:
@@ -107,11 +118,18 @@ class Claimer:
     async def _rounds(self) -> None:
         s, ex = self.state, self.executor
         failures = 0
-        ahead: _Claim | None = None  # sent before the last claim's jobs were taken
+        #: sent before the last round's jobs were taken: a database claim, or a
+        #: transport round (fetch, then claim those ids) running as a task
+        ahead: _Claim | _Fetch | None = None
         claim: _Claim | None
+        fetching: _Fetch | None
         while not s.stopping or ahead is not None:
             self._nudge.clear()  # before the claim: a nudge during it is not lost
-            if ahead is not None:
+            fetching = None
+            if isinstance(ahead, _Fetch):
+                fetching, ahead, claim, fetched = ahead, None, None, True
+                want, sent_at = fetching.want, fetching.sent_at
+            elif ahead is not None:
                 claim, ahead, fetched = ahead, None, False
                 want, sent_at = claim.want, claim.sent_at
             else:
@@ -132,7 +150,8 @@ class Claimer:
                 fetched = self._via_transport()
                 claim = None if fetched else self.send(want)
             try:
-                got = await (self._fetch_and_claim(want) if claim is None else self._claim_any(claim))
+                got = await (fetching.task if fetching is not None else
+                             self._fetch_and_claim(want) if claim is None else self._claim_any(claim))
                 if got is None:
                     return  # stopping
             except Exception as exc:
@@ -142,14 +161,18 @@ class Claimer:
                 continue
             failures = 0
             full = len(got) == want
-            if full and claim is not None and ex.prefetching():
+            if full and ex.prefetching():
                 # Pipeline: send the next claim (carrying the successes waiting)
                 # before taking these jobs, so its statement runs on the
-                # database while this batch is set up and run here.
+                # database while this batch is set up and run here. A transport
+                # round likewise: its fetch and then its claim of the delivered
+                # ids run while this batch does.
                 room = ex.room() - len(got)
-                if room >= self.min_claim:
+                # (Not a database claim ahead while the transport is up: the
+                # next round is the transport's; this one was the fallback.)
+                if room >= self.min_claim and (fetched or not self._fetching()):
                     s.counts["claims_ahead"] += 1
-                    ahead = self.send(min(room, ex.ahead_batch))
+                    ahead = (self._fetch_ahead if fetched else self.send)(min(room, ex.ahead_batch))
                     await asyncio.sleep(0)  # let it go out before these jobs are set up
             s.counts["claimed"] += len(got)
             take = ex.take
@@ -257,6 +280,10 @@ class Claimer:
                 s.counts["deliveries_refused"] += 1
         s.counts["deliveries_claimed"] += len(jobs)
         return [(j, first[j.id]) for j in jobs]
+
+    def _fetch_ahead(self, want: int) -> _Fetch:
+        assert self.state.loop is not None
+        return _Fetch(self.state.loop.create_task(self._fetch_and_claim(want)), want, time.monotonic())
 
     def _fetch_idle(self) -> None:
         """The fetch has waited FETCH_IDLE without a message: idle until it returns."""

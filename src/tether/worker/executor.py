@@ -52,7 +52,6 @@ __all__ = [
     "MAX_CLAIM_BATCH",
     "PREFETCH_ALPHA",
     "PREFETCH_BELOW",
-    "PREFETCH_FACTOR",
     "PREFETCH_HOLD_MAX",
     "Executor",
 ]
@@ -71,10 +70,9 @@ PREFETCH_BELOW = 0.025
 PREFETCH_HOLD_MAX = 0.5
 #: weight of the newest handler duration in that running average
 PREFETCH_ALPHA = 0.2
-#: while prefetching, a claim may take this many times the claim batch (up to
-#: MAX_CLAIM_BATCH): handlers that short empty the extra in a wave or two.
-#: The store's ``prefetch_factor`` (this, but for a tether server's store)
-PREFETCH_FACTOR = 2
+# While prefetching, a claim may take the store's ``prefetch_factor`` times
+# the claim batch (up to MAX_CLAIM_BATCH; 2, and 4 through a tether server):
+# handlers that short empty the extra in a wave or two.
 
 
 class Executor:
@@ -91,12 +89,12 @@ class Executor:
         self.max_payload_bytes = max_payload_bytes
         #: how many jobs one claim takes when not prefetching
         self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
-        #: how many while prefetching (PREFETCH_FACTOR batches, or the store's own factor)
+        #: how many while prefetching (the store's prefetch_factor batches)
         self.ahead_batch = min(state.store.prefetch_factor * self.claim_batch, MAX_CLAIM_BATCH)
-        #: prefetch only where the store gains from it (not SQLite), and without
-        #: a delivering transport: there each message leads to a claim of its
-        #: own job, and the transport holds the rest
-        self.prefetch = prefetch and state.store.claims_ahead and not state.transport.delivers
+        #: prefetch only where the store gains from it (not SQLite); with a
+        #: delivering transport too, where the next round (a fetch, then a claim
+        #: of the delivered ids) runs while this one's jobs do
+        self.prefetch = prefetch and state.store.claims_ahead
         self.busy = 0  # handlers running now; the concurrency limit applies to these
         #: claimed jobs waiting for a handler slot (prefetch), oldest first
         self.ready: deque[Running] = deque()
