@@ -169,10 +169,15 @@ class Claimer:
                 # ids run while this batch does.
                 room = ex.room() - len(got)
                 # (Not a database claim ahead while the transport is up: the
-                # next round is the transport's; this one was the fallback.)
+                # next round is the transport's; this one was the fallback.
+                # After a transport round, the next one asks _via_transport as
+                # an unpipelined round does, so that a stream of full rounds
+                # still makes the database fallback claim every
+                # fallback_interval: it takes the jobs no message carries.)
                 if room >= self.min_claim and (fetched or not self._fetching()):
                     s.counts["claims_ahead"] += 1
-                    ahead = (self._fetch_ahead if fetched else self.send)(min(room, ex.ahead_batch))
+                    by_fetch = fetched and self._via_transport()
+                    ahead = (self._fetch_ahead if by_fetch else self.send)(min(room, ex.ahead_batch))
                     await asyncio.sleep(0)  # let it go out before these jobs are set up
             s.counts["claimed"] += len(got)
             take = ex.take
