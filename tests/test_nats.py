@@ -11,6 +11,7 @@ binary and stops only that one.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -361,6 +362,40 @@ def test_a_lost_message_is_published_by_the_sweep_once_a_worker_has_worked_throu
             wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
         assert sorted(ran) == sorted([*ids, lost])
         assert w.counts["deliveries_claimed"] == 51 and w.counts["swept"] >= 1
+
+
+@pytest.mark.parametrize("held_by", ["concurrency", "exclusive_key"])
+def test_jobs_a_claim_held_back_are_delivered_again_by_the_sweep(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str, held_by: str
+) -> None:
+    """A delivered job that the claim holds back (its queue has no room, or
+    another job of its exclusive key runs) stays queued and its message is
+    acked: the sweep must publish it again, and again while it stays held.
+    Its message id used to be (job, attempt, run_at) only, so JetStream's
+    2-minute duplicate window dropped every republish after the first: with
+    the fallback claim off, the third job of a queue limited to one waited
+    two minutes (chaos over NATS left such jobs queued at its drain's end)."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_interval=0.2, sweep_grace=0.5)
+    if held_by == "concurrency":
+        app.configure_queue("default", concurrency=1)
+    spans: list[tuple[float, float]] = []
+
+    @app.task(name="slow")
+    def slow(ctx: JobContext) -> None:
+        began = time.monotonic()
+        time.sleep(0.3)
+        spans.append((began, time.monotonic()))
+
+    with running(app) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        task = slow.using(exclusive_key="k") if held_by == "exclusive_key" else slow
+        ids = [task.enqueue() for _ in range(4)]
+        for job_id in ids:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED, timeout=30)
+        assert w.counts["db_claims"] == 1  # every job came by a message: the fallback claim never ran
+        assert w.counts["deliveries_refused"] >= 2 and w.counts["swept"] >= 3
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans  # one at a time, as held
 
 
 def test_a_workers_nats_rounds_carry_their_successes_with_the_claim(

@@ -53,7 +53,8 @@ class Transport:
     fallback_interval: float = 30.0
     #: how often the sweep republishes due jobs nothing carries (seconds)
     sweep_interval: float = 1.0
-    #: how long a due job may wait for its delivery before the sweep republishes it
+    #: how long a due job may wait for its delivery before the sweep republishes
+    #: it, and how often the sweep republishes a job that stays queued
     sweep_grace: float = 5.0
 
     def check(self, timers: Timers) -> None:

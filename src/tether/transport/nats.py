@@ -47,7 +47,7 @@ from ..config import Timers, validate_queue
 from ..errors import ConfigError
 from ..model import DueJob
 from .base import Delivery, Transport
-from .nats_names import _seconds, consumer_name, subject_for, validate_prefix
+from .nats_names import _seconds, consumer_name, subject_for, sweep_msg_id, validate_prefix
 from .nats_pull import Puller, take_now, top_up_all
 from .nats_settle import Coalesced, _current_loop, _settle_all, deliveries
 
@@ -272,12 +272,7 @@ class NatsTransport(Transport):
         return self._publish_sync([(job_id, queue, retry, None) for job_id, queue in jobs])
 
     def publish_due(self, due: Sequence[DueJob]) -> int:
-        # One message id per (job, attempt, run_at): every worker's sweep finds the
-        # same due job, and JetStream keeps only the first copy in its window.
-        return self._publish_sync([
-            (d.id, d.queue, True, f"{self.prefix}.{d.id}.{d.attempt}.{round(d.run_at.timestamp() * 1e6)}")
-            for d in due
-        ])
+        return self._publish_sync([(d.id, d.queue, True, sweep_msg_id(self.prefix, d, self.sweep_grace)) for d in due])
 
     def _publish_sync(self, msgs: list[tuple[int, str, bool, str | None]]) -> int:
         if not msgs:

@@ -6,8 +6,11 @@ message can be lost with a stream, and nothing publishes a delayed job or a
 retry when its time comes. So every worker, every ``sweep_interval``, asks the
 database for due queued jobs on its queues that no delivery seems to carry
 (``Store.due_unclaimed``) and republishes them. Every worker finding the same
-job is harmless: the sweep's message id is the same for all of them, and
-JetStream keeps one copy within its duplicate window.
+job is harmless: the sweep's message id is the same for all of them within
+one ``sweep_grace`` period, and JetStream keeps one copy within its duplicate
+window. The next period's id differs, so a job that stays queued is published
+again once a period (a job whose claim held it back for its queue's limit or
+its exclusive key: its message was acked).
 
 A queue whose consumer still holds undelivered messages (``Transport.undelivered``)
 is not swept: under a backlog its jobs wait longer than ``sweep_grace`` only
@@ -17,7 +20,8 @@ or repeat as many again (issue 22: twice PostgreSQL's CPU per job). The sweep
 is for jobs no delivery carries; it finds them once the backlog is through:
 a job whose message was lost is still republished once deliveries stop.
 (The same wait holds for a delivered job a claim refused for its queue's
-limits or its exclusive key: its next delivery is the sweep's.)
+limits or its exclusive key: its next delivery is the sweep's, once its
+queue's messages are through.)
 """
 
 from __future__ import annotations

@@ -259,7 +259,8 @@ limits AS (
     FOR UPDATE
 ), picked AS (
     -- a limited queue's delivered ids up to its room (lowest ids first), and
-    -- one job per exclusive key; the rest stay queued and are delivered again
+    -- one job per exclusive key; the rest stay queued, and the sweep delivers
+    -- them again (its message id names a period: worker/sweeper.py)
     SELECT n.ctid FROM (
         SELECT k.ctid, k.queue, row_number() OVER (PARTITION BY k.queue ORDER BY k.id) AS nth
         FROM (SELECT DISTINCT ON (exclusive_key IS NULL, coalesce(exclusive_key, id::text)) ctid, id, queue
