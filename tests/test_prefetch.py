@@ -19,6 +19,7 @@ import pytest
 
 from tether import JobContext, JobState, Outcome, Tether
 from tether.model import Job, NewJob
+from tether.transport import Delivery, Transport
 from tether.worker import executor, runtime
 
 from .test_worker import FAST, is_final, running, wait_job
@@ -202,3 +203,56 @@ def test_shutdown_timeout_hands_back_a_buffered_job_with_its_budget(gated: Gated
     with running(gated.app, concurrency=1):
         job = wait_job(gated.app, quick_id, is_final)
     assert job.state is JobState.SUCCEEDED and gated.ran.count(7) == 1
+
+
+class Endless(Transport):
+    """A delivering transport whose every fetch is a full round while ids
+    last: the chain of pipelined rounds that NATS makes under a backlog. The
+    database still decides every claim (claim_ids)."""
+
+    name = "endless"
+    delivers = True
+    fallback_interval = 0.3
+    sweep_interval = sweep_grace = 3600.0
+
+    def __init__(self) -> None:
+        self.left: list[int] = []  # popped from the end
+
+    @property
+    def healthy(self) -> bool:
+        return True
+
+    async def fetch(self, limit: int, timeout: float, queues: object) -> list[Delivery]:
+        if not self.left:
+            await asyncio.sleep(min(timeout, 0.05))
+        return [Delivery(self.left.pop(), "default") for _ in range(min(limit, len(self.left)))]
+
+
+@ON_PG
+def test_a_chain_of_full_transport_rounds_still_makes_the_fallback_claim(make_app: Callable[..., Tether]) -> None:
+    """While every transport round comes back full, the claimer pipelines them
+    (the next fetch goes out before this round's jobs are taken); it must
+    still claim from the database every fallback_interval, since that claim is
+    what takes the jobs no message carries (a refused and acked message, a
+    lost publish). The pipelined path skipped the check, so such a job waited
+    for the chain to break: here, for the whole stream."""
+    transport = Endless()
+    app = make_app(**FAST, transport=transport)
+    seen: dict[int, int] = {}
+
+    @app.task(name="quick")
+    async def quick(ctx: JobContext) -> None:
+        seen[ctx.job_id] = len(transport.left)
+
+    ids = app.store.enqueue([NewJob(task="quick", args_json="{}") for _ in range(30_000)])
+    transport.left = ids[::-1]
+    with running(app, concurrency=10) as w:
+        _wait(lambda: w.counts["deliveries_claimed"] >= 500, "the rounds to flow")
+        at = len(transport.left)
+        lost = app.store.enqueue([NewJob(task="quick", args_json="{}", priority=10)])[0]  # no message carries it
+        job = wait_job(app, lost, is_final, timeout=60)
+        assert job.state is JobState.SUCCEEDED
+        # taken while most of the stream was still to come (it ran with 29,400
+        # of 29,460 ids left; before the fix, with 0 or a few hundred)
+        assert seen[lost] > at // 2, f"the fallback claim waited for the stream: {at - seen[lost]} ids went first"
+        assert w.counts["claims_ahead"] > 0 and w.counts["db_claims"] >= 2
