@@ -128,7 +128,7 @@ def test_a_failed_request_raises_and_its_socket_is_not_reused(answer: bytes | No
             http = _client(server)
             with pytest.raises(error):
                 await http.request("POST", "/v1/claim", {}, b"{}", 0.3)
-            mine = http._mine(asyncio.get_running_loop())
+            mine = http._loops.mine()
             assert mine.idle == []
             http.close()
 
@@ -175,11 +175,11 @@ def test_connections_belong_to_their_loop_and_close_from_any_thread() -> None:
             http = _client(server)
             holder.append(http)
             assert await http.request("GET", "/v1/now", {}, None, 5.0) == (200, b"{}")
-            assert len(http._mine(asyncio.get_running_loop()).idle) == 1
+            assert len(http._loops.mine().idle) == 1
 
     asyncio.run(main())  # the loop ends with an idle connection left behind
     http = holder[0]
     http.close()  # closes it (no loop needed)
-    assert http._loops == {}
+    assert len(http._loops) == 0
     with pytest.raises(ConnectionError):
         asyncio.run(http.request("GET", "/v1/now", {}, None, 1.0))

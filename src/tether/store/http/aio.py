@@ -28,6 +28,8 @@ import socket
 import threading
 import time
 
+from ..per_loop import PerLoop
+
 __all__ = ["LoopHttp"]
 
 #: the most a response's status line and headers may take
@@ -95,16 +97,14 @@ class LoopHttp:
     def __init__(self, host: str, port: int, netloc: str, *, reuse_idle: float) -> None:
         self.host, self.port, self.netloc = host, port, netloc
         self.reuse_idle = reuse_idle
-        self._loops: dict[asyncio.AbstractEventLoop, _Loop] = {}
-        self._lock = threading.Lock()
-        self._closed = False
+        self._loops = PerLoop(_Loop, _Loop.close, closed=lambda: ConnectionError("the store is closed"))
 
     async def request(self, method: str, target: str, headers: dict[str, str], body: bytes | None,
                       timeout: float) -> tuple[int, bytes]:
         """Send one request and read its answer, within ``timeout`` seconds in
         all: (status, body). Raises OSError (TimeoutError included) or ValueError."""
         loop = asyncio.get_running_loop()
-        mine = self._mine(loop)
+        mine = self._loops.mine(loop)
         head = [f"{method} {target} HTTP/1.1", f"Host: {self.netloc}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
         if body is not None:
@@ -148,28 +148,10 @@ class LoopHttp:
             return sock
         raise last
 
-    def _mine(self, loop: asyncio.AbstractEventLoop) -> _Loop:
-        mine = self._loops.get(loop)
-        if mine is not None:
-            return mine
-        with self._lock:
-            if self._closed:
-                raise ConnectionError("the store is closed")
-            ended = [self._loops.pop(other) for other in list(self._loops) if other.is_closed()]
-            mine = self._loops.setdefault(loop, _Loop())
-        for gone in ended:
-            gone.close()
-        return mine
-
     def close(self) -> None:
         """Close every loop's idle connections now, and the busy ones as they
         come back; no new ones after this."""
-        with self._lock:
-            self._closed = True
-            loops = list(self._loops.values())
-            self._loops.clear()
-        for each in loops:
-            each.close()
+        self._loops.close()
 
 
 async def _read_response(loop: asyncio.AbstractEventLoop, conn: _Conn) -> tuple[int, bool, bytes]:

@@ -34,6 +34,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import PoolClosed
 
+from ..per_loop import PerLoop
+
 __all__ = ["LoopConnections"]
 
 Conn = AsyncConnection[TupleRow]
@@ -81,14 +83,13 @@ class LoopConnections:
         self._conninfo = conninfo
         self._kwargs = kwargs
         self._size = size
-        self._lock = threading.Lock()
-        self._loops: dict[asyncio.AbstractEventLoop, _Loop] = {}
-        self._closed = False
+        self._loops = PerLoop(lambda: _Loop(size), lambda gone: _finish_all(gone.close()),
+                              closed=lambda: PoolClosed("the store is closed: its async connections too"))
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Conn]:
         """A connection of the running loop's, for one statement."""
-        mine = self._mine()
+        mine = self._loops.mine()
         async with mine.slots:
             conn = mine.take() or await AsyncConnection.connect(self._conninfo, **self._kwargs)
             try:
@@ -101,7 +102,7 @@ class LoopConnections:
         default (the largest size asked on this loop wins: two workers sharing
         a loop get what the greedier needs). Idle connections past it close.
         Uses already under way keep their slots of the old limit."""
-        mine = self._mine()
+        mine = self._loops.mine()
         size = max(size, mine.asked)
         mine.asked = size
         mine.slots = asyncio.Semaphore(size)
@@ -110,29 +111,10 @@ class LoopConnections:
             del mine.idle[size:]
         _finish_all(extra)
 
-    def _mine(self) -> _Loop:
-        loop = asyncio.get_running_loop()
-        mine = self._loops.get(loop)
-        if mine is not None:
-            return mine
-        with self._lock:
-            if self._closed:  # as the sync pool says once closed
-                raise PoolClosed("the store is closed: its async connections too")
-            ended = [self._loops.pop(other) for other in list(self._loops) if other.is_closed()]
-            mine = self._loops.setdefault(loop, _Loop(self._size))
-        for gone in ended:
-            _finish_all(gone.close())
-        return mine
-
     def close(self) -> None:
         """Close every loop's idle connections now, and the busy ones as they
         come back; no new ones after this."""
-        with self._lock:
-            self._closed = True
-            loops = list(self._loops.values())
-            self._loops.clear()
-        for each in loops:
-            _finish_all(each.close())
+        self._loops.close()
 
 
 def _finish(conn: Conn) -> None:
