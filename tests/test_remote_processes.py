@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -194,3 +195,39 @@ def test_a_worker_restarting_beside_another_tokens_dead_worker_starts_and_the_re
     assert_recovered_by(done, dead=a.pid, sibling=b.pid, killed_at=killed_at)
     assert b.poll() is None, remote.log(b)
     assert "not ending the leases of" in remote.log(b)
+
+
+def test_a_remote_worker_keeps_two_claims_in_flight_and_runs_each_job_once(server: ServerProcess, store: Store) -> None:
+    """Through a tether server a round passes through three processes in turn
+    (worker, server, database): with short handlers the worker keeps two
+    claims in flight (HttpStore.claims_in_flight), so one is on the server or
+    the database while the other travels. Every job still runs once, and a
+    graceful stop answers both before the worker ends."""
+    from tether import JobContext, Tether
+    from tether.model import NewJob
+
+    from .test_worker import FAST, running
+
+    app = Tether(server.url, token=TOKEN, **FAST)
+    ran: list[int] = []
+
+    @app.task(name="quick")
+    async def quick(ctx: JobContext) -> None:
+        ran.append(ctx.job_id)
+
+    ids = store.enqueue([NewJob(task="quick", args_json="{}") for _ in range(3000)])
+    try:
+        with running(app, concurrency=10) as w:
+            wait_for(lambda: len(ran) >= len(ids), 60, "every job to run")
+            assert w.counts["claims_ahead_of_another"] > 0
+            # A stop in mid-stream: the claims in flight are answered and what
+            # they took is run or handed back; no job is left running.
+            more = store.enqueue([NewJob(task="quick", args_json="{}") for _ in range(5_000)])
+            wait_for(lambda: len(ran) >= len(ids) + 1000, 60, "the stream to flow")
+        assert w.counts["stale_reports"] == 0
+        assert sorted(ran) == sorted(set(ran))  # each once
+        states = Counter(j.state for j in map(store.get_job, [*ids, *more]) if j is not None)
+        assert states[JobState.RUNNING] == 0, states
+        assert states[JobState.SUCCEEDED] == len(ran) and states[JobState.QUEUED] == 8_000 - len(ran), states
+    finally:
+        app.close()

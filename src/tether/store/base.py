@@ -80,6 +80,10 @@ class Store(PushChannels, abc.ABC):
     #: (else only up to the worker's CARRY_MAX): where each round is a request
     #: of its own, one round fewer gains more than a report beside the claim
     always_carry: bool = False
+    #: while prefetching, how many claims a worker may have sent and not yet
+    #: had answered (each of up to a prefetch batch): more than one where a
+    #: round passes through more than one process, whose work then overlaps
+    claims_in_flight: int = 1
 
     def round_connections(self, size: int) -> None:
         """On a worker's event loop: how many statements of its rounds may be

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -118,19 +119,21 @@ class Claimer:
     async def _rounds(self) -> None:
         s, ex = self.state, self.executor
         failures = 0
-        #: sent before the last round's jobs were taken: a database claim, or a
-        #: transport round (fetch, then claim those ids) running as a task
-        ahead: _Claim | _Fetch | None = None
+        #: sent before the last round's jobs were taken, oldest first: database
+        #: claims (up to the store's claims_in_flight), or one transport round
+        #: (fetch, then claim those ids) running as a task
+        ahead: deque[_Claim | _Fetch] = deque()
         claim: _Claim | None
         fetching: _Fetch | None
-        while not s.stopping or ahead is not None:
+        while not s.stopping or ahead:
             self._nudge.clear()  # before the claim: a nudge during it is not lost
             fetching = None
-            if isinstance(ahead, _Fetch):
-                fetching, ahead, claim, fetched = ahead, None, None, True
+            first = ahead.popleft() if ahead else None
+            if isinstance(first, _Fetch):
+                fetching, claim, fetched = first, None, True
                 want, sent_at = fetching.want, fetching.sent_at
-            elif ahead is not None:
-                claim, ahead, fetched = ahead, None, False
+            elif first is not None:
+                claim, fetched = first, False
                 want, sent_at = claim.want, claim.sent_at
             else:
                 ex.expire_held()
@@ -153,7 +156,7 @@ class Claimer:
                 got = await (fetching.task if fetching is not None else
                              self._fetch_and_claim(want) if claim is None else self._claim_any(claim))
                 if got is None:
-                    return  # stopping
+                    continue  # stopping: any claims still ahead are answered in turn, then the loop ends
             except Exception as exc:
                 failures += 1
                 s.log.warning("claim failed (%s); retrying", exc)
@@ -167,18 +170,30 @@ class Claimer:
                 # database while this batch is set up and run here. A transport
                 # round likewise: its fetch and then its claim of the delivered
                 # ids run while this batch does.
-                room = ex.room() - len(got)
+                room = ex.room() - len(got) - sum(a.want for a in ahead)
                 # (Not a database claim ahead while the transport is up: the
                 # next round is the transport's; this one was the fallback.
                 # After a transport round, the next one asks _via_transport as
                 # an unpipelined round does, so that a stream of full rounds
                 # still makes the database fallback claim every
-                # fallback_interval: it takes the jobs no message carries.)
-                if room >= self.min_claim and (fetched or not self._fetching()):
+                # fallback_interval: it takes the jobs no message carries.
+                # More than one ahead only of database claims, where the store
+                # gains from it: claims_in_flight.)
+                sent = False
+                while (room >= self.min_claim and (fetched or not self._fetching())
+                       and (not ahead or (not fetched and len(ahead) < s.store.claims_in_flight
+                                          and isinstance(ahead[-1], _Claim)))):
                     s.counts["claims_ahead"] += 1
+                    if ahead:
+                        s.counts["claims_ahead_of_another"] += 1
                     by_fetch = fetched and self._via_transport()
-                    ahead = (self._fetch_ahead if by_fetch else self.send)(min(room, ex.ahead_batch))
-                    await asyncio.sleep(0)  # let it go out before these jobs are set up
+                    ahead.append((self._fetch_ahead if by_fetch else self.send)(min(room, ex.ahead_batch)))
+                    room -= ahead[-1].want
+                    sent = True
+                    if by_fetch:
+                        break
+                if sent:
+                    await asyncio.sleep(0)  # let them go out before these jobs are set up
             s.counts["claimed"] += len(got)
             take = ex.take
             for job, delivery in got:
@@ -186,7 +201,7 @@ class Claimer:
             # A fetch has already waited for work: no idle wait after one. Nor
             # after a database round while the transport is up: the next round
             # fetches from it, and the poll interval is only the fallback's period.
-            if ahead is None and not ((full or fetched or self._fetching()) and ex.room() > 0):
+            if not ahead and not ((full or fetched or self._fetching()) and ex.room() > 0):
                 await self.idle()
 
     async def idle(self) -> None:

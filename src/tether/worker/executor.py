@@ -121,7 +121,7 @@ class Executor:
         ones whose reports are still being written) stay under twice the
         concurrency (plus the prefetch) when the database is slow to take
         reports."""
-        ahead = self.ahead_batch if self.prefetching() else 0
+        ahead = self.ahead_batch * self.state.store.claims_in_flight if self.prefetching() else 0
         return min(self.concurrency + ahead - self.busy - len(self.ready),
                    LEASES_PER_SLOT * self.concurrency + ahead - len(self.state.inflight))
 

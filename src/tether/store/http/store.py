@@ -66,6 +66,10 @@ class HttpStore(HttpClient, Store):
     # took remote/local from 0.54 to 0.62-0.75 (two sessions).
     prefetch_factor = 4
     always_carry = True
+    # A round is a request: the worker encodes, the server decodes and encodes,
+    # the database runs the statement, each in turn. With two claims in flight
+    # the server and the database work on one while the other is on its way.
+    claims_in_flight = 2
 
     def __init__(self, dsn: DatabaseURL, *, token: str | None = None) -> None:
         super().__init__(dsn, token=token)
