@@ -843,6 +843,27 @@ def test_chaos_over_nats_on_postgres_with_partitions_leaves_no_job_behind(tmp_pa
     assert_limits_judged(result)
 
 
+def test_a_burst_worker_with_nats_stops_once_nothing_is_due(make_app: Callable[..., Tether], nats_url: str,
+                                                             prefix: str) -> None:
+    """``tether worker --burst`` (``app.drain()``) claims from the database and
+    stops once no job is due. With NATS up, the claimer's check "the next
+    round fetches from the transport, so do not idle" applied to the burst
+    claimer too, which never fetches: it claimed from the database in a loop,
+    finding nothing, and never reached its idle, where it stops."""
+    app = nats_app(make_app, nats_url, prefix)
+
+    @app.task(name="add")
+    async def add(ctx: JobContext, a: int) -> int:
+        return a + 1
+
+    ids = add.enqueue_many([{"a": i} for i in range(50)])
+    worker = app.worker(concurrency=4, burst=True, shutdown_timeout=5)
+    asyncio.run(asyncio.wait_for(worker.run(), 30))
+    assert worker.counts["succeeded"] == 50
+    assert worker.counts["db_claims"] < 60, worker.counts  # no spinning on empty claims
+    assert all(wait_job(app, i, lambda j: j.state is JobState.SUCCEEDED).result == n + 1 for n, i in enumerate(ids))
+
+
 def test_a_published_job_starts_at_once_whatever_the_poll_interval(make_app: Callable[..., Tether], nats_url: str,
                                                                    prefix: str) -> None:
     """The poll interval is only the fallback's period: with NATS up, a worker

@@ -45,6 +45,9 @@ class BurstClaimer(Claimer):
     def _via_transport(self) -> bool:
         return False  # the database says what is due
 
+    def _fetching(self) -> bool:
+        return False  # never from a transport: after an empty round, idle (and stop)
+
     async def idle(self) -> None:
         s = self.state
         if not s.inflight and not s.stopping:
