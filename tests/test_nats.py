@@ -864,6 +864,25 @@ def test_a_burst_worker_with_nats_stops_once_nothing_is_due(make_app: Callable[.
     assert all(wait_job(app, i, lambda j: j.state is JobState.SUCCEEDED).result == n + 1 for n, i in enumerate(ids))
 
 
+def test_a_large_publish_is_sent_whole(nats_url: str, prefix: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The publish after a bulk enqueue (``announce``) waited at most 3 s for
+    all its messages, whatever their number: 100,000 jobs (about 23,000
+    messages/s here) were committed, then reported as "not published" and
+    left to the sweep, 500 a second per worker. Each chunk of 256 has its own
+    timeout; the whole may now take as long as those add up to."""
+    transport = NatsTransport(nats_url, prefix=prefix)
+    transport.check(Timers())
+    try:
+        transport.start(["default"])  # the consumer, so that backlog() can count
+        assert transport.ready(10)
+        caplog.set_level(logging.WARNING, logger="tether")
+        assert transport.publish([(i, "default") for i in range(1, 100_001)]) == 100_000
+        assert "failed" not in caplog.text
+        wait_for(lambda: sum(backlog(nats_url, prefix)) == 100_000, 10, "every message in the stream")
+    finally:
+        transport.close()
+
+
 def test_a_published_job_starts_at_once_whatever_the_poll_interval(make_app: Callable[..., Tether], nats_url: str,
                                                                    prefix: str) -> None:
     """The poll interval is only the fallback's period: with NATS up, a worker

@@ -291,11 +291,11 @@ class NatsTransport(Transport):
                            "the sweep publishes them when it is back, and workers poll the database meanwhile")
             return 0
         future = asyncio.run_coroutine_threadsafe(self._publish(msgs), loop)
-        try:
-            return future.result(PUBLISH_TIMEOUT + 1.0)
+        try:  # each chunk has its own timeout: the whole, as long as they add up to
+            return future.result(PUBLISH_TIMEOUT * -(-len(msgs) // PUBLISH_CHUNK) + 1.0)
         except Exception as exc:
             future.cancel()
-            self._complain(f"publishing {len(msgs)} job(s) to NATS failed ({exc or type(exc).__name__}); "
+            self._complain(f"publishing {len(msgs)} job(s) to NATS failed ({str(exc) or type(exc).__name__}); "
                            "the sweep publishes them later")
             return 0
 

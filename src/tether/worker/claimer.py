@@ -350,7 +350,7 @@ class Claimer:
             try:
                 jobs = self._claimed(await asyncio.wait_for(fut, STOP_GRACE), carried, sent_at)
             except Exception as exc:  # includes the timeout: the reaper owns whatever it took
-                s.log.warning("stopping with a claim still in flight (%s)", exc or type(exc).__name__)
+                s.log.warning("stopping with a claim still in flight (%s)", str(exc) or type(exc).__name__)
                 if carried:
                     self.reporter.complete_later(carried)
                 return None
