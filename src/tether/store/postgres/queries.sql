@@ -240,6 +240,14 @@ SELECT * FROM claimed
 -- paused queue is not claimed either: the sweep delivers it again once its
 -- queue is resumed. %(done)s: the successes the same statement records (NULL
 -- for claim_ids), which claim_room and key_free count as finished.
+-- `nullif(state, '') = 'queued'` (state is never '': the same test) matches
+-- neither claim index's predicate (jobs_claim_idx's state = 'queued',
+-- jobs_claim_task_idx's coalesce spelling), so the primary key is the only
+-- index this lookup can use. Spelled state = 'queued', a generic plan made on
+-- a table without statistics (a fresh schema, a bulk enqueue before
+-- autovacuum's ANALYZE) walked jobs_claim_idx and filtered every queued job
+-- of the queue for the few delivered ones; made once per connection, that
+-- plan stayed: 41 ms a claim against a backlog of 60,000 instead of 1.
 limits AS (
     -- the room of each limited queue of the claim (claim_room: migration 0007
     -- says why a function); the function is not even called, nor any lock
@@ -250,7 +258,7 @@ limits AS (
                     AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
 ), locked AS (
     SELECT ctid, id, queue, exclusive_key FROM {schema}.jobs
-    WHERE id = ANY(%(delivered)s::bigint[]) AND state = 'queued'
+    WHERE id = ANY(%(delivered)s::bigint[]) AND nullif(state, '') = 'queued'
       AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
       AND queue <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
