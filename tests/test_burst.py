@@ -116,3 +116,34 @@ def store_states(app: Tether, ids: list[int]) -> dict[JobState, int]:
         assert job is not None
         states[job.state] = states.get(job.state, 0) + 1
     return states
+
+
+def test_a_burst_claimer_looks_again_when_its_last_claim_went_out_before_a_report(db_url: str) -> None:
+    """The race behind a flaky drain: the claim that found nothing was sent
+    while a failed job's report was still being written, and the report (a
+    retry due at once) landed before that claim's answer. With nothing in
+    flight any more the claimer stopped, leaving the retry queued. It must
+    look once more instead, and stop only after a claim that went out with
+    nothing in flight."""
+    app = Tether(db_url)
+    app.migrate()
+    try:
+        worker = app.worker(concurrency=1, burst=True)
+        claimer = worker.claimer
+        stopped: list[bool] = []
+        claimer.on_empty = lambda: stopped.append(True)  # type: ignore[attr-defined]
+
+        async def look() -> None:
+            claimer.state.bind(asyncio.get_running_loop())
+            claimer.bind()
+            claimer._looked_early = True  # type: ignore[attr-defined]  # as after a claim sent mid-report
+            await claimer.idle()
+            assert stopped == [], "stopped without looking again after the report"
+            claimer._looked_early = False  # type: ignore[attr-defined]  # the next claim went out clean
+            await claimer.idle()
+            assert stopped == [True]
+            claimer.state.stop_waiter.cancel()
+
+        asyncio.run(look())
+    finally:
+        app.close()

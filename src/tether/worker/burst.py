@@ -24,7 +24,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from .claimer import Claimer
+from .claimer import Claimer, _Claim
 from .executor import Executor
 from .reporter import Reporter
 from .state import WorkerState, wait_event
@@ -42,6 +42,17 @@ class BurstClaimer(Claimer):
         #: called once no job is due and nothing is in flight (the worker's stop)
         self.on_empty = on_empty
 
+    #: whether a job was still in flight (running, or its report being
+    #: written) when the last claim was sent: a failure it reported after that
+    #: claim looked may have queued a retry due at once, so before stopping the
+    #: claimer looks once more. (It stopped instead, when the report landed
+    #: while that claim was on its way: a drain then left the retry queued.)
+    _looked_early = False
+
+    def send(self, want: int, *, ids: list[int] | None = None) -> _Claim:
+        self._looked_early = bool(self.state.inflight)
+        return super().send(want, ids=ids)
+
     def _via_transport(self) -> bool:
         return False  # the database says what is due
 
@@ -51,6 +62,8 @@ class BurstClaimer(Claimer):
     async def idle(self) -> None:
         s = self.state
         if not s.inflight and not s.stopping:
+            if self._looked_early:
+                return  # every report is written now: claim once more
             # Idle for a moment first, as the base class would: a reporter
             # waiting to leave successes to this claimer's next claim sees it
             # idle and writes them before the stop.
