@@ -4,6 +4,7 @@ next idle check (a worker's every stop waited a second for it)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -72,3 +73,23 @@ def test_close_wakes_the_listening_thread_at_once(pg: PostgresStore, monkeypatch
     took = time.monotonic() - started
     assert not listener._thread.is_alive()
     assert took < 0.5, f"close() took {took:.2f}s: it waited for a timer, not for the thread"
+
+
+def test_close_after_the_thread_ended_still_closes_the_wake_socket(backend: str) -> None:
+    """When the database is unreachable the thread waits between reconnects;
+    close() sets the stop flag first, so the thread may end (closing its end
+    of the wake-up pair) before close() writes its wake-up byte. That write
+    then failed with a broken pipe and close() skipped closing its own end:
+    an unclosed socket, a ResourceWarning at garbage collection (CI failed on
+    it once, after the test that blackholes the database)."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listener = listener_module.NotifyListener(f"postgresql://postgres@127.0.0.1:{port}/none?connect_timeout=1",
+                                              "tether_enqueue", lambda _: None)
+    time.sleep(0.3)  # the first connection attempt has failed: it waits to try again
+    listener._stop.set()
+    listener._thread.join(5)
+    assert not listener._thread.is_alive()
+    listener.close()
+    assert listener._wake_w.fileno() == -1 and listener._wake_r.fileno() == -1

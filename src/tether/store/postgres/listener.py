@@ -89,7 +89,11 @@ class NotifyListener(Listener):
 
     def close(self) -> None:
         self._stop.set()
-        with contextlib.suppress(OSError):  # already closed
-            self._wake_w.send(b"x")
-            self._wake_w.close()
+        try:
+            # The thread may have ended already (it was between reconnects when
+            # the stop flag came) and closed its end: the write then fails.
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"x")
+        finally:
+            self._wake_w.close()  # closing twice is harmless
         self._thread.join(timeout=1)  # a daemon; it may be blocked on a dead socket
