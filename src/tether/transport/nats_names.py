@@ -46,7 +46,7 @@ def _seconds(value: object, what: str) -> float:
     return seconds
 
 
-def sweep_msg_id(prefix: str, due: DueJob, period: float, *, now: float | None = None) -> str:
+def sweep_msg_id(prefix: str, due: DueJob, period: float) -> str:
     """The sweep's message id for a due job: one per (job, attempt, run_at) and
     ``period`` (sweep_grace) of the wall clock. Every worker's sweep finds the
     same due job, and JetStream keeps only the first copy within its duplicate
@@ -57,5 +57,5 @@ def sweep_msg_id(prefix: str, due: DueJob, period: float, *, now: float | None =
     queued. Without it the duplicate window (2 minutes) dropped every
     republish after the first (issue 22: chaos over NATS left such jobs
     queued at its drain's end)."""
-    slot = int((time.time() if now is None else now) // period)
+    slot = int(time.time() // period)
     return f"{prefix}.{due.id}.{due.attempt}.{round(due.run_at.timestamp() * 1e6)}.{slot}"
