@@ -417,9 +417,9 @@ RESULT_PREFIX = "BENCH-RESULT "
 
 
 def run_client(system: System, args: Sequence[str], *, extra_env: dict[str, str] | None = None,
-               timeout: float = 1800, log_to: Path | None = None) -> dict[str, Any]:
-    """Run ``apps/<system>_client.py ARGS`` in the system's venv; return its JSON answer."""
-    argv = [system.python, str(APPS / f"{system.name}_client.py"), *args]
+               timeout: float = 1800, log_to: Path | None = None, script: str | None = None) -> dict[str, Any]:
+    """Run ``apps/<system>_client.py ARGS`` (or ``apps/<script>``) in the system's venv; return its JSON answer."""
+    argv = [system.python, str(APPS / (script or f"{system.name}_client.py")), *args]
     p = subprocess.run(argv, env=system.environ(extra_env), capture_output=True, text=True,
                        timeout=timeout, cwd=str(scratch()))
     if log_to is not None:

@@ -269,6 +269,11 @@ def issue22_rows(raw: dict[str, Any]) -> list[list[str]]:
             rows.append(["transports", f"worker CPU ms/job, {label} / NOTIFY, 1w x c10",
                          f"{f(cpu[0], 3)} / {f(cpu[1], 3)} ms", "-", f(r, 2) + "x" if r else "-", "-", "≤ 1.2x",
                          check(None if r is None else r <= 1.2)])
+    floor = (raw.get("transports") or {}).get("nats_floor_ratio")
+    if floor:
+        rows.append(["transports", "lowest NATS / NOTIFY a message per job allows (nats-py's own receive, parse "
+                     "and ack)", f"{f(raw['transports']['nats_floor_us'], 1)} us/msg", "-", f(floor, 2) + "x", "-",
+                     "-", "-"])
     for k, d in (raw.get("huey") or {}).get("by_processes", {}).items():
         r = d.get("tether_over_huey")
         rows.append(["embedded anchor", f"SQLite jobs/s, `def` no-op, {k} process(es)", f"{f(d.get('tether'))} /s",
@@ -310,6 +315,10 @@ def transports_md(tr: dict[str, Any]) -> str:
     if ratio:
         text += (f"\n\nNATS / NOTIFY: worker CPU per job {f(ratio.get('worker_cpu_per_job_ms'), 2)}x, worker+PG CPU "
                  f"{f(ratio.get('cpu_per_job_ms'), 2)}x, jobs/s {f(ratio.get('rate'), 2)}x.")
+    if tr.get("nats_floor_us"):
+        text += (f" nats-py alone (`apps/nats_floor.py`: receive, parse and ack, in pulls of 20, no tether) spends "
+                 f"{f(tr['nats_floor_us'], 1)} us of CPU per message, so a message per job can bring NATS / NOTIFY "
+                 f"no lower than {f(tr.get('nats_floor_ratio'), 2)}x.")
     if nosweep:
         text += (f" With a sweep grace longer than the run (`tether-nats-nosweep`: the sweep leaves the aged backlog "
                  f"alone): worker CPU per job {f(nosweep.get('worker_cpu_per_job_ms'), 2)}x, worker+PG CPU "

@@ -27,6 +27,14 @@ The issue-22 figure: worker CPU per job with NATS against NOTIFY, one worker
 at concurrency 10 (``nats_over_notify``), the transports taking turns within
 each repetition.
 
+Beside it, nats-py's own floor (``apps/nats_floor.py``, once per repetition):
+the CPU a process spends to receive, parse and ack one job message with no
+tether around it, pulled in rounds of 20 as a worker at concurrency 10 pulls
+them. A job delivered by NATS costs at least that much more than one claimed
+from the database, so ``nats_floor_ratio`` = (NOTIFY's worker CPU per job +
+the floor) / NOTIFY's is the lowest NATS / NOTIFY ratio a message per job
+can reach in Python.
+
     python bench/scenarios/transports.py --quick
     python bench/scenarios/transports.py --samples 300 --n 5000
 """
@@ -125,6 +133,17 @@ def drop_stream(prefix: str) -> None:
     subprocess.run([C.SYSTEMS["tether"].python, "-c", code, NATS_URL, prefix], capture_output=True, timeout=30)
 
 
+def _floor(url: str) -> float | None:
+    """nats-py's CPU per job message (receive, parse, ack), in microseconds; None if it failed."""
+    try:
+        r = C.run_client(C.SYSTEMS["tether"], [url, "--n", "20000", "--batch", "20"], script="nats_floor.py")
+    except Exception as exc:
+        C.log(f"  nats-py floor FAILED: {exc}")
+        return None
+    C.log(f"  nats-py floor: {r['cpu_per_msg_us']:.1f} us CPU per message (receive, parse, ack)")
+    return float(r["cpu_per_msg_us"])
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     C.add_common_args(p, default_n=5000)
@@ -165,6 +184,7 @@ def _run(args: argparse.Namespace, kinds: list[str], n: int, samples: int, url: 
             results["latency"][label] = r
     tp_kinds = [*kinds[:1], NATS_NO_SWEEP, *kinds[1:]] if "nats" in kinds else kinds
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in tp_kinds}
+    floors: list[float | None] = []
     for rep in range(args.reps or (2 if args.quick else 3)):  # worker CPU per job: two runs even when quick
         for kind in C.rotated(tp_kinds, rep):  # the transports take turns (a shared host drifts)
             label = f"tether-{kind}"
@@ -183,9 +203,19 @@ def _run(args: argparse.Namespace, kinds: list[str], n: int, samples: int, url: 
                 drop_stream(prefix)
             r["rep"], r["speed_probe_ms"] = rep, speed
             runs[kind].append(r)
+        if "nats" in kinds:
+            floors.append(_floor(url))
     for kind in tp_kinds:
         results["throughput"][f"tether-{kind}"] = {"summary": throughput.summarize(runs[kind]), "runs": runs[kind]}
     tp = results["throughput"]
+    measured = sorted(x for x in floors if x is not None)
+    if measured:
+        results["nats_floor_us"] = floor_us = measured[len(measured) // 2]
+        notify = (tp.get("tether-notify") or {}).get("summary", {}).get("worker_cpu_per_job_ms")
+        if notify:
+            results["nats_floor_ratio"] = (notify + floor_us / 1000) / notify
+            C.log(f"nats-py floor {floor_us:.1f} us/msg: NATS / NOTIFY can be no lower than "
+                  f"{results['nats_floor_ratio']:.2f}x")
     for nats_kind, key in (("nats", "nats_over_notify"), (NATS_NO_SWEEP, "nats_nosweep_over_notify")):
         if f"tether-{nats_kind}" in tp and "tether-notify" in tp:
             a, b = tp[f"tether-{nats_kind}"]["summary"], tp["tether-notify"]["summary"]
