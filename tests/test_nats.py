@@ -37,10 +37,11 @@ from tether import JobContext, JobState, Outcome, Tether
 from tether.cli.main import cli
 from tether.config import Timers
 from tether.errors import ConfigError
-from tether.model import NewJob
+from tether.model import DueJob, NewJob
 from tether.store import Store, open_store
 from tether.transport import Delivery, Transport, open_transport
 from tether.transport.nats import NatsTransport, consumer_name, subject_for
+from tether.transport.nats_wire import IDS_PER_MESSAGE
 from tether.worker.sweeper import Sweeper
 
 from .test_processes import Workers, assert_recovered_by, enqueue, finished, wait_for
@@ -323,7 +324,8 @@ def test_the_sweep_publishes_nothing_while_a_backlog_is_being_delivered(
     store = app.store
     past = store.db_now() - timedelta(seconds=60)
     ids = store.enqueue([NewJob(task="job", args_json="{}") for _ in range(5)], now=past)  # due for a minute
-    assert transport.publish([(i, "default") for i in ids[:3]]) == 3  # the other two's messages were lost
+    # a message each (one publish of all three would share one); the other two's messages were lost
+    assert sum(transport.publish([(i, "default")]) for i in ids[:3]) == 3
     sweeper = Sweeper(store, transport, ["default"])
     assert sweeper.run_once() == 0 and sweeper.skipped == 1
     assert backlog(nats_url, prefix) == (3, 0)  # nothing more was published
@@ -869,14 +871,18 @@ def test_a_large_publish_is_sent_whole(nats_url: str, prefix: str, caplog: pytes
     all its messages, whatever their number: 100,000 jobs (about 23,000
     messages/s here) were committed, then reported as "not published" and
     left to the sweep, 500 a second per worker. Each chunk of 256 has its own
-    timeout; the whole may now take as long as those add up to."""
+    timeout; the whole may now take as long as those add up to. (A bulk
+    publish now puts up to ten jobs in a message, so the sweep's path, a
+    message per job, is the one that sends 100,000 here.)"""
     transport = NatsTransport(nats_url, prefix=prefix)
     transport.check(Timers())
     try:
         transport.start(["default"])  # the consumer, so that backlog() can count
         assert transport.ready(10)
         caplog.set_level(logging.WARNING, logger="tether")
-        assert transport.publish([(i, "default") for i in range(1, 100_001)]) == 100_000
+        at = datetime.now(UTC)
+        assert transport.publish_due([DueJob(id=i, queue="default", attempt=1, run_at=at)
+                                      for i in range(1, 100_001)]) == 100_000
         assert "failed" not in caplog.text
         wait_for(lambda: sum(backlog(nats_url, prefix)) == 100_000, 10, "every message in the stream")
     finally:
@@ -983,3 +989,143 @@ def test_a_job_enqueued_on_a_driver_connection_is_published_by_the_sweep(
             assert w.counts["swept"] >= 1
     finally:
         conn.close()
+
+
+# -- what a message carries (transport/nats_wire.py): several job ids from a bulk publish,
+# settled once all of their jobs are, split between workers when one has no room for all of them
+def transport_for(url: str, prefix: str) -> NatsTransport:
+    transport = NatsTransport(url, prefix=prefix, fallback_interval=3600, sweep_grace=3600)
+    transport.check(Timers())
+    transport.start(["default"])
+    assert transport.ready(10)
+    return transport
+
+
+def fetch_now(transport: NatsTransport, limit: int, timeout: float = 3.0) -> list[Delivery]:
+    return asyncio.run(transport.fetch(limit, timeout, ["default"]))
+
+
+def test_a_bulk_publish_puts_up_to_ten_jobs_of_a_queue_in_a_message(nats_url: str, prefix: str) -> None:
+    transport = NatsTransport(nats_url, prefix=prefix)
+    try:
+        assert transport.publish([(i, "default") for i in range(1, 26)]) == 25
+        assert transport.publish([(26, "default")], retry=True) == 1
+        assert transport.publish([(27, "other"), (28, "default"), (29, "other")]) == 3
+    finally:
+        transport.close()
+    assert IDS_PER_MESSAGE == 10
+    assert stream_messages(nats_url, prefix) == [
+        {"job_ids": list(range(1, 11)), "queue": "default", "retry": False},
+        {"job_ids": list(range(11, 21)), "queue": "default", "retry": False},
+        {"job_ids": list(range(21, 26)), "queue": "default", "retry": False},
+        # one id keeps the one-id form, which every release's workers read
+        {"job_id": 26, "queue": "default", "retry": True},
+        {"job_ids": [27, 29], "queue": "other", "retry": False},
+        {"job_id": 28, "queue": "default", "retry": False},
+    ]
+
+
+def test_a_message_is_acked_once_every_job_it_carries_is_settled(nats_url: str, prefix: str) -> None:
+    transport = transport_for(nats_url, prefix)
+    try:
+        transport.publish([(i, "default") for i in range(1, 11)])
+        got = fetch_now(transport, 10)
+        assert [d.job_id for d in got] == list(range(1, 11))
+        for d in got[:9]:
+            transport.ack(d)
+        wait_for(lambda: backlog(nats_url, prefix) == (0, 1), 10, "nine of ten acked: the message still pending")
+        transport.ack(got[9])
+        wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "the last one acked: the message with it")
+    finally:
+        transport.close()
+
+
+def test_a_message_one_of_whose_jobs_is_handed_back_comes_back_whole(nats_url: str, prefix: str) -> None:
+    transport = transport_for(nats_url, prefix)
+    try:
+        transport.publish([(i, "default") for i in range(1, 4)])
+        first = fetch_now(transport, 10)
+        transport.ack(first[0])
+        transport.nak(first[1])  # e.g. the claim failed: another worker should have it now
+        transport.ack(first[2])
+        again = fetch_now(transport, 10)
+        # the whole message again: the claim refuses the jobs already done (and acks them)
+        assert [d.job_id for d in again] == [1, 2, 3] and all(d.retry is False for d in again)
+        for d in again:
+            transport.ack(d)
+        wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "the message acked")
+    finally:
+        transport.close()
+
+
+def test_what_a_round_has_no_room_for_goes_to_the_next_worker_at_once(nats_url: str, prefix: str) -> None:
+    """A worker with room for three takes three jobs of a ten-job message and
+    hands the other seven back as a message of their own, which another
+    worker receives now (not after BUFFER_HOLD, nor after ack_wait)."""
+    one, two = transport_for(nats_url, prefix), transport_for(nats_url, prefix)
+    try:
+        one.publish([(i, "default") for i in range(1, 11)])
+        mine = fetch_now(one, 3)
+        assert [d.job_id for d in mine] == [1, 2, 3]
+        theirs = fetch_now(two, 10)
+        assert [d.job_id for d in theirs] == list(range(4, 11))
+        for d in mine + theirs:
+            (one if d in mine else two).ack(d)
+        wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "both messages acked")
+    finally:
+        one.close()
+        two.close()
+
+
+@pytest.mark.parametrize("body", [
+    b"not json",
+    b'{"job_id": "7", "queue": "default"}',
+    b'{"job_ids": [], "queue": "default"}',
+    b'{"job_ids": [7, "8"], "queue": "default"}',
+    b'{"job_ids": 7, "queue": "default"}',
+    b'{"job_ids": [7, true], "queue": "default"}',
+    b'{"job_ids": [7], "queue": 3}',
+])
+def test_a_malformed_message_is_terminated_and_the_next_still_delivered(
+    nats_url: str, prefix: str, body: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = transport_for(nats_url, prefix)
+    try:
+        async def send() -> None:
+            nc = await nats.connect(nats_url)
+            try:
+                await nc.jetstream().publish(subject_for(prefix, "default"), body)
+            finally:
+                await nc.close()
+
+        asyncio.run(send())
+        transport.publish([(41, "default"), (42, "default")])
+        got = fetch_now(transport, 10)
+        assert [d.job_id for d in got] == [41, 42]
+        assert "malformed message" in caplog.text
+        for d in got:
+            transport.ack(d)
+        wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "terminated and acked: nothing left")
+    finally:
+        transport.close()
+
+
+def test_a_bulk_enqueue_runs_each_job_once_by_message_across_two_workers(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str
+) -> None:
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_grace=3600)
+    ran: list[int] = []
+
+    @app.task(name="job")
+    def job(ctx: JobContext, i: int) -> int:
+        ran.append(ctx.job_id)
+        return i
+
+    with running(app, concurrency=2) as a, running(app, concurrency=3) as b:
+        wait_for(lambda: a.transport.healthy and a.counts["db_claims"] and b.counts["db_claims"], 10, "start")
+        ids = job.enqueue_many([{"i": i} for i in range(95)])
+        for i, job_id in enumerate(ids):
+            assert wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED).result == i
+        assert a.counts["deliveries_claimed"] + b.counts["deliveries_claimed"] == 95
+        assert sorted(ran) == sorted(ids)
+    wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "every message acked")

@@ -9,12 +9,12 @@ give each tether database its own):
   and ``<prefix>_<queue>`` (a ``.`` in a queue name becomes ``~``), shared by
   every worker of that queue, so each message goes to one of them.
 
-A message is ``{"job_id": N, "queue": "q", "retry": bool}``. The worker claims
-that one job by id through the fenced claim, and acks the message once the
-database has recorded the outcome, or at once when the claim finds the job
-held, finished or not due. ``ack_wait`` must be longer than
-``lease_ttl + reaper_interval``: the database recovers a dead worker's job
-first (and the reaper republishes it); JetStream's redelivery is the backstop.
+A message carries a job id, or several of one queue (``nats_wire.py``). The
+worker claims those jobs by id through the fenced claim, and acks the message
+once the database has recorded each outcome (or refused the claim).
+``ack_wait`` must be longer than ``lease_ttl + reaper_interval``: the database
+recovers a dead worker's job first (and the reaper republishes it);
+JetStream's redelivery is the backstop.
 
 nats-py is asyncio-only; tether's callers are threads (sync enqueue, the
 worker's database threads) and the worker's own event loop. So the transport
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -49,7 +48,8 @@ from ..model import DueJob
 from .base import Delivery, Transport
 from .nats_names import _seconds, consumer_name, subject_for, sweep_msg_id, validate_prefix
 from .nats_pull import Puller, take_now, top_up_all
-from .nats_settle import Coalesced, _current_loop, _settle_all, deliveries
+from .nats_settle import Coalesced, _current_loop, _settle_all
+from .nats_wire import PUBLISH_CHUNK, PUBLISH_TIMEOUT, Carrier, publish_all
 
 __all__ = ["NatsTransport", "consumer_name", "subject_for"]
 
@@ -62,8 +62,6 @@ CONNECT_TIMEOUT = 2.0
 RECONNECT_WAIT = 1.0
 #: how often the connection keeper checks the link and redoes the set-up after a reconnect
 WATCH_INTERVAL = 0.25
-PUBLISH_TIMEOUT = 2.0
-PUBLISH_CHUNK = 256
 #: JetStream drops a second message with the same Nats-Msg-Id within this window
 DUPLICATE_WINDOW = 120.0
 #: a message nobody consumed (a queue without workers) is dropped after this;
@@ -261,7 +259,8 @@ class NatsTransport(Transport):
                 if self._arrived is None:
                     self._arrived = asyncio.Event()
                 assert self._nc is not None
-                puller = Puller(self._nc, self.stream, durable, self._arrived)
+                puller = Puller(self._nc, self.stream, durable, self._arrived,
+                                lambda msg, how: self._settle_share(Carrier(msg, 1), how), self._hand_back)
                 await puller.start()
                 self._pullers[queue] = puller
 
@@ -332,27 +331,8 @@ class NatsTransport(Transport):
             log.warning("%s", text)
 
     async def _publish(self, msgs: list[tuple[int, str, bool, str | None]]) -> int:
-        js = self._js
-        assert js is not None
-        sent = 0
-        for i in range(0, len(msgs), PUBLISH_CHUNK):
-            chunk = msgs[i:i + PUBLISH_CHUNK]
-            acks = await asyncio.gather(*(
-                js.publish(
-                    subject_for(self.prefix, queue),
-                    json.dumps({"job_id": job_id, "queue": queue, "retry": retry}).encode(),
-                    timeout=PUBLISH_TIMEOUT,
-                    headers={"Nats-Msg-Id": msg_id} if msg_id else None,
-                )
-                for job_id, queue, retry, msg_id in chunk
-            ), return_exceptions=True)
-            failed = [a for a in acks if isinstance(a, BaseException)]
-            # A duplicate (same message id within the window) is already in the stream.
-            sent += sum(1 for a in acks if not isinstance(a, BaseException) and not a.duplicate)
-            if failed:
-                self._complain(f"NATS refused {len(failed)} of {len(chunk)} publish(es) ({failed[0]}); "
-                               "the sweep publishes them later")
-        return sent
+        assert self._js is not None  # how many jobs the stream took new messages for
+        return await publish_all(self._js, self.prefix, msgs, self._complain)
 
     # -- consuming (the worker's event loop) ---------------------------------------------
     def start(self, queues: Sequence[str]) -> None:
@@ -365,11 +345,11 @@ class NatsTransport(Transport):
     async def fetch(self, limit: int, timeout: float, queues: Sequence[str]) -> list[Delivery]:
         if not self.healthy:
             return []
-        msgs = take_now(self._pullers, queues, limit)
-        if msgs:  # taken here, on the caller's loop: the link loop is only woken to ask for more
-            if any(len(p.buffer) < p.want for p in list(self._pullers.values())):
+        got = take_now(self._pullers, queues, limit)
+        if got:  # taken here, on the caller's loop: the link loop is only woken to ask for more
+            if any(p.short() for p in list(self._pullers.values())):
                 self._kick()
-            return self._deliveries(msgs)
+            return got
         future = self._submit(self._fetch(limit, timeout, list(queues)))
         return [] if future is None else await future
 
@@ -382,7 +362,7 @@ class NatsTransport(Transport):
             return []
         until = (loop := asyncio.get_running_loop()).time() + timeout
         try:
-            while not (msgs := take_now(self._pullers, queues, limit)):
+            while not (got := take_now(self._pullers, queues, limit)):
                 await top_up_all(self._pullers)
                 left = until - loop.time()
                 if left <= 0 or not self.healthy:
@@ -398,23 +378,43 @@ class NatsTransport(Transport):
             self._ready.clear()
             await asyncio.sleep(min(timeout, 0.5))
             return []
-        return self._deliveries(msgs)
-
-    def _deliveries(self, msgs: list[Msg]) -> list[Delivery]:
-        return deliveries(msgs, self._settle_msg)
+        return got
 
     def ack(self, delivery: Delivery) -> None:
-        if isinstance(delivery.handle, Msg):
-            self._settle_msg(delivery.handle, "ack")
+        if isinstance(delivery.handle, Carrier):
+            self._settle_share(delivery.handle, "ack")
 
     def nak(self, delivery: Delivery) -> None:
-        if isinstance(delivery.handle, Msg):
-            self._settle_msg(delivery.handle, "nak")
+        if isinstance(delivery.handle, Carrier):
+            self._settle_share(delivery.handle, "nak")
 
-    def _settle_msg(self, msg: Msg, how: str) -> None:
+    def _settle_share(self, carrier: Carrier, how: str) -> None:
+        """One delivery settled: its message, once the last of its deliveries is."""
         with self._settle_lock:
-            self._to_settle.append((msg, how))
+            if how != "ack":
+                carrier.how = how
+            carrier.left -= 1
+            if carrier.left > 0:
+                return
+            self._to_settle.append((carrier.msg, carrier.how))
         self._kick_soon(self._loop)
+
+    def _hand_back(self, rest: list[Delivery]) -> None:
+        """Any thread: deliveries a round had no room for (a message split by
+        ``Puller.take``) go back to the stream as a message of their own, for
+        the next worker that asks; their share of the old message is settled.
+        Should that publish fail, their jobs wait for the sweep."""
+        msgs: list[tuple[int, str, bool, str | None]] = [(d.job_id, d.queue, d.retry, None) for d in rest]
+        if (loop := self._loop) is not None and self.healthy:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: the sweep has them
+                loop.call_soon_threadsafe(lambda: self._spawn(self._publish(msgs)))
+        for d in rest:
+            self.ack(d)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """On the link loop: run ``coro`` as a task of its own, kept until done."""
+        self._pending.add(task := asyncio.ensure_future(coro))
+        task.add_done_callback(self._pending.discard)
 
     def _kick(self) -> None:
         """Any thread: wake the link loop once for whatever waits (settles, top-ups)."""
@@ -435,8 +435,7 @@ class NatsTransport(Transport):
     def _flush_settles(self) -> None:
         with self._settle_lock:  # on the link loop
             batch, self._to_settle, self._kicked = self._to_settle, [], False
-        self._pending.add(task := asyncio.ensure_future(self._flush(batch)))
-        task.add_done_callback(self._pending.discard)
+        self._spawn(self._flush(batch))
 
     async def _flush(self, batch: list[tuple[Msg, str]]) -> None:
         with contextlib.suppress(Exception):  # the link dropped: set up again by the keeper
@@ -485,6 +484,11 @@ class NatsTransport(Transport):
         for puller in list(self._pullers.values()):  # what they hold goes to other workers now
             with contextlib.suppress(Exception):
                 await puller.drop()
+        with self._settle_lock:  # acks still waiting for a wake-up (SETTLE_DELAY): sent now
+            batch, self._to_settle = self._to_settle, []
+        await _settle_all(batch)
+        if self._pending:  # flushes and hand-backs under way
+            await asyncio.wait(self._pending, timeout=1.0)
         for task in asyncio.all_tasks():
             if task is not asyncio.current_task():
                 task.cancel()
@@ -492,4 +496,5 @@ class NatsTransport(Transport):
         if nc is not None and not nc.is_closed:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), 2.0)
+
 

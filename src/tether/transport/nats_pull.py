@@ -15,10 +15,15 @@ a buffer) ahead of the claimer's next round, which then takes them at once.
   counts against the oldest request (the server serves them in order). A
   request is forgotten at its expiry in any case: a miscount costs at most a
   request sent late or one too many;
-- ``take(limit)`` hands over what the buffer holds, on any thread: the
+- ``take(limit)`` hands over up to ``limit`` deliveries, on any thread: the
   worker's loop takes its round's messages without a trip through the link
   loop while the buffer has them (``take_now``), and only wakes the link loop
-  to ask for the next ones (``want``: what its last round took);
+  to ask for the next ones (``want``: what its last round took). A message
+  may carry several job ids (a bulk publish's): a round takes whole messages
+  while they fit; one bigger than the round's whole room is split, and the
+  ids it has no room for go back to the stream at once as a message of their
+  own (``hand_back``), for whichever worker asks next. Requests are sized in
+  messages from the ids a message has carried lately (``per_msg``);
 - ``expire(hold)`` naks messages that waited in the buffer longer than
   ``hold`` (a worker whose slots stay busy), so that JetStream gives them to
   another worker now rather than after ``ack_wait``;
@@ -34,15 +39,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from .base import Delivery
 from .nats_settle import _settle
+from .nats_wire import deliveries
 
 __all__ = ["PULL_EXPIRES", "Puller", "take_now", "top_up_all"]
 
@@ -54,13 +62,25 @@ _STATUS = "Status"
 _HEARTBEAT = "100"
 
 
+#: how fast ``per_msg`` follows the ids the latest messages carried
+_PER_MSG_WEIGHT = 0.2
+
+#: a buffered message, or the deliveries read from one that a round put back whole
+Buffered = Msg | list[Delivery]
+
+
 class Puller:
-    def __init__(self, nc: Client, stream: str, durable: str, arrived: asyncio.Event) -> None:
+    def __init__(self, nc: Client, stream: str, durable: str, arrived: asyncio.Event,
+                 settle: Callable[[Msg, str], None], hand_back: Callable[[list[Delivery]], None]) -> None:
         self.nc = nc
         self.api = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self.inbox = nc.new_inbox()
         #: (arrival time, message), oldest first
-        self.buffer: deque[tuple[float, Msg]] = deque()
+        self.buffer: deque[tuple[float, Buffered]] = deque()
+        #: terminates a malformed message; takes back ids a split message had no room for
+        self.settle, self.hand_back = settle, hand_back
+        #: job ids per message lately (1 unless bulk publishes send several)
+        self.per_msg = 1.0
         #: outstanding requests by reply token: [messages still due, forget-at time]
         self.requests: dict[str, list[float]] = {}
         self.arrived = arrived
@@ -101,28 +121,56 @@ class Puller:
             del self.requests[t]
         return int(sum(due for due, _ in self.requests.values()))
 
+    def in_messages(self, count: int) -> int:
+        """About how many messages carry this many deliveries lately."""
+        return max(1, math.ceil(count / self.per_msg)) if count > 0 else 0
+
+    def short(self) -> bool:
+        """Any thread: would ``top_up`` ask for more now? (read only: the worker's
+        loop wakes the link loop for a top-up only when one is due)"""
+        now = time.monotonic()
+        have = len(self.buffer) + sum(due for due, until in list(self.requests.values()) if until > now)
+        return have < self.in_messages(self.want)
+
     async def top_up(self, want: int, expires: float = PULL_EXPIRES) -> None:
-        """Once the buffer and the requests outstanding cover less than ``want``,
-        ask for up to twice that: a request every other round, not every round."""
+        """Once the buffer and the requests outstanding cover less than ``want``
+        deliveries, ask for up to twice that: a request every other round, not every round."""
+        need = self.in_messages(want)
         have = len(self.buffer) + self.outstanding()
-        if have >= want:
+        if have >= need:
             return
-        missing = 2 * want - have
+        missing = 2 * need - have
         self._seq += 1
         token = str(self._seq)
         self.requests[token] = [float(missing), time.monotonic() + expires + _GRACE]
         body = json.dumps({"batch": missing, "expires": int(expires * 1e9)}).encode()
         await self.nc.publish(self.api, body, reply=f"{self.inbox}.{token}")
 
-    def take(self, limit: int) -> list[Msg]:
-        """Any thread (a deque's popleft is atomic): up to ``limit`` buffered messages."""
-        out: list[Msg] = []
+    def take(self, limit: int) -> list[Delivery]:
+        """Any thread (a deque's popleft is atomic): up to ``limit`` deliveries
+        from the buffered messages, whole messages while they fit."""
+        out: list[Delivery] = []
         buffer = self.buffer
         while len(out) < limit:
             try:
-                out.append(buffer.popleft()[1])
+                arrived, item = buffer.popleft()
             except IndexError:
                 break
+            if isinstance(item, list):
+                got = item
+            else:
+                got = deliveries(item, self.settle)
+                if got:
+                    self.per_msg += (len(got) - self.per_msg) * _PER_MSG_WEIGHT
+            room = limit - len(out)
+            if len(got) <= room:
+                out += got
+            elif out:  # the next round's: this one has some already
+                buffer.appendleft((arrived, got))
+                break
+            else:  # bigger than the whole room: the rest to another worker now
+                out += got[:room]
+                self.hand_back(got[room:])
         return out
 
     async def expire(self, hold: float) -> int:
@@ -131,10 +179,10 @@ class Puller:
         stale = 0
         while self.buffer and self.buffer[0][0] <= cutoff:
             try:  # the worker's thread may take it meanwhile (take): then it is not stale
-                _, msg = self.buffer.popleft()
+                _, item = self.buffer.popleft()
             except IndexError:
                 break
-            await _settle(msg, "nak")
+            await _settle(_message(item), "nak")
             stale += 1
         return stale
 
@@ -142,23 +190,31 @@ class Puller:
         """Nak every buffered message and stop receiving more."""
         self.requests.clear()
         while self.buffer:
-            await _settle(self.buffer.popleft()[1], "nak")
+            await _settle(_message(self.buffer.popleft()[1]), "nak")
         sub, self.sub = self.sub, None
         if sub is not None and not self.nc.is_closed:
             with contextlib.suppress(Exception):  # the link is going anyway
                 await sub.unsubscribe()
 
 
-def take_now(pullers: dict[str, Puller], queues: Sequence[str], limit: int) -> list[Msg]:
-    """On the worker's thread: up to ``limit`` messages the queues' buffers hold
-    now, each queue in turn; each puller remembers ``limit`` for its next top-up."""
-    msgs: list[Msg] = []
+def _message(item: Buffered) -> Msg:
+    """The message a buffered item is (a message put back whole: none of its deliveries went out)."""
+    if isinstance(item, list):
+        carrier = item[0].handle
+        return carrier.msg  # type: ignore[attr-defined,no-any-return]
+    return item
+
+
+def take_now(pullers: dict[str, Puller], queues: Sequence[str], limit: int) -> list[Delivery]:
+    """On the worker's thread: up to ``limit`` deliveries the queues' buffers
+    hold now, each queue in turn; each puller remembers ``limit`` for its next top-up."""
+    out: list[Delivery] = []
     for queue, puller in list(pullers.items()):  # (the link loop may replace the dict's entries)
         if queue in queues:
             puller.want = limit
-            if len(msgs) < limit:
-                msgs += puller.take(limit - len(msgs))
-    return msgs
+            if len(out) < limit:
+                out += puller.take(limit - len(out))
+    return out
 
 
 async def top_up_all(pullers: dict[str, Puller]) -> None:
