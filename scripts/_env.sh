@@ -26,4 +26,8 @@ ensure_venv() {  # ensure_venv [extras]
     echo "==> installing tether${extras:+ with [$extras]} into $VENV"
     "$VENV/bin/python" -m pip install -q -e "$spec" 2>&1 | grep -v -E '^(WARNING: Location|  )' || true
     "$VENV/bin/python" -c 'import tether' || { echo "tether failed to install" >&2; exit 1; }
+    # An editable install is not byte-compiled (pip compiles only what it
+    # copies): compile it once, or every worker process a test starts compiles
+    # tether's modules again wherever PYTHONDONTWRITEBYTECODE is set.
+    "$VENV/bin/python" -m compileall -q "$ROOT/src" >/dev/null || true
 }
