@@ -20,8 +20,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from tether import ConfigError, JobContext, JobState, SchemaMissing, Tether
+from tether import ConfigError, JobContext, JobState, Outcome, SchemaMissing, Tether
 from tether.config import parse_database_url
+from tether.model import NewJob
 
 from .conftest import BACKENDS, PG_URL, PGBOUNCER, backend_param
 
@@ -101,6 +102,39 @@ def test_a_job_enqueued_on_the_callers_connection_exists_only_once_they_commit(
                                                            {"order_id": 2}]
     assert {j.priority for j in jobs[1:4] if j is not None} == {3}
     assert sorted(c.id for c in app.store.claim("w", ["default"], 10, 30.0)) == sorted(ids)
+
+
+def test_get_job_on_the_callers_connection_sees_what_its_transaction_enqueued(
+    make_app: Callable[..., Tether], caller: Callable[[], Any], backend: str,
+) -> None:
+    """``get_job(connection=...)`` reads inside the caller's transaction, as
+    ``enqueue(connection=...)`` writes: the job is found before the commit
+    (the app's own connections see nothing yet), with its attempts; a
+    rollback takes it from both."""
+    app = make_app()
+    receipt = _tasks(app)
+    (done,) = app.store.enqueue([NewJob(task="receipt", args_json='{"order_id": 0}')])
+    (claimed,) = app.store.claim("w", ["default"], 1, 30.0)
+    assert app.store.complete("w", [(claimed.id, claimed.attempt, None)]) == {done}
+    conn = caller()
+    job_id = receipt.using(connection=conn).enqueue(order_id=5)
+    mine = app.get_job(job_id, connection=conn)
+    assert mine is not None and mine.state is JobState.QUEUED and mine.args == {"order_id": 5}
+    assert app.get_job(job_id) is None  # not committed: another connection sees nothing
+    finished = app.get_job(done, connection=conn)  # a committed job, its attempts audit too
+    assert finished is not None and finished.state is JobState.SUCCEEDED
+    assert [(a.attempt, a.outcome) for a in finished.attempts] == [(1, Outcome.SUCCEEDED)]
+    assert app.get_job(10**9, connection=conn) is None
+    if backend != "sqlite":  # a connection that loads jsonb as text (as Django's do) still gives JSON back
+        from psycopg.types.string import TextLoader
+
+        conn.adapters.register_loader("jsonb", TextLoader)
+        again = app.get_job(job_id, connection=conn)
+        assert again is not None and again.args == {"order_id": 5}
+    conn.rollback()
+    assert app.get_job(job_id, connection=conn) is None and app.get_job(job_id) is None
+    with pytest.raises(ConfigError):
+        app.get_job(job_id, connection=object())
 
 
 def test_a_rollback_takes_the_job_with_it(
@@ -349,5 +383,7 @@ def test_a_tether_server_app_refuses_connection(caller: Callable[[], Any]) -> No
             receipt.using(connection=caller()).enqueue(order_id=1)
         with pytest.raises(ConfigError, match="tether server"):
             asyncio.run(receipt.using(connection=caller()).enqueue_async(order_id=1))
+        with pytest.raises(ConfigError, match="tether server"):
+            app.get_job(1, connection=caller())
     finally:
         app.close()

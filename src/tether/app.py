@@ -30,6 +30,7 @@ from .naming import default_task_name
 from .periodic import DEFAULT_CATCH_UP, check_schedule, merge_declared, schedule_spec
 from .scratch import scratch_database
 from .store import Store, open_store
+from .store.caller import driver_connection
 from .store.waiting import FinishWatch
 from .task import Task, TaskCall, TaskOptions
 from .tracing import Tracer
@@ -391,8 +392,13 @@ class Tether:
         and its starts within the rate window now."""
         return self.store.queue_limits()
 
-    def get_job(self, job_id: int) -> Job | None:
-        return self.store.get_job(job_id)
+    def get_job(self, job_id: int, *, connection: object = None) -> Job | None:
+        """The job and its attempts, or None. ``connection``: read it through
+        that connection, inside its transaction, as ``enqueue(connection=...)``
+        writes: a job that transaction enqueued is found before the commit."""
+        if connection is None:
+            return self.store.get_job(job_id)
+        return self.store.get_job_on(driver_connection(connection), job_id)
 
     def cancel(self, job_id: int) -> JobState:
         """Cancel a job; a queued one ends cancelled at once (``job.cancelled`` fires

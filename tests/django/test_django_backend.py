@@ -68,6 +68,25 @@ def test_enqueue_joins_atomic_and_autocommit(backend: str) -> None:
     assert connections[db(backend)].get_autocommit()
 
 
+def test_get_result_inside_atomic_sees_the_task_it_enqueued(backend: str) -> None:
+    """Inside atomic(), results are read through Django's connection, as
+    Django's own database backend reads them: the transaction's task is
+    found (and refreshed) before the commit; after a rollback it is gone."""
+    with pytest.raises(ZeroDivisionError), transaction.atomic(using=db(backend)):
+        result = tasks.add.using(backend=backend).enqueue(1, 2)
+        found = task_backends[backend].get_result(result.id)
+        assert found.status == TaskResultStatus.READY and found.args == [1, 2]
+        result.refresh()
+        assert result.status == TaskResultStatus.READY
+        1 / 0  # noqa: B018
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends[backend].get_result(result.id)
+    with transaction.atomic(using=db(backend)):
+        kept = tasks.add.using(backend=backend).enqueue(3, 4)
+        assert task_backends[backend].get_result(kept.id).status == TaskResultStatus.READY
+    assert task_backends[backend].get_result(kept.id).args == [3, 4]
+
+
 def test_killed_worker_task_is_finished_by_another(backend: str, tmp_path: Path) -> None:
     marker = tmp_path / "started"
     result = tasks.slow.using(backend=backend).enqueue(marker=str(marker), seconds=1.5)

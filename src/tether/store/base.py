@@ -363,6 +363,12 @@ class Store(PushChannels, abc.ABC):
         a sync one is used in place (it is the caller's, on the caller's thread)."""
         raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="enqueue_async(connection=...)"))
 
+    def get_job_on(self, conn: object, job_id: int) -> Job | None:
+        """``get_job`` on the caller's own DBAPI connection, inside whatever
+        transaction it is in: it sees the jobs that transaction enqueued and
+        has not committed yet (and nothing committed after its snapshot)."""
+        raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="get_job(connection=...)"))
+
     def transaction(self, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
         """A transaction on this database for a handler's writes: yields the
         connection; after the block, the attempt's fenced success (as

@@ -4,8 +4,9 @@ project's own database.
 An enqueue goes through Django's connection to that database: inside
 ``transaction.atomic()`` it joins the transaction (the job exists once it
 commits, never after a rollback); outside one, it is its own small
-transaction. Results are read through tether's own connections, so they
-show committed jobs. The tether app (``backend.app``) points at the same
+transaction. Results are read through tether's own connections (committed
+jobs), or, inside ``atomic()``, through Django's: the transaction's own
+uncommitted jobs included, as Django's database backend would show them. The tether app (``backend.app``) points at the same
 database (``dsn.database_url``); each task is registered on it under its
 ``module_path`` when first enqueued, and a worker registers every task of
 the backend that importing the apps' ``tasks`` modules defined.
@@ -138,7 +139,12 @@ class TetherBackend(BaseTaskBackend):
         return self.app
 
     def read_job(self, job_id: int) -> Job:
-        job = self.app.get_job(job_id)
+        conn = connections[self.database]
+        if conn.in_atomic_block:  # through the transaction: a job it enqueued is there before the commit
+            conn.ensure_connection()
+            job = self.app.get_job(job_id, connection=conn.connection)
+        else:
+            job = self.app.get_job(job_id)
         if job is None:
             raise TaskResultDoesNotExist(f"no job {job_id}")
         return job

@@ -24,11 +24,13 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow, tuple_row
+from psycopg.types.json import JsonbLoader, JsonLoader
 from psycopg_pool import ConnectionPool
 
 from ...config import DatabaseURL
 from ...errors import ConfigError, SchemaMissing, StaleAttempt
-from ...model import NewJob
+from ...model import Job, NewJob
+from ..rows import attempt_from_row, job_from_row
 from .loop_connections import LoopConnections
 
 __all__ = ["PgTransactions", "TransactionsMixin"]
@@ -107,6 +109,25 @@ class PgTransactions:
                 step = steps.send(cur.fetchall())
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+        finally:
+            cur.close()
+
+    def read_on(self, conn: psycopg.Connection[Any], names: Sequence[str], params: dict[str, Any]) -> list[list[Any]]:
+        """The named read statements' rows on the caller's connection, in its
+        transaction; a cursor of our own, as for an enqueue, which reads json
+        and jsonb as psycopg does by default (Django's connections, say,
+        load them as text)."""
+        cur = conn.cursor(row_factory=tuple_row)
+        cur.adapters.register_loader("json", JsonLoader)
+        cur.adapters.register_loader("jsonb", JsonbLoader)
+        try:
+            out = []
+            for name in names:
+                try:
+                    out.append(cur.execute(self.q[name], params).fetchall())
+                except pg_errors.UndefinedTable:
+                    raise self._missing(conn) from None
+            return out
         finally:
             cur.close()
 
@@ -199,6 +220,12 @@ class TransactionsMixin:
         self._tx.check(conn, want_async=False)
         assert isinstance(conn, psycopg.Connection)
         return self._tx.enqueue_on(conn, self._enqueue_plan(jobs, now)) if jobs else []
+
+    def get_job_on(self, conn: object, job_id: int) -> Job | None:
+        self._tx.check(conn, want_async=False)
+        assert isinstance(conn, psycopg.Connection)
+        rows, history = self._tx.read_on(conn, ("get_job", "get_attempts"), {"id": job_id})
+        return job_from_row(rows[0], [attempt_from_row(r) for r in history]) if rows else None
 
     async def enqueue_on_async(
         self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None

@@ -37,7 +37,8 @@ from functools import cached_property, partial
 from typing import Any, TypeVar
 
 from ...errors import ConfigError, SchemaMissing, StaleAttempt
-from ...model import NewJob
+from ...model import Job, NewJob
+from ..rows import attempt_from_row, epoch_to_dt, job_from_row, json_text
 
 __all__ = ["SqliteTransactions", "TransactionsMixin"]
 
@@ -198,6 +199,7 @@ class TransactionsMixin:
     store supplies the hooks below."""
 
     path: str
+    q: dict[str, str]  # the store's named queries
 
     def _open(self) -> sqlite3.Connection:
         raise NotImplementedError
@@ -228,6 +230,15 @@ class TransactionsMixin:
         # Inside the caller's transaction (the insert holds the write lock until
         # their commit) no key's holder can finish between insert and lookup.
         return self._tx.run(mine, partial(self._enqueue_in, jobs=jobs, now=now))
+
+    def get_job_on(self, conn: object, job_id: int) -> Job | None:
+        def read(cur: sqlite3.Cursor) -> tuple[list[Any], list[Any]]:
+            rows = cur.execute(self.q["get_job"], {"id": job_id}).fetchall()
+            return rows, cur.execute(self.q["get_attempts"], {"id": job_id}).fetchall() if rows else []
+
+        rows, history = self._tx.run(self._tx.check(conn), read)
+        return job_from_row(rows[0], [attempt_from_row(r, epoch_to_dt) for r in history], epoch_to_dt,
+                            json_text) if rows else None
 
     async def enqueue_on_async(
         self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None
