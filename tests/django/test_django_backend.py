@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connections, transaction
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -227,6 +228,25 @@ def test_worker_help_shares_tether_worker_options() -> None:
     out = manage("tether_worker", "--help").stdout
     for flag in ("--concurrency", "--queues", "--lease-ttl", "--burst", "--backend", "--shutdown-timeout"):
         assert flag in out
+
+
+def test_call_command_runs_a_burst_worker_in_process(backend: str) -> None:
+    """``call_command("tether_worker", ...)``, with keyword options or command
+    line ones, as a test would drain its tasks: the same options as
+    ``manage.py tether_worker``, checked by the same command."""
+    first = tasks.add.using(backend=backend, queue_name="callcmd").enqueue(a=1, b=2)
+    call_command("tether_worker", backend=backend, burst=True, queues=["callcmd"], prefetch=False,
+                 log_level="warning")
+    first.refresh()
+    assert first.status == TaskResultStatus.SUCCESSFUL and first.return_value == 3
+    second = tasks.add.using(backend=backend, queue_name="callcmd").enqueue(a=2, b=2)
+    call_command("tether_worker", "--backend", backend, "--burst", "-q", "callcmd", "-c", "2")
+    second.refresh()
+    assert second.status == TaskResultStatus.SUCCESSFUL and second.return_value == 4
+    with pytest.raises(CommandError, match="concurrency"):
+        call_command("tether_worker", backend=backend, burst=True, concurrency=0)
+    with pytest.raises(CommandError, match="notether"):
+        call_command("tether_worker", backend="notether", burst=True)
 
 
 def test_worker_refuses_a_backend_that_is_not_tether() -> None:
