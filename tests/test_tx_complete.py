@@ -378,3 +378,108 @@ def test_after_the_commit_the_job_stays_succeeded_whatever_the_handler_does(
     assert "raised after its ctx.transaction() committed" in caplog.text
     assert "stays succeeded without a result" in caplog.text
     assert w.state.counts["stale_reports"] == 0
+
+
+# -- ctx.transaction_on(): inside a transaction the caller holds on its own connection --------------
+def _on_my_connection(ctx: JobContext, effects: Effects, *, before_block: Callable[[], None] | None = None) -> str:
+    """What an ORM integration does: its own connection and transaction, the
+    attempt's fenced success written into it, then its commit."""
+    conn = effects._connect()
+    try:
+        if effects.sqlite:
+            conn.execute("BEGIN")  # (psycopg begins at the first statement)
+        tx = ctx.transaction_on(conn)
+        try:
+            with tx:
+                if before_block is not None:
+                    before_block()
+                conn.execute(effects.insert, (ctx.job_id, ctx.attempt))
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            tx.failed()
+            raise
+        tx.committed()
+    finally:
+        conn.close()
+    return "booked"
+
+
+def test_transaction_on_the_callers_connection_commits_its_writes_with_the_success(
+    app_effects: tuple[Tether, Effects],
+) -> None:
+    app, effects = app_effects
+
+    @app.task(name="book")
+    def book(ctx: JobContext) -> str:
+        return _on_my_connection(ctx, effects)
+
+    @app.task(name="book_async")
+    async def book_async(ctx: JobContext) -> None:
+        async with ctx.transaction_on(object()):  # type: ignore[attr-defined]
+            pass
+
+    ids = [app.enqueue("book") for _ in range(3)]
+    misuse = app.get_task("book_async").using(max_attempts=1).enqueue()
+    with running(app) as w:
+        for job_id in ids:
+            wait_job(app, job_id, lambda j: j.result is not None)
+        assert wait_job(app, misuse, is_final).state is JobState.DEAD
+    for job_id in ids:  # one success, written once: by the caller's commit
+        job = get(app.store, job_id)
+        assert (job.state, job.result) == (JobState.SUCCEEDED, "booked")
+        assert finished_attempts(job) == [(1, Outcome.SUCCEEDED, w.id)]
+    assert effects.rows() == sorted((i, 1) for i in ids)
+    assert w.state.counts["succeeded"] == 3 and w.state.counts["stale_reports"] == 0
+
+
+def test_transaction_on_a_stale_attempt_writes_nothing_and_the_job_runs_again(
+    app_effects: tuple[Tether, Effects],
+) -> None:
+    """The attempt loses the job inside the block (here its own worker hands it
+    back): the fenced success is refused, the caller rolls back, and the
+    block's write never lands; the next attempt writes it once."""
+    app, effects = app_effects
+    runs: list[int] = []
+
+    @app.task(name="book_once")
+    def book_once(ctx: JobContext) -> str:
+        runs.append(ctx.attempt)
+        first = len(runs) == 1
+
+        def hand_back() -> None:  # (SQLite: before the block's first write takes the write lock)
+            if first:
+                assert app.store.release(ctx.worker_id, ctx.job_id, ctx.attempt) is JobState.QUEUED
+
+        return _on_my_connection(ctx, effects, before_block=hand_back)
+
+    job_id = app.enqueue("book_once")
+    with running(app, concurrency=1) as w:
+        job = wait_job(app, job_id, lambda j: j.result is not None)
+    assert (job.state, job.result, len(runs)) == (JobState.SUCCEEDED, "booked", 2)
+    assert effects.rows() == [(job_id, job.attempt)]  # the stale attempt's write never landed
+    assert w.state.counts["succeeded"] == 1
+
+
+def test_transaction_on_refuses_a_connection_outside_a_transaction(
+    app_effects: tuple[Tether, Effects], backend: str,
+) -> None:
+    app, effects = app_effects
+    errors: list[str] = []
+
+    @app.task(name="autocommit")
+    def autocommit(ctx: JobContext) -> None:
+        conn = effects._connect()
+        try:
+            if not effects.sqlite:
+                conn.autocommit = True
+            with pytest.raises(ConfigError, match="transaction of yours") as info, ctx.transaction_on(conn):
+                pass
+            errors.append(str(info.value))
+        finally:
+            conn.close()
+
+    job_id = app.enqueue("autocommit")
+    with running(app):
+        wait_job(app, job_id, is_final)
+    assert len(errors) == 1 and effects.rows() == []

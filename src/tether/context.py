@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from .errors import ConfigError, StaleAttempt, TetherError
 from .model import ClaimedJob, Job
 
-__all__ = ["CancelReason", "Discard", "JobCancelled", "JobContext", "Retry", "Transaction"]
+__all__ = ["CancelReason", "Discard", "JobCancelled", "JobContext", "JoinedTransaction", "Retry", "Transaction"]
 
 
 class CancelReason:
@@ -56,6 +56,21 @@ class Transaction(Protocol):
     async def __aexit__(self, *exc: object) -> bool: ...
 
 
+class JoinedTransaction(Protocol):
+    """What ``ctx.transaction_on(connection)`` returns: ``with`` it inside a
+    transaction of yours on that connection; the block's end writes the
+    attempt's fenced success there, uncommitted. Then say how your commit
+    went: ``committed()``, or ``failed()`` if it rolled back or raised."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> bool: ...
+
+    def committed(self) -> None: ...
+
+    def failed(self) -> None: ...
+
+
 #: Guards every context's cancel signal. Cancels are rare and brief, so one lock
 #: serves all; a lock and an Event per attempt cost more than the rest of the
 #: context (a tenth of the event loop's time on no-op jobs at high concurrency).
@@ -71,7 +86,7 @@ class JobContext:
         worker_id: str,
         report_progress: Callable[[ClaimedJob, float | None, str | None], bool],
         on_cancel: Callable[[JobContext], None] | None = None,
-        open_transaction: Callable[[JobContext], Transaction] | None = None,
+        open_transaction: Callable[..., Any] | None = None,
     ) -> None:
         """Made by the worker, one per attempt (positional: it is on the hot
         path). ``report_progress(job, fraction, message)`` writes progress and
@@ -167,7 +182,22 @@ class JobContext:
         if self._open_transaction is None:
             raise ConfigError("ctx.transaction() is available to handlers a worker runs; this JobContext has no "
                               "worker behind it")
-        return self._open_transaction(self)
+        return self._open_transaction(self)  # type: ignore[no-any-return]
+
+    def transaction_on(self, connection: object) -> JoinedTransaction:
+        """``transaction()`` inside a transaction the caller already holds on
+        ``connection`` (a psycopg 3 connection not in autocommit, or a sqlite3
+        connection in a transaction, to the job's own database): for a
+        framework whose ORM owns the connection, as
+        ``tether.contrib.django``'s ``context.transaction()`` does with
+        Django's ``atomic()``. The block's end writes the fenced success on
+        that connection without committing (``StaleAttempt`` if the attempt
+        no longer owns the job: roll back); the caller commits at once and
+        then calls ``committed()`` (or ``failed()``). ``def`` handlers only."""
+        if self._open_transaction is None:
+            raise ConfigError("ctx.transaction_on() is available to handlers a worker runs; this JobContext has "
+                              "no worker behind it")
+        return self._open_transaction(self, connection)  # type: ignore[no-any-return]
 
     # -- cancellation ---------------------------------------------------------------
     @property

@@ -24,6 +24,7 @@ from shop import tasks
 from shop.models import Order
 
 from conftest import manage, start_worker, stop, wait_for
+from tether import ConfigError
 from tether.contrib.django import TetherBackend
 
 
@@ -86,6 +87,27 @@ def test_get_result_inside_atomic_sees_the_task_it_enqueued(backend: str) -> Non
         kept = tasks.add.using(backend=backend).enqueue(3, 4)
         assert task_backends[backend].get_result(kept.id).status == TaskResultStatus.READY
     assert task_backends[backend].get_result(kept.id).args == [3, 4]
+
+
+def test_context_transaction_commits_the_orm_writes_with_the_tasks_success(backend: str, burst) -> None:
+    """``context.transaction()``: the order row lands with the task's success,
+    once; an attempt that lost its job inside the block commits nothing, and
+    the next attempt places the order."""
+    ok = tasks.place_order.using(backend=backend).enqueue(email="tx-ok@example.com")
+    stolen = tasks.place_order.using(backend=backend).enqueue(email="tx-stolen@example.com", steal=True)
+    burst(backend, "tx")
+    orders = Order.objects.using(db(backend))
+    done = task_backends[backend].get_result(ok.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.attempts == 1
+    assert list(orders.filter(email="tx-ok@example.com").values_list("id", flat=True)) == [done.return_value]
+    again = task_backends[backend].get_result(stolen.id)
+    assert again.status == TaskResultStatus.SUCCESSFUL and again.attempts == 2
+    assert list(orders.filter(email="tx-stolen@example.com").values_list("id", flat=True)) == [again.return_value]
+    with pytest.raises(ConfigError, match="outermost"), transaction.atomic(using=db(backend)):
+        from tether.contrib.django import TetherTaskContext  # a context outside a worker, in atomic()
+
+        with TetherTaskContext(task_result=done, job=None, database=db(backend)).transaction():  # type: ignore[arg-type]
+            pass
 
 
 def test_killed_worker_task_is_finished_by_another(backend: str, tmp_path: Path) -> None:

@@ -369,6 +369,12 @@ class Store(PushChannels, abc.ABC):
         has not committed yet (and nothing committed after its snapshot)."""
         raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="get_job(connection=...)"))
 
+    def transaction_on(self, conn: object, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
+        """``transaction`` inside the caller's own transaction on ``conn``: yields
+        it; after the block, the attempt's fenced success on it, uncommitted
+        (``StaleAttempt`` if refused). The caller commits."""
+        raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="ctx.transaction_on()"))
+
     def transaction(self, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
         """A transaction on this database for a handler's writes: yields the
         connection; after the block, the attempt's fenced success (as

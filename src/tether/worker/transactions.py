@@ -40,11 +40,14 @@ __all__ = ["HandlerTransaction", "open_transaction", "refuse_progress_in_block",
 class HandlerTransaction:
     """What ``ctx.transaction()`` returns in a worker."""
 
-    __slots__ = ("_acm", "_cm", "_running", "_state")
+    __slots__ = ("_acm", "_cm", "_joined", "_running", "_sent_at", "_state")
 
-    def __init__(self, state: WorkerState, running: Running) -> None:
+    def __init__(self, state: WorkerState, running: Running, joined: object = None) -> None:
         self._state = state
         self._running = running
+        #: the caller's connection (``ctx.transaction_on``): they begin and commit
+        self._joined = joined
+        self._sent_at = 0.0
         self._cm: AbstractContextManager[object] | None = None
         self._acm: AbstractAsyncContextManager[object] | None = None
 
@@ -82,7 +85,9 @@ class HandlerTransaction:
         else:
             raise ConfigError("in an async def handler use `async with ctx.transaction() as conn:` "
                               "(a plain `with` would block the worker's event loop)")
-        self._cm = self._state.store.transaction(*self._begin())
+        store = self._state.store
+        self._cm = store.transaction(*self._begin()) if self._joined is None else store.transaction_on(
+            self._joined, *self._begin())
         conn = self._cm.__enter__()
         self._running.in_block = True
         return conn
@@ -100,11 +105,24 @@ class HandlerTransaction:
         except BaseException:
             self._failed()
             raise
-        self._committed(sent_at)
+        if self._joined is None:
+            self._committed(sent_at)
+        else:  # written, not committed: the caller's commit comes next (committed / failed)
+            self._sent_at = sent_at
         return False
+
+    def committed(self) -> None:
+        """``transaction_on``: the caller's transaction committed the success."""
+        self._committed(self._sent_at)
+
+    def failed(self) -> None:
+        """``transaction_on``: the caller's transaction rolled back (or its commit raised)."""
+        self._failed()
 
     # -- async def handlers -----------------------------------------------------------------
     async def __aenter__(self) -> Any:
+        if self._joined is not None:
+            raise ConfigError("ctx.transaction_on() is for def handlers: use `with`, from the handler's thread")
         self._acm = self._state.store.transaction_async(*self._begin())
         conn = await self._acm.__aenter__()
         self._running.in_block = True
@@ -150,12 +168,13 @@ def refuse_progress_in_block(state: WorkerState, job_id: int) -> None:
                           "after the block")
 
 
-def open_transaction(state: WorkerState, ctx: JobContext) -> HandlerTransaction:
-    """``ctx.transaction()`` for the attempt ``ctx`` belongs to."""
+def open_transaction(state: WorkerState, ctx: JobContext, joined: object = None) -> HandlerTransaction:
+    """``ctx.transaction()`` (or, on the caller's connection, ``ctx.transaction_on``)
+    for the attempt ``ctx`` belongs to."""
     running = state.inflight.get(ctx.job_id)
     if running is None or running.ctx is not ctx:
         raise StaleAttempt(ctx.job_id, ctx.attempt, state.id, "transaction")
-    return HandlerTransaction(state, running)
+    return HandlerTransaction(state, running, joined)
 
 
 def result_after_commit(state: WorkerState, running: Running, result: Any, exc: BaseException | None,

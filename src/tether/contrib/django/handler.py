@@ -32,6 +32,7 @@ class Source(Protocol):
     """What of the backend a handler needs."""
 
     alias: str
+    database: str
 
     def read_job(self, job_id: int) -> Job: ...
 
@@ -44,7 +45,7 @@ def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..
                             run_after: str | None = None) -> Any:
             result = await asyncio.to_thread(_started, source, task, ctx)
             try:
-                value = await task.func(*_leading(task, result, ctx), *args, **kwargs)
+                value = await task.func(*_leading(source, task, result, ctx), *args, **kwargs)
             except BaseException as exc:
                 _failed(source, result, ctx, exc, retry_on)
                 raise
@@ -58,7 +59,7 @@ def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..
         try:
             result = _started(source, task, ctx)
             try:
-                value = task.func(*_leading(task, result, ctx), *args, **kwargs)
+                value = task.func(*_leading(source, task, result, ctx), *args, **kwargs)
             except BaseException as exc:
                 _failed(source, result, ctx, exc, retry_on)
                 raise
@@ -78,8 +79,10 @@ def _started(source: Source, task: Any, ctx: JobContext) -> TaskResult:
     return result
 
 
-def _leading(task: Any, result: TaskResult, ctx: JobContext) -> tuple[Any, ...]:
-    return (TetherTaskContext(task_result=result, job=ctx),) if task.takes_context else ()
+def _leading(source: Source, task: Any, result: TaskResult, ctx: JobContext) -> tuple[Any, ...]:
+    if not task.takes_context:
+        return ()
+    return (TetherTaskContext(task_result=result, job=ctx, database=source.database),)
 
 
 def _succeeded(source: Source, result: TaskResult, value: Any) -> None:

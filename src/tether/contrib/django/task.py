@@ -7,17 +7,22 @@ Django 6.1's ``@task(...)`` passes on to the backend's ``task_class``:
 Each is None when not given: the backend's ``OPTIONS["task_options"]`` for
 the task's path, else tether's default. ``TetherTaskContext`` is Django's
 ``TaskContext`` plus ``job``, tether's ``JobContext`` for the attempt
-(progress, the cancel signal)."""
+(progress, the cancel signal), and ``transaction()``: Django's ``atomic()``
+whose commit is the attempt's success."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.transaction import atomic
 from django.tasks import Task, TaskContext
 
 from ...context import JobContext
+from ...errors import ConfigError
 
 __all__ = ["TETHER_OPTIONS", "TetherTask", "TetherTaskContext"]
 
@@ -67,3 +72,35 @@ class TetherTaskContext(TaskContext):
     #: tether's context for this attempt: ``job.progress(0.5, "half")``,
     #: ``job.cancelled``, ``job.raise_if_cancelled()``, ``job.job_id``
     job: JobContext
+    #: the database alias the backend's jobs live in
+    database: str = DEFAULT_DB_ALIAS
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``transaction.atomic()`` on the jobs' database whose commit is also
+        this attempt's success (tether's ``ctx.transaction()``, on Django's
+        connection): the ORM writes made in the block land once per task; an
+        attempt that no longer owns its job (its lease lapsed and the job
+        moved on) commits nothing and raises ``tether.StaleAttempt``. The
+        outermost atomic block, once per attempt, in ``def`` tasks::
+
+            with context.transaction():
+                Order.objects.create(...)
+        """
+        conn = connections[self.database]
+        if conn.in_atomic_block:
+            raise ConfigError("context.transaction() must be the outermost atomic block (its commit is the task's "
+                              "success): call it outside transaction.atomic()")
+        tx = None
+        try:
+            with atomic(using=self.database):
+                conn.ensure_connection()
+                tx = self.job.transaction_on(conn.connection)
+                with tx:
+                    yield
+        except BaseException:
+            if tx is not None:
+                tx.failed()
+            raise
+        assert tx is not None
+        tx.committed()

@@ -164,6 +164,22 @@ class PgTransactions:
             if not conn.execute(self.q["complete"], fence).fetchall():
                 raise StaleAttempt(*ids, "transaction")
 
+    @contextmanager
+    def transaction_on(self, conn: psycopg.Connection[Any], fence: dict[str, Any],
+                       ids: tuple[int, int, str]) -> Iterator[psycopg.Connection[Any]]:
+        """The caller's transaction: the block, then the fenced ``complete`` on
+        their connection, uncommitted; they commit (a refusal: roll back)."""
+        if conn.autocommit:
+            raise ConfigError("ctx.transaction_on() needs a connection in a transaction of yours (autocommit is "
+                              "on): its commit is the job's success")
+        yield conn
+        cur = conn.cursor(row_factory=tuple_row)
+        try:
+            if not cur.execute(self.q["complete"], fence).fetchall():
+                raise StaleAttempt(*ids, "transaction")
+        finally:
+            cur.close()
+
     @asynccontextmanager
     async def transaction_async(
         self, fence: dict[str, Any], ids: tuple[int, int, str]
@@ -240,6 +256,11 @@ class TransactionsMixin:
 
     def transaction(self, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
         return self._tx.transaction(self._fence(worker, job_id, attempt), (job_id, attempt, worker))
+
+    def transaction_on(self, conn: object, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
+        self._tx.check(conn, want_async=False)
+        assert isinstance(conn, psycopg.Connection)
+        return self._tx.transaction_on(conn, self._fence(worker, job_id, attempt), (job_id, attempt, worker))
 
     def transaction_async(self, worker: str, job_id: int, attempt: int) -> AbstractAsyncContextManager[object]:
         return self._tx.transaction_async(self._fence(worker, job_id, attempt), (job_id, attempt, worker))

@@ -144,6 +144,18 @@ class SqliteTransactions:
         finally:
             self._give_back(conn)
 
+    @contextmanager
+    def transaction_on(self, conn: sqlite3.Connection, complete: Callable[[sqlite3.Connection], bool],
+                       ids: tuple[int, int, str]) -> Iterator[sqlite3.Connection]:
+        """The caller's transaction: the block, then the fenced ``complete`` on
+        their connection, uncommitted; they commit (a refusal: roll back)."""
+        if not conn.in_transaction:
+            raise ConfigError("ctx.transaction_on() needs a connection in a transaction of yours (begin it "
+                              "first): its commit is the job's success")
+        yield conn
+        if not self.run(conn, lambda cur: complete(cur.connection)):
+            raise StaleAttempt(*ids, "transaction")
+
     @asynccontextmanager
     async def transaction_async(self, complete: Callable[[sqlite3.Connection], bool],
                                 ids: tuple[int, int, str]) -> AsyncIterator[sqlite3.Connection]:
@@ -252,6 +264,10 @@ class TransactionsMixin:
 
     def transaction(self, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
         return self._tx.transaction(partial(self._complete_one, worker, job_id, attempt), (job_id, attempt, worker))
+
+    def transaction_on(self, conn: object, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
+        return self._tx.transaction_on(self._tx.check(conn), partial(self._complete_one, worker, job_id, attempt),
+                                       (job_id, attempt, worker))
 
     def transaction_async(self, worker: str, job_id: int, attempt: int) -> AbstractAsyncContextManager[object]:
         return self._tx.transaction_async(partial(self._complete_one, worker, job_id, attempt),

@@ -115,3 +115,18 @@ def process_data(data):
 @task(queue_name="docs")
 def double_dictionary(key):
     return {key: key * 2}
+
+
+@task(takes_context=True, queue_name="tx")
+def place_order(context, email: str, steal: bool = False) -> int:
+    """The order row and the task's success in one commit (context.transaction());
+    ``steal``: the first attempt loses its job inside the block, as when its
+    lease lapses and the job moves on, so its order must never land."""
+    from django.tasks import task_backends
+
+    with context.transaction():
+        if steal and context.attempt == 1:  # (before the block's first write: SQLite's write lock)
+            job = context.job
+            task_backends[context.task_result.backend].app.store.release(job.worker_id, job.job_id, job.attempt)
+        order = Order.objects.using(context.database).create(email=email)
+    return order.id

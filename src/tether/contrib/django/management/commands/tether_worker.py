@@ -50,7 +50,7 @@ class Command(BaseCommand):
             if value is None:
                 continue
             if p.is_flag:
-                flag = p.opts[0] if value else (p.secondary_opts or [None])[0]
+                flag = p.opts[0] if value else (p.secondary_opts[0] if p.secondary_opts else "")
                 argv += [flag] if flag else []
             else:
                 for one in value if isinstance(value, list | tuple) else [value]:
