@@ -364,15 +364,13 @@ class Store(PushChannels, abc.ABC):
         raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="enqueue_async(connection=...)"))
 
     def get_job_on(self, conn: object, job_id: int) -> Job | None:
-        """``get_job`` on the caller's own DBAPI connection, inside whatever
-        transaction it is in: it sees the jobs that transaction enqueued and
-        has not committed yet (and nothing committed after its snapshot)."""
+        """``get_job`` on the caller's own DBAPI connection, inside whatever transaction
+        it is in: it sees the jobs that transaction enqueued and has not committed."""
         raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="get_job(connection=...)"))
 
     def transaction_on(self, conn: object, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
-        """``transaction`` inside the caller's own transaction on ``conn``: yields
-        it; after the block, the attempt's fenced success on it, uncommitted
-        (``StaleAttempt`` if refused). The caller commits."""
+        """``transaction`` inside the caller's own transaction on ``conn``: yields it; after
+        the block, the fenced success on it (``StaleAttempt`` if refused). They commit."""
         raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="ctx.transaction_on()"))
 
     def transaction(self, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
