@@ -383,8 +383,14 @@ def test_after_the_commit_the_job_stays_succeeded_whatever_the_handler_does(
 # -- ctx.transaction_on(): inside a transaction the caller holds on its own connection --------------
 def _on_my_connection(ctx: JobContext, effects: Effects, *, before_block: Callable[[], None] | None = None) -> str:
     """What an ORM integration does: its own connection and transaction, the
-    attempt's fenced success written into it, then its commit."""
+    attempt's fenced success written into it, then its commit. The
+    connection's rows come as dicts: its row factory is the caller's, and
+    tether's statements must not depend on it."""
     conn = effects._connect()
+    if effects.sqlite:
+        conn.row_factory = lambda cur, row: {d[0]: v for d, v in zip(cur.description, row, strict=True)}
+    else:
+        conn.row_factory = psycopg.rows.dict_row
     try:
         if effects.sqlite:
             conn.execute("BEGIN")  # (psycopg begins at the first statement)

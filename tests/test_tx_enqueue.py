@@ -117,6 +117,11 @@ def test_get_job_on_the_callers_connection_sees_what_its_transaction_enqueued(
     (claimed,) = app.store.claim("w", ["default"], 1, 30.0)
     assert app.store.complete("w", [(claimed.id, claimed.attempt, None)]) == {done}
     conn = caller()
+    # rows as dicts: the caller's row factory is theirs, and tether's statements must not depend on it
+    if backend == "sqlite":
+        conn.row_factory = lambda cur, row: {d[0]: v for d, v in zip(cur.description, row, strict=True)}
+    else:
+        conn.row_factory = psycopg.rows.dict_row
     job_id = receipt.using(connection=conn).enqueue(order_id=5)
     mine = app.get_job(job_id, connection=conn)
     assert mine is not None and mine.state is JobState.QUEUED and mine.args == {"order_id": 5}

@@ -342,7 +342,8 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
             return accepted, _claimed(rows.fetchall())
 
     def _complete_in(
-        self, conn: sqlite3.Connection, worker: str, done: Sequence[tuple[int, int, str | None]], now: datetime | None,
+        self, conn: sqlite3.Connection | sqlite3.Cursor, worker: str, done: Sequence[tuple[int, int, str | None]],
+        now: datetime | None,
     ) -> set[int]:
         rows = conn.execute(
             self.q["complete"], {"worker": worker, "done": json.dumps([list(d) for d in done]), "now": _ts(now)}

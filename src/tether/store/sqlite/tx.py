@@ -68,7 +68,10 @@ class SqliteTransactions:
                 f"the SQLite file {self.path!r}: pass a sqlite3.Connection to that file (or a SQLAlchemy "
                 "Connection or Session on it)")
         try:
-            files = conn.execute("PRAGMA database_list").fetchall()
+            cur = conn.cursor()
+            cur.row_factory = None  # plain tuples: the caller's row factory is theirs
+            files = cur.execute("PRAGMA database_list").fetchall()
+            cur.close()
         except sqlite3.ProgrammingError:
             raise ConfigError("connection= is closed: pass an open connection "
                               "(the enqueue joins its transaction)") from None
@@ -113,7 +116,7 @@ class SqliteTransactions:
             conn.close()
 
     @staticmethod
-    def _finish(conn: sqlite3.Connection, complete: Callable[[sqlite3.Connection], bool],
+    def _finish(conn: sqlite3.Connection, complete: Callable[[sqlite3.Connection | sqlite3.Cursor], bool],
                 ids: tuple[int, int, str]) -> None:
         """After the block: the fenced success, then COMMIT; raising leaves the
         transaction open for the caller's rollback."""
@@ -130,7 +133,7 @@ class SqliteTransactions:
                 conn.execute("ROLLBACK")
 
     @contextmanager
-    def transaction(self, complete: Callable[[sqlite3.Connection], bool],
+    def transaction(self, complete: Callable[[sqlite3.Connection | sqlite3.Cursor], bool],
                     ids: tuple[int, int, str]) -> Iterator[sqlite3.Connection]:
         conn = self._take()
         try:
@@ -145,7 +148,7 @@ class SqliteTransactions:
             self._give_back(conn)
 
     @contextmanager
-    def transaction_on(self, conn: sqlite3.Connection, complete: Callable[[sqlite3.Connection], bool],
+    def transaction_on(self, conn: sqlite3.Connection, complete: Callable[[sqlite3.Connection | sqlite3.Cursor], bool],
                        ids: tuple[int, int, str]) -> Iterator[sqlite3.Connection]:
         """The caller's transaction: the block, then the fenced ``complete`` on
         their connection, uncommitted; they commit (a refusal: roll back)."""
@@ -153,11 +156,11 @@ class SqliteTransactions:
             raise ConfigError("ctx.transaction_on() needs a connection in a transaction of yours (begin it "
                               "first): its commit is the job's success")
         yield conn
-        if not self.run(conn, lambda cur: complete(cur.connection)):
+        if not self.run(conn, complete):  # on a cursor of ours: the caller's row factory is theirs
             raise StaleAttempt(*ids, "transaction")
 
     @asynccontextmanager
-    async def transaction_async(self, complete: Callable[[sqlite3.Connection], bool],
+    async def transaction_async(self, complete: Callable[[sqlite3.Connection | sqlite3.Cursor], bool],
                                 ids: tuple[int, int, str]) -> AsyncIterator[sqlite3.Connection]:
         """As ``transaction``; BEGIN IMMEDIATE may wait for the write lock and
         COMMIT for the disk, so both run off the event loop. The block's own
@@ -220,7 +223,8 @@ class TransactionsMixin:
                     now: datetime | None) -> list[int]:
         raise NotImplementedError
 
-    def _complete_in(self, conn: sqlite3.Connection, worker: str, done: Sequence[tuple[int, int, str | None]],
+    def _complete_in(self, conn: sqlite3.Connection | sqlite3.Cursor, worker: str,
+                     done: Sequence[tuple[int, int, str | None]],
                      now: datetime | None) -> set[int]:
         raise NotImplementedError
 
@@ -259,7 +263,7 @@ class TransactionsMixin:
         # the caller uses it (it may refuse other threads).
         return self.enqueue_on(conn, jobs, now=now)
 
-    def _complete_one(self, worker: str, job_id: int, attempt: int, conn: sqlite3.Connection) -> bool:
+    def _complete_one(self, worker: str, job_id: int, attempt: int, conn: sqlite3.Connection | sqlite3.Cursor) -> bool:
         return bool(self._complete_in(conn, worker, [(job_id, attempt, None)], None))
 
     def transaction(self, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
