@@ -50,7 +50,7 @@ from nats.aio.subscription import Subscription
 
 from .base import Delivery
 from .nats_settle import _settle
-from .nats_wire import deliveries
+from .nats_wire import Carrier, deliveries
 
 __all__ = ["PULL_EXPIRES", "Puller", "take_now", "top_up_all"]
 
@@ -114,12 +114,17 @@ class Puller:
         self.arrived.set()
 
     def outstanding(self) -> int:
-        """Messages asked for and not yet delivered (requests past their expiry left out)."""
+        """Messages asked for and not yet delivered (requests past their expiry
+        left out, and forgotten: on the link loop)."""
         now = time.monotonic()
         gone = [t for t, (_, until) in self.requests.items() if until <= now]
         for t in gone:
             del self.requests[t]
-        return int(sum(due for due, _ in self.requests.values()))
+        return self._due(now)
+
+    def _due(self, now: float) -> int:
+        """``outstanding`` without forgetting anything: any thread may ask."""
+        return int(sum(due for due, until in list(self.requests.values()) if until > now))
 
     def in_messages(self, count: int) -> int:
         """About how many messages carry this many deliveries lately."""
@@ -128,9 +133,7 @@ class Puller:
     def short(self) -> bool:
         """Any thread: would ``top_up`` ask for more now? (read only: the worker's
         loop wakes the link loop for a top-up only when one is due)"""
-        now = time.monotonic()
-        have = len(self.buffer) + sum(due for due, until in list(self.requests.values()) if until > now)
-        return have < self.in_messages(self.want)
+        return len(self.buffer) + self._due(time.monotonic()) < self.in_messages(self.want)
 
     async def top_up(self, want: int, expires: float = PULL_EXPIRES) -> None:
         """Once the buffer and the requests outstanding cover less than ``want``
@@ -201,7 +204,8 @@ def _message(item: Buffered) -> Msg:
     """The message a buffered item is (a message put back whole: none of its deliveries went out)."""
     if isinstance(item, list):
         carrier = item[0].handle
-        return carrier.msg  # type: ignore[attr-defined,no-any-return]
+        assert isinstance(carrier, Carrier)
+        return carrier.msg
     return item
 
 
