@@ -429,14 +429,14 @@ def test_a_settle_queued_as_the_link_loop_closed_does_not_hold_up_later_ones() -
     gone.close()
     t._loop = gone
     t.ack(Delivery(job_id=1, queue="default", retry=False, handle=Msg(None)))
-    assert t._to_settle == []
+    assert t._settles.queued == []
     live = asyncio.new_event_loop()
     thread = threading.Thread(target=live.run_forever, daemon=True)
     thread.start()
     try:
         t._loop = live
         t.ack(Delivery(job_id=2, queue="default", retry=False, handle=Msg(None)))
-        wait_for(lambda: t._to_settle == [], 10, "the flush on the live loop")
+        wait_for(lambda: t._settles.queued == [], 10, "the flush on the live loop")
     finally:
         live.call_soon_threadsafe(live.stop)
         thread.join(5)

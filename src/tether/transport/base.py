@@ -93,6 +93,11 @@ class Transport:
         """Begin consuming these queues (each worker calls this once; workers
         sharing an app share its transport, so the queues add up)."""
 
+    async def stop(self, queues: Sequence[str]) -> None:
+        """The worker that called ``start`` is done with these queues: called
+        on its event loop as it stops, before that loop ends (a transport may
+        run its client on the worker's loop, and must hand it off now)."""
+
     async def fetch(self, limit: int, timeout: float, queues: Sequence[str]) -> list[Delivery]:
         """Up to ``limit`` deliveries for ``queues``, waiting at most ``timeout`` seconds for the first."""
         return []

@@ -16,13 +16,25 @@ once the database has recorded each outcome (or refused the claim).
 recovers a dead worker's job first (and the reaper republishes it);
 JetStream's redelivery is the backstop.
 
-nats-py is asyncio-only; tether's callers are threads (sync enqueue, the
-worker's database threads) and the worker's own event loop. So the transport
-runs one event loop of its own on the ``tether-nats`` thread, holding the
-connection, and everything crosses over to it; but a round's messages, once
-each queue's standing pull (``nats_pull.py``) has brought them in, are taken
-on the worker's loop, which wakes the link loop once per round to ask for the
-next ones and to send the acks waiting.
+nats-py is asyncio-only, and its client lives on one event loop, the link
+loop; tether's callers are threads (sync enqueue, the worker's database
+threads) and the worker's own event loop. Two cases:
+
+- **a worker's loop.** The first worker to start consuming on a transport
+  with no link yet runs the client on its own event loop: its rounds take
+  messages and send acks without a hand-off between threads (two threads
+  waking each other cost about as much CPU per job as the rest of a NATS
+  delivery). Other threads cross over to that loop; a sync publish on the
+  loop's own thread (an ``async def`` handler calling ``enqueue``) is sent in
+  the background instead of waited for. The worker hands the link back as it
+  stops (``stop``), on its loop, before that loop ends: the next publish, or
+  the next worker still consuming, starts a link on a thread;
+- **otherwise** (a producer, or a second worker sharing the app), the
+  transport runs an event loop of its own on the ``tether-nats`` thread, and
+  everything crosses over to it; a round's messages, once each queue's
+  standing pull (``nats_pull.py``) has brought them in, are still taken on
+  the worker's loop, which wakes the link loop once per round to ask for the
+  next ones and to send the acks waiting.
 """
 
 from __future__ import annotations
@@ -34,11 +46,9 @@ import threading
 import time
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
 
 import nats
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
@@ -46,9 +56,19 @@ from ..config import Timers, validate_queue
 from ..errors import ConfigError
 from ..model import DueJob
 from .base import Delivery, Transport
-from .nats_names import _seconds, consumer_name, subject_for, sweep_msg_id, validate_prefix
+from .nats_link import Ending, backlog, end, on_loop, own_loop
+from .nats_names import (
+    _seconds,
+    ack_wait_for,
+    consumer_name,
+    server_of,
+    split_options,
+    subject_for,
+    sweep_msg_id,
+    validate_prefix,
+)
 from .nats_pull import Puller, take_now, top_up_all
-from .nats_settle import Coalesced, _current_loop, _settle_all
+from .nats_settle import Settle, Settler, _current_loop, _settle_all
 from .nats_wire import PUBLISH_CHUNK, PUBLISH_TIMEOUT, Carrier, publish_all
 
 __all__ = ["NatsTransport", "consumer_name", "subject_for"]
@@ -67,8 +87,6 @@ DUPLICATE_WINDOW = 120.0
 #: a message nobody consumed (a queue without workers) is dropped after this;
 #: the job is still in the database, where the sweep finds it
 MAX_AGE = 7 * 24 * 3600.0
-#: default ack_wait, as a multiple of the database's recovery bound
-ACK_WAIT_FACTOR = 2.0
 #: a message pulled ahead that waited this long (the worker's slots stayed busy) goes back (nak)
 BUFFER_HOLD = 1.0
 #: how long to wait before logging "cannot publish" again
@@ -87,15 +105,7 @@ class NatsTransport(Transport):
         sweep_interval: float = 1.0,
         sweep_grace: float = 5.0,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in ("nats", "tls") or not parts.hostname:
-            raise ConfigError(f"NATS URL {url!r} must look like nats://host:4222")
-        try:
-            parts.port  # noqa: B018 - raises on a port that is not a number
-        except ValueError:
-            raise ConfigError(f"NATS URL {url!r}: the port is not a number") from None
-        if parts.query:
-            raise ConfigError(f"NATS URL {url!r}: options go to NatsTransport(...), or use NatsTransport.from_url")
+        where = server_of(url)
         self.url = url
         self.prefix = validate_prefix(prefix)
         self.stream = self.prefix
@@ -104,12 +114,13 @@ class NatsTransport(Transport):
         self.fallback_interval = _seconds(fallback_interval, "fallback_interval")
         self.sweep_interval = _seconds(sweep_interval, "sweep_interval")
         self.sweep_grace = _seconds(sweep_grace, "sweep_grace")
-        where = parts.hostname + (f":{parts.port}" if parts.port else "")
         self.name = f"nats://{where} (stream {self.stream})"
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._keeper: Any = None  # the connection keeper's future
+        self._thread: threading.Thread | None = None  # the link loop's thread (a worker's, when adopted)
+        self._adopted = False  # the link loop is a worker's, not the transport's own
+        self._consumers = 0  # workers started and not yet stopped
+        self._keeper: Any = None  # the connection keeper's future (a task on an adopted loop)
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._ready = threading.Event()  # connected, stream and consumers in place
@@ -120,64 +131,61 @@ class NatsTransport(Transport):
         self._arrived: asyncio.Event | None = None  # set on the link loop when a message arrives
         self._complained = 0.0
         self._pending: set[asyncio.Future[None]] = set()
-        self._to_settle: list[tuple[Msg, str]] = []  # acks and naks for the link loop
-        self._settle_lock = threading.Lock()
-        self._kicked = False  # a flush is on its way to the link loop
-        self._kick_soon = Coalesced(self._kick)  # from a worker's loop: its acks in one wake-up
+        self._closing: set[asyncio.Task[None]] = set()  # a close on the adopted loop's own thread
+        self._settles = Settler(lambda: None if self._closed else self._loop, self._flush_settles)
 
     @classmethod
     def from_url(cls, spec: str) -> NatsTransport:
         """``nats://host:4222?prefix=NAME&ack_wait=S&fallback_interval=S&sweep_interval=S&sweep_grace=S``."""
-        parts = urlsplit(spec)
-        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        known = {"prefix", "ack_wait", "fallback_interval", "sweep_interval", "sweep_grace"}
-        unknown = sorted(set(query) - known)
-        if unknown:
-            raise ConfigError(f"NATS URL {spec!r}: unknown option(s) {', '.join(unknown)} "
-                              f"(known: {', '.join(sorted(known))})")
-        options: dict[str, Any] = {k: _seconds(v, k) for k, v in query.items() if k != "prefix"}
-        if "prefix" in query:
-            options["prefix"] = query["prefix"]
-        return cls(parts._replace(query="").geturl(), **options)
+        url, options = split_options(spec)
+        return cls(url, **options)
 
     # -- settings ----------------------------------------------------------------------
     def check(self, timers: Timers) -> None:
         """The database recovers first, JetStream redelivers last: ack_wait must
         outlast a dead worker's recovery (lease_ttl + reaper_interval)."""
-        bound = timers.recovery_bound
-        if self.ack_wait_setting is None:
-            self.ack_wait = ACK_WAIT_FACTOR * bound
-            return
-        if self.ack_wait_setting <= bound:
-            raise ConfigError(
-                f"NATS ack_wait ({self.ack_wait_setting:g}s) must be longer than lease_ttl + reaper_interval "
-                f"({timers.lease_ttl:g}s + {timers.reaper_interval:g}s = {bound:g}s), so that the database "
-                f"recovers a dead worker's job before JetStream redelivers its message: raise ack_wait to "
-                f"{ACK_WAIT_FACTOR * bound:g}s or more (or leave it unset), or shorten the lease timers"
-            )
-        self.ack_wait = self.ack_wait_setting
+        self.ack_wait = ack_wait_for(self.ack_wait_setting, timers)
 
     # -- the link thread ---------------------------------------------------------------
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
+    def _running_loop(self, adopt: asyncio.AbstractEventLoop | None = None) -> asyncio.AbstractEventLoop:
+        """The link loop, started if there is none: ``adopt`` (the caller's
+        running loop) if given, else a thread of its own."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the NATS transport is closed")
+            if self._loop is not None and self._loop.is_closed():
+                self._forget_link()  # an adopted loop that ended without stop(): start afresh
             if self._loop is None:
-                loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=loop.run_forever, name="tether-nats", daemon=True)
-                self._thread.start()
-                self._loop = loop
-                self._keeper = asyncio.run_coroutine_threadsafe(self._keep_connected(), loop)
+                if adopt is not None:
+                    self._loop, self._thread, self._adopted = adopt, threading.current_thread(), True
+                    self._keeper = adopt.create_task(self._keep_connected(), name="tether-nats-keeper")
+                else:
+                    self._loop, self._thread = own_loop()
+                    self._keeper = asyncio.run_coroutine_threadsafe(self._keep_connected(), self._loop)
             return self._loop
 
-    def _submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T] | None:
-        """Run ``coro`` on the link loop; None (and the coroutine closed) once closed."""
+    def _forget_link(self) -> None:
+        """Under ``_lock``: no link loop any more (the next use starts one)."""
+        self._loop = self._thread = self._nc = self._js = self._keeper = None
+        self._adopted = False
+        self._pullers.clear()
+        self._arrived = None
+        self._waited = False
+        self._ready.clear()
+
+    def _on_link(self) -> bool:
+        """True on the link loop's own thread (a worker's loop it adopted, or the transport's)."""
+        return self._thread is threading.current_thread()
+
+    async def _on_link_loop(self, coro: Coroutine[Any, Any, T]) -> T | None:
+        """Run ``coro`` on the link loop, from a coroutine on any loop; None (and
+        the coroutine closed) once closed."""
         try:
             loop = self._running_loop()
         except RuntimeError:
             coro.close()
             return None
-        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop), loop=_current_loop())
+        return await on_loop(loop, coro)
 
     @property
     def healthy(self) -> bool:
@@ -186,10 +194,25 @@ class NatsTransport(Transport):
 
     def ready(self, timeout: float) -> bool:
         self._running_loop()
-        self._ready.wait(timeout)
+        if not self._on_link():  # (waiting on the link loop's own thread would hold it up)
+            self._ready.wait(timeout)
         return self.healthy
 
     async def _keep_connected(self) -> None:
+        try:
+            await self._keep()
+        finally:
+            if self._keeper is not None and self._loop is _current_loop():
+                # cancelled while still the link's keeper (stop and close forget
+                # the link first): the worker's loop is ending without stop()
+                # (asyncio.run cancels every task left), so the client is closed
+                # here, or its socket would outlive the loop
+                self._ready.clear()
+                if (nc := self._nc) is not None and not nc.is_closed:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(nc.close(), 2.0)
+
+    async def _keep(self) -> None:
         reported = False
         while not self._closed:
             nc = self._nc
@@ -225,8 +248,8 @@ class NatsTransport(Transport):
                     log.info("NATS at %s ready: queues %s", self.name, ",".join(self._queues) or "(publish only)")
             for puller in list(self._pullers.values()):
                 await puller.expire(BUFFER_HOLD)
-            if self._to_settle:  # queued by a loop that stopped before its wake-up came (Coalesced)
-                self._flush_settles()
+            if self._settles.queued:  # queued by a loop that stopped before its wake-up came (Coalesced)
+                self._settles.wake()
             await asyncio.sleep(WATCH_INTERVAL)
 
     async def _on_disconnected(self) -> None:
@@ -260,7 +283,7 @@ class NatsTransport(Transport):
                     self._arrived = asyncio.Event()
                 assert self._nc is not None
                 puller = Puller(self._nc, self.stream, durable, self._arrived,
-                                lambda msg, how: self._settle_share(Carrier(msg, 1), how), self._hand_back)
+                                lambda msg, how: self._settles.share(Carrier(msg, 1), how), self._hand_back)
                 await puller.start()
                 self._pullers[queue] = puller
 
@@ -280,8 +303,18 @@ class NatsTransport(Transport):
             loop = self._running_loop()
         except RuntimeError:
             return 0
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("publish from the NATS thread itself would deadlock")
+        if self._on_link():
+            if not self._adopted:
+                raise RuntimeError("publish from the NATS thread itself would deadlock")
+            # a worker's loop runs the client and this call runs on it (a sync
+            # enqueue in an async handler): waiting would block the very loop
+            # that sends, so it is sent in the background (not counted)
+            if self.healthy:
+                self._spawn(self._publish(msgs))
+            else:
+                self._complain(f"NATS at {self.name} is unreachable: {len(msgs)} job(s) not published; "
+                               "the sweep publishes them when it is back")
+            return 0
         if not self._waited:  # the first publish waits for the first connection
             self._waited = True
             self._ready.wait(CONNECT_TIMEOUT + 1.0)
@@ -304,25 +337,16 @@ class NatsTransport(Transport):
         ``num_ack_pending``: those were handed over, and include every running
         job's message, which is acked only when its outcome is written.)"""
         loop = self._loop
-        if not queues or loop is None or not self.healthy or threading.current_thread() is self._thread:
+        if not queues or loop is None or not self.healthy or self._on_link():
             return {}
-        future = asyncio.run_coroutine_threadsafe(self._undelivered(list(queues)), loop)
+        assert self._js is not None
+        future = asyncio.run_coroutine_threadsafe(backlog(self._js, self.stream, self.prefix, list(queues)), loop)
         try:
             return future.result(PUBLISH_TIMEOUT + 1.0)
         except Exception as exc:
             future.cancel()
             log.debug("NATS: reading the consumers' backlog failed (%s)", exc)
             return {}
-
-    async def _undelivered(self, queues: list[str]) -> dict[str, int]:
-        js = self._js
-        assert js is not None
-        out: dict[str, int] = {}
-        for queue in queues:
-            with contextlib.suppress(Exception):  # no such consumer (yet): unknown, left out
-                info = await js.consumer_info(self.stream, consumer_name(self.prefix, queue), timeout=PUBLISH_TIMEOUT)
-                out[queue] = info.num_pending or 0
-        return out
 
     def _complain(self, text: str) -> None:
         now = time.monotonic()
@@ -336,11 +360,30 @@ class NatsTransport(Transport):
 
     # -- consuming (the worker's event loop) ---------------------------------------------
     def start(self, queues: Sequence[str]) -> None:
+        """Called on a worker's running loop, with no link yet: the client runs
+        on that loop (the module's docstring); the worker must ``stop``."""
         new = [validate_queue(q) for q in queues if q not in self._queues]
+        with self._lock:
+            self._consumers += 1
         if new:
             self._queues = [*self._queues, *new]
             self._ready.clear()  # set up their consumers too
-        self._running_loop()
+        self._running_loop(adopt=_current_loop())
+
+    async def stop(self, queues: Sequence[str]) -> None:
+        """On the worker's loop, as it stops: a link running on this loop closes
+        now, before the loop ends; other workers still consuming get one on a
+        thread of the transport's own, at once."""
+        with self._lock:
+            self._consumers = max(0, self._consumers - 1)
+            if not (self._adopted and self._loop is _current_loop()) or self._closed:
+                return
+            others, ending = self._consumers > 0, self._ending()
+            self._forget_link()
+        await ending.shut(self._settles)  # (an ack queued after it fails with its client: redelivered)
+        if others:
+            with contextlib.suppress(RuntimeError):
+                self._running_loop()
 
     async def fetch(self, limit: int, timeout: float, queues: Sequence[str]) -> list[Delivery]:
         if not self.healthy:
@@ -348,10 +391,9 @@ class NatsTransport(Transport):
         got = take_now(self._pullers, queues, limit)
         if got:  # taken here, on the caller's loop: the link loop is only woken to ask for more
             if any(p.short() for p in list(self._pullers.values())):
-                self._kick()
+                self._settles.kick()
             return got
-        future = self._submit(self._fetch(limit, timeout, list(queues)))
-        return [] if future is None else await future
+        return await self._on_link_loop(self._fetch(limit, timeout, list(queues))) or []
 
     async def _fetch(self, limit: int, timeout: float, queues: list[str]) -> list[Delivery]:
         """The link loop's fetch, when the buffers were empty: wait up to ``timeout`` for a first."""
@@ -363,6 +405,8 @@ class NatsTransport(Transport):
         until = (loop := asyncio.get_running_loop()).time() + timeout
         try:
             while not (got := take_now(self._pullers, queues, limit)):
+                if self._loop is not loop:  # the link left this loop (its worker stopped) meanwhile
+                    return []
                 await top_up_all(self._pullers)
                 left = until - loop.time()
                 if left <= 0 or not self.healthy:
@@ -372,7 +416,8 @@ class NatsTransport(Transport):
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(min(left, WATCH_INTERVAL)):  # look at the link now and then
                             await arrived.wait()
-            await top_up_all(self._pullers)  # read ahead: the next round's messages
+            if self._loop is loop:
+                await top_up_all(self._pullers)  # read ahead: the next round's messages
         except Exception as exc:  # the link dropped under a request
             log.warning("NATS fetch failed (%s); setting the stream up again", exc)
             self._ready.clear()
@@ -382,22 +427,11 @@ class NatsTransport(Transport):
 
     def ack(self, delivery: Delivery) -> None:
         if isinstance(delivery.handle, Carrier):
-            self._settle_share(delivery.handle, "ack")
+            self._settles.share(delivery.handle, "ack")
 
     def nak(self, delivery: Delivery) -> None:
         if isinstance(delivery.handle, Carrier):
-            self._settle_share(delivery.handle, "nak")
-
-    def _settle_share(self, carrier: Carrier, how: str) -> None:
-        """One delivery settled: its message, once the last of its deliveries is."""
-        with self._settle_lock:
-            if how != "ack":
-                carrier.how = how
-            carrier.left -= 1
-            if carrier.left > 0:
-                return
-            self._to_settle.append((carrier.msg, carrier.how))
-        self._kick_soon(self._loop)
+            self._settles.share(delivery.handle, "nak")
 
     def _hand_back(self, rest: list[Delivery]) -> None:
         """Any thread: deliveries a round had no room for (a message split by
@@ -416,28 +450,10 @@ class NatsTransport(Transport):
         self._pending.add(task := asyncio.ensure_future(coro))
         task.add_done_callback(self._pending.discard)
 
-    def _kick(self) -> None:
-        """Any thread: wake the link loop once for whatever waits (settles, top-ups)."""
-        loop = self._loop
-        if loop is None or self._closed:
-            return
-        with self._settle_lock:
-            if self._kicked:
-                return  # a flush is already on its way
-            self._kicked = True
-        try:
-            loop.call_soon_threadsafe(self._flush_settles)
-        except RuntimeError:  # the loop has closed: no flush will come for what is queued
-            with self._settle_lock:  # (nor would one ever be sent again); JetStream redelivers after ack_wait
-                self._to_settle.clear()
-                self._kicked = False
+    def _flush_settles(self, batch: list[Settle]) -> None:
+        self._spawn(self._flush(batch))  # on the link loop
 
-    def _flush_settles(self) -> None:
-        with self._settle_lock:  # on the link loop
-            batch, self._to_settle, self._kicked = self._to_settle, [], False
-        self._spawn(self._flush(batch))
-
-    async def _flush(self, batch: list[tuple[Msg, str]]) -> None:
+    async def _flush(self, batch: list[Settle]) -> None:
         with contextlib.suppress(Exception):  # the link dropped: set up again by the keeper
             await top_up_all(self._pullers)
         await _settle_all(batch)
@@ -449,6 +465,8 @@ class NatsTransport(Transport):
             raise ConfigError(f"NATS at {self.name} is unreachable: cannot delete stream {self.stream}")
         js = self._js
         assert js is not None and self._loop is not None
+        if self._on_link():
+            raise RuntimeError("destroy() blocks: call it from a thread other than the NATS client's loop")
         asyncio.run_coroutine_threadsafe(js.delete_stream(self.stream), self._loop).result(PUBLISH_TIMEOUT + 1.0)
         self._ready.clear()
 
@@ -457,44 +475,14 @@ class NatsTransport(Transport):
             if self._closed:
                 return
             self._closed = True
-            loop, thread = self._loop, self._thread
-        self._ready.clear()
-        if loop is None:
-            return
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._shut(), loop).result(3.0)
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join(timeout=3.0)
-        if not loop.is_running():
-            loop.close()
+            loop, thread, ending = self._loop, self._thread, self._ending()
+            self._forget_link()  # first: its keeper, cancelled by the shut, then leaves the client to it
+        if loop is not None:
+            end(ending, loop, thread, self._settles, self._closing)
         with self._lock:  # closed, but usable again: the next publish starts a new link
-            self._loop = self._thread = self._nc = self._js = self._keeper = None
-            self._pullers.clear()
-            self._arrived = None
-            self._waited = False
             self._closed = False
-        with self._settle_lock:  # their messages are redelivered after ack_wait
-            self._to_settle.clear()
-            self._kicked = False
+        self._settles.clear()  # their messages are redelivered after ack_wait
 
-    async def _shut(self) -> None:
-        if self._keeper is not None:
-            self._keeper.cancel()
-        for puller in list(self._pullers.values()):  # what they hold goes to other workers now
-            with contextlib.suppress(Exception):
-                await puller.drop()
-        with self._settle_lock:  # acks still waiting for a wake-up (SETTLE_DELAY): sent now
-            batch, self._to_settle = self._to_settle, []
-        await _settle_all(batch)
-        if self._pending:  # flushes and hand-backs under way
-            await asyncio.wait(self._pending, timeout=1.0)
-        for task in asyncio.all_tasks():
-            if task is not asyncio.current_task():
-                task.cancel()
-        nc = self._nc
-        if nc is not None and not nc.is_closed:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.close(), 2.0)
-
-
+    def _ending(self) -> Ending:
+        """Under ``_lock``: what ending the link ends, taken before it is forgotten."""
+        return Ending(self._keeper, list(self._pullers.values()), self._nc, set(self._pending), self._adopted)

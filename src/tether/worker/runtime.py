@@ -227,8 +227,12 @@ class Worker:
             raise
         listener = s.transport.wake(s.store, self.claimer.on_notify)
         if s.transport.delivers:
-            s.transport.start(s.queues)
-            await asyncio.to_thread(s.transport.ready, TRANSPORT_START_WAIT)
+            s.transport.start(s.queues)  # (NATS: the client may run on this loop from here on)
+            try:
+                await asyncio.to_thread(s.transport.ready, TRANSPORT_START_WAIT)
+            except BaseException:
+                await s.transport.stop(s.queues)
+                raise
         self.heartbeater.start()
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -288,6 +292,9 @@ class Worker:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             self.executor.handlers.shutdown(wait=False)
+            if s.transport.delivers:  # before this loop ends: a NATS client running on it goes
+                with contextlib.suppress(Exception):
+                    await s.transport.stop(s.queues)
             await s.close_db(STOP_GRACE)
             s.log.info("worker %s stopped after %s: %s", self.id, _duration(time.monotonic() - started),
                        summary(s.counts))
