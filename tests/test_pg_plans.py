@@ -1,7 +1,8 @@
 """Which plans PostgreSQL uses for a worker's rounds: claim, complete and
-complete_and_claim, whatever their size, run prepared with generic plans on
-the store's round connections, planned once; every other statement is planned
-for its arguments on the main pool."""
+complete_and_claim, and a delivering transport's claim_ids and
+complete_and_claim_ids, whatever their size, run prepared with generic plans
+on the store's round connections, planned once; every other statement is
+planned for its arguments on the main pool."""
 
 from __future__ import annotations
 
@@ -97,6 +98,41 @@ def test_a_workers_async_rounds_take_the_same_plans_on_the_loops_own_connections
     assert _count(rounds_, pg.q["claim"]) == (2, 0)
     assert _count(rounds_, pg.q["complete"]) == (1, 0)
     assert all(_count(other, pg.q[name]) == (0, 0) for name in ("claim", "complete", "complete_and_claim"))
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_rounds_of_delivered_ids_run_generic_plans_on_the_round_connections(pg: PostgresStore) -> None:
+    """A NATS worker's rounds, sync and async: planned once, like a database
+    claim's. Planned for their arguments on the main pool, as they were,
+    PostgreSQL spent 0.02-0.03 ms more CPU per job on them than on
+    complete_and_claim (planning, each round)."""
+    ids = pg.enqueue([new_job(args={"n": n}) for n in range(2 * BIG + 60)])
+    jobs = pg.claim_ids(W, ids[:5], ["default"], TTL)
+    at = 5
+    for size in (5, 5, 5, 5, 5, 5, 5, 5, BIG):  # nine rounds, the last a large one
+        _, jobs = pg.complete_and_claim_ids(W, [(j.id, j.attempt, None) for j in jobs], ids[at:at + size],
+                                            ["default"], TTL)
+        assert len(jobs) == size
+        at += size
+    rounds = _plans(pg.round_pool)
+    assert _count(rounds, pg.q["complete_and_claim_ids"]) == (9, 0)
+    assert _count(rounds, pg.q["claim_ids"]) == (1, 0)
+    assert all(_count(_plans(pg.pool), pg.q[name]) == (0, 0) for name in ("claim_ids", "complete_and_claim_ids"))
+
+    async def rounds_async() -> dict[str, tuple[int, int]]:
+        got = await pg.claim_ids_async(W, ids[at:at + 5], ["default"], TTL)
+        for n in range(6):
+            start = at + 5 + 5 * n
+            _, got = await pg.complete_and_claim_ids_async(W, [(j.id, j.attempt, None) for j in got],
+                                                           ids[start:start + 5], ["default"], TTL)
+            assert len(got) == 5
+        async with pg.round_async.connection() as conn:
+            cur = await conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+            return {text: (generic, custom) for text, generic, custom in await cur.fetchall()}
+
+    loop_rounds = asyncio.run(rounds_async())
+    assert _count(loop_rounds, pg.q["complete_and_claim_ids"]) == (6, 0)
+    assert _count(loop_rounds, pg.q["claim_ids"]) == (1, 0)
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
