@@ -13,7 +13,6 @@ import os
 import threading
 
 from _benchkit import dsn, mark_first
-
 from huey import SqliteHuey
 
 huey = SqliteHuey("bench", filename=dsn().removeprefix("sqlite:///"))

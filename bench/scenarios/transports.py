@@ -46,7 +46,6 @@ import argparse
 import contextlib
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
