@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 
 from tether import JobContext, JobState, Tether
+from tether.contrib.asgi import worker_lifespan
 from tether.transport.nats import NatsTransport
 
 from .test_nats import nats_app, nats_url, prefix  # noqa: F401 - fixtures
@@ -119,3 +120,40 @@ def test_a_link_on_a_loop_closes_without_waiting_on_itself_or_is_replaced_once_t
         assert link_threads() == ["tether-nats"]
     finally:
         t.close()
+
+
+def test_an_asgi_apps_loop_runs_the_client_for_its_worker_and_its_request_handlers_enqueues(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str  # noqa: F811
+) -> None:
+    """``worker_lifespan``: the worker, and so the client, on the server's
+    loop. A request handler's sync ``enqueue`` there is sent in the
+    background, its ``enqueue_async`` crosses from a thread to that loop;
+    both reach the worker by message. The lifespan's end hands the link back."""
+    app = nats_app(make_app, nats_url, prefix, **ONLY_MESSAGES)
+    t = transport_of(app)
+    done: list[int] = []
+
+    @app.task(name="job")
+    def job(ctx: JobContext, i: int) -> None:
+        done.append(i)
+
+    async def serve() -> int:
+        async with worker_lifespan(app, concurrency=4) as w:
+            for _ in range(200):
+                if t.healthy and w.counts["db_claims"]:
+                    break
+                await asyncio.sleep(0.025)
+            assert t._adopted and t._loop is asyncio.get_running_loop() and link_threads() == []
+            for i in range(5):
+                job.enqueue(i=i)
+            await job.enqueue_async(i=99)
+            for _ in range(400):
+                if len(done) == 6:
+                    break
+                await asyncio.sleep(0.025)
+            delivered = w.counts["deliveries_claimed"]
+        assert t._loop is None
+        return delivered
+
+    assert asyncio.run(serve()) == 6
+    assert sorted(done) == [0, 1, 2, 3, 4, 99]
