@@ -237,15 +237,19 @@ class NatsTransport(Transport):
                 self._nc, self._js = nc, nc.jetstream(timeout=PUBLISH_TIMEOUT)
             if nc.is_connected and not self._ready.is_set():
                 try:
-                    await self._set_up()
+                    covered = await self._set_up()
                 except Exception as exc:
                     log.warning("NATS at %s: setting up stream %s failed (%s); retrying", self.name, self.stream, exc)
                 else:
-                    if reported:
-                        log.warning("NATS at %s is reachable again", self.name)
-                    reported = False
-                    self._ready.set()
-                    log.info("NATS at %s ready: queues %s", self.name, ",".join(self._queues) or "(publish only)")
+                    with self._lock:  # ready only if no worker added queues meanwhile (start())
+                        if set(self._queues) <= covered:
+                            self._ready.set()
+                    if self._ready.is_set():
+                        if reported:
+                            log.warning("NATS at %s is reachable again", self.name)
+                        reported = False
+                        log.info("NATS at %s ready: queues %s", self.name, ",".join(sorted(covered)) or "(publish only)")
+                    continue  # (else: set up the new queues too, at once)
             for puller in list(self._pullers.values()):
                 await puller.expire(BUFFER_HOLD)
             if self._settles.queued:  # queued by a loop that stopped before its wake-up came (Coalesced)
@@ -258,9 +262,10 @@ class NatsTransport(Transport):
     async def _on_error(self, exc: Exception) -> None:
         log.debug("NATS: %s", exc)
 
-    async def _set_up(self) -> None:
+    async def _set_up(self) -> set[str]:
         """Idempotent: after every (re)connect, make sure the stream and this
-        process's consumers exist (a server may come back without its data)."""
+        process's consumers exist (a server may come back without its data).
+        Returns the queues it set up (a worker may add more meanwhile)."""
         js = self._js
         assert js is not None
         try:
@@ -271,7 +276,8 @@ class NatsTransport(Transport):
                 storage=api.StorageType.FILE, duplicate_window=DUPLICATE_WINDOW, max_age=MAX_AGE,
             ))
             log.info("NATS: created stream %s", self.stream)
-        for queue in self._queues:
+        queues = list(self._queues)
+        for queue in queues:
             durable = consumer_name(self.prefix, queue)
             await js.add_consumer(self.stream, api.ConsumerConfig(
                 durable_name=durable, filter_subject=subject_for(self.prefix, queue),
@@ -286,6 +292,7 @@ class NatsTransport(Transport):
                                 lambda msg, how: self._settles.share(Carrier(msg, 1), how), self._hand_back)
                 await puller.start()
                 self._pullers[queue] = puller
+        return set(queues)
 
     # -- publishing (any thread but the link's) ------------------------------------------
     def publish(self, jobs: Sequence[tuple[int, str]], *, retry: bool = False) -> int:
@@ -362,12 +369,13 @@ class NatsTransport(Transport):
     def start(self, queues: Sequence[str]) -> None:
         """Called on a worker's running loop, with no link yet: the client runs
         on that loop (the module's docstring); the worker must ``stop``."""
-        new = [validate_queue(q) for q in queues if q not in self._queues]
-        with self._lock:
+        wanted = [validate_queue(q) for q in queues]
+        with self._lock:  # (with the keeper's check: a set-up under way must not end ready without them)
             self._consumers += 1
-        if new:
-            self._queues = [*self._queues, *new]
-            self._ready.clear()  # set up their consumers too
+            new = [q for q in wanted if q not in self._queues]
+            if new:
+                self._queues = [*self._queues, *new]
+                self._ready.clear()  # set up their consumers too
         self._running_loop(adopt=_current_loop())
 
     async def stop(self, queues: Sequence[str]) -> None:
