@@ -23,9 +23,10 @@ threads) and the worker's own event loop. Two cases:
 - **a worker's loop.** The first worker to start consuming on a transport
   with no link yet runs the client on its own event loop: its rounds take
   messages and send acks without a hand-off between threads (the two threads
-  waking each other cost a worker about 15% of its CPU per job). Other threads cross over to that loop; a sync publish on the
-  loop's own thread (an ``async def`` handler calling ``enqueue``) is sent in
-  the background instead of waited for. The worker hands the link back as it
+  waking each other cost a worker about 15% of its CPU per job). Other
+  threads cross over to that loop; a sync publish on the loop's own thread
+  (an ``async def`` handler calling ``enqueue``) is sent in the background
+  instead of waited for. The worker hands the link back as it
   stops (``stop``), on its loop, before that loop ends: the next publish, or
   a second worker still consuming (which shared that loop meanwhile), starts
   a link on a thread;
@@ -248,7 +249,8 @@ class NatsTransport(Transport):
                         if reported:
                             log.warning("NATS at %s is reachable again", self.name)
                         reported = False
-                        log.info("NATS at %s ready: queues %s", self.name, ",".join(sorted(covered)) or "(publish only)")
+                        log.info("NATS at %s ready: queues %s", self.name,
+                                 ",".join(sorted(covered)) or "(publish only)")
                     continue  # (else: set up the new queues too, at once)
             for puller in list(self._pullers.values()):
                 await puller.expire(BUFFER_HOLD)
