@@ -313,7 +313,9 @@ class System:
         env = {
             **os.environ,
             "BENCH_DSN": self.dsn,
-            "PYTHONPATH": str(APPS),
+            # BENCH_TETHER_SRC: another checkout's src/ ahead of the editable
+            # install, for an A/B of two versions of tether in one run
+            "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("BENCH_TETHER_SRC"), str(APPS)])),
             "PYTHONUNBUFFERED": "1",
             **{k: v.format(dsn=self.dsn) for k, v in self.env.items()},
         }
