@@ -50,7 +50,7 @@ TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELL
 
 
 class Outcome(enum.StrEnum):
-    """How one attempt ended; one row in the attempts table each."""
+    """How one attempt ended; one audit record each (``Job.attempts``)."""
 
     SUCCEEDED = "succeeded"
     FAILED = "failed"

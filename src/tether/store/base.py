@@ -376,7 +376,7 @@ class Store(PushChannels, abc.ABC):
     def transaction(self, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
         """A transaction on this database for a handler's writes: yields the
         connection; after the block, the attempt's fenced success (as
-        ``complete`` fences it, with its audit row) in the same transaction,
+        ``complete`` fences it, with its audit) in the same transaction,
         then the commit. A refused fence rolls everything back and raises
         ``StaleAttempt``; an exception in the block rolls back and propagates."""
         raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="ctx.transaction()"))

@@ -2,7 +2,7 @@
 fenced success in one transaction of the job's own database.
 
 The store does the database part (``Store.transaction``: BEGIN, the block,
-the fenced ``complete`` with its audit row, COMMIT; a refused fence rolls
+the fenced ``complete`` with its audit, COMMIT; a refused fence rolls
 back and raises ``StaleAttempt``). The worker's part is here:
 
 - From the moment the block ends without an exception until the commit's

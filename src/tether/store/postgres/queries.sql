@@ -294,7 +294,7 @@ SELECT * FROM claimed
 -- share a statement; claim_room and key_free are told of done's rows, so a
 -- success frees its queue's slot and its exclusive key for this very claim.
 -- Answer as complete_and_claim's (_round_answer).
-WITH {_done_audit}, {_claim_ids_picked}, claimed AS (
+WITH {_done}, {_claim_ids_picked}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
@@ -376,40 +376,53 @@ RETURNING cancel_requested
 -- few running rows at ANALYZE time it chose that index and filtered every
 -- running job of every worker, where the primary key finds just these.
 -- A job that reported progress ends at 1 (100%), not at its last report.
+-- The success's audit is the row itself: locked_by stays (the worker whose
+-- attempt succeeded), with attempt, claimed_at and finished_at beside it, and
+-- get_attempts, recent_attempts and throughput read it from there. An INSERT
+-- into attempts per success cost about 12% of PostgreSQL's CPU and 17% of
+-- the WAL per no-op job (its heap row, its primary key entry, its BRIN range).
+-- Succeeded is terminal (retry takes dead and cancelled jobs only), so the
+-- row keeps saying what it says until retention deletes it. Successes written
+-- before this (and by a worker of an older release during a rolling deploy)
+-- have their attempts row and locked_by NULL; the readers take those as before.
 UPDATE {schema}.jobs AS j
 SET state = 'succeeded',
     result = %(done)s::jsonb -> j.id::text -> 1,
     progress = CASE WHEN j.progress IS NULL THEN NULL ELSE 1 END,
     finished_at = {now},
-    locked_by = NULL,
     lease_until = NULL,
     deadline = NULL
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.attempt = (%(done)s::jsonb -> j.id::text ->> 0)::int
   AND j.locked_by = %(worker)s AND coalesce(j.state, '') = 'running'
-RETURNING j.id, j.attempt, j.claimed_at, j.finished_at
+RETURNING j.id
 
--- name: _done_audit
--- The successes a round carries (complete_and_claim, its _known and _ids
--- variants): the fenced rows (done) and their audit rows (audit), as CTEs the
--- statement's claim follows and its answer reads (_round_answer).
+-- name: _done
+-- Successes (complete, and the rounds that carry them: complete_and_claim, its
+-- _known and _ids variants): the fenced rows (done), as the CTE the statement's
+-- claim follows and its answer reads, and the waiters' notification of them
+-- (woken), which the answer must read so that it runs (a CTE that is not read
+-- is not run). Migration 0008's trigger on attempts sends the notification for
+-- the other endings, which write attempts rows; a success writes none
+-- (_complete_done), so its statement sends its own, the same one: the ids
+-- someone waits for (app.wait), 400 to a payload, one per statement, and
+-- nothing at all, no NOTIFY and so no commit lock, while nobody waits. The
+-- uncorrelated EXISTS is a one-time test: one probe of the empty waiters table.
 done AS (
 {_complete_done}
-), audit AS (
-    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
-    SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
-    RETURNING job_id
+), woken AS (
+    SELECT pg_notify({done_channel}, string_agg(f.id::text, ','))
+    FROM (SELECT d.id, (row_number() OVER ()) / 400 AS chunk FROM done AS d
+          WHERE EXISTS (SELECT 1 FROM {schema}.waiters)
+            AND EXISTS (SELECT 1 FROM {schema}.waiters AS w WHERE w.job_id = d.id AND w.expires_at > now())) AS f
+    GROUP BY f.chunk
 )
 
 -- name: complete
--- Many completions, one statement, each row still fenced on its own attempt.
--- The attempt's audit row is written here, once, from the rows that matched.
-WITH done AS (
-{_complete_done}
-)
-INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
-SELECT id, attempt, %(worker)s, claimed_at, finished_at, 'succeeded' FROM done
-RETURNING job_id
+-- Many completions, one statement, each row still fenced on its own attempt;
+-- the rows that matched are the attempts' audit (_complete_done).
+WITH {_done}
+SELECT id FROM done CROSS JOIN (SELECT count(*) FROM woken) AS w
 
 -- name: complete_and_claim
 -- A worker's usual round trip: the successes since its last claim, and its
@@ -418,7 +431,7 @@ RETURNING job_id
 -- claim only queued ones), which is what lets them share a statement. Answer:
 -- one row per claimed job (kind 0, as claim returns them) and one per accepted
 -- completion (kind 1, its id); an id sent but not answered failed its fence.
-WITH {_done_audit}, {_claim_picked}, claimed AS (
+WITH {_done}, {_claim_picked}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
@@ -429,12 +442,13 @@ WITH {_done_audit}, {_claim_picked}, claimed AS (
 -- rows (kind 0) and the accepted ids (kind 1), padded to the claimed rows' width.
 SELECT 0 AS kind, claimed.* FROM claimed
 UNION ALL
-SELECT 1, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM audit
+SELECT 1, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM done CROSS JOIN (SELECT count(*) FROM woken) AS w
 
 -- name: complete_and_claim_known
 -- complete_and_claim whose claim takes only the tasks the worker knows
 -- (_claim_picked_known); otherwise the same statement.
-WITH {_done_audit}, {_claim_picked_known}, claimed AS (
+WITH {_done}, {_claim_picked_known}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
@@ -606,22 +620,47 @@ SELECT state FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: get_job
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
-       lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
+       lease_ttl, timeout, dedup_key, {_live_owner}, claimed_at, lease_until, cancel_requested,
        progress, progress_message, result, last_error, created_at, finished_at, meta,
        schedule, scheduled_for, exclusive_key
 FROM {schema}.jobs WHERE id = %(id)s
 
+-- name: _live_owner
+-- A job's locked_by as the API gives it: its owner while it has one. A
+-- succeeded row keeps the worker of its last attempt (_complete_done: the
+-- success's audit); that worker is no owner, and get_attempts names it.
+CASE WHEN state = 'succeeded' THEN NULL ELSE locked_by END AS locked_by
+
+-- name: _successes
+-- The attempts rows a success leaves on its job row (_complete_done), shaped
+-- as the attempts table's, for the readers of attempts to add to that table's
+-- rows (a FROM item: alias it). locked_by IS NOT NULL leaves out the
+-- successes that wrote an attempts row instead (before this was so, or by a
+-- worker of an older release): those are in the table, and one attempt is
+-- never counted twice.
+SELECT id AS job_id, attempt, locked_by AS worker, claimed_at, finished_at, 'succeeded'::text AS outcome,
+       NULL::text AS error, NULL::text AS traceback
+FROM {schema}.jobs WHERE state = 'succeeded' AND locked_by IS NOT NULL
+
 -- name: get_attempts
 SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
-FROM {schema}.attempts WHERE job_id = %(id)s ORDER BY attempt
+FROM {schema}.attempts WHERE job_id = %(id)s
+UNION ALL
+SELECT * FROM ({_successes} AND id = %(id)s) AS s
+ORDER BY attempt
 
 -- name: recent_attempts
 -- Finished attempts with one of these outcomes, newest first (the dashboard's
 -- recoveries: lease_expired rows are written by the reaper). A scan of the
 -- attempts table bounded by LIMIT; it is an operator's page, not a hot path.
-SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
-FROM {schema}.attempts
-WHERE outcome = ANY(%(outcomes)s::text[])
+-- Successes are read off their job rows (_successes), and only when asked for.
+SELECT * FROM (
+    SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
+    FROM {schema}.attempts
+    WHERE outcome = ANY(%(outcomes)s::text[])
+    UNION ALL
+    SELECT * FROM ({_successes} AND 'succeeded' = ANY(%(outcomes)s::text[])) AS s
+) AS a
 ORDER BY finished_at DESC, job_id DESC
 LIMIT %(limit)s
 
@@ -637,14 +676,21 @@ LIMIT %(limit)s
 -- whose summary overlaps it (and the not yet summarised last ones), not the
 -- whole history. Should old attempts ever be deleted and their space refilled
 -- by new ones, the summaries loosen: the answer stays exact, more pages are read.
+-- Successes are on their job rows (_successes): jobs_finished_idx (state,
+-- finished_at) hands over the window's succeeded rows, a range scan.
 SELECT floor((extract(epoch FROM finished_at) - %(start)s) / %(bucket)s)::integer AS bucket, outcome, count(*)
-FROM {schema}.attempts
-WHERE finished_at >= to_timestamp(%(start)s) AND finished_at < to_timestamp(%(end)s)
+FROM (
+    SELECT finished_at, outcome FROM {schema}.attempts
+    WHERE finished_at >= to_timestamp(%(start)s) AND finished_at < to_timestamp(%(end)s)
+    UNION ALL
+    SELECT finished_at, outcome FROM ({_successes}
+        AND finished_at >= to_timestamp(%(start)s) AND finished_at < to_timestamp(%(end)s)) AS s
+) AS a
 GROUP BY 1, 2
 
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
-       lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
+       lease_ttl, timeout, dedup_key, {_live_owner}, claimed_at, lease_until, cancel_requested,
        progress, progress_message, result, last_error, created_at, finished_at, meta,
        schedule, scheduled_for, exclusive_key
 FROM {schema}.jobs
@@ -800,16 +846,19 @@ SELECT now()
 -- The return value of a handler whose success ctx.transaction() already wrote
 -- (fenced, in the handler's own transaction): the handler returns after its
 -- block, so its result arrives after the commit. Succeeded is terminal and only
--- the attempt that held the job could have made it so, with its worker in the
--- audit row: id AND attempt AND state = 'succeeded' AND that audit row name
--- that attempt's success and nothing else. Rewriting the same value is
--- harmless, so a retried write needs no check of its own.
+-- the attempt that held the job could have made it so, with its worker kept
+-- on the row (_complete_done): id AND attempt AND state = 'succeeded' AND
+-- locked_by name that attempt's success and nothing else. (A success written
+-- by an older release has locked_by NULL and its worker in an attempts row.)
+-- Rewriting the same value is harmless, so a retried write needs no check of
+-- its own.
 UPDATE {schema}.jobs AS j
 SET result = %(result)s::jsonb
 WHERE j.id = %(id)s AND j.attempt = %(attempt)s AND j.state = 'succeeded'
-  AND EXISTS (SELECT 1 FROM {schema}.attempts AS a
-              WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.worker = %(worker)s
-                AND a.outcome = 'succeeded')
+  AND (j.locked_by = %(worker)s
+       OR EXISTS (SELECT 1 FROM {schema}.attempts AS a
+                  WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.worker = %(worker)s
+                    AND a.outcome = 'succeeded'))
 RETURNING j.id
 
 -- ---------------------------------------------------------------------------
