@@ -653,13 +653,16 @@ ORDER BY attempt
 -- Finished attempts with one of these outcomes, newest first (the dashboard's
 -- recoveries: lease_expired rows are written by the reaper). A scan of the
 -- attempts table bounded by LIMIT; it is an operator's page, not a hot path.
--- Successes are read off their job rows (_successes), and only when asked for.
+-- Successes are read off their job rows (_successes), and only when asked for
+-- (a one-time filter). Their own ORDER BY and LIMIT let jobs_finished_idx
+-- (state, finished_at) hand over the newest successes without a sort of them all.
 SELECT * FROM (
     SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
     FROM {schema}.attempts
     WHERE outcome = ANY(%(outcomes)s::text[])
     UNION ALL
-    SELECT * FROM ({_successes} AND 'succeeded' = ANY(%(outcomes)s::text[])) AS s
+    (SELECT * FROM ({_successes} AND 'succeeded' = ANY(%(outcomes)s::text[])
+                    ORDER BY finished_at DESC, id DESC LIMIT %(limit)s) AS s)
 ) AS a
 ORDER BY finished_at DESC, job_id DESC
 LIMIT %(limit)s

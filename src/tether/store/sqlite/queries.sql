@@ -223,19 +223,23 @@ RETURNING cancel_requested
 -- name: complete
 -- Many completions, one statement, each row fenced on its own attempt. A job
 -- that reported progress ends at 1 (100%), not at its last report.
+-- The success's audit is the row itself, as on PostgreSQL (its queries.sql,
+-- _complete_done, says why): locked_by stays, the worker whose attempt
+-- succeeded, beside attempt, claimed_at and finished_at; the readers of
+-- attempts read successes from here (_successes). No attempts row is written:
+-- a row and two index entries per job less in the worker's write transaction.
 UPDATE tether_jobs
 SET state = 'succeeded',
     result = done.result,
     progress = CASE WHEN tether_jobs.progress IS NULL THEN NULL ELSE 1 END,
     finished_at = {now},
-    locked_by = NULL,
     lease_until = NULL,
     deadline = NULL
 FROM (SELECT d.value ->> 0 AS id, d.value ->> 1 AS attempt, d.value ->> 2 AS result
       FROM json_each(:done) AS d) AS done
 WHERE tether_jobs.id = done.id AND tether_jobs.attempt = done.attempt
   AND tether_jobs.locked_by = :worker AND tether_jobs.state = 'running'
-RETURNING tether_jobs.id, tether_jobs.attempt, tether_jobs.claimed_at, tether_jobs.finished_at
+RETURNING tether_jobs.id
 
 -- name: audit
 INSERT INTO tether_attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback)
@@ -355,22 +359,49 @@ SELECT state FROM tether_jobs WHERE id = :id
 
 -- name: get_job
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
-       lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
+       lease_ttl, timeout, dedup_key, {_live_owner}, claimed_at, lease_until, cancel_requested,
        progress, progress_message, result, last_error, created_at, finished_at, meta,
        schedule, scheduled_for, exclusive_key
 FROM tether_jobs WHERE id = :id
 
+-- name: _live_owner
+-- A job's locked_by as the API gives it: its owner while it has one (a
+-- succeeded row keeps its last attempt's worker: complete).
+CASE WHEN state = 'succeeded' THEN NULL ELSE locked_by END AS locked_by
+
+-- name: _successes
+-- The attempts rows a success leaves on its job row (complete), shaped as
+-- tether_attempts' rows, for the readers of attempts to add to that table's
+-- (a FROM item). locked_by IS NOT NULL leaves out successes that wrote an
+-- attempts row instead (before this was so, or by a worker of an older
+-- release): one attempt is never counted twice.
+SELECT id AS job_id, attempt, locked_by AS worker, claimed_at, finished_at, 'succeeded' AS outcome,
+       NULL AS error, NULL AS traceback
+FROM tether_jobs WHERE state = 'succeeded' AND locked_by IS NOT NULL
+
 -- name: get_attempts
 SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
-FROM tether_attempts WHERE job_id = :id ORDER BY attempt
+FROM tether_attempts WHERE job_id = :id
+UNION ALL
+SELECT * FROM ({_successes} AND id = :id)
+ORDER BY attempt
 
 -- name: recent_attempts
 -- Finished attempts with one of these outcomes, newest first (the dashboard's
 -- recoveries: lease_expired rows are written by the reaper). A scan of the
 -- attempts table bounded by LIMIT; it is an operator's page, not a hot path.
-SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
-FROM tether_attempts
-WHERE outcome IN (SELECT value FROM json_each(:outcomes))
+-- Successes are read off their job rows (_successes), and only when asked for:
+-- :successes is a bare parameter, a constant term SQLite tests once before the
+-- scan (a test of :outcomes there was run on every job row). Their own ORDER
+-- BY and LIMIT let tether_jobs_finished_idx (state, finished_at) hand over the
+-- newest successes without a sort of them all.
+SELECT * FROM (
+    SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
+    FROM tether_attempts
+    WHERE outcome IN (SELECT value FROM json_each(:outcomes))
+    UNION ALL
+    SELECT * FROM ({_successes} AND :successes ORDER BY finished_at DESC, id DESC LIMIT :limit)
+)
 ORDER BY finished_at DESC, job_id DESC
 LIMIT :limit
 
@@ -383,14 +414,20 @@ LIMIT :limit
 -- table never is: an hour of a busy queue is its rows in that hour, however
 -- long the history. Without the index this is a scan of every attempt ever
 -- recorded, on every render of the overview (every 2 s in live mode).
+-- Successes are on their job rows (_successes): tether_jobs_finished_idx
+-- (state, finished_at) hands over the window's succeeded rows, a range scan.
 SELECT CAST((finished_at - :start) / :bucket AS INTEGER) AS bucket, outcome, count(*)
-FROM tether_attempts
-WHERE finished_at >= :start AND finished_at < :end
+FROM (
+    SELECT finished_at, outcome FROM tether_attempts
+    WHERE finished_at >= :start AND finished_at < :end
+    UNION ALL
+    SELECT finished_at, outcome FROM ({_successes} AND finished_at >= :start AND finished_at < :end)
+)
 GROUP BY bucket, outcome
 
 -- name: list_jobs
 SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
-       lease_ttl, timeout, dedup_key, locked_by, claimed_at, lease_until, cancel_requested,
+       lease_ttl, timeout, dedup_key, {_live_owner}, claimed_at, lease_until, cancel_requested,
        progress, progress_message, result, last_error, created_at, finished_at, meta,
        schedule, scheduled_for, exclusive_key
 FROM tether_jobs
@@ -498,14 +535,16 @@ SELECT {now}
 -- The return value of a handler whose success ctx.transaction() already wrote
 -- (fenced, in the handler's own transaction), which arrives after that commit.
 -- Succeeded is terminal and only the attempt that held the job could have made
--- it so, with its worker in the audit row: these conditions name that
--- attempt's success and nothing else. Rewriting the same value is harmless.
+-- it so, with its worker kept on the row (complete; an older release's success
+-- has it in an attempts row instead): these conditions name that attempt's
+-- success and nothing else. Rewriting the same value is harmless.
 UPDATE tether_jobs
 SET result = :result
 WHERE id = :id AND attempt = :attempt AND state = 'succeeded'
-  AND EXISTS (SELECT 1 FROM tether_attempts AS a
-              WHERE a.job_id = tether_jobs.id AND a.attempt = tether_jobs.attempt AND a.worker = :worker
-                AND a.outcome = 'succeeded')
+  AND (locked_by = :worker
+       OR EXISTS (SELECT 1 FROM tether_attempts AS a
+                  WHERE a.job_id = tether_jobs.id AND a.attempt = tether_jobs.attempt AND a.worker = :worker
+                    AND a.outcome = 'succeeded'))
 RETURNING id
 
 -- ---------------------------------------------------------------------------
