@@ -109,6 +109,9 @@ def test_the_hot_path_indexes_are_partial(store: Store, db_url: str) -> None:
 
 
 def test_the_throughput_query_reads_the_finished_at_index_not_the_table(store: Store, db_url: str) -> None:
+    """Failures and other endings from the attempts table's index, successes
+    from the jobs table's finished index (a success's record is its job row),
+    on SQLite each without reading its table."""
     dsn = parse_database_url(db_url)
     sql = "EXPLAIN " + store.q["throughput"]  # type: ignore[attr-defined]
     params = {"start": 0, "end": 3600, "bucket": 60}
@@ -116,11 +119,13 @@ def test_the_throughput_query_reads_the_finished_at_index_not_the_table(store: S
         with closing(sqlite3.connect(dsn.url)) as conn:
             plan = " ".join(str(r) for r in conn.execute(sql.replace("EXPLAIN", "EXPLAIN QUERY PLAN", 1), params))
         assert "COVERING INDEX tether_attempts_finished_idx" in plan, plan
+        assert "COVERING INDEX tether_jobs_finished_idx" in plan, plan
         return
     with psycopg.connect(dsn.url, autocommit=True) as pg:
         pg.execute("SET enable_seqscan = off")  # an empty table is cheapest to scan; ask whether the index serves
         plan = " ".join(str(r[0]) for r in pg.execute(sql, params).fetchall())
     assert "attempts_finished_idx" in plan and "brin" in index_sql(db_url)["attempts_finished_idx"], plan
+    assert "jobs_finished_idx" in plan, plan
 
 
 def test_migrating_a_version_1_database_adds_the_finished_at_index_and_keeps_its_data(

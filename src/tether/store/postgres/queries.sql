@@ -679,15 +679,21 @@ LIMIT %(limit)s
 -- whose summary overlaps it (and the not yet summarised last ones), not the
 -- whole history. Should old attempts ever be deleted and their space refilled
 -- by new ones, the summaries loosen: the answer stays exact, more pages are read.
--- Successes are on their job rows (_successes): jobs_finished_idx (state,
--- finished_at) hands over the window's succeeded rows, a range scan.
+-- Successes are counted off the job rows, every one of them: a succeeded job
+-- had exactly one succeeded attempt, which finished when the job did, whether
+-- its record is the row itself (_complete_done) or also an attempts row (a
+-- success written by an older release, left out of the attempts branch here).
+-- So the jobs branch needs only jobs_finished_idx (state, finished_at), a
+-- range scan that can answer from the index alone (no heap fetch for
+-- locked_by, which _successes would need).
 SELECT floor((extract(epoch FROM finished_at) - %(start)s) / %(bucket)s)::integer AS bucket, outcome, count(*)
 FROM (
     SELECT finished_at, outcome FROM {schema}.attempts
     WHERE finished_at >= to_timestamp(%(start)s) AND finished_at < to_timestamp(%(end)s)
+      AND outcome <> 'succeeded'
     UNION ALL
-    SELECT finished_at, outcome FROM ({_successes}
-        AND finished_at >= to_timestamp(%(start)s) AND finished_at < to_timestamp(%(end)s)) AS s
+    SELECT finished_at, 'succeeded' FROM {schema}.jobs
+    WHERE state = 'succeeded' AND finished_at >= to_timestamp(%(start)s) AND finished_at < to_timestamp(%(end)s)
 ) AS a
 GROUP BY 1, 2
 
