@@ -23,8 +23,9 @@ from .test_conformance import TTL, W, new_job
 
 @contextmanager
 def _sql(store: Store) -> Iterator[tuple[Any, str, str]]:
-    """A connection of its own to the store's database (autocommit), the
-    tables' prefix and the placeholder style."""
+    """A connection to the store's database whose writes are committed when
+    the block ends (PostgreSQL: one of the store's pool; SQLite: autocommit),
+    the tables' prefix and the placeholder style."""
     if isinstance(store, PostgresStore):
         with store.pool.connection() as conn:
             yield conn, f"{quote(store.schema)}.", "%s"

@@ -408,6 +408,9 @@ RETURNING j.id
 -- someone waits for (app.wait), 400 to a payload, one per statement, and
 -- nothing at all, no NOTIFY and so no commit lock, while nobody waits. The
 -- uncorrelated EXISTS is a one-time test: one probe of the empty waiters table.
+-- Written here rather than as a function shared with that trigger: a function
+-- would need a migration, and a worker of this release would then refuse a
+-- schema that an older release's workers still run on.
 done AS (
 {_complete_done}
 ), woken AS (
