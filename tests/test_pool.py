@@ -88,6 +88,59 @@ def test_a_cancelled_call_is_reported_once_and_its_late_outcome_dropped() -> Non
         loop.close()
 
 
+def test_calls_submitted_together_all_run_at_once_when_they_block() -> None:
+    """A round's calls wake one thread, which wakes the next whenever it takes
+    a call and leaves others behind: so calls that block (here, each waits
+    for all the others) still each get a thread of their own, on the first
+    round and on later rounds that find the threads asleep."""
+    loop = asyncio.new_event_loop()
+    pool = HandlerThreads()
+    got: list[Any] = []
+    pool.bind(loop, lambda call: got.append(call.result if call.exc is None else call.exc))
+    try:
+        for n in (25, 25, 40):
+            barrier = threading.Barrier(n, timeout=5)
+            got.clear()
+            for _ in range(n):
+                pool.submit(ThreadCall(pool, None, barrier.wait, ()))
+            _until(lambda n=n: len(pool._finished) == n)
+            loop.run_until_complete(asyncio.sleep(0.01))
+            assert len(got) == n and all(isinstance(r, int) for r in got), got[:3]
+            _until(lambda: len(pool._sleepers) == pool._threads)  # every thread asleep again
+        assert pool._threads == 40  # the sleeping threads were woken, not new ones started
+    finally:
+        pool.shutdown()
+        loop.close()
+
+
+def test_shutdown_runs_what_was_submitted_and_ends_every_thread() -> None:
+    loop = asyncio.new_event_loop()
+    pool = HandlerThreads(name="tether-handler-shutdown-test")
+    ran: list[int] = []
+    gate = threading.Event()
+
+    def work(n: int) -> None:
+        gate.wait(5)
+        ran.append(n)
+
+    try:
+        pool.bind(loop, lambda call: None)
+        for n in range(5):
+            pool.submit(ThreadCall(pool, None, work, (n,)))
+        pool.shutdown()
+        try:
+            pool.submit(ThreadCall(pool, None, work, (99,)))
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("a submit after shutdown was taken")
+        gate.set()
+        _until(lambda: not [t for t in threading.enumerate() if t.name.startswith("tether-handler-shutdown-test")])
+        assert sorted(ran) == list(range(5))
+    finally:
+        loop.close()
+
+
 def test_a_wait_cancelled_as_its_event_is_set_stays_cancelled() -> None:
     """``state.wait_event``: a task cancelled in the same turn as the event it
     waits on is set ends cancelled. ``asyncio.wait_for`` on Python 3.11 lost

@@ -1,11 +1,18 @@
 """The threads that run ``def`` handlers, and how their outcomes reach the loop.
 
-Long-lived daemon threads take calls from one queue. A finished call goes
-into a deque, and the loop is woken once for everything that finished since
-it last looked (one ``call_soon_threadsafe``, one write to the loop's
-self-pipe, per batch rather than per job); no futures are made per call.
-Under load the loop takes many outcomes per wake-up, which is where the
-``def`` handler's cost used to go: a ``concurrent.futures.Future``, an
+Long-lived daemon threads take calls from one deque. A claim round submits
+its calls together, and they wake one sleeping thread, not one each: a
+thread that takes a call and leaves others behind wakes the next, so a
+handler that blocks never holds up the calls behind it, while quick handlers
+are run by the first thread before the one it woke gets the GIL (which then
+finds nothing left and sleeps again). Waking every thread for every call
+cost each job a futex wake, a context switch and a GIL hand-off.
+
+A finished call goes into a deque, and the loop is woken once for everything
+that finished since it last looked (one ``call_soon_threadsafe``, one write
+to the loop's self-pipe, per batch rather than per job); no futures are made
+per call. Under load the loop takes many outcomes per wake-up, which is where
+the ``def`` handler's cost used to go: a ``concurrent.futures.Future``, an
 asyncio future chained to it, a done callback and a self-pipe write for
 every job.
 
@@ -21,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -69,9 +75,13 @@ class ThreadCall:
 class HandlerThreads:
     def __init__(self, name: str = "tether-handler") -> None:
         self._name = name
-        self._queue: queue.SimpleQueue[ThreadCall | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._idle = 0
+        #: calls submitted and not yet taken by a thread
+        self._pending: deque[ThreadCall] = deque()
+        #: the wake locks of the threads asleep, the last to sleep on top
+        self._sleepers: list[threading.Lock] = []
+        #: threads woken (or started) that have not yet looked at _pending
+        self._searching = 0
         self._threads = 0
         self._shutdown = False
         #: calls finished on their threads, not yet taken by the loop
@@ -90,19 +100,51 @@ class HandlerThreads:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("the handler threads are shut down")
-            if self._idle == 0:
-                self._threads += 1
-                threading.Thread(target=self._run, name=f"{self._name}-{self._threads}", daemon=True).start()
-            else:
-                self._idle -= 1
-        self._queue.put(call)
+            self._pending.append(call)
+            # A thread already on its way to _pending takes this call; a
+            # thread that takes a call and leaves others behind wakes the
+            # next (_run). So a round's calls wake one thread, not one each.
+            if self._searching == 0:
+                self._wake()
+
+    def _wake(self) -> None:
+        """Lock held: wake a sleeping thread, or start one when none sleeps
+        (every thread is in a call: a straggler never holds up the rest)."""
+        self._searching += 1
+        if self._sleepers:
+            self._sleepers.pop().release()
+        else:
+            self._threads += 1
+            threading.Thread(target=self._run, name=f"{self._name}-{self._threads}", daemon=True).start()
 
     def _run(self) -> None:
-        get, finished = self._queue.get, self._finished
+        lock, pending, finished = self._lock, self._pending, self._finished
+        # held while awake; a sleeping thread blocks on it until _wake releases it
+        wake = threading.Lock()
+        wake.acquire()
+        woken = True  # counted in _searching by whoever started this thread
         while True:
-            call = get()
+            with lock:
+                if woken:
+                    self._searching -= 1
+                if pending:
+                    call = pending.popleft()
+                    # Calls left behind while no other thread is on its way
+                    # get one: if this call blocks, they do not wait for it.
+                    # A thread woken for them finds them gone when the calls
+                    # are quick and this thread has run them all.
+                    if pending and self._searching == 0:
+                        self._wake()
+                elif self._shutdown:
+                    return
+                else:
+                    self._sleepers.append(wake)
+                    call = None
             if call is None:
-                return
+                wake.acquire()
+                woken = True
+                continue
+            woken = False
             if call.state == _PENDING:
                 try:
                     call.result = call.fn(*call.args)
@@ -120,8 +162,6 @@ class HandlerThreads:
                         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
                             loop.call_soon_threadsafe(self._deliver)
             del call
-            with self._lock:
-                self._idle += 1
 
     def _deliver(self) -> None:
         """On the loop: every call finished since the last delivery, in order."""
@@ -139,8 +179,10 @@ class HandlerThreads:
         self._loop.call_soon(self._on_done, call)
 
     def shutdown(self, wait: bool = True) -> None:
+        """No new calls; the threads run what is already submitted, then end."""
         with self._lock:
             self._shutdown = True
-            n = self._threads
-        for _ in range(n):
-            self._queue.put(None)
+            sleepers, self._sleepers = self._sleepers, []
+            self._searching += len(sleepers)
+        for wake in sleepers:
+            wake.release()
