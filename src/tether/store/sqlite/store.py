@@ -33,6 +33,7 @@ from ..rows import (
 from ..sqlfile import load_migrations, load_queries
 from .conns import ThreadConnections
 from .control import SQLiteControl
+from .rounds import InlineRounds
 from .schedules import SQLiteSchedules
 from .schema import MISSING, SQLiteSchema
 from .tx import TransactionsMixin
@@ -48,7 +49,7 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixin, Store):
+class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixin, InlineRounds, Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2
@@ -70,24 +71,29 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         self.q = load_queries(__package__ or "tether.store.sqlite", "queries.sql", macros)
         self._migrations = load_migrations(f"{__package__}.migrations", macros)
         self._conns = ThreadConnections(self._open)
+        self._init_rounds(self._open_nowait, inline=self.synchronous in ("OFF", "NORMAL"))
         with self._use():  # fail early on an unusable file
             pass
 
     # -- plumbing -----------------------------------------------------------------
     def _use(self) -> AbstractContextManager[sqlite3.Connection]:
-        """This thread's connection, held: ``close()`` waits for its statement."""
-        return self._conns.use()
+        """This thread's connection, held: ``close()`` waits for its statement.
+        (A round tried on the event loop gets the loop's no-wait one: rounds.py.)"""
+        return (self._nowait_conns if self._mode.nowait else self._conns).use()
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+            conn = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None,
                                    check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         except sqlite3.Error as exc:
             raise InvalidDSN(f"cannot open SQLite database {self.path!r}: {exc}") from None
         return conn
+
+    def _open_nowait(self) -> sqlite3.Connection:
+        return self._open(0)
 
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         try:
@@ -120,6 +126,7 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
     def close(self) -> None:
         self._close_tx()
         self._conns.close()
+        self._nowait_conns.close()
 
     def db_now(self) -> datetime:
         value = epoch_to_dt(self._all("db_now", {"now": None})[0][0])
