@@ -141,6 +141,42 @@ def test_shutdown_runs_what_was_submitted_and_ends_every_thread() -> None:
         loop.close()
 
 
+def test_a_call_no_thread_could_be_started_for_is_refused_not_left_queued(monkeypatch: Any) -> None:
+    """``can't start new thread`` (a container's process limit): the submit
+    raises and the call is not run later behind the worker's back; the pool
+    still works once threads can be started again."""
+    loop = asyncio.new_event_loop()
+    pool = HandlerThreads(name="tether-handler-nothread-test")
+    ran: list[str] = []
+    real_start = threading.Thread.start
+
+    def refuse(self: threading.Thread) -> None:
+        if self.name.startswith("tether-handler-nothread-test"):
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    try:
+        pool.bind(loop, lambda call: None)
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        refused = ThreadCall(pool, None, ran.append, ("refused",))
+        try:
+            pool.submit(refused)
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("the submit was taken with no thread to run it")
+        assert not pool._pending and pool._searching == 0 and pool._threads == 0
+        monkeypatch.setattr(threading.Thread, "start", real_start)
+        later = ThreadCall(pool, None, ran.append, ("later",))
+        pool.submit(later)
+        _until(lambda: len(pool._finished) == 1)
+        time.sleep(0.05)
+        assert ran == ["later"]
+    finally:
+        pool.shutdown()
+        loop.close()
+
+
 def test_a_wait_cancelled_as_its_event_is_set_stays_cancelled() -> None:
     """``state.wait_event``: a task cancelled in the same turn as the event it
     waits on is set ends cancelled. ``asyncio.wait_for`` on Python 3.11 lost

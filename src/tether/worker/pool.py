@@ -105,17 +105,22 @@ class HandlerThreads:
             # thread that takes a call and leaves others behind wakes the
             # next (_run). So a round's calls wake one thread, not one each.
             if self._searching == 0:
-                self._wake()
+                try:
+                    self._wake()
+                except BaseException:  # no thread could be started: the call is refused, not left queued
+                    self._pending.pop()
+                    raise
 
     def _wake(self) -> None:
         """Lock held: wake a sleeping thread, or start one when none sleeps
         (every thread is in a call: a straggler never holds up the rest)."""
-        self._searching += 1
         if self._sleepers:
             self._sleepers.pop().release()
         else:
+            thread = threading.Thread(target=self._run, name=f"{self._name}-{self._threads + 1}", daemon=True)
+            thread.start()  # (may fail: "can't start new thread")
             self._threads += 1
-            threading.Thread(target=self._run, name=f"{self._name}-{self._threads}", daemon=True).start()
+        self._searching += 1
 
     def _run(self) -> None:
         lock, pending, finished = self._lock, self._pending, self._finished
@@ -134,7 +139,9 @@ class HandlerThreads:
                     # A thread woken for them finds them gone when the calls
                     # are quick and this thread has run them all.
                     if pending and self._searching == 0:
-                        self._wake()
+                        # (no thread to spare: they wait for this one, or for the next submit's)
+                        with contextlib.suppress(RuntimeError):
+                            self._wake()
                 elif self._shutdown:
                     return
                 else:
