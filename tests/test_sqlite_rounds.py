@@ -171,3 +171,37 @@ def test_with_synchronous_full_rounds_stay_on_the_threads(path: Path, executor: 
         assert len(claimed) == 1 and threads and threading.get_ident() not in threads
     finally:
         store.close()
+
+
+def test_the_loops_connection_leaves_checkpoints_to_a_database_thread(
+    path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit on the loop that crossed SQLite's autocheckpoint size ran the
+    checkpoint there (up to 10 ms of loop time); the loop's connection does
+    not checkpoint, and its rounds send one to a thread every
+    CHECKPOINT_CHANGES rows changed, one at a time."""
+    from tether.store.sqlite import rounds
+
+    monkeypatch.setattr(rounds, "CHECKPOINT_CHANGES", 3)
+    store = _store(path)
+    try:
+        _enqueue(store, 4)
+        threads = _recording(store, "_checkpoint")
+
+        async def main() -> None:
+            for _ in range(4):  # each claims one job: a row changed (and a starts row), a checkpoint due
+                await store.claim_async(W, ["default"], 1, TTL, executor=executor, tasks=["t"])
+            for _ in range(100):
+                if not store._checkpointing:
+                    break
+                await asyncio.sleep(0.01)
+
+        asyncio.run(main())
+        assert threads and threading.get_ident() not in threads  # on the executor's thread, never the loop's
+        assert len(threads) <= 4
+        with store._nowait_conns.use() as conn:
+            assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        with store._use() as conn:  # the store's other connections keep SQLite's own
+            assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+    finally:
+        store.close()

@@ -17,10 +17,14 @@ held for the statements only (a round of 10 jobs: a fraction of a
 millisecond), never for another process's transaction; a lease is renewed by
 the heartbeat thread meanwhile, whatever the loop does.
 
-A commit that takes the WAL past its autocheckpoint size runs the checkpoint
-here too (a few milliseconds, once every few thousand jobs). With
-``synchronous=full`` or ``extra`` every commit waits for the disk, so such a
-store keeps its rounds on the threads.
+Nor for a checkpoint: a commit that takes the WAL past its autocheckpoint
+size runs the checkpoint (copying pages to the database file, with its
+fsyncs), which held the loop for up to 10 ms once every few thousand jobs. So
+the loop's connection does not checkpoint (``wal_autocheckpoint`` 0); after
+about ``CHECKPOINT_CHANGES`` rows changed on it, a passive checkpoint runs on a
+database thread instead, one at a time. With ``synchronous=full`` or
+``extra`` every commit waits for the disk, so such a store keeps its rounds
+on the threads.
 
 Should ``SQLITE_BUSY`` come later in the transaction (a ``COMMIT`` that
 cannot get the WAL), the transaction is rolled back here, so the round runs
@@ -31,10 +35,12 @@ the first try was committed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -42,13 +48,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ...model import ClaimedJob
 from .conns import ThreadConnections
 
-__all__ = ["InlineRounds"]
+__all__ = ["CHECKPOINT_CHANGES", "InlineRounds"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("tether.store.sqlite")
 
 #: the result codes that mean another connection holds the lock (SQLITE_BUSY, SQLITE_LOCKED)
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _BUSY: Any = object()
+#: rows changed by a loop's rounds between two checkpoints on a database
+#: thread: about 1,500 jobs' worth, some 500 pages of WAL (SQLite's own
+#: autocheckpoint, which the loop's connection turns off, is at 1,000 pages)
+CHECKPOINT_CHANGES = 4000
 
 
 class _Mode(threading.local):
@@ -64,8 +76,17 @@ class InlineRounds:
     _mode: _Mode
     #: whether rounds are tried on the loop (not when every commit waits for the disk)
     _inline: bool
+    #: the loop connection's ``total_changes`` at the last checkpoint sent to a thread
+    _changes_at: int
+    _checkpointing: bool
+
+    #: where the round that asks for a checkpoint would have gone (the worker's database threads)
+    _round_executor: Executor | None = None
 
     if TYPE_CHECKING:  # the store's own methods, which the rounds run
+        def _use(self) -> AbstractContextManager[sqlite3.Connection]:
+            ...
+
         def claim(self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,
                   now: datetime | None = None, tasks: Sequence[str] | None = None) -> list[ClaimedJob]:
             ...
@@ -94,6 +115,8 @@ class InlineRounds:
         self._nowait_conns = ThreadConnections(open_nowait)
         self._mode = _Mode()
         self._inline = inline
+        self._changes_at = 0
+        self._checkpointing = False
 
     def _now_or_busy(self, call: Callable[[], T]) -> T:
         """``call()`` on this thread's no-wait connection; ``_BUSY`` if another
@@ -101,7 +124,13 @@ class InlineRounds:
         mode = self._mode
         mode.nowait = True
         try:
-            return call()
+            got = call()
+            with self._nowait_conns.use() as conn:
+                changes = conn.total_changes
+            if changes - self._changes_at >= CHECKPOINT_CHANGES:
+                self._changes_at = changes
+                self._checkpoint_soon()
+            return got
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", None) not in _BUSY_CODES:
                 raise
@@ -112,8 +141,34 @@ class InlineRounds:
         finally:
             mode.nowait = False
 
+    def _checkpoint_soon(self) -> None:
+        """On the loop: a passive checkpoint on a database thread (the round's
+        executor), unless one is still running."""
+        if self._checkpointing:
+            return
+        self._checkpointing = True
+        try:
+            done = asyncio.get_running_loop().run_in_executor(self._round_executor, self._checkpoint)
+        except RuntimeError:  # the executor is shut down (the worker is stopping): the next round asks again
+            self._checkpointing = False
+            self._changes_at -= CHECKPOINT_CHANGES
+            return
+        done.add_done_callback(self._checkpointed)
+
+    def _checkpoint(self) -> None:
+        """A database thread: copy what the WAL holds into the database file,
+        as far as readers allow, without waiting for anyone (PASSIVE)."""
+        with self._use() as conn:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        self._checkpointing = False
+        if not done.cancelled() and done.exception() is not None:
+            log.debug("SQLite: a checkpoint failed (%s); the next one retries", done.exception())
+
     async def _round(self, call: Callable[[], T], executor: Executor | None) -> T:
         if self._inline:
+            self._round_executor = executor
             got = self._now_or_busy(call)
             if got is not _BUSY:
                 return got

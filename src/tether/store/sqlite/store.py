@@ -93,7 +93,11 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         return conn
 
     def _open_nowait(self) -> sqlite3.Connection:
-        return self._open(0)
+        """A loop's connection for its rounds: never waits for the lock, never
+        checkpoints (rounds.py sends its checkpoints to a thread)."""
+        conn = self._open(0)
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        return conn
 
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         try:
