@@ -192,16 +192,44 @@ def test_the_loops_connection_leaves_checkpoints_to_a_database_thread(
             for _ in range(4):  # each claims one job: a row changed (and a starts row), a checkpoint due
                 await store.claim_async(W, ["default"], 1, TTL, executor=executor, tasks=["t"])
             for _ in range(100):
-                if not store._checkpointing:
+                if store._checkpoint_sent is None:
                     break
                 await asyncio.sleep(0.01)
 
         asyncio.run(main())
         assert threads and threading.get_ident() not in threads  # on the executor's thread, never the loop's
-        assert len(threads) <= 4
+        assert len(threads) <= 4 and store._checkpoint_sent is None
         with store._nowait_conns.use() as conn:
             assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
         with store._use() as conn:  # the store's other connections keep SQLite's own
             assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+    finally:
+        store.close()
+
+
+def test_a_checkpoint_an_executor_dropped_does_not_stop_the_next(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's database threads drop calls not started at its shutdown; a
+    store that outlives the worker (the app's, in a test run or a process
+    that starts another worker) still checkpoints once the dropped one is
+    stale."""
+    from tether.store.sqlite import rounds
+
+    monkeypatch.setattr(rounds, "CHECKPOINT_CHANGES", 1)
+    monkeypatch.setattr(rounds, "CHECKPOINT_STALE", 0.05)
+    store = _store(path)
+    try:
+        _enqueue(store, 2)
+        threads = _recording(store, "_checkpoint")
+        dropped = ThreadPoolExecutor(1)
+        gate = threading.Event()
+        dropped.submit(gate.wait, 5)  # busy: the checkpoint queues behind it, then is cancelled
+        asyncio.run(store.claim_async(W, ["default"], 1, TTL, executor=dropped, tasks=["t"]))
+        dropped.shutdown(wait=False, cancel_futures=True)
+        gate.set()
+        assert store._checkpoint_sent is not None and threads == []  # sent, never run
+        with ThreadPoolExecutor(1) as fresh:
+            asyncio.run(asyncio.sleep(0.06))
+            asyncio.run(store.claim_async(W, ["default"], 1, TTL, executor=fresh, tasks=["t"]))
+        assert len(threads) == 1 and store._checkpoint_sent is None
     finally:
         store.close()

@@ -38,6 +38,7 @@ import asyncio
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
@@ -48,7 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ...model import ClaimedJob
 from .conns import ThreadConnections
 
-__all__ = ["CHECKPOINT_CHANGES", "InlineRounds"]
+__all__ = ["CHECKPOINT_CHANGES", "CHECKPOINT_STALE", "InlineRounds"]
 
 T = TypeVar("T")
 
@@ -61,6 +62,8 @@ _BUSY: Any = object()
 #: thread: about 1,500 jobs' worth, some 500 pages of WAL (SQLite's own
 #: autocheckpoint, which the loop's connection turns off, is at 1,000 pages)
 CHECKPOINT_CHANGES = 4000
+#: a checkpoint sent this long ago (seconds) and not finished is taken for lost
+CHECKPOINT_STALE = 30.0
 
 
 class _Mode(threading.local):
@@ -78,7 +81,8 @@ class InlineRounds:
     _inline: bool
     #: the loop connection's ``total_changes`` at the last checkpoint sent to a thread
     _changes_at: int
-    _checkpointing: bool
+    #: when the checkpoint now on a thread was sent (monotonic), None when none is
+    _checkpoint_sent: float | None
 
     #: where the round that asks for a checkpoint would have gone (the worker's database threads)
     _round_executor: Executor | None = None
@@ -116,7 +120,7 @@ class InlineRounds:
         self._mode = _Mode()
         self._inline = inline
         self._changes_at = 0
-        self._checkpointing = False
+        self._checkpoint_sent = None
 
     def _now_or_busy(self, call: Callable[[], T]) -> T:
         """``call()`` on this thread's no-wait connection; ``_BUSY`` if another
@@ -143,28 +147,30 @@ class InlineRounds:
 
     def _checkpoint_soon(self) -> None:
         """On the loop: a passive checkpoint on a database thread (the round's
-        executor), unless one is still running."""
-        if self._checkpointing:
+        executor), unless one sent lately has not finished. (One an executor
+        dropped at its shutdown never finishes: after ``CHECKPOINT_STALE`` the
+        next is sent anyway, for a store that outlives its worker.)"""
+        now = time.monotonic()
+        sent = self._checkpoint_sent
+        if sent is not None and now - sent < CHECKPOINT_STALE:
             return
-        self._checkpointing = True
+        self._checkpoint_sent = now
         try:
-            done = asyncio.get_running_loop().run_in_executor(self._round_executor, self._checkpoint)
-        except RuntimeError:  # the executor is shut down (the worker is stopping): the next round asks again
-            self._checkpointing = False
+            asyncio.get_running_loop().run_in_executor(self._round_executor, self._checkpoint)
+        except RuntimeError:  # the executor is shut down (the worker is stopping): a later round asks again
+            self._checkpoint_sent = None
             self._changes_at -= CHECKPOINT_CHANGES
-            return
-        done.add_done_callback(self._checkpointed)
 
     def _checkpoint(self) -> None:
         """A database thread: copy what the WAL holds into the database file,
         as far as readers allow, without waiting for anyone (PASSIVE)."""
-        with self._use() as conn:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-
-    def _checkpointed(self, done: asyncio.Future[None]) -> None:
-        self._checkpointing = False
-        if not done.cancelled() and done.exception() is not None:
-            log.debug("SQLite: a checkpoint failed (%s); the next one retries", done.exception())
+        try:
+            with self._use() as conn:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            log.debug("SQLite: a checkpoint failed (%s); the next one retries", exc)
+        finally:
+            self._checkpoint_sent = None
 
     async def _round(self, call: Callable[[], T], executor: Executor | None) -> T:
         if self._inline:
