@@ -135,7 +135,7 @@ def test_a_round_that_loses_the_lock_part_way_is_rolled_back_and_run_again_on_a_
         return "second"
 
     try:
-        assert asyncio.run(store._round(call, executor)) == "second"
+        assert asyncio.run(store._round(executor, call)) == "second"
         assert tries[0] == threading.get_ident() and tries[1] != threading.get_ident()
         with store._nowait_conns.use() as conn:
             assert not conn.in_transaction
@@ -155,7 +155,7 @@ def test_other_errors_of_a_round_on_the_loop_are_raised_not_retried(path: Path, 
 
     try:
         with pytest.raises(sqlite3.OperationalError, match="nope"):
-            asyncio.run(store._round(call, executor))
+            asyncio.run(store._round(executor, call))
         assert tries == 1
     finally:
         store.close()

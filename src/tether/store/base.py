@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from functools import partial
+from typing import TypeVar
 
 from ..errors import ConfigError
 from ..model import (
@@ -54,6 +55,8 @@ from ..model import (
 from .buckets import Buckets
 from .pruning import check_prune
 from .push import Listener, PushChannels
+
+T = TypeVar("T")
 
 __all__ = ["Listener", "Store", "check_prune"]
 
@@ -276,40 +279,38 @@ class Store(PushChannels, abc.ABC):
         return accepted, self.claim_ids(worker, ids, queues, lease_ttl, now=now, tasks=tasks)
 
     # -- a worker's round, from its event loop ----------------------------------------
-    # These defaults run the method above on ``executor`` (the worker's database
-    # threads). PostgreSQL sends the statement from the event loop itself: no
-    # hop to a thread and back on every round, and no wait for the thread to
-    # get the GIL from a loop busy starting the last claim's jobs.
+    # ``claim`` and the rest for a coroutine: through ``_round``, on ``executor`` (the worker's
+    # database threads) unless the backend's ``_round`` says otherwise (SQLite: on the loop while
+    # the write lock is free, rounds.py). PostgreSQL sends the statement from the loop itself.
+    async def _round(self, executor: Executor | None, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(executor, call)
+
     async def claim_async(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,
         executor: Executor | None = None, now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
-        """``claim`` for a coroutine."""
-        return await asyncio.get_running_loop().run_in_executor(
-            executor, partial(self.claim, worker, queues, limit, lease_ttl, now=now, tasks=tasks))
+        return await self._round(executor, partial(self.claim, worker, queues, limit, lease_ttl, now=now, tasks=tasks))
 
     async def claim_ids_async(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
         executor: Executor | None = None, now: datetime | None = None, tasks: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
         """``claim_ids`` for a coroutine (a delivering transport's claim)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            executor, partial(self.claim_ids, worker, ids, queues, lease_ttl, now=now, tasks=tasks))
+        return await self._round(executor, partial(self.claim_ids, worker, ids, queues, lease_ttl, now=now,
+                                                   tasks=tasks))
 
     async def complete_async(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], *,
         executor: Executor | None = None, now: datetime | None = None,
     ) -> set[int]:
-        """``complete`` for a coroutine."""
-        return await asyncio.get_running_loop().run_in_executor(executor, partial(self.complete, worker, done, now=now))
+        return await self._round(executor, partial(self.complete, worker, done, now=now))
 
     async def complete_and_claim_async(
         self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
         lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
         tasks: Sequence[str] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        """``complete_and_claim`` for a coroutine."""
-        return await asyncio.get_running_loop().run_in_executor(
+        return await self._round(
             executor, partial(self.complete_and_claim, worker, done, queues, limit, lease_ttl, now=now, tasks=tasks))
 
     async def complete_and_claim_ids_async(
@@ -317,8 +318,7 @@ class Store(PushChannels, abc.ABC):
         lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
         tasks: Sequence[str] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        """``complete_and_claim_ids`` for a coroutine."""
-        return await asyncio.get_running_loop().run_in_executor(
+        return await self._round(
             executor, partial(self.complete_and_claim_ids, worker, done, ids, queues, lease_ttl, now=now, tasks=tasks))
 
     @abc.abstractmethod

@@ -39,14 +39,11 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
-from datetime import datetime
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...model import ClaimedJob
 from .conns import ThreadConnections
 
 __all__ = ["CHECKPOINT_CHANGES", "CHECKPOINT_STALE", "InlineRounds"]
@@ -72,9 +69,10 @@ class _Mode(threading.local):
 
 
 class InlineRounds:
-    """The round methods' async forms for the SQLite store (a mixin)."""
+    """The SQLite store's ``_round``, which ``Store``'s async round methods
+    (``claim_async``, ``complete_and_claim_async``, ...) run their call
+    through (a mixin)."""
 
-    path: str
     _nowait_conns: ThreadConnections
     _mode: _Mode
     #: whether rounds are tried on the loop (not when every commit waits for the disk)
@@ -84,35 +82,8 @@ class InlineRounds:
     #: when the checkpoint now on a thread was sent (monotonic), None when none is
     _checkpoint_sent: float | None
 
-    #: where the round that asks for a checkpoint would have gone (the worker's database threads)
-    _round_executor: Executor | None = None
-
-    if TYPE_CHECKING:  # the store's own methods, which the rounds run
+    if TYPE_CHECKING:  # the store's own
         def _use(self) -> AbstractContextManager[sqlite3.Connection]:
-            ...
-
-        def claim(self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,
-                  now: datetime | None = None, tasks: Sequence[str] | None = None) -> list[ClaimedJob]:
-            ...
-
-        def claim_ids(self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
-                      now: datetime | None = None, tasks: Sequence[str] | None = None) -> list[ClaimedJob]:
-            ...
-
-        def complete(self, worker: str, done: Sequence[tuple[int, int, str | None]], *,
-                     now: datetime | None = None) -> set[int]:
-            ...
-
-        def complete_and_claim(
-            self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
-            lease_ttl: float, *, now: datetime | None = None, tasks: Sequence[str] | None = None,
-        ) -> tuple[set[int], list[ClaimedJob]]:
-            ...
-
-        def complete_and_claim_ids(
-            self, worker: str, done: Sequence[tuple[int, int, str | None]], ids: Sequence[int], queues: Sequence[str],
-            lease_ttl: float, *, now: datetime | None = None, tasks: Sequence[str] | None = None,
-        ) -> tuple[set[int], list[ClaimedJob]]:
             ...
 
     def _init_rounds(self, open_nowait: Callable[[], sqlite3.Connection], *, inline: bool) -> None:
@@ -122,7 +93,7 @@ class InlineRounds:
         self._changes_at = 0
         self._checkpoint_sent = None
 
-    def _now_or_busy(self, call: Callable[[], T]) -> T:
+    def _now_or_busy(self, call: Callable[[], T], executor: Executor | None) -> T:
         """``call()`` on this thread's no-wait connection; ``_BUSY`` if another
         connection holds the lock (with nothing of the call left behind)."""
         mode = self._mode
@@ -133,7 +104,7 @@ class InlineRounds:
                 changes = conn.total_changes
             if changes - self._changes_at >= CHECKPOINT_CHANGES:
                 self._changes_at = changes
-                self._checkpoint_soon()
+                self._checkpoint_soon(executor)
             return got
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", None) not in _BUSY_CODES:
@@ -145,9 +116,9 @@ class InlineRounds:
         finally:
             mode.nowait = False
 
-    def _checkpoint_soon(self) -> None:
-        """On the loop: a passive checkpoint on a database thread (the round's
-        executor), unless one sent lately has not finished. (One an executor
+    def _checkpoint_soon(self, executor: Executor | None) -> None:
+        """On the loop: a passive checkpoint on a database thread (``executor``,
+        the round's), unless one sent lately has not finished. (One an executor
         dropped at its shutdown never finishes: after ``CHECKPOINT_STALE`` the
         next is sent anyway, for a store that outlives its worker.)"""
         now = time.monotonic()
@@ -156,7 +127,7 @@ class InlineRounds:
             return
         self._checkpoint_sent = now
         try:
-            asyncio.get_running_loop().run_in_executor(self._round_executor, self._checkpoint)
+            asyncio.get_running_loop().run_in_executor(executor, self._checkpoint)
         except RuntimeError:  # the executor is shut down (the worker is stopping): a later round asks again
             self._checkpoint_sent = None
             self._changes_at -= CHECKPOINT_CHANGES
@@ -172,47 +143,10 @@ class InlineRounds:
         finally:
             self._checkpoint_sent = None
 
-    async def _round(self, call: Callable[[], T], executor: Executor | None) -> T:
+    async def _round(self, executor: Executor | None, call: Callable[[], T]) -> T:
+        """``Store._round``: here at once when the lock is free, else on ``executor``."""
         if self._inline:
-            self._round_executor = executor
-            got = self._now_or_busy(call)
+            got = self._now_or_busy(call, executor)
             if got is not _BUSY:
                 return got
         return await asyncio.get_running_loop().run_in_executor(executor, call)
-
-    async def claim_async(
-        self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,
-        executor: Executor | None = None, now: datetime | None = None, tasks: Sequence[str] | None = None,
-    ) -> list[ClaimedJob]:
-        return await self._round(partial(self.claim, worker, queues, limit, lease_ttl, now=now, tasks=tasks),
-                                 executor)
-
-    async def claim_ids_async(
-        self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
-        executor: Executor | None = None, now: datetime | None = None, tasks: Sequence[str] | None = None,
-    ) -> list[ClaimedJob]:
-        return await self._round(partial(self.claim_ids, worker, ids, queues, lease_ttl, now=now, tasks=tasks),
-                                 executor)
-
-    async def complete_async(
-        self, worker: str, done: Sequence[tuple[int, int, str | None]], *,
-        executor: Executor | None = None, now: datetime | None = None,
-    ) -> set[int]:
-        return await self._round(partial(self.complete, worker, done, now=now), executor)
-
-    async def complete_and_claim_async(
-        self, worker: str, done: Sequence[tuple[int, int, str | None]], queues: Sequence[str], limit: int,
-        lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
-        tasks: Sequence[str] | None = None,
-    ) -> tuple[set[int], list[ClaimedJob]]:
-        return await self._round(
-            partial(self.complete_and_claim, worker, done, queues, limit, lease_ttl, now=now, tasks=tasks), executor)
-
-    async def complete_and_claim_ids_async(
-        self, worker: str, done: Sequence[tuple[int, int, str | None]], ids: Sequence[int], queues: Sequence[str],
-        lease_ttl: float, *, executor: Executor | None = None, now: datetime | None = None,
-        tasks: Sequence[str] | None = None,
-    ) -> tuple[set[int], list[ClaimedJob]]:
-        return await self._round(
-            partial(self.complete_and_claim_ids, worker, done, ids, queues, lease_ttl, now=now, tasks=tasks),
-            executor)
