@@ -1025,16 +1025,24 @@ def test_a_bulk_publish_puts_up_to_ten_jobs_of_a_queue_in_a_message(nats_url: st
     ]
 
 
-def test_a_message_is_acked_once_every_job_it_carries_is_settled(nats_url: str, prefix: str) -> None:
+@pytest.mark.parametrize("batched", [False, True], ids=["one-by-one", "ack_many"])
+def test_a_message_is_acked_once_every_job_it_carries_is_settled(nats_url: str, prefix: str, batched: bool) -> None:
+    """Acked one by one, or as a worker acks a round's successes (``ack_many``)."""
     transport = transport_for(nats_url, prefix)
     try:
         transport.publish([(i, "default") for i in range(1, 11)])
         got = fetch_now(transport, 10)
         assert [d.job_id for d in got] == list(range(1, 11))
-        for d in got[:9]:
-            transport.ack(d)
+        if batched:
+            transport.ack_many(got[:9])
+        else:
+            for d in got[:9]:
+                transport.ack(d)
         wait_for(lambda: backlog(nats_url, prefix) == (0, 1), 10, "nine of ten acked: the message still pending")
-        transport.ack(got[9])
+        if batched:
+            transport.ack_many(got[9:])
+        else:
+            transport.ack(got[9])
         wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "the last one acked: the message with it")
     finally:
         transport.close()

@@ -102,8 +102,17 @@ class Transport:
         """Up to ``limit`` deliveries for ``queues``, waiting at most ``timeout`` seconds for the first."""
         return []
 
+    def fetch_buffered(self, limit: int, queues: Sequence[str]) -> list[Delivery]:
+        """``fetch`` without waiting: what the transport holds now (none by default)."""
+        return []
+
     def ack(self, delivery: Delivery) -> None:
         """The database has recorded what became of this delivery's job."""
+
+    def ack_many(self, deliveries: Sequence[Delivery]) -> None:
+        """``ack`` each, in one step where the transport can."""
+        for delivery in deliveries:
+            self.ack(delivery)
 
     def nak(self, delivery: Delivery) -> None:
         """Hand this delivery back for another worker at once."""

@@ -395,13 +395,14 @@ class NatsTransport(Transport):
             with contextlib.suppress(RuntimeError):
                 self._running_loop()
 
+    def fetch_buffered(self, limit: int, queues: Sequence[str]) -> list[Delivery]:
+        got = take_now(self._pullers, queues, limit) if self.healthy else []
+        if got and any(p.short() for p in list(self._pullers.values())):
+            self._settles.kick()  # (taken on the caller's loop: the link loop is only woken to ask for more)
+        return got
+
     async def fetch(self, limit: int, timeout: float, queues: Sequence[str]) -> list[Delivery]:
-        if not self.healthy:
-            return []
-        got = take_now(self._pullers, queues, limit)
-        if got:  # taken here, on the caller's loop: the link loop is only woken to ask for more
-            if any(p.short() for p in list(self._pullers.values())):
-                self._settles.kick()
+        if (got := self.fetch_buffered(limit, queues)) or not self.healthy:
             return got
         return await self._on_link_loop(self._fetch(limit, timeout, list(queues))) or []
 
@@ -436,12 +437,13 @@ class NatsTransport(Transport):
         return got
 
     def ack(self, delivery: Delivery) -> None:
-        if isinstance(delivery.handle, Carrier):
-            self._settles.share(delivery.handle, "ack")
+        self.ack_many((delivery,))
+
+    def ack_many(self, deliveries: Sequence[Delivery]) -> None:
+        self._settles.share_all([d.handle for d in deliveries if isinstance(d.handle, Carrier)], "ack")
 
     def nak(self, delivery: Delivery) -> None:
-        if isinstance(delivery.handle, Carrier):
-            self._settles.share(delivery.handle, "nak")
+        self._settles.share_all([delivery.handle] if isinstance(delivery.handle, Carrier) else [], "nak")
 
     def _hand_back(self, rest: list[Delivery]) -> None:
         """Any thread: deliveries a round had no room for (a message split by
@@ -452,8 +454,7 @@ class NatsTransport(Transport):
         if (loop := self._loop) is not None and self.healthy:
             with contextlib.suppress(RuntimeError):  # the loop has closed: the sweep has them
                 loop.call_soon_threadsafe(lambda: self._spawn(self._publish(msgs)))
-        for d in rest:
-            self.ack(d)
+        self.ack_many(rest)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """On the link loop: run ``coro`` as a task of its own, kept until done."""

@@ -100,14 +100,21 @@ class Settler:
 
     def share(self, carrier: Carrier, how: str) -> None:
         """One delivery settled: its message, once the last of its deliveries is."""
+        self.share_all([carrier], how)
+
+    def share_all(self, carriers: list[Carrier], how: str) -> None:
+        """``share`` each, under one lock (a round's acks)."""
+        settled = False
         with self._lock:
-            if how != "ack":
-                carrier.how = how
-            carrier.left -= 1
-            if carrier.left > 0:
-                return
-            self.queued.append((carrier.msg, carrier.how))
-        self.soon()
+            for carrier in carriers:
+                if how != "ack":
+                    carrier.how = how
+                carrier.left -= 1
+                if carrier.left <= 0:
+                    self.queued.append((carrier.msg, carrier.how))
+                    settled = True
+        if settled:
+            self.soon()
 
     def kick(self) -> None:
         """Any thread: wake the link loop once for whatever waits (settles, top-ups)."""

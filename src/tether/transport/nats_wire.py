@@ -46,8 +46,8 @@ class Carrier:
         self.msg, self.left, self.how = msg, left, "ack"
 
 
-def _is_id(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+#: the one type a job id may have (``bool`` is an ``int`` too, and is refused)
+_IDS = {int}
 
 
 def parse(msg: Msg) -> tuple[list[int], str, bool] | None:
@@ -57,7 +57,7 @@ def parse(msg: Msg) -> tuple[list[int], str, bool] | None:
         body = json.loads(msg.data)
         queue = body["queue"]
         ids = body["job_ids"] if "job_ids" in body else [body["job_id"]]
-        if not isinstance(ids, list) or not ids or not all(_is_id(i) for i in ids) or not isinstance(queue, str):
+        if not isinstance(ids, list) or set(map(type, ids)) != _IDS or not isinstance(queue, str):
             raise ValueError("job_id must be an int, job_ids a list of them, and queue a string")
     except (ValueError, KeyError, TypeError) as exc:
         log.warning("NATS: dropping a malformed message on %s (%s): %r", msg.subject, exc, msg.data[:200])

@@ -266,16 +266,19 @@ class Claimer:
         s = self.state
         transport = s.transport
         assert s.loop is not None
-        waiting = s.loop.call_later(FETCH_IDLE, self._fetch_idle)
-        try:
-            deliveries = await transport.fetch(want, FETCH_WAIT, s.queues)
-        finally:
-            waiting.cancel()
-            if s.fetch_waiting:
-                s.fetch_waiting = False
-                self._idle.clear()
+        # What the transport holds already needs no wait, and so no idle timer
+        deliveries = transport.fetch_buffered(want, s.queues)
         if not deliveries:
-            return []
+            waiting = s.loop.call_later(FETCH_IDLE, self._fetch_idle)
+            try:
+                deliveries = await transport.fetch(want, FETCH_WAIT, s.queues)
+            finally:
+                waiting.cancel()
+                if s.fetch_waiting:
+                    s.fetch_waiting = False
+                    self._idle.clear()
+            if not deliveries:
+                return []
         first: dict[int, Delivery] = {}
         for d in deliveries:
             if d.job_id in first:

@@ -27,6 +27,7 @@ from ..errors import StaleAttempt
 from ..events import after_attempt
 from ..logs import job_fields
 from ..model import JobState, Outcome, Reaped
+from ..transport import Delivery
 from .inflight import Running
 from .state import WorkerState, wait_event
 
@@ -139,6 +140,7 @@ class Reporter:
         s = self.state
         history, emit = s.history, s.events.active
         refused = 0
+        acks: list[Delivery] = []
         for r, _ in batch:
             job = r.job
             ok = job.id in accepted
@@ -155,7 +157,9 @@ class Reporter:
             elif emit:
                 s.emit("job.succeeded", r, time.monotonic() - r.started, state=JobState.SUCCEEDED,
                        outcome=Outcome.SUCCEEDED)
-            self.let_go(r)
+            self.let_go(r, acks)
+        if acks:
+            s.transport.ack_many(acks)
         s.counts["succeeded"] += len(batch) - refused
         if refused:
             s.counts["stale_reports"] += refused
@@ -308,10 +312,14 @@ class Reporter:
         self.let_go(running)
         self._nudge.set()
 
-    def let_go(self, running: Running) -> None:
-        """``forget`` without waking the claimer: for a batch, which wakes it once."""
+    def let_go(self, running: Running, acks: list[Delivery] | None = None) -> None:
+        """``forget`` without waking the claimer: for a batch, which wakes it
+        once (and acks the messages in ``acks`` at once, when given)."""
         if running.delivery is not None:
-            self.state.transport.ack(running.delivery)
+            if acks is None:
+                self.state.transport.ack(running.delivery)
+            else:
+                acks.append(running.delivery)
             running.delivery = None
         if running.span is not None:
             self._end_span(running)
