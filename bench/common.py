@@ -479,13 +479,16 @@ class Workers:
 
 
 def spawn_workers(system: System, count: int, concurrency: int, *, extra_env: dict[str, str] | None = None,
-                  argv: list[str] | None = None, tag: str = "") -> Workers:
+                  argv: list[str] | None = None, tag: str = "", cpus: str | None = None) -> Workers:
+    """``cpus``: run each worker process on these CPUs only (``taskset -c``), every thread of it."""
     procs, logs = [], []
     logdir = scratch() / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
     for k in range(count):
         f = open(logdir / f"{system.name}{tag}-w{k}.log", "ab")  # noqa: SIM115 (closed by Workers.stop)
         cmd = argv or system.worker_argv(system, concurrency)
+        if cpus is not None:
+            cmd = ["taskset", "-c", cpus, *cmd]
         f.write(f"$ {' '.join(cmd)}\n".encode())
         f.flush()
         # libpq (psycopg) names each connection after its worker process, so

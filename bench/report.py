@@ -361,19 +361,28 @@ def ceiling_md(ce: dict[str, Any], tp: dict[str, Any] | None) -> str:
 
 def sync_md(sy: dict[str, Any]) -> str:
     rows = []
+    pins = [("", "", "sync_over_async")] + ([("-1cpu", ", worker on 1 CPU", "pinned_sync_over_async")]
+                                           if sy.get("pinned_cpu") else [])
     for key, d in sy["configs"].items():
-        a, s, r = d.get("async", {}), d.get("sync", {}), d.get("sync_over_async", {})
-        rows.append([key, f(a.get("rate")), f(s.get("rate")), f(r.get("rate"), 2) + "x" if r.get("rate") else "-",
-                     f(a.get("rate_from_spawn")), f(s.get("rate_from_spawn")),
-                     f(a.get("worker_cpu_per_job_ms"), 4), f(s.get("worker_cpu_per_job_ms"), 4),
-                     f(r.get("worker_cpu_per_job_ms"), 2) + "x" if r.get("worker_cpu_per_job_ms") else "-",
-                     f"{a.get('ok_reps', 0)}+{s.get('ok_reps', 0)}/{a.get('reps', 0)}+{s.get('reps', 0)}"])
+        for pin, label, over in pins:
+            a, s, r = d.get("async" + pin, {}), d.get("sync" + pin, {}), d.get(over, {})
+            rows.append(_sync_row(key + label, a, s, r))
+    pinned = (f" *Worker on 1 CPU*: the worker process (every thread of it) on CPU {sy['pinned_cpu']} "
+              "(`taskset`), PostgreSQL anywhere." if sy.get("pinned_cpu") else "")
     return (f"N = {sy['n']:,} no-op jobs, one worker process; `async def` (task `noop`) and `def` (`noop_sync`, on "
             "the handler threads) run back to back in each repetition; ratios are the median of the "
-            "per-repetition ratios. " + interleaving(sy["runs"]) + "\n\n"
+            "per-repetition ratios." + pinned + " " + interleaving(sy["runs"]) + "\n\n"
             + table(["backend, concurrency", "async jobs/s", "def jobs/s", "def / async", "async from spawn",
                      "def from spawn", "async worker CPU ms/job", "def worker CPU ms/job", "CPU def / async",
                      "ok runs"], rows))
+
+
+def _sync_row(key: str, a: dict[str, Any], s: dict[str, Any], r: dict[str, Any]) -> list[str]:
+    return [key, f(a.get("rate")), f(s.get("rate")), f(r.get("rate"), 2) + "x" if r.get("rate") else "-",
+            f(a.get("rate_from_spawn")), f(s.get("rate_from_spawn")),
+            f(a.get("worker_cpu_per_job_ms"), 4), f(s.get("worker_cpu_per_job_ms"), 4),
+            f(r.get("worker_cpu_per_job_ms"), 2) + "x" if r.get("worker_cpu_per_job_ms") else "-",
+            f"{a.get('ok_reps', 0)}+{s.get('ok_reps', 0)}/{a.get('reps', 0)}+{s.get('reps', 0)}"]
 
 
 def workers_md(wk: dict[str, Any]) -> str:

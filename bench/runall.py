@@ -65,6 +65,8 @@ def main() -> None:
                 argv += ["--system", s]
         if name == "latency" and systems and "tether" in systems:
             argv += ["--system", "tether-sqlite"]
+        if name == "sync" and not args.quick:
+            argv.append("--pinned")  # where the def handler's extra cost goes: the hand-off across CPUs
         C.log(f"=== {name} {' '.join(argv)}")
         t0 = time.monotonic()
         try:

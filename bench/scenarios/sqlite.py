@@ -24,8 +24,9 @@ import common as C
 WORKERS = [1, 2, 4]
 
 
-def run_one(n: int, workers: int, concurrency: int, tag: str, *, task: str = "noop") -> dict[str, Any]:
-    """``task``: the jobs' task (``noop_sync``: ``def`` handlers)."""
+def run_one(n: int, workers: int, concurrency: int, tag: str, *, task: str = "noop",
+            cpus: str | None = None) -> dict[str, Any]:
+    """``task``: the jobs' task (``noop_sync``: ``def`` handlers); ``cpus``: the workers' CPUs (taskset)."""
     path = C.scratch() / "sqlite-bench.db"
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
@@ -34,7 +35,8 @@ def run_one(n: int, workers: int, concurrency: int, tag: str, *, task: str = "no
     enq = C.run_client(system, ["enqueue", "--mode", "bulk", "--n", str(n), "--batch", "1000", "--task", task])
     marks = C.fresh_dir(f"marks-{tag}")
     t_spawn = time.time()
-    w = C.spawn_workers(system, workers, concurrency, extra_env={"BENCH_MARK_DIR": str(marks)}, tag=f"-{tag}")
+    w = C.spawn_workers(system, workers, concurrency, extra_env={"BENCH_MARK_DIR": str(marks)}, tag=f"-{tag}",
+                        cpus=cpus)
     try:
         if C.wait_first_mark(marks, w, timeout=120) is None:
             raise RuntimeError(f"no job started (workers alive: {w.alive()}); see {C.scratch() / 'logs'}")

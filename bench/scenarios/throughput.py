@@ -79,9 +79,10 @@ def after_exit(system: C.System) -> tuple[C.Snap, int]:
 
 def run_one(system: C.System, n: int, workers: int, concurrency: int, tag: str,
             env: dict[str, str] | None = None, *, task: str = "noop",
-            watch: Watch | None = None) -> dict[str, Any]:
+            watch: Watch | None = None, cpus: str | None = None) -> dict[str, Any]:
     """``env`` reaches the workers and the client (e.g. TETHER_TRANSPORT);
     ``task``: the jobs' task (tether: ``noop_sync`` for ``def`` handlers);
+    ``cpus``: the workers' CPUs (``taskset -c``; None: wherever the kernel puts them);
     ``watch(admin)`` is called at each poll while the jobs run, on the driver's
     admin connection (e.g. to sample pg_stat_activity)."""
     db = system.db
@@ -97,7 +98,7 @@ def run_one(system: C.System, n: int, workers: int, concurrency: int, tag: str,
         s0 = C.snapshot(db, admin)
         t_spawn = time.time()
         w = C.spawn_workers(system, workers, concurrency, extra_env={**(env or {}), "BENCH_MARK_DIR": str(marks)},
-                            tag=f"-{tag}")
+                            tag=f"-{tag}", cpus=cpus)
         out: dict[str, Any] = {"system": system.name, "workers": workers, "concurrency": concurrency, "n": n,
                                "prefill_rate": n / enq["seconds"]}
         try:
