@@ -301,13 +301,15 @@ def remote_md(rm: dict[str, Any]) -> str:
 
 def transports_md(tr: dict[str, Any]) -> str:
     lat = [[k, f((d.get("from_call") or {}).get("p50"), 2), f((d.get("from_call") or {}).get("p99"), 2),
-            f"{d.get('samples', 0)}/{tr['samples']}"] for k, d in tr["latency"].items()]
+            f"{d.get('samples', 0)}/{d.get('requested', tr['samples'])}"] for k, d in tr["latency"].items()]
     tp = [[k, f(d["summary"].get("rate")), f(d["summary"].get("worker_cpu_per_job_ms"), 3),
            f(d["summary"].get("pg_cpu_per_job_ms"), 3), f"{d['summary'].get('ok_reps', 0)}/{d['summary'].get('reps', 0)}"]
           for k, d in tr["throughput"].items()]
     ratio = tr.get("nats_over_notify") or {}
     nosweep = tr.get("nats_nosweep_over_notify") or {}
-    text = (f"The same tether app under each transport. Idle-queue latency, {tr['samples']} samples:\n\n"
+    fewer = any(d.get("requested", tr["samples"]) < tr["samples"] for d in tr["latency"].values())
+    text = (f"The same tether app under each transport. Idle-queue latency, {tr['samples']} samples"
+            + (" (polling: fewer, as the last column says)" if fewer else "") + ":\n\n"
             + table(["transport", "p50 ms", "p99 ms", "samples"], lat)
             + f"\n\nThroughput of {tr['n']:,} pre-enqueued no-op jobs, PostgreSQL, 1 worker x 10 (transports taking "
             "turns in each repetition):\n\n"
