@@ -314,8 +314,11 @@ class Claimer:
         self._idle.set()
 
     async def _claim_any(self, claim: _Claim) -> Got | None:
-        self.state.counts["db_claims"] += 1
         jobs = await self._receive(claim)
+        # Counted once answered: a claim still on its way may yet take a job
+        # enqueued after the count moved (a caller on the worker's own loop,
+        # an ASGI app's request handler, enqueues before the statement goes out)
+        self.state.counts["db_claims"] += 1
         return None if jobs is None else [(j, None) for j in jobs]
 
     # -- one claim ------------------------------------------------------------------------
