@@ -78,37 +78,74 @@ rooms AS (
                 WHERE y.exclusive_key = j.exclusive_key AND y.state = 'queued' AND y.run_at <= {now}
                 ORDER BY y.priority DESC, y.run_at, y.id LIMIT 1)))
 
+-- name: _pick
+-- (The claims' choice, inside WHERE id IN (...), after a WITH that defines
+-- rooms (_rooms) and tasks: the task names to claim.) Every branch reads a
+-- bounded number of rows however many jobs wait. SQLite walks
+-- tether_jobs_claim_idx (queue, task, priority DESC, run_at, id) once for each
+-- (queue, task) pair that queue IN and task IN make, each walk already in
+-- claim order, and stops each one after LIMIT rows; only those are sorted.
+-- A claim that read a queue's due rows and then sorted or numbered them all
+-- (a window over the queue, or no task to look up by) took 157 ms against a
+-- backlog of 100,000 jobs, ten times what it took against 10,000.
+SELECT id FROM (
+    -- queues without limits: the best :limit due jobs, as always
+    SELECT * FROM (
+        SELECT j.id, j.priority, j.run_at FROM tether_jobs AS j
+        WHERE j.state = 'queued' AND j.run_at <= {now}
+          AND j.queue IN (SELECT name FROM rooms WHERE room IS NULL)
+          AND j.task IN (SELECT name FROM tasks)
+          AND {_key_free}
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT :limit)
+    UNION ALL
+    -- limited queues: each one's best :limit due jobs (the correlated subquery
+    -- walks as above; SQLite's LIMIT cannot name the room), numbered, and no
+    -- more of them than its room
+    SELECT id, priority, run_at FROM (
+        SELECT c.id, c.priority, c.run_at, r.room,
+               row_number() OVER (PARTITION BY c.queue ORDER BY c.priority DESC, c.run_at, c.id) AS nth
+        FROM rooms AS r CROSS JOIN tether_jobs AS c  -- CROSS: rooms drives; no limited queue, no scan
+        WHERE r.room > 0 AND c.id IN (
+            SELECT j.id FROM tether_jobs AS j
+            WHERE j.queue = r.name AND j.state = 'queued' AND j.run_at <= {now}
+              AND j.task IN (SELECT name FROM tasks)
+              AND {_key_free}
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT :limit))
+    WHERE nth <= room)
+ORDER BY priority DESC, run_at, id
+LIMIT :limit
+
+-- name: _queued_tasks
+-- (A recursive CTE.) The task names with queued jobs on the worker's queues,
+-- for the statements that take no task list: a skip scan of
+-- tether_jobs_claim_idx, one index seek per (queue, task) pair (the next
+-- name after the last one found), not a read of every queued job. A queue
+-- with none yields one NULL row, which IN never matches.
+tasks(queue, name) AS (
+    SELECT m.value, (SELECT min(t.task) FROM tether_jobs AS t WHERE t.state = 'queued' AND t.queue = m.value)
+    FROM json_each(:queues) AS m
+    UNION ALL
+    SELECT k.queue, (SELECT min(t.task) FROM tether_jobs AS t
+                     WHERE t.state = 'queued' AND t.queue = k.queue AND t.task > k.name)
+    FROM tasks AS k
+    WHERE k.name IS NOT NULL
+)
+
 -- name: claim
--- The subquery walks tether_jobs_claim_idx; the UPDATE grants the lease and
--- bumps attempt (the fencing token) in the same statement. lease_until is
+-- The subquery (_pick) walks tether_jobs_claim_idx; the UPDATE grants the lease
+-- and bumps attempt (the fencing token) in the same statement. lease_until is
 -- capped at the attempt's deadline so one index finds lapsed and timed-out rows.
 -- Paused queues (tether_queues: app.pause) are left out of the list, and
 -- limited queues (app.configure_queue) give no more than their room (_rooms);
--- a job whose exclusive key is held waits (_key_free).
+-- a job whose exclusive key is held waits (_key_free). Without a task list the
+-- tasks are those with queued jobs (_queued_tasks), so the walks stay bounded.
 UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (
-    WITH {_rooms}
-    SELECT id FROM (
-        -- queues without limits: the best :limit due jobs, as always
-        SELECT * FROM (
-            SELECT j.id, j.priority, j.run_at FROM tether_jobs AS j
-            WHERE j.state = 'queued' AND j.run_at <= {now}
-              AND j.queue IN (SELECT name FROM rooms WHERE room IS NULL)
-              AND {_key_free}
-            ORDER BY j.priority DESC, j.run_at, j.id
-            LIMIT :limit)
-        UNION ALL
-        -- limited queues: no more of each than its room
-        SELECT id, priority, run_at FROM (
-            SELECT j.id, j.priority, j.run_at, r.room,
-                   row_number() OVER (PARTITION BY j.queue ORDER BY j.priority DESC, j.run_at, j.id) AS nth
-            FROM rooms AS r CROSS JOIN tether_jobs AS j  -- CROSS: rooms drives; no limited queue, no scan
-            WHERE r.room IS NOT NULL AND j.queue = r.name AND j.state = 'queued' AND j.run_at <= {now}
-              AND {_key_free})
-        WHERE nth <= room)
-    ORDER BY priority DESC, run_at, id
-    LIMIT :limit
+    WITH RECURSIVE {_rooms}, {_queued_tasks}
+    {_pick}
 )
 {_claimed_row}
 
@@ -118,35 +155,12 @@ WHERE id IN (
 -- leads with (queue, task) (migration 0006), so the rows are looked up by
 -- (queue = ? AND task = ?) for each pair and the jobs of tasks the worker
 -- does not know are never read, however many wait at the head of the queue.
--- (The sort that follows is claim's own: queue IN (...) gives up the index
--- order, so claim reads a queue's due rows and sorts them too.) Paused
--- queues are left out of the list, and limits and keys obeyed, as in claim.
+-- Paused queues are left out of the list, and limits and keys obeyed, as in claim.
 UPDATE tether_jobs
 {_grant_lease}
 WHERE id IN (
-    WITH {_rooms}
-    SELECT id FROM (
-        -- queues without limits: the best :limit due jobs, as always
-        SELECT * FROM (
-            SELECT j.id, j.priority, j.run_at FROM tether_jobs AS j
-            WHERE j.state = 'queued' AND j.run_at <= {now}
-              AND j.queue IN (SELECT name FROM rooms WHERE room IS NULL)
-              AND j.task IN (SELECT value FROM json_each(:tasks))
-              AND {_key_free}
-            ORDER BY j.priority DESC, j.run_at, j.id
-            LIMIT :limit)
-        UNION ALL
-        -- limited queues: no more of each than its room
-        SELECT id, priority, run_at FROM (
-            SELECT j.id, j.priority, j.run_at, r.room,
-                   row_number() OVER (PARTITION BY j.queue ORDER BY j.priority DESC, j.run_at, j.id) AS nth
-            FROM rooms AS r CROSS JOIN tether_jobs AS j  -- CROSS: rooms drives; no limited queue, no scan
-            WHERE r.room IS NOT NULL AND j.queue = r.name AND j.state = 'queued' AND j.run_at <= {now}
-              AND j.task IN (SELECT value FROM json_each(:tasks))
-              AND {_key_free})
-        WHERE nth <= room)
-    ORDER BY priority DESC, run_at, id
-    LIMIT :limit
+    WITH {_rooms}, tasks(name) AS (SELECT value FROM json_each(:tasks))
+    {_pick}
 )
 {_claimed_row}
 
@@ -180,12 +194,16 @@ WHERE id IN (
 -- failed, or the message was lost), or due later than they were created
 -- (delayed jobs and retries, which nothing publishes until they are due; an
 -- immediate job's run_at is exactly its created_at, one {now} in one statement).
--- Walks tether_jobs_claim_idx in claim order, bounded per tick.
+-- Walks tether_jobs_claim_idx in claim order, bounded per tick: queue IN and
+-- task IN (every task with queued jobs, _queued_tasks) make the walks per
+-- (queue, task) pair that stop after :limit rows, as the claims' do (_pick).
+WITH RECURSIVE {_queued_tasks}
 SELECT id, queue, attempt, run_at
 FROM tether_jobs
 WHERE state = 'queued' AND run_at <= {now}
   AND queue IN (SELECT value FROM json_each(:queues)
                 WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
+  AND task IN (SELECT name FROM tasks)
   AND (run_at <= {now} - :grace OR run_at > created_at)
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
