@@ -109,3 +109,22 @@ def test_a_claim_without_tasks_takes_the_best_jobs_of_every_task_in_claim_order(
     assert [j.id for j in claimed] == [ids[1], ids[4], ids[0], ids[2]]
     assert [j.id for j in store.claim(W, ["default"], 4, TTL)] == [ids[3]]
     assert store.claim(W, ["default"], 4, TTL) == []
+
+
+def test_a_claim_over_one_keys_backlog_reads_each_of_its_jobs_once(make: Any) -> None:
+    """A job with an exclusive key is claimed only as its key's first queued
+    job. Looking that first job up once for each of the key's jobs the walk
+    passes must be a seek, not a read of the key's whole backlog: before
+    migration 0008 the first claim over 4,000 queued jobs of one key took
+    4.5 s (the steps grew a hundredfold for ten times the jobs)."""
+
+    def first_claim(backlog: int) -> int:
+        store = make(0)
+        store.enqueue([new_job(exclusive_key="k") for _ in range(backlog)])
+        store.enqueue([new_job() for _ in range(9)])
+        steps, got = _claim(store, ["t"])
+        assert got == 10  # the key's first job and the nine without a key
+        return steps
+
+    small, large = first_claim(SMALL), first_claim(LARGE)
+    assert large <= small * 20, f"{small} steps over {SMALL} jobs of one key, {large} over {LARGE}"

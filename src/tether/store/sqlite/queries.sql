@@ -71,7 +71,9 @@ rooms AS (
 -- name: _key_free
 -- (A condition on a queued job j.) Its exclusive key, if it has one, is free:
 -- no job with the key is running, and j is the first queued, due job of its
--- key (priority, then run_at, then id), so one claim never starts two.
+-- key (priority, then run_at, then id), so one claim never starts two. Both
+-- are seeks on tether_jobs_exclusive_idx (exclusive_key, state, priority
+-- DESC, run_at, id: migration 0008), whose order is the subquery's.
 (j.exclusive_key IS NULL OR (
     NOT EXISTS (SELECT 1 FROM tether_jobs AS x WHERE x.exclusive_key = j.exclusive_key AND x.state = 'running')
     AND j.id = (SELECT y.id FROM tether_jobs AS y
