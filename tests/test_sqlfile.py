@@ -25,12 +25,18 @@ def test_comments_go_and_literals_stay() -> None:
         "     , \"odd--name\", $fn$ -- kept $fn$ /* a block\n"
         "   comment */ FROM t\n"
         "\n"
-        "WHERE x = 1"
+        "    WHERE x = 'two\n"
+        "    lines' AND $b$\n"
+        "  kept\n"
+        "$b$ = y"
     )
     assert strip_comments(sql) == (
         "SELECT 'a -- not a comment', 'it''s /* kept */'\n"
-        "     , \"odd--name\", $fn$ -- kept $fn$  FROM t\n"
-        "WHERE x = 1"
+        ", \"odd--name\", $fn$ -- kept $fn$  FROM t\n"
+        "WHERE x = 'two\n"
+        "    lines' AND $b$\n"
+        "  kept\n"
+        "$b$ = y"
     )
 
 

@@ -65,11 +65,24 @@ _TOKEN = re.compile(
 )
 
 
+#: a line's indentation (outside literals: see strip_comments)
+_INDENT = re.compile(r"\n[ \t]+")
+
+
 def strip_comments(sql: str) -> str:
-    """``sql`` without its comments and the lines they leave blank; literals,
-    quoted identifiers and dollar-quoted bodies are kept as they are."""
-    bare = _TOKEN.sub(lambda m: "" if m.group("comment") else m.group(0), sql)
-    return "\n".join(line.rstrip() for line in bare.splitlines() if line.strip())
+    """``sql`` without its comments, the lines they leave blank and the lines'
+    indentation; literals, quoted identifiers and dollar-quoted bodies are kept
+    as they are. The indentation goes because psycopg caches a statement's
+    parse only up to 4,096 characters (``MAX_CACHED_STATEMENT_LENGTH``): a
+    longer one is parsed again on every execution, and the round statements'
+    indentation was about a fifth of their length."""
+    parts: list[str] = []
+    pos = 0
+    for m in _TOKEN.finditer(sql):
+        parts += [_INDENT.sub("\n", sql[pos:m.start()]), "" if m.group("comment") else m.group(0)]
+        pos = m.end()
+    parts.append(_INDENT.sub("\n", sql[pos:]))
+    return "\n".join(line.rstrip() for line in "".join(parts).splitlines() if line.strip())
 
 
 def load_migrations(package: str, macros: dict[str, str]) -> list[tuple[int, str, str]]:
