@@ -30,8 +30,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from claim_filter import _fresh  # a migrated store, cleared of an interrupted run's
+
 from tether.model import NewJob, QueueLimits
-from tether.store import Store, open_store
+from tether.store import Store
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test?schema=bench_claim_backlog"
 ROUNDS, LIMIT, W = 20, 10, "bench:1:w"
@@ -44,17 +46,6 @@ def _jobs(n: int, **options: object) -> list[NewJob]:
 def _fill(store: Store, n: int, **options: object) -> None:
     for start in range(0, n, 5000):
         store.enqueue(_jobs(min(5000, n - start), **options))
-
-
-def _fresh(url: str) -> Store:
-    store = open_store(url)
-    try:
-        store.check_schema()
-        store.destroy()  # left by an interrupted run
-    except Exception:
-        pass
-    store.migrate()
-    return store
 
 
 def _time(url: str, size: int, fill: Callable[[Store, int], None], call: Callable[[Store], int]) -> float:
