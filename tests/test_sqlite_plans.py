@@ -1,6 +1,6 @@
 """How much a SQLite claim reads: a bounded number of rows however many jobs
 wait, in every shape a claim takes (the worker's task list, no task list, a
-limited queue) and in the NATS sweep's due_unclaimed.
+limited queue), in the NATS sweep's due_unclaimed and in unknown_tasks.
 
 The work is counted in SQLite virtual-machine steps (``set_progress_handler``),
 which depend on the plan and the data, not on the machine's speed: a
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tether.model import QueueLimits
+from tether.model import QueueLimits, WorkerInfo
 from tether.store import open_store
 from tether.store.sqlite.store import SQLiteStore
 
@@ -128,3 +128,21 @@ def test_a_claim_over_one_keys_backlog_reads_each_of_its_jobs_once(make: Any) ->
 
     small, large = first_claim(SMALL), first_claim(LARGE)
     assert large <= small * 20, f"{small} steps over {SMALL} jobs of one key, {large} over {LARGE}"
+
+
+def test_unknown_tasks_reads_as_much_against_ten_times_the_backlog_of_known_tasks(make: Any) -> None:
+    """unknown_tasks (each worker's minute check, `tether status`, the
+    dashboard) finds the (queue, task) pairs by a skip scan and reads only the
+    jobs of the pairs no worker knows. It grouped every queued job before."""
+    def steps(backlog: int) -> tuple[int, int]:
+        store = make(backlog, tasks=3)
+        store.enqueue([new_job(task="stray") for _ in range(5)])
+        t = store.db_now()
+        store.register_worker(WorkerInfo(id="w", host="h", pid=1, proc_start=None, started_at=t, last_seen=t,
+                                         queues=["default"], concurrency=10, tasks=["t0", "t1", "t2"]))
+        assert [(u.task, u.jobs) for u in store.unknown_tasks()] == [("stray", 5)]
+        return _steps(store, "unknown_tasks", {"since": 60.0, "now": None})
+
+    (small, got_small), (large, got_large) = steps(SMALL), steps(LARGE)
+    assert got_small == got_large == 1
+    assert large <= small * GROWTH, f"{small} steps against {SMALL} queued jobs, {large} against {LARGE}"

@@ -512,21 +512,44 @@ WHERE w.last_seen >= {now} - :since
 -- For `tether status`, the dashboard and the metric: due queued jobs, by
 -- (queue, task), whose task no live worker knows (none seen in the last
 -- :since seconds and not stopped serves the queue with a handler of that
--- name). They wait, budget untouched, until one does. One pass over the
--- queued rows by tether_jobs_claim_idx, grouped (10 ms for 60,000 queued
--- jobs). PostgreSQL enumerates the (queue, task) pairs by a loose index scan
--- instead; SQLite's planner does not walk the row-value comparison that
--- needs (it read the table and sorted it: slower than the GROUP BY).
-WITH known AS (
+-- name). They wait, budget untouched, until one does. As on PostgreSQL, the
+-- (queue, task) pairs with queued jobs come from a skip scan of
+-- tether_jobs_claim_idx (queue, task, ...): one seek for each queue (the next
+-- name after the last one found), then one for each of its tasks. Only the
+-- jobs of the pairs no worker knows are read and counted. A GROUP BY over the
+-- queued rows read every one of them, each minute in every worker (10 ms for
+-- 60,000 queued jobs) and on each dashboard refresh. (A row-value comparison
+-- (queue, task) > (...) would say it in one step, but SQLite's planner does
+-- not walk the index by it: it read the table and sorted it.)
+WITH RECURSIVE queues(name) AS (
+    SELECT min(queue) FROM tether_jobs WHERE state = 'queued'
+    UNION ALL
+    SELECT (SELECT min(t.queue) FROM tether_jobs AS t WHERE t.state = 'queued' AND t.queue > q.name)
+    FROM queues AS q
+    WHERE q.name IS NOT NULL
+), pairs(queue, task) AS (
+    SELECT q.name, (SELECT min(t.task) FROM tether_jobs AS t WHERE t.state = 'queued' AND t.queue = q.name)
+    FROM queues AS q
+    WHERE q.name IS NOT NULL
+    UNION ALL
+    SELECT p.queue, (SELECT min(t.task) FROM tether_jobs AS t
+                     WHERE t.state = 'queued' AND t.queue = p.queue AND t.task > p.task)
+    FROM pairs AS p
+    WHERE p.task IS NOT NULL
+), known AS (
 {_known}
       AND w.stopped_at IS NULL
+), unknown AS MATERIALIZED (
+    SELECT p.queue, p.task FROM pairs AS p
+    WHERE p.task IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = p.queue AND (k.task IS NULL OR k.task = p.task))
 )
-SELECT j.queue, j.task, count(*), min(j.run_at)
-FROM tether_jobs AS j
+SELECT u.queue, u.task, count(*), min(j.run_at)
+FROM unknown AS u
+JOIN tether_jobs AS j ON j.queue = u.queue AND j.task = u.task
 WHERE j.state = 'queued' AND j.run_at <= {now}
-  AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.queue = j.queue AND (k.task IS NULL OR k.task = j.task))
-GROUP BY j.queue, j.task
-ORDER BY j.queue, j.task
+GROUP BY u.queue, u.task
+ORDER BY u.queue, u.task
 
 -- name: bury_unknown
 -- The unknown-task service's rule (worker/unknown.py; see the PostgreSQL
