@@ -163,6 +163,27 @@ def test_an_exclusive_key_runs_one_job_at_a_time(store: Store, rounds: Rounds) -
     assert done == {keyed[0]} and [c.id for c in more] == [keyed[1]]
 
 
+def test_a_claim_of_keyed_jobs_takes_one_job_of_each_of_as_many_keys_as_it_asks_for(store: Store,
+                                                                                    rounds: Rounds) -> None:
+    """Each key's jobs enqueued together (a burst per customer, the usual
+    shape): a claim of 10 takes the first job of 10 keys. Only a key's first
+    queued, due job is a candidate. On PostgreSQL every job of a free key
+    passed, the claim's LIMIT filled with a few keys' bursts, and only one job
+    of each was kept: a claim of 10 over bursts of 5 took 2."""
+    t0 = store.db_now()
+    jobs = [new_job(queue=Q, exclusive_key=f"customer:{k}", args={"n": n}) for k in range(30) for n in range(5)]
+    ids = store.enqueue(jobs, now=t0)
+    firsts = ids[::5]
+    got = rounds.claim(W, [Q], 10, TTL, now=t0)
+    assert [c.id for c in got] == firsts[:10]
+    got = rounds.claim(W2, [Q], 10, TTL, now=t0, tasks=["t"])  # the held keys' jobs are passed over
+    assert [c.id for c in got] == firsts[10:20]
+    assert [c.id for c in store.claim_ids(W2, ids[1:5] + firsts[20:22], [Q], TTL, now=t0)] == firsts[20:22]
+    # the next job of a key is its first once the one before it ends
+    done, more = rounds.complete_and_claim(W, [(firsts[0], 1, None)], [Q], 10, TTL, now=t0)
+    assert done == {firsts[0]} and [c.id for c in more] == [ids[1], *firsts[22:30]]
+
+
 def test_an_exclusive_key_is_freed_by_the_reaper_with_the_lease(store: Store) -> None:
     t0 = store.db_now()
     a, b = (store.enqueue([new_job(exclusive_key="k")], now=t0)[0] for _ in range(2))
