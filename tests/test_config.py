@@ -71,7 +71,7 @@ def test_sqlite_in_memory_is_refused_except_as_one_apps_private_database() -> No
         app.close()
 
 
-BAD_SCHEMAS = ["bad-name", "1starts_with_digit", "semi;colon", '"quoted"', "a" * 64, ""]
+BAD_SCHEMAS = ["bad-name", "1starts_with_digit", "semi;colon", '"quoted"', "a" * 64, "", "tether%0A"]
 
 
 @pytest.mark.parametrize("schema", BAD_SCHEMAS)
@@ -247,7 +247,7 @@ def test_unknown_task_name_is_refused(make_app: AppFactory) -> None:
 
 # -- task options ----------------------------------------------------------------------------
 
-BAD_QUEUES = ["", "has space", "a/b", "semi;colon", "-leading-dash", "q" * 64, "ümlaut"]
+BAD_QUEUES = ["", "has space", "a/b", "semi;colon", "-leading-dash", "q" * 64, "ümlaut", "default\n"]
 
 
 @pytest.mark.parametrize("queue", BAD_QUEUES)

@@ -176,6 +176,10 @@ def test_other_refusals_are_json(client: Client) -> None:
     bad_queue = {"jobs": [{"task": "t", "args": {}, "queue": "no spaces"}]}
     status, body = client.request("POST", "/v1/jobs", bad_queue, token=PRODUCER)
     assert (status, body["error"]) == (400, "bad_request") and "queue 'no spaces' does not match" in body["message"]
+    # a pattern's $ is the end of the string (JSON Schema), not "before a final newline" (Python's)
+    status, body = client.request("POST", "/v1/jobs", {"jobs": [{"task": "t", "args": {}, "queue": "default\n"}]},
+                                  token=PRODUCER)
+    assert (status, body["error"]) == (400, "bad_request") and "does not match" in body["message"]
     too_big = {"jobs": [{"task": "t", "args": {"blob": "x" * 300_000}}]}  # under the body limit, over the payload cap
     status, body = client.request("POST", "/v1/jobs", too_big, token=PRODUCER)
     assert (status, body["error"]) == (422, "payload_error") and "over the cap" in body["message"]

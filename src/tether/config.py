@@ -50,13 +50,13 @@ DEFAULT_REAP_LIMIT = 1000  # rows per reaper tick, oldest lease first
 # A beat must land at least twice per TTL, so one lost beat never costs a lease.
 MIN_BEATS_PER_TTL = 2
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_QUEUE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}$")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}")
 
 
 def validate_identifier(name: str, what: str = "schema") -> str:
     """A SQL identifier we will quote into statements: letters, digits, underscore."""
-    if not isinstance(name, str) or not _IDENT.match(name):
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
         raise ConfigError(
             f"{what} name {name!r} is not a plain identifier: use letters, digits and "
             "underscores, starting with a letter or underscore, at most 63 characters"
@@ -65,7 +65,7 @@ def validate_identifier(name: str, what: str = "schema") -> str:
 
 
 def validate_queue(name: str) -> str:
-    if not isinstance(name, str) or not _QUEUE.match(name):
+    if not isinstance(name, str) or not _QUEUE.fullmatch(name):
         raise ConfigError(
             f"queue name {name!r} is not a plain identifier: use letters, digits, "
             "'_', '-' and '.', at most 63 characters"

@@ -24,7 +24,7 @@ from ..store.http.wire import SCOPES
 __all__ = ["MIN_TOKEN_LENGTH", "Caller", "TokenTable", "parse_tokens"]
 
 MIN_TOKEN_LENGTH = 16
-_TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]+")
 
 
 def _digest(token: str) -> bytes:
@@ -85,7 +85,7 @@ def parse_tokens(text: str, where: str) -> TokenTable:
         if len(parts) != 2:
             raise ConfigError(f"{where}: entry {n} is not 'TOKEN SCOPE[,SCOPE]' (scopes: {', '.join(SCOPES)})")
         token, scope_text = parts
-        if len(token) < MIN_TOKEN_LENGTH or not _TOKEN.match(token):
+        if len(token) < MIN_TOKEN_LENGTH or not _TOKEN.fullmatch(token):
             raise ConfigError(f"{where}: entry {n}: a token must be at least {MIN_TOKEN_LENGTH} characters of "
                               "letters, digits and ._~+/=- (e.g. from `python -c 'import secrets; "
                               "print(secrets.token_urlsafe(32))'`)")

@@ -22,11 +22,11 @@ ACK_WAIT_FACTOR = 2.0
 #: the options a transport URL may carry (``NatsTransport.from_url``)
 URL_OPTIONS = ("prefix", "ack_wait", "fallback_interval", "sweep_interval", "sweep_grace")
 
-_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
+_PREFIX = re.compile(r"[A-Za-z0-9_-]{1,48}")
 
 
 def validate_prefix(prefix: str) -> str:
-    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
         raise ConfigError(
             f"NATS prefix {prefix!r} is not usable as a stream name and subject token: use letters, "
             "digits, '_' and '-', at most 48 characters"

@@ -317,8 +317,12 @@ _REGEX_CACHE: dict[str, re.Pattern[str]] = {}
 
 
 def _regex(pattern: str) -> re.Pattern[str]:
+    """A schema's pattern as JSON Schema reads it (ECMA-262): a final ``$`` is
+    the end of the string. Python's ``$`` also matches before a final newline,
+    which let "default\\n" through as a queue name."""
     if pattern not in _REGEX_CACHE:
-        _REGEX_CACHE[pattern] = re.compile(pattern)
+        ecma = pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
+        _REGEX_CACHE[pattern] = re.compile(ecma)
     return _REGEX_CACHE[pattern]
 
 
