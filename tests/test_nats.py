@@ -1137,3 +1137,22 @@ def test_a_bulk_enqueue_runs_each_job_once_by_message_across_two_workers(
         assert a.counts["deliveries_claimed"] + b.counts["deliveries_claimed"] == 95
         assert sorted(ran) == sorted(ids)
     wait_for(lambda: backlog(nats_url, prefix) == (0, 0), 10, "every message acked")
+
+
+def test_an_app_made_without_a_transport_takes_TETHER_TRANSPORT(
+    make_app: Callable[..., Tether], nats_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The usual layout: `tether worker` started with TETHER_TRANSPORT, and the
+    app module's own process (a web app) enqueueing. That process reads the
+    same variable, so its jobs are published at once instead of waiting for
+    the sweep (sweep_grace, seconds). A transport given in code wins."""
+    monkeypatch.setenv("TETHER_TRANSPORT", f"{nats_url}?prefix={prefix}")
+    app = make_app()
+    assert app.transport.delivers
+
+    @app.task(name="job")
+    def job(ctx: JobContext) -> None: ...
+
+    job_id = job.enqueue()
+    assert stream_messages(nats_url, prefix) == [{"job_id": job_id, "queue": "default", "retry": False}]
+    assert not make_app(transport="poll").transport.delivers

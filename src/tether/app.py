@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -74,7 +75,10 @@ class Tether:
     ``transport`` says how job ids reach workers: ``None`` (the database:
     LISTEN/NOTIFY on PostgreSQL, polling on SQLite), ``"poll"``, or a NATS URL
     (``"nats://127.0.0.1:4222"``, or a ``NatsTransport``), to which enqueue then
-    publishes each job after the database has committed it.
+    publishes each job after the database has committed it. Not given, it is
+    ``TETHER_TRANSPORT`` when that is set, as for ``tether worker``: an app that
+    enqueues (a web process) publishes to the NATS its workers were started
+    with, instead of leaving each job to the sweep (seconds late).
 
     ``Tether("http://host:port", token=...)`` talks to a ``tether server``
     instead of a database (the token may also come from ``TETHER_TOKEN``).
@@ -104,7 +108,8 @@ class Tether:
         self.token = token  # for a tether server URL (http/https); else TETHER_TOKEN
         self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
                              reaper_interval=reaper_interval)
-        self.transport = open_transport(transport)
+        self.transport = open_transport(transport if transport is not None
+                                        else os.environ.get("TETHER_TRANSPORT") or None)
         self.transport.check(self.timers)
         if max_payload_bytes < 1:
             raise ConfigError(f"max_payload_bytes must be positive, got {max_payload_bytes!r}")
