@@ -343,3 +343,22 @@ def test_check_args_agrees_with_signature_bind(fn: Any) -> None:
             else:
                 with pytest.raises(PayloadError):
                     task.check_args(kwargs)
+
+
+def test_a_database_that_does_not_answer_is_a_connection_error_and_a_wrong_url_is_not() -> None:
+    """Code that retries an outage catches ConnectionError; a URL naming a
+    database that does not exist must be fixed, not retried. Both stay
+    InvalidDSN, as every failure to connect was before."""
+    from tether.errors import DatabaseUnavailable
+    from tether.store import open_store
+
+    with pytest.raises(DatabaseUnavailable) as down:
+        open_store("postgresql://postgres@127.0.0.1:1/test").stats()
+    assert isinstance(down.value, ConnectionError) and isinstance(down.value, InvalidDSN)
+    assert "127.0.0.1:1" in str(down.value)
+    from .conftest import PG_URL
+
+    with pytest.raises(InvalidDSN) as wrong:
+        open_store(PG_URL.rsplit("/", 1)[0] + "/no_such_database_here").stats()
+    assert not isinstance(wrong.value, ConnectionError)
+    assert "no_such_database_here" in str(wrong.value)

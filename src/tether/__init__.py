@@ -14,6 +14,7 @@ from .config import Timers
 from .context import CancelReason, Discard, JobCancelled, JobContext, Retry
 from .errors import (
     ConfigError,
+    DatabaseUnavailable,
     InvalidDSN,
     InvalidTransition,
     JobFailed,
@@ -30,6 +31,7 @@ __all__ = [
     "Attempt",
     "CancelReason",
     "ConfigError",
+    "DatabaseUnavailable",
     "Discard",
     "InvalidDSN",
     "InvalidTransition",

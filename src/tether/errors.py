@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AccessDenied",
     "ConfigError",
+    "DatabaseUnavailable",
     "InvalidDSN",
     "InvalidTransition",
     "JobFailed",
@@ -55,6 +56,12 @@ class ConfigError(TetherError, ValueError):
 
 class InvalidDSN(ConfigError):
     """A database URL that tether cannot use."""
+
+
+class DatabaseUnavailable(InvalidDSN, ConnectionError):
+    """The database did not answer: the connection was refused, timed out or
+    could not be routed. A ConnectionError, for code that retries an outage;
+    still an InvalidDSN, as every failure to connect was before."""
 
 
 class AccessDenied(ConfigError):

@@ -28,7 +28,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from ...config import DatabaseURL, redact_url
-from ...errors import InvalidDSN
+from ...errors import DatabaseUnavailable, InvalidDSN
 from .loop_connections import LoopConnections
 
 __all__ = [
@@ -137,7 +137,7 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
         psycopg.connect(dsn.url, connect_timeout=5, **{k: v for k, v in net.items() if k != "connect_timeout"}).close()
     except psycopg.Error as exc:
         reason = _hint(str(exc).strip())
-        raise InvalidDSN(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {reason}") from None
+        raise _refused(reason)(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {reason}") from None
     pool: Pool = ConnectionPool(
         dsn.url, min_size=1, max_size=pool_size, timeout=POOL_TIMEOUT, reconnect_timeout=RECONNECT_TIMEOUT,
         kwargs=kwargs, open=False, name=f"tether-{dsn.schema}",
@@ -153,7 +153,7 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
     except Exception as exc:
         pool.close()
         round_pool.close()
-        raise InvalidDSN(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {exc}") from None
+        raise _refused(str(exc))(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {exc}") from None
     return Connections(
         pool=pool,
         round_pool=round_pool,
@@ -161,6 +161,18 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
         async_connections=LoopConnections(dsn.url, size=ASYNC_CONNECTIONS, **kwargs),
         round_async=LoopConnections(dsn.url, size=ROUND_CONNECTIONS, **rounds),
     )
+
+
+#: what PostgreSQL (libpq) says when it was reached and refused this URL: the
+#: URL must change; anything else (refused, timed out, unroutable) is an outage
+_REFUSALS = ("authentication failed", "does not exist", "pg_hba.conf", "could not translate host name",
+             "unsupported startup parameter", "invalid", "permission denied", "SSL", "ssl")
+
+
+def _refused(message: str) -> type[InvalidDSN]:
+    """InvalidDSN when the URL is what is wrong; DatabaseUnavailable (also a
+    ConnectionError) when the server did not answer."""
+    return InvalidDSN if any(r in message for r in _REFUSALS) else DatabaseUnavailable
 
 
 def _hint(message: str) -> str:
