@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -249,8 +250,12 @@ def test_concurrent_migrate_applies_each_migration_once(db_url: str) -> None:
 # -- an unmigrated database ---------------------------------------------------------
 
 
-def _assert_says_run_migrate(exc: SchemaMissing) -> None:
+def _assert_says_run_migrate(exc: SchemaMissing, db_url: str | None = None) -> None:
     assert "tether migrate" in str(exc)
+    if db_url is not None:  # and names the database it looked in (a user with several cannot tell otherwise)
+        parts = urlsplit(db_url)
+        named = parts.path if parts.scheme == "sqlite" else f"{parts.hostname}:{parts.port}{parts.path}"
+        assert named.lstrip("/") in str(exc), (named, str(exc))
 
 
 def test_check_schema_on_an_unmigrated_database_says_run_migrate(db_url: str) -> None:
@@ -258,7 +263,7 @@ def test_check_schema_on_an_unmigrated_database_says_run_migrate(db_url: str) ->
     try:
         with pytest.raises(SchemaMissing) as info:
             s.check_schema()
-        _assert_says_run_migrate(info.value)
+        _assert_says_run_migrate(info.value, db_url)
     finally:
         s.close()
 
@@ -297,7 +302,7 @@ def test_operations_on_an_unmigrated_database_say_run_migrate(db_url: str, op: s
     try:
         with pytest.raises(SchemaMissing) as info:
             OPERATIONS[op](s)
-        _assert_says_run_migrate(info.value)
+        _assert_says_run_migrate(info.value, db_url)
     finally:
         s.close()
 

@@ -131,8 +131,13 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
         self.round_async.limit(size)
 
     def _no_tables(self) -> SchemaMissing:
-        return SchemaMissing(f"tether's tables are missing from schema {self.schema!r}, or are behind the code: "
-                             "run `tether migrate`")
+        return SchemaMissing(f"tether's tables are missing from schema {self.schema!r} at {self._where()}, or are "
+                             "behind the code: run `tether migrate`")
+
+    def _where(self) -> str:
+        """The database a SchemaMissing names (host, port and database; no
+        password): `tether -d postgresql://` reaches whatever libpq's defaults say."""
+        return redact_url(self.dsn.url) if self.dsn.url.rstrip("/") != "postgresql:" else "libpq's default database"
 
     def close(self) -> None:
         self._close_tx()
@@ -178,12 +183,14 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
                 rows = conn.execute(f"SELECT version FROM {quote(self.schema)}.migrations").fetchall()
             except pg_errors.UndefinedTable:
                 raise SchemaMissing(
-                    f"no tether schema in PostgreSQL schema {self.schema!r}: run `tether migrate` first"
+                    f"no tether schema in PostgreSQL schema {self.schema!r} at {self._where()}: "
+                    "run `tether migrate` first"
                 ) from None
         have = {r[0] for r in rows}
         missing = [f"{v:04d}_{n}" for v, n, _ in self._migrations if v not in have]
         if missing:
-            raise SchemaMissing(f"tether schema is behind ({', '.join(missing)} not applied): run `tether migrate`")
+            raise SchemaMissing(f"tether schema {self.schema!r} at {self._where()} is behind ({', '.join(missing)} "
+                                "not applied): run `tether migrate`")
 
     def schema_objects(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
