@@ -38,6 +38,8 @@ BAD_URLS = {
     "sqlite with a host": "sqlite://host/x",
     "sqlite without a file": "sqlite:///",
     "port is not a number": "postgresql://h:notaport/db",
+    "port out of range": "postgresql://h:99999/db",
+    "schema twice": "postgresql://h/db?schema=a&schema=b",
     "empty": "",
     "blank": "   ",
     "no scheme": "tether.db",
@@ -150,6 +152,8 @@ def test_misordered_timers_say_what_to_change(tmp_path: Path) -> None:
     message = str(info.value)
     assert "heartbeat_interval" in message and "lease_ttl" in message
     assert "lower heartbeat_interval" in message and "raise lease_ttl" in message
+    # the values it suggests are the rule's own bounds (half, twice), which it accepts
+    assert "to at most 5s" in message and "to at least 12s" in message
 
 
 @pytest.mark.parametrize(

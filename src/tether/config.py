@@ -95,8 +95,8 @@ class Timers:
             raise ConfigError(
                 f"heartbeat_interval ({self.heartbeat_interval:g}s) must be at most half of "
                 f"lease_ttl ({self.lease_ttl:g}s) so that one missed beat never loses a "
-                f"lease: lower heartbeat_interval to {self.lease_ttl / 3:g}s or raise "
-                f"lease_ttl to {self.heartbeat_interval * 3:g}s"
+                f"lease: lower heartbeat_interval to at most {self.lease_ttl / MIN_BEATS_PER_TTL:g}s or raise "
+                f"lease_ttl to at least {self.heartbeat_interval * MIN_BEATS_PER_TTL:g}s"
             )
 
     def check_job_ttl(self, lease_ttl: float | None, where: str) -> None:
@@ -141,7 +141,11 @@ def parse_database_url(url: str | None) -> DatabaseURL:
     except ValueError as exc:
         raise InvalidDSN(f"malformed database URL {url!r}: {exc}") from None
     scheme = parts.scheme.lower()
-    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    options = parse_qs(parts.query, keep_blank_values=True)
+    twice = sorted(k for k, v in options.items() if len(v) > 1)
+    if twice:  # ?schema=a&schema=b: which one was meant? (the last one used to win, silently)
+        raise InvalidDSN(f"database URL {redact_url(url)!r} gives {', '.join(k + '=' for k in twice)} more than once")
+    query = {k: v[-1] for k, v in options.items()}
     if scheme == "sqlite":
         # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db"
         if parts.netloc not in ("", "localhost"):
@@ -166,7 +170,7 @@ def parse_database_url(url: str | None) -> DatabaseURL:
         try:
             port = parts.port
         except ValueError:
-            raise InvalidDSN(f"malformed PostgreSQL URL {url!r}: the port is not a number") from None
+            raise InvalidDSN(f"malformed PostgreSQL URL {url!r}: the port is not a number from 0 to 65535") from None
         del port
         # tether's own options: the driver never sees them (libpq refuses
         # parameters it does not know)
@@ -251,7 +255,7 @@ def _server_url(url: str, netloc: str, scheme: str, query: dict[str, str]) -> Da
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port
     except ValueError:
-        raise InvalidDSN(f"malformed server URL {url!r}: the port is not a number") from None
+        raise InvalidDSN(f"malformed server URL {url!r}: the port is not a number from 0 to 65535") from None
     if not host:
         raise InvalidDSN(f"server URL {url!r} names no host: use http://host:port")
     for key in query:

@@ -65,7 +65,7 @@ class TaskOptions:
     def checked(self, timers: Timers, where: str) -> TaskOptions:
         validate_queue(self.queue)
         if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 2**31 - 1:
-            raise ConfigError(f"{where}: priority must be an int, got {self.priority!r}")
+            raise ConfigError(f"{where}: priority must be an int from -2147483647 to 2147483647, got {self.priority!r}")
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ConfigError(f"{where}: max_attempts must be an int >= 1, got {self.max_attempts!r}")
         timers.check_job_ttl(self.lease_ttl, where)

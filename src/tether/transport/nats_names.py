@@ -42,7 +42,7 @@ def server_of(url: str) -> str:
     try:
         port = parts.port
     except ValueError:
-        raise ConfigError(f"NATS URL {url!r}: the port is not a number") from None
+        raise ConfigError(f"NATS URL {url!r}: the port is not a number from 0 to 65535") from None
     if parts.query:
         raise ConfigError(f"NATS URL {url!r}: options go to NatsTransport(...), or use NatsTransport.from_url")
     return parts.hostname + (f":{port}" if port else "")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from collections import deque
@@ -247,8 +248,9 @@ class Claimer:
             return False
         ok = t.healthy
         if ok != self._transport_ok:
-            if ok:
-                self.state.log.warning("transport %s is up: taking job ids from it", t.name)
+            if ok:  # the first time is the worker's start, not news; a return after an outage is
+                level = logging.INFO if self._transport_ok is None else logging.WARNING
+                self.state.log.log(level, "transport %s is up: taking job ids from it", t.name)
             else:
                 self.state.log.warning("transport %s is unreachable: polling the database every %gs until it is "
                                        "back", t.name, self.poll_interval)
