@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,37 @@ def test_drain_runs_every_due_job_through_the_store_and_says_how_each_ended(
     assert done is not None and done.attempts[0].outcome is Outcome.SUCCEEDED and done.attempts[0].worker
     assert f"succeeded {a}" in seen
     assert app.drain() == []  # nothing is due
+
+
+@pytest.mark.parametrize("kind", ["def", "async def"])
+def test_an_attempt_past_its_timeout_ends_timed_out_not_lost(make_app: Callable[..., Tether], kind: str) -> None:
+    """The fence thread and the loop's timeout timer both fire at the
+    attempt's deadline (renewals stop there). When the fence came first it
+    judged the lease lost: "lease could not be renewed", nothing reported, the
+    job left running for the reaper, and drain() returned it running (every
+    time for a def handler, half the time for an async one). The fence now
+    knows a deadline that is the timeout's, and times the attempt out."""
+    app = make_app(lease_ttl=10, heartbeat_interval=1)
+    lost: list[int] = []
+    app.on("job.lost")(lambda e: lost.append(e.job_id))
+
+    if kind == "def":
+        @app.task(name="slow", timeout=0.5, max_attempts=1)
+        def slow(ctx: JobContext) -> str:
+            time.sleep(1.5)
+            return "late"
+    else:
+        @app.task(name="slow", timeout=0.5, max_attempts=1)
+        async def slow(ctx: JobContext) -> str:
+            await asyncio.sleep(3)
+            return "late"
+
+    ids = [app.enqueue("slow") for _ in range(3)]
+    ran = app.drain()
+    assert sorted(r.job_id for r in ran) == ids
+    assert {(r.outcome, r.state) for r in ran} == {(Outcome.TIMED_OUT, JobState.DEAD)}, ran
+    assert all("timed out" in (r.error or "") for r in ran)
+    assert lost == []
 
 
 def test_drain_max_jobs_and_queues(make_app: Callable[..., Tether]) -> None:

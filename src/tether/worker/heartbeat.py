@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..context import CancelReason
 from ..events import Event, Events
 from ..model import Beat
 from ..store import Store
@@ -97,7 +98,20 @@ class Heartbeater:
     def fence_overdue(self) -> list[Running]:
         overdue = self.inflight.overdue(time.monotonic())
         for running in overdue:
-            self.on_lost(running, "lease could not be renewed before it lapsed")
+            hard = running.hard_deadline
+            if hard is not None and running.local_deadline >= hard:
+                # The deadline that passed is the attempt's timeout: renewals
+                # stop there (InFlight.renewed), so the lease did not lapse for
+                # want of one. The attempt timed out: tell its handler, as the
+                # loop's own timer does at the same moment (executor._timed_out),
+                # and its outcome is written timed_out, fenced. Judged lost
+                # instead (whichever fired first won), nothing was reported and
+                # the job stayed running until the reaper, and drain() returned
+                # it running.
+                running.timing_out = True
+                running.ctx.cancel(CancelReason.TIMED_OUT)
+            else:
+                self.on_lost(running, "lease could not be renewed before it lapsed")
         return overdue
 
     # -- the threads ----------------------------------------------------------------
@@ -126,7 +140,8 @@ class Heartbeater:
     def _fence_loop(self) -> None:
         while not self._stop.is_set():
             self.fence_overdue()
-            deadlines = [r.local_deadline for r in self.inflight.all() if not r.lost and not r.reporting]
+            deadlines = [r.local_deadline for r in self.inflight.all()
+                         if not r.lost and not r.reporting and not r.timing_out]
             wake = min(deadlines, default=time.monotonic() + FENCE_IDLE_CHECK)
             # Claims may add earlier deadlines while we sleep: never sleep long.
             self._stop.wait(max(0.01, min(wake - time.monotonic(), FENCE_IDLE_CHECK)))

@@ -44,6 +44,9 @@ class Running:
     handler: Handle | None = None
     #: set when this attempt no longer owns the job; its report is skipped
     lost: bool = False
+    #: set when the fence found the attempt at its timeout (heartbeat.fence_overdue):
+    #: its handler is being told, and its outcome will say timed_out
+    timing_out: bool = False
     #: set when the handler has finished: from then on its outcome's report,
     #: not the heartbeat, decides whether the attempt lost the job (a "lost"
     #: beat may be that report's own write, whose answer never arrived)
@@ -112,4 +115,5 @@ class InFlight(dict[int, Running]):
                 r.local_deadline = max(r.local_deadline, deadline)
 
     def overdue(self, now: float) -> list[Running]:
-        return [r for r in self._snapshot() if not r.lost and not r.reporting and r.local_deadline <= now]
+        return [r for r in self._snapshot()
+                if not r.lost and not r.reporting and not r.timing_out and r.local_deadline <= now]
