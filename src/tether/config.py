@@ -50,6 +50,9 @@ DEFAULT_REAP_LIMIT = 1000  # rows per reaper tick, oldest lease first
 # A beat must land at least twice per TTL, so one lost beat never costs a lease.
 MIN_BEATS_PER_TTL = 2
 
+#: what a sqlite:/// URL's query may set (store/sqlite/store.py reads them)
+SQLITE_OPTIONS = frozenset({"synchronous"})
+
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,62}")
 
@@ -148,7 +151,7 @@ def parse_database_url(url: str | None) -> DatabaseURL:
     query = {k: v[-1] for k, v in options.items()}
     if scheme == "sqlite":
         # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db"
-        if parts.netloc not in ("", "localhost"):
+        if parts.netloc not in ("", "localhost") or not url[len(parts.scheme):].startswith("://"):
             raise InvalidDSN(
                 f"malformed SQLite URL {url!r}: use sqlite:///relative/path.db or "
                 "sqlite:////absolute/path.db (three or four slashes)"
@@ -161,6 +164,10 @@ def parse_database_url(url: str | None) -> DatabaseURL:
                 "sqlite :memory: cannot be shared between a worker and its producers; "
                 "use a file, e.g. sqlite:///tether.db"
             )
+        unknown = sorted(set(query) - SQLITE_OPTIONS)
+        if unknown:  # ?synchronus=full must not quietly run with synchronous=normal
+            raise InvalidDSN(f"SQLite URL {url!r}: unknown option {unknown[0]!r} "
+                             f"(known: {', '.join(sorted(SQLITE_OPTIONS))})")
         return DatabaseURL("sqlite", path, "main", query)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         try:
