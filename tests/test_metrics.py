@@ -105,12 +105,14 @@ def test_endpoint_requires_the_token(make_app: Callable[..., Tether]) -> None:
     t.enqueue()
     with pytest.raises(ConfigError, match="needs a token"):
         serve_metrics(m, port=0, token=None)
-    server = serve_metrics(m, port=0, token="s3cret")
+    with pytest.raises(ConfigError, match="at least 8 characters"):  # as the dashboard's token
+        serve_metrics(m, port=0, token="short")
+    server = serve_metrics(m, port=0, token="s3cret-metrics")
     try:
         url = f"http://127.0.0.1:{server.port}/metrics"
         assert _get(url)[0] == 401
         assert _get(url, "wrong")[0] == 401
-        status, body = _get(url, "s3cret")
+        status, body = _get(url, "s3cret-metrics")
         assert status == 200
         assert 'tether_queue_depth{queue="default",state="queued"} 1.0' in body
         assert "# HELP tether_jobs_total Attempt and job endings" in body

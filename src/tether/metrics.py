@@ -188,6 +188,10 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
+#: the shortest --metrics-token taken (the dashboard's --token has the same floor)
+MIN_TOKEN_LENGTH = 8
+
+
 def serve_metrics(metrics: Metrics, *, port: int, host: str = "127.0.0.1", token: str | None,
                   no_auth: bool = False) -> MetricsServer:
     """Serve ``/metrics`` (any path) on a daemon thread. A token is required
@@ -195,8 +199,9 @@ def serve_metrics(metrics: Metrics, *, port: int, host: str = "127.0.0.1", token
     if token is None and not no_auth:
         raise ConfigError("the metrics endpoint needs a token (--metrics-token or TETHER_METRICS_TOKEN), "
                           "or --metrics-no-auth to serve it without one")
-    if token is not None and not token.strip():
-        raise ConfigError("the metrics token must not be empty")
+    if token is not None and len(token.strip()) < MIN_TOKEN_LENGTH:
+        # as the dashboard's: a bearer token a guess should not find
+        raise ConfigError(f"the metrics token must be at least {MIN_TOKEN_LENGTH} characters")
     wsgi: Callable[..., Any] = require_token(make_wsgi_app(metrics.registry), token)
     server = make_server(host, port, wsgi, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="tether-metrics", daemon=True)
