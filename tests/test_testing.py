@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import os
 import re
 import shutil
@@ -81,15 +82,23 @@ def test_an_attempt_past_its_timeout_ends_timed_out_not_lost(make_app: Callable[
     judged the lease lost: "lease could not be renewed", nothing reported, the
     job left running for the reaper, and drain() returned it running (every
     time for a def handler, half the time for an async one). The fence now
-    knows a deadline that is the timeout's, and times the attempt out."""
+    knows a deadline that is the timeout's, and times the attempt out.
+
+    And a def handler's thread cannot be stopped: it runs on past its
+    attempt's end. Its slot stays taken until it returns, so drain (one job
+    at a time) never runs two handlers at once; it started the next job
+    beside the sleeping thread before."""
     app = make_app(lease_ttl=10, heartbeat_interval=1)
     lost: list[int] = []
     app.on("job.lost")(lambda e: lost.append(e.job_id))
+    bodies: list[tuple[float, float]] = []
 
     if kind == "def":
         @app.task(name="slow", timeout=0.5, max_attempts=1)
         def slow(ctx: JobContext) -> str:
+            began = time.monotonic()
             time.sleep(1.5)
+            bodies.append((began, time.monotonic()))
             return "late"
     else:
         @app.task(name="slow", timeout=0.5, max_attempts=1)
@@ -103,6 +112,12 @@ def test_an_attempt_past_its_timeout_ends_timed_out_not_lost(make_app: Callable[
     assert {(r.outcome, r.state) for r in ran} == {(Outcome.TIMED_OUT, JobState.DEAD)}, ran
     assert all("timed out" in (r.error or "") for r in ran)
     assert lost == []
+    if kind == "def":
+        deadline = time.monotonic() + 5
+        while len(bodies) < 3 and time.monotonic() < deadline:  # the last thread runs on after drain returns
+            time.sleep(0.05)
+        spans = sorted(bodies)
+        assert len(spans) == 3 and all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
 
 
 def test_drain_max_jobs_and_queues(make_app: Callable[..., Tether]) -> None:

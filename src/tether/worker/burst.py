@@ -59,9 +59,16 @@ class BurstClaimer(Claimer):
     def _fetching(self) -> bool:
         return False  # never from a transport: after an empty round, idle (and stop)
 
+    def _running(self) -> bool:
+        """Attempts in flight, or a def handler's thread still running after
+        its attempt ended (its slot kept: executor._handler_ended): a burst
+        that stopped then would start nothing more, but a drain() would return
+        with that thread still running its handler."""
+        return bool(self.state.inflight) or self.executor.busy > 0
+
     async def idle(self) -> None:
         s = self.state
-        if not s.inflight and not s.stopping:
+        if not self._running() and not s.stopping:
             if self._looked_early:
                 return  # every report is written now: claim once more
             # Idle for a moment first, as the base class would: a reporter
@@ -69,7 +76,7 @@ class BurstClaimer(Claimer):
             # idle and writes them before the stop.
             self._idle.set()
             await asyncio.sleep(BURST_CHECK)
-            if not s.inflight:
+            if not self._running():
                 s.log.info("burst: no job is due and none is running; stopping")
                 self.on_empty()
                 return
@@ -79,7 +86,7 @@ class BurstClaimer(Claimer):
             until = min(until, expires)
         self._idle.set()  # as in the base class: successes are written at once while idle
         try:
-            while s.inflight and not s.stopping and time.monotonic() < until:
+            while self._running() and not s.stopping and time.monotonic() < until:
                 if await wait_event(self._nudge, BURST_CHECK):
                     return  # nudged: a slot freed, or a stop
         finally:

@@ -111,7 +111,7 @@ class Executor:
     def bind(self) -> None:
         self._nudge = self.state.nudge
         assert self.state.loop is not None
-        self.handlers.bind(self.state.loop, self._thread_done)
+        self.handlers.bind(self.state.loop, self._thread_done, self._straggler_returned)
 
     # -- how much to claim ----------------------------------------------------------------
     def room(self) -> int:
@@ -305,16 +305,40 @@ class Executor:
     def _thread_done(self, call: ThreadCall) -> None:
         """A ``def`` handler's call ended (or the worker stopped waiting for it)."""
         if call.cancelled():
-            self._handler_ended(call.owner, None, asyncio.CancelledError())
+            # Its thread may still be running the handler: the attempt's outcome
+            # goes now, its slot only once the thread returns (_straggler_returned).
+            self._handler_ended(call.owner, None, asyncio.CancelledError(), keep_slot=call.straggler)
         else:
             self._handler_ended(call.owner, call.result, call.exc)
 
-    def _handler_ended(self, running: Running, result: Any, exc: BaseException | None) -> None:
+    def _straggler_returned(self, call: ThreadCall) -> None:
+        """A cancelled ``def`` handler's thread has returned: free the slot it
+        kept (if _thread_done has not yet run, it frees the slot itself)."""
+        running: Running = call.owner
+        if running.slot_kept:
+            running.slot_kept = False
+            self.busy -= 1
+            took = time.monotonic() - running.started
+            self.state.log.warning("job %d attempt %d: its def handler returned %.1fs after it started, past the end "
+                                   "of its attempt; its slot is free again", running.job.id, running.job.attempt, took)
+            if self.ready:
+                self.start_ready()
+            self._nudge.set()
+
+    def _handler_ended(self, running: Running, result: Any, exc: BaseException | None, *,
+                       keep_slot: bool = False) -> None:
         """The handler returned ``result`` or raised ``exc``: free its slot and
-        hand the outcome to the reporter."""
+        hand the outcome to the reporter. ``keep_slot``: a def handler whose
+        attempt ended while its thread runs on (a thread cannot be stopped):
+        concurrency counts that thread until it returns."""
         job, ctx, reporter = running.job, running.ctx, self.reporter
         running.reporting = True
-        self.busy -= 1
+        if keep_slot:
+            running.slot_kept = True
+            self.state.log.warning("job %d attempt %d ended, but its def handler is still running (a thread cannot "
+                                   "be interrupted): its slot stays taken until it returns", job.id, job.attempt)
+        else:
+            self.busy -= 1
         took = time.monotonic() - running.started
         self.avg_run = took if self.avg_run == math.inf else self.avg_run + PREFETCH_ALPHA * (took - self.avg_run)
         if self.ready:

@@ -44,6 +44,9 @@ class Running:
     handler: Handle | None = None
     #: set when this attempt no longer owns the job; its report is skipped
     lost: bool = False
+    #: a def handler's thread ran on after its attempt ended (timed out, lost,
+    #: shut down): the slot stays taken until it returns (pool.ThreadCall)
+    slot_kept: bool = False
     #: set when the fence found the attempt at its timeout (heartbeat.fence_overdue):
     #: its handler is being told, and its outcome will say timed_out
     timing_out: bool = False

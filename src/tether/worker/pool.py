@@ -17,11 +17,14 @@ asyncio future chained to it, a done callback and a self-pipe write for
 every job.
 
 A thread handler cannot be interrupted. When its attempt is lost, timed out
-or shut down, the worker stops waiting for it (``ThreadCall.cancel``) and
-frees the slot; the thread runs on until the handler returns, and its outcome
-is dropped. Daemon threads keep such a straggler from holding the process
-open at exit, and a new thread is started whenever none is idle, so a
-straggler never blocks the calls behind it.
+or shut down, the worker stops waiting for it (``ThreadCall.cancel``): the
+attempt's outcome is written at once, and the thread runs on until the
+handler returns, its outcome dropped. Such a straggler is still running code,
+so the pool tells the loop when it returns (``on_straggler``) and the worker
+keeps its slot until then: ``concurrency`` bounds the threads running
+handlers, not only the attempts the database counts. Daemon threads keep a
+straggler from holding the process open at exit, and a new thread is started
+whenever none is idle, so a straggler never blocks the calls behind it.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class ThreadCall:
     """One ``def`` handler call: the handle the executor keeps as the attempt's
     ``handler`` (``done()``, ``cancel()``, as an asyncio task offers)."""
 
-    __slots__ = ("args", "exc", "fn", "owner", "pool", "result", "state")
+    __slots__ = ("args", "exc", "fn", "owner", "pool", "result", "returned", "state", "straggler")
 
     def __init__(self, pool: HandlerThreads, owner: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.pool = pool
@@ -54,6 +57,11 @@ class ThreadCall:
         self.result: Any = None
         self.exc: BaseException | None = None
         self.state = _PENDING
+        #: set by the thread once the handler has returned (or raised)
+        self.returned = False
+        #: set by cancel() while the handler was still running: the pool calls
+        #: on_straggler once it returns
+        self.straggler = False
 
     def done(self) -> bool:
         return self.state != _PENDING
@@ -68,6 +76,9 @@ class ThreadCall:
         if self.state != _PENDING:
             return False
         self.state = _CANCELLED
+        # Still running (not returned): delivered as a straggler once it
+        # returns (the thread sets returned, then delivers every call it took).
+        self.straggler = not self.returned
         self.pool.cancelled(self)
         return True
 
@@ -90,11 +101,17 @@ class HandlerThreads:
         self._signalled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_done: Callable[[ThreadCall], None] = lambda call: None
+        self._on_straggler: Callable[[ThreadCall], None] = lambda call: None
 
-    def bind(self, loop: asyncio.AbstractEventLoop, on_done: Callable[[ThreadCall], None]) -> None:
-        """The loop that takes the outcomes, and what it calls for each (on the loop)."""
+    def bind(self, loop: asyncio.AbstractEventLoop, on_done: Callable[[ThreadCall], None],
+             on_straggler: Callable[[ThreadCall], None] | None = None) -> None:
+        """The loop that takes the outcomes, and what it calls for each (on the
+        loop); ``on_straggler``: for a cancelled call whose handler was still
+        running, once it has returned."""
         self._loop = loop
         self._on_done = on_done
+        if on_straggler is not None:
+            self._on_straggler = on_straggler
 
     def submit(self, call: ThreadCall) -> None:
         with self._lock:
@@ -157,17 +174,23 @@ class HandlerThreads:
                     call.result = call.fn(*call.args)
                 except BaseException as exc:
                     call.exc = exc
-                finished.append(call)
-                # Once per batch: a delivery already scheduled (and not begun)
-                # takes this one too. _deliver clears the flag before it
-                # drains, so a call appended after the drain began schedules
-                # another.
-                if not self._signalled:
-                    self._signalled = True
-                    loop = self._loop
-                    if loop is not None:
-                        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
-                            loop.call_soon_threadsafe(self._deliver)
+            # Every call taken is delivered, a cancelled one too: _deliver, on
+            # the loop after any cancel() there, reads what cancel() decided
+            # (straggler: it saw the call not yet returned, so it is told of
+            # the return now). Set before the append: a cancel() that reads
+            # it False is one this thread's append comes after.
+            call.returned = True
+            finished.append(call)
+            # Once per batch: a delivery already scheduled (and not begun)
+            # takes this one too. _deliver clears the flag before it
+            # drains, so a call appended after the drain began schedules
+            # another.
+            if not self._signalled:
+                self._signalled = True
+                loop = self._loop
+                if loop is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for it
+                        loop.call_soon_threadsafe(self._deliver)
             del call
 
     def _deliver(self) -> None:
@@ -179,6 +202,9 @@ class HandlerThreads:
             if call.state == _PENDING:  # not cancelled meanwhile
                 call.state = _DONE
                 on_done(call)
+            elif call.straggler:  # cancelled while it ran, and now it has returned
+                call.straggler = False
+                self._on_straggler(call)
 
     def cancelled(self, call: ThreadCall) -> None:
         """On the loop: report a call the worker stopped waiting for."""
