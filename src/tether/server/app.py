@@ -328,8 +328,9 @@ def _authorize(s: _Server, request: Request, op: wire.Op) -> Caller:
         raise ApiError(401, "unauthorized", "the bearer token is not one this server knows",
                        {"WWW-Authenticate": 'Bearer error="invalid_token"'})
     if not s.tokens.allows(caller.scopes, op.scopes):
-        raise ApiError(403, "forbidden", f"{op.name} needs a token with scope {' or '.join(op.scopes)} "
-                                         f"(or admin); this token has {', '.join(sorted(caller.scopes))}")
+        needed = [*op.scopes, *(() if "admin" in op.scopes else ("admin",))]  # admin grants everything
+        raise ApiError(403, "forbidden", f"{op.name} needs a token with scope {' or '.join(needed)}; "
+                                         f"this token has {', '.join(sorted(caller.scopes))}")
     return caller
 
 
