@@ -108,6 +108,11 @@ def test_scopes_are_enforced(client: Client) -> None:
         assert client.request("POST", "/v1/migrate", {}, token=token)[0] == 403
         assert client.request("POST", "/v1/destroy", {"confirm": "destroy"}, token=token)[0] == 403
     assert client.request("POST", "/v1/migrate", {}, token=ADMIN) == (200, {"applied": []})
+    # each scope that would do, once: admin grants everything
+    assert client.request("POST", "/v1/prune", {"ages": {"succeeded": 0}, "limit": 1}, token=WORKER) == (
+        403, {"error": "forbidden", "message": "prune needs a token with scope admin; this token has worker"})
+    status, body = client.request("POST", "/v1/claim", claim, token=PRODUCER)
+    assert body["message"] == "claim needs a token with scope worker or admin; this token has producer"
     assert client.request("GET", "/v1/stats", token=ADMIN)[0] == 200  # admin may call everything
 
 

@@ -102,8 +102,9 @@ class Tether:
         url, self.scratch = scratch_database(self, url)  # the memory URL's temporary directory
         self.dsn = parse_database_url(url)
         #: how long finished jobs are kept, by state, in seconds (workers prune the
-        #: rest): ``{"succeeded": "7d", "cancelled": "30d", "dead": "30d"}`` by
-        #: default; a state given None, or ``retention=None``, is kept forever
+        #: rest; through a tether server, its --retention applies instead): by default
+        #: ``{"succeeded": "7d", "cancelled": "30d", "dead": "30d"}``; a state given
+        #: None, or ``retention=None``, is kept forever
         self.retention = parse_retention(retention)
         self.token = token  # for a tether server URL (http/https); else TETHER_TOKEN
         self.timers = Timers(lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,

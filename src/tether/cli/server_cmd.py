@@ -1,5 +1,9 @@
 """``tether server``: the HTTP API for remote workers and producers (the
-``server`` extra). TLS belongs to a reverse proxy in front of it."""
+``server`` extra). TLS belongs to a reverse proxy in front of it.
+
+It also prunes the database it serves (``--retention``, the app's defaults
+unless told otherwise): workers that reach the database through it run no
+pruner, since their tokens may not prune and the credentials are the server's."""
 
 from __future__ import annotations
 
@@ -7,16 +11,48 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES
 from ..errors import ConfigError
-from .common import PUBLISH_OPTION, BadUsage, CLIState, mask_url, opened, quiet_driver_logs
+from ..model import JobState
+from ..worker.pruner import (
+    DEFAULT_PRUNE_INTERVAL,
+    RETENTION_DEFAULTS,
+    Pruner,
+    describe_retention,
+    parse_retention,
+    retention_from_text,
+)
+from ..worker.service import PeriodicService
+from .common import PUBLISH_OPTION, BadUsage, CLIState, Seconds, mask_url, opened, quiet_driver_logs
 
-__all__ = ["server"]
+__all__ = ["RETENTION_ENV", "RetentionParam", "server"]
 
 TOKENS_ENV = "TETHER_SERVER_TOKENS"
+RETENTION_ENV = "TETHER_SERVER_RETENTION"
+
+
+if TYPE_CHECKING:
+    _RetentionType = click.ParamType[dict[JobState, float], Any]
+else:  # click < 8.2 has no generic ParamType
+    _RetentionType = click.ParamType
+
+
+class RetentionParam(_RetentionType):
+    """``--retention``: ``STATE=AGE[,STATE=AGE]`` or ``none``, as {state: seconds}."""
+
+    name = "retention"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dict[JobState, float]:
+        if isinstance(value, dict):
+            return value
+        try:
+            return parse_retention(retention_from_text(str(value)))
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 @click.command()
@@ -34,12 +70,21 @@ TOKENS_ENV = "TETHER_SERVER_TOKENS"
                    "token can move the clock that leases are judged by.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
+@click.option("--retention", type=RetentionParam(), envvar=RETENTION_ENV, metavar="STATE=AGE[,STATE=AGE]|none",
+              default=",".join(f"{k}={v}" for k, v in RETENTION_DEFAULTS.items()), show_default=True,
+              help="Prune the database's finished jobs older than this, by state (as Tether(retention=...): "
+                   "states left out keep their default, STATE=none keeps one forever, 'none' prunes nothing); "
+                   f"remote workers run no pruner (env {RETENTION_ENV}).")
+@click.option("--prune-interval", type=Seconds(), default=DEFAULT_PRUNE_INTERVAL, show_default=True,
+              help="Seconds between the pruner's ticks.")
 @PUBLISH_OPTION
 @click.pass_obj
 def server(state: CLIState, host: str, port: int, token_file: Path | None, max_body: int, max_payload: int,
-           unsafe_client_clock: bool, log_level: str, transport: str | None) -> None:
+           unsafe_client_clock: bool, log_level: str, retention: dict[JobState, float], prune_interval: float,
+           transport: str | None) -> None:
     """Serve the database (--database) over HTTP to workers and producers that hold
-    no database credentials: `tether worker --server http://HOST:PORT --token T`."""
+    no database credentials: `tether worker --server http://HOST:PORT --token T`.
+    It prunes the database too (--retention): its remote workers do not."""
     try:
         from ..server import create_app, parse_tokens
         from ..server.run import serve
@@ -69,6 +114,9 @@ def server(state: CLIState, host: str, port: int, token_file: Path | None, max_b
         logging.getLogger("tether.server").info("serving %s on http://%s:%d", mask_url(state.database), host, port)
         if app.transport.delivers:
             logging.getLogger("tether.server").info("publishing enqueued and retried jobs to %s", app.transport.name)
+        logging.getLogger("tether.server").info("retention: %s%s", describe_retention(retention),
+                                                f"; pruning every {prune_interval:g}s" if retention else "")
+        services: list[PeriodicService] = [Pruner(store, retention, interval=prune_interval)] if retention else []
         serve(create_app(store, tokens, client_clock=unsafe_client_clock, max_body=max_body,
-                         max_payload_bytes=max_payload, transport=app.transport), host, port,
+                         max_payload_bytes=max_payload, transport=app.transport, services=services), host, port,
               log_level=log_level.lower())

@@ -16,6 +16,10 @@ app is built with ``client_clock=True``; otherwise it is refused.
 Built with a delivering ``transport`` (NATS), the server announces the jobs
 that enqueue and retry make queued and due, after the store has committed
 them, as an app's own enqueue and retry do; its producers need no link to NATS.
+
+Built with ``services`` (``tether server``: the pruner, for its ``--retention``),
+it runs each on its timer while it serves (``duties``): the database's own
+upkeep, done where its credentials are.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,8 +46,10 @@ from ..store import Listener, Store
 from ..store.http import wire, wire_unknown
 from ..store.http.schema import parse_datetime
 from ..transport import Transport, announce, due_now
+from ..worker.service import PeriodicService
 from . import schedules
 from .auth import Caller, TokenTable
+from .duties import Duties
 from .openapi import build_document
 from .owners import WorkerOwners
 from .requests import ApiError, Args, arguments
@@ -328,8 +334,9 @@ def _authorize(s: _Server, request: Request, op: wire.Op) -> Caller:
         raise ApiError(401, "unauthorized", "the bearer token is not one this server knows",
                        {"WWW-Authenticate": 'Bearer error="invalid_token"'})
     if not s.tokens.allows(caller.scopes, op.scopes):
-        raise ApiError(403, "forbidden", f"{op.name} needs a token with scope {' or '.join(op.scopes)} "
-                                         f"(or admin); this token has {', '.join(sorted(caller.scopes))}")
+        needed = [*op.scopes, *(() if "admin" in op.scopes else ("admin",))]  # admin grants everything
+        raise ApiError(403, "forbidden", f"{op.name} needs a token with scope {' or '.join(needed)}; "
+                                         f"this token has {', '.join(sorted(caller.scopes))}")
     return caller
 
 
@@ -417,12 +424,14 @@ def create_app(
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     max_claim_wait: float = wire.MAX_CLAIM_WAIT,
     transport: Transport | None = None,
+    services: Sequence[PeriodicService] = (),
 ) -> Starlette:
     """The API over ``store``. ``client_clock`` honours a request's ``now``:
     for conformance tests only, never in production (any worker could move
     the clock its leases are judged by). ``max_claim_wait`` caps how long a
     claim may long-poll. ``transport``: announce enqueued and retried jobs on
-    it (the caller owns it and closes it)."""
+    it (the caller owns it and closes it). ``services``: run on their timers
+    while the app serves (the pruner), stopped at shutdown."""
     if max_body < 1024:
         raise ConfigError(f"max_body must be at least 1024 bytes, got {max_body}")
     s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport)
@@ -452,9 +461,12 @@ def create_app(
             listener = await run_in_threadpool(store.listen, s.wakeups.notify_threadsafe)
         except Exception as exc:  # polling still works
             log.warning("no push channel from the database (%s); long-polling claims poll", exc)
+        duties = Duties(services)
+        duties.start()
         try:
             yield
         finally:
+            await duties.stop()
             if listener is not None:
                 listener.close()
 

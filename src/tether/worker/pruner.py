@@ -1,18 +1,24 @@
-"""The pruner: a periodic service on every worker that deletes finished jobs
-(with their attempts rows) once they are older than their state's retention.
+"""The pruner: a periodic service that deletes finished jobs (with their
+attempts rows) once they are older than their state's retention. It runs where
+the database's credentials are: on every worker connected to the database, and
+on every ``tether server`` (for the workers that reach the database through it,
+whose tokens may not prune: those run no pruner, and say so once at start).
 
-Retention is the app's (``Tether(retention=...)``): an age per finished state,
-``RETENTION_DEFAULTS`` unless told otherwise, ``None`` to keep a state (or,
-for the whole setting, everything) forever. Each statement deletes at most
+A worker's retention is its app's (``Tether(retention=...)``); a server's is its
+``--retention`` (``retention_from_text``). Either way it is an age per finished
+state, ``RETENTION_DEFAULTS`` unless told otherwise, ``None`` to keep a state
+(or, for the whole setting, everything) forever. Each statement deletes at most
 ``limit`` jobs, oldest finished first, and a tick repeats it while it comes
 back full, at most ``max_rounds`` times: a backlog drains over a few ticks in
-short transactions instead of one long one. Running it on every worker at once
-is safe: on PostgreSQL each statement skips rows another pruner has locked,
-on SQLite each holds the write lock for one batch. Queued and running jobs are
-never read (the statements' WHERE, ``store/*/queries.sql``)."""
+short transactions instead of one long one. Running it on every worker and
+server at once is safe: on PostgreSQL each statement skips rows another pruner
+has locked, on SQLite each holds the write lock for one batch, and a job is
+deleted, and counted, once. Queued and running jobs are never read (the
+statements' WHERE, ``store/*/queries.sql``)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Mapping
@@ -25,7 +31,8 @@ from ..store import Store
 from .service import PeriodicService
 
 __all__ = [
-    "DEFAULT_PRUNE_INTERVAL", "DEFAULT_PRUNE_LIMIT", "RETENTION_DEFAULTS", "Pruner", "parse_age", "parse_retention",
+    "DEFAULT_PRUNE_INTERVAL", "DEFAULT_PRUNE_LIMIT", "RETENTION_DEFAULTS", "Pruner", "describe_retention",
+    "parse_age", "parse_retention", "retention_from_text",
 ]
 
 #: how long finished jobs are kept, by state, unless the app says otherwise
@@ -79,6 +86,44 @@ def parse_retention(retention: RetentionSpec | None) -> dict[JobState, float]:
             for state, age in merged.items() if age is not None}
 
 
+def retention_from_text(text: str) -> dict[str, str | None] | None:
+    """A retention written as an option (``tether server --retention``):
+    ``"succeeded=12h,dead=none"`` (states left out keep their default, ``none``
+    keeps one forever) or ``"none"`` (keep everything, no pruner), ready for
+    ``parse_retention``; ConfigError naming what is wrong."""
+    if text.strip().lower() == "none":
+        return None
+    out: dict[str, str | None] = {}
+    for item in text.split(","):
+        state, eq, age = (part.strip() for part in item.partition("="))
+        if not state or not eq or not age:
+            raise ConfigError(f"retention is 'STATE=AGE[,STATE=AGE]' (e.g. 'succeeded=7d,dead=none') or 'none'; "
+                              f"got {text!r}")
+        if state in out:
+            raise ConfigError(f"retention names {state!r} twice: {text!r}")
+        out[state] = None if age.lower() == "none" else age
+    return out
+
+
+def _age_text(seconds: float) -> str:
+    for unit in ("d", "h", "m"):
+        n = seconds / _UNITS[unit]
+        if seconds and n.is_integer():
+            return f"{int(n)}{unit}"
+    return f"{seconds:g}s"
+
+
+def describe_retention(ages: Mapping[JobState, float]) -> str:
+    """``succeeded after 7d, cancelled after 30d; dead kept forever``: what a pruner
+    with these ages deletes, for a log line."""
+    if not ages:
+        return "none (finished jobs are kept forever)"
+    order = [JobState(st) for st in RETENTION_DEFAULTS]
+    pruned = [f"{st} after {_age_text(ages[st])}" for st in order if st in ages]
+    kept = [str(st) for st in order if st not in ages]
+    return ", ".join(pruned) + (f"; {', '.join(kept)} kept forever" if kept else "")
+
+
 class Pruner(PeriodicService):
     name: ClassVar[str] = "pruner"
 
@@ -100,8 +145,15 @@ class Pruner(PeriodicService):
     @classmethod
     def for_app(cls, store: Store, app: object) -> list[PeriodicService]:
         """The pruner a worker runs for an app's retention (``app.retention``,
-        as ``parse_retention`` returns it): none when nothing is pruned, or
-        when the app (another registry) says nothing about retention."""
+        as ``parse_retention`` returns it): none when nothing is pruned, when
+        the app (another registry) says nothing about retention, or when the
+        store is a tether server's, which prunes its database itself (said
+        once, here: the app's retention does not apply there)."""
+        if store.backend == "http":  # the database is the server's: a worker token may not prune it
+            logging.getLogger(f"tether.{cls.name}").info(
+                "finished jobs are pruned by the tether server, at its own retention (tether server "
+                "--retention), not by this worker: the app's retention setting does not apply here")
+            return []
         ages: Mapping[JobState, float] = getattr(app, "retention", None) or {}
         return [cls(store, ages)] if ages else []
 

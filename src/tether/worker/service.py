@@ -3,7 +3,9 @@
 A worker is a supervisor of services (``runtime.Worker``). The claimer,
 executor and reporter hand jobs to one another on the event loop; the rest are
 maintenance duties that run on a timer on every worker at once (reaper,
-transport sweeper, and the ones to come: scheduler, pruner). Each of those is a
+transport sweeper, scheduler, pruner). A ``tether server`` runs one too, on the
+database it holds: the pruner, which its remote workers do not run
+(``server.app.create_app(services=...)``). Each of those is a
 ``PeriodicService``:
 
 - its defaults are named constants in its own module, its config is checked in
@@ -12,9 +14,9 @@ transport sweeper, and the ones to come: scheduler, pruner). Each of those is a
   runs it on a database thread, tests call it directly (no sleeping for ticks);
 - ``tick()`` is what the timer calls: ``run_once()`` unless a service drains a
   backlog in several rounds (the reaper);
-- ``serve(run_blocking)`` is the timer loop itself, started by the worker and
-  cancelled at shutdown; a failed tick is logged and the loop goes on; the
-  worker's ``on_tick`` hook hears each tick's result.
+- ``serve(run_blocking)`` is the timer loop itself, started by the worker (or
+  the server) and cancelled at shutdown; a failed tick is logged and the loop
+  goes on; the worker's ``on_tick`` hook hears each tick's result.
 
 A duty is safe to run on every worker at once because each statement it sends
 decides in the database (a row moves once; a unique key admits one insert).

@@ -29,14 +29,15 @@ from .appview import AppView
 from .history import HistoryRecorder
 from .inflight import InFlight, Running
 
-__all__ = ["WorkerState", "wait_event"]
+__all__ = ["DatabaseThreads", "WorkerState", "wait_event"]
 
 T = TypeVar("T")
 
 
 class DatabaseThreads(ThreadPoolExecutor):
-    """The worker's database threads, which know the calls they have not
-    finished: a task awaiting one that is cancelled leaves it running."""
+    """The worker's (or a server's services') database threads, which know the
+    calls they have not finished: a task awaiting one that is cancelled leaves
+    it running."""
 
     def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
         super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
@@ -50,6 +51,16 @@ class DatabaseThreads(ThreadPoolExecutor):
 
     def unfinished(self) -> list[Future[Any]]:
         return [call for call in tuple(self._calls) if not call.done()]
+
+    async def close(self, timeout: float) -> int:
+        """Shut down, waiting up to ``timeout`` for the calls still running
+        (calls not started yet are dropped); how many were still running then."""
+        self.shutdown(wait=False, cancel_futures=True)
+        running = [asyncio.wrap_future(call) for call in self.unfinished()]
+        if not running:
+            return 0
+        _, late = await asyncio.wait(running, timeout=timeout)
+        return len(late)
 
 
 class WorkerState:
@@ -117,13 +128,10 @@ class WorkerState:
         on its thread: returning before it ends let the caller close the store
         under its statement (on SQLite, a crash: SIGSEGV in the reaper's
         statement, a CI run). Calls not started yet are dropped."""
-        self.db_pool.shutdown(wait=False, cancel_futures=True)
-        running = [asyncio.wrap_future(call) for call in self.db_pool.unfinished()]
-        if running:
-            _, late = await asyncio.wait(running, timeout=timeout)
-            if late:
-                self.log.warning("%d database call(s) still running %gs after the stop; "
-                                 "not waiting for them", len(late), timeout)
+        late = await self.db_pool.close(timeout)
+        if late:
+            self.log.warning("%d database call(s) still running %gs after the stop; "
+                             "not waiting for them", late, timeout)
 
     def wake_claimer(self) -> None:
         """Any thread: wake the claimer (a no-op before the loop runs or after it closed)."""
