@@ -238,6 +238,8 @@ def test_args_that_do_not_fit_the_handler_are_a_payload_error(make_app: AppFacto
     with pytest.raises(PayloadError) as info:
         task.enqueue(**kwargs)
     assert "tests.handler" in str(info.value)
+    for name in set(kwargs) - {"x", "label"}:  # a stray name is named, not only the missing one
+        assert repr(name) in str(info.value)
     assert no_jobs(app)
 
 

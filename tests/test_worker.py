@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -640,3 +641,31 @@ def test_a_worker_whose_app_declares_a_schedule_fires_and_runs_it(make_app: Call
             time.sleep(0.05)
     assert len(set(seen)) == len(seen), "a tick ran twice"
     assert all(t.tzinfo is not None and t.microsecond == 0 for t in seen)
+
+
+def test_app_run_worker_logs_as_tether_worker_does_when_the_process_configured_no_logging(tmp_path: Path) -> None:
+    """The usual layout: `python app.py`, ending in app.run_worker(). With no
+    logging set up, the worker said nothing at start and a bare "SIGTERM: no
+    new claims" with no time; now it writes `tether worker`'s log. A process
+    that configured logging keeps its own."""
+    import subprocess
+    import sys
+
+    app_py = tmp_path / "app.py"
+    app_py.write_text(
+        "import logging, sys\n"
+        "from tether import Tether\n"
+        f"app = Tether('sqlite:///{tmp_path / 't.db'}')\n"
+        "@app.task()\n"
+        "def hello(ctx): return 'hi'\n"
+        "if __name__ == '__main__':\n"
+        "    if sys.argv[1:] == ['own']:\n"
+        "        logging.basicConfig(level=logging.WARNING, format='OWN %(message)s')\n"
+        "    app.migrate(); hello.enqueue()\n"
+        "    app.run_worker(burst=True)\n")
+    plain = subprocess.run([sys.executable, str(app_py)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert " INFO    tether.worker[" in plain.stderr and "started: queues=default" in plain.stderr
+    assert "stopped after" in plain.stderr and "1 succeeded" in plain.stderr
+    own = subprocess.run([sys.executable, str(app_py), "own"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert own.returncode == 0 and "started: queues" not in own.stderr, own.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -26,6 +27,7 @@ from .config import (
 from .context import JobCancelled, JobContext
 from .errors import ConfigError, JobFailed, UnknownTask
 from .events import Event, EventHook, Events
+from .logs import configure_worker_logging
 from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name
 from .periodic import DEFAULT_CATCH_UP, check_schedule, merge_declared, schedule_spec
@@ -439,6 +441,11 @@ class Tether:
         """Run a worker until SIGTERM/SIGINT (blocking): the first signal stops
         claiming and waits ``shutdown_timeout`` for running jobs, then releases
         the rest; a second signal stops at once."""
+        if not logging.getLogger().handlers:
+            # `python app.py` ending in app.run_worker(), with no logging set
+            # up: the same log as `tether worker` (no start line, and a
+            # bare "SIGTERM: no new claims" with no time, before)
+            configure_worker_logging()
         asyncio.run(self.worker(**options).run(install_signal_handlers=True))
 
     async def run_worker_async(self, **options: Unpack[WorkerOptions]) -> None:

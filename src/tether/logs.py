@@ -14,7 +14,13 @@ from typing import Any
 
 from .model import ClaimedJob
 
-__all__ = ["FIELDS", "FieldsAdapter", "JsonFormatter", "job_fields"]
+__all__ = ["DRIVER_LOGGER", "FIELDS", "LOG_FORMAT", "POOL_LOGGER", "FieldsAdapter", "JsonFormatter",
+           "configure_worker_logging", "job_fields"]
+
+#: a worker's log line, as `tether worker` writes it
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s"
+DRIVER_LOGGER = "psycopg"
+POOL_LOGGER = "psycopg.pool"
 
 #: the structured fields, in the order JsonFormatter writes them
 FIELDS = ("job_id", "attempt", "task", "queue", "worker")
@@ -53,3 +59,18 @@ class FieldsAdapter(logging.LoggerAdapter[logging.Logger]):
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
         return msg, kwargs
+
+
+def configure_worker_logging(level: str = "info", fmt: str = "text") -> None:
+    """The log a worker writes to stderr: `tether worker`'s, and
+    ``app.run_worker()``'s when the process has configured no logging."""
+    import sys
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
+    # ...but not every connection the pool lends and takes back: psycopg_pool
+    # logs each at INFO, two lines per store call (a quarter of a database
+    # thread's CPU at INFO). Its connection failures are warnings and still show.
+    logging.getLogger(POOL_LOGGER).setLevel(logging.NOTSET if level.upper() == "DEBUG" else logging.WARNING)

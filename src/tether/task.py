@@ -203,7 +203,12 @@ class Task(Generic[P, R]):
         try:
             self._signature.bind(None, **kwargs)
         except TypeError as exc:
-            raise PayloadError(f"args do not fit task {self.name!r}{self._signature}: {exc}") from None
+            # bind() names the first problem only: a misspelt name is reported
+            # as the right one missing. Name the strays too.
+            stray = [] if self._takes_any else sorted(set(kwargs) - self._arg_names)
+            also = (f" (not parameters of it: {', '.join(map(repr, stray))})"
+                    if stray and not all(repr(s) in str(exc) for s in stray) else "")
+            raise PayloadError(f"args do not fit task {self.name!r}{self._signature}: {exc}{also}") from None
 
     def _new_job(self, kwargs: dict[str, Any], o: TaskOptions) -> NewJob:
         self.check_args(kwargs)

@@ -19,13 +19,12 @@ from rich.console import Console
 from ..app import Tether
 from ..config import Timers, parse_database_url
 from ..errors import ConfigError, PayloadError, SchemaMissing, TetherError, UnknownTask
+from ..logs import DRIVER_LOGGER
 from ..transport import open_transport
 
 __all__ = [
-    "DRIVER_LOGGER",
     "EXIT_FAILURE",
     "EXIT_USAGE",
-    "POOL_LOGGER",
     "PUBLISH_OPTION",
     "BadUsage",
     "CLIError",
@@ -169,8 +168,6 @@ def require_database(app: Tether) -> None:
         )
 
 
-DRIVER_LOGGER = "psycopg"
-POOL_LOGGER = "psycopg.pool"
 
 
 @contextmanager

@@ -9,20 +9,18 @@ import asyncio
 import contextlib
 import gc
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
 from ..app import Tether
-from ..logs import JsonFormatter
+from ..logs import configure_worker_logging
 from ..worker.unknown import DEFAULT_UNKNOWN_TASK_GRACE
-from .common import DRIVER_LOGGER, POOL_LOGGER, BadUsage, Seconds, configure_app, require_database
+from .common import BadUsage, Seconds, configure_app, require_database
 
 __all__ = ["run_worker", "worker_options"]
 
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -98,7 +96,7 @@ def run_worker(
                       transport=transport)
         require_database(app)
         app.store.check_schema()  # fail here, in one line, rather than inside the event loop
-        _configure_logging(log_level, log_format)
+        configure_worker_logging(log_level, log_format)
         logging.getLogger("tether").info("app %s: tasks %s", label, ", ".join(sorted(app.tasks)) or "none")
         w = app.worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
                        poll_interval=poll_interval, prefetch=prefetch, burst=burst,
@@ -129,12 +127,3 @@ def _settle_gc() -> None:
     gc.set_threshold(max(young, 7000), middle, old)
 
 
-def _configure_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(LOG_FORMAT))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
-    # ...but not every connection the pool lends and takes back: psycopg_pool
-    # logs each at INFO, two lines per store call (a quarter of a database
-    # thread's CPU at INFO). Its connection failures are warnings and still show.
-    logging.getLogger(POOL_LOGGER).setLevel(logging.NOTSET if level.upper() == "DEBUG" else logging.WARNING)
