@@ -12,7 +12,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 from urllib.parse import parse_qs, urlsplit
 
 from .errors import ConfigError, InvalidDSN, PayloadError
@@ -33,6 +33,7 @@ __all__ = [
     "parse_database_url",
     "parse_rate",
     "redact_url",
+    "storable_text",
     "validate_identifier",
     "validate_queue",
 ]
@@ -280,6 +281,29 @@ def dump_json(value: Any, what: str, cap: int) -> str:
             f"{what} is {size} bytes of JSON, over the cap of {cap} bytes; store large "
             "data elsewhere and pass a reference, or raise max_payload_bytes"
         )
+    return text
+
+
+@overload
+def storable_text(text: str) -> str: ...
+@overload
+def storable_text(text: None) -> None: ...
+def storable_text(text: str | None) -> str | None:
+    """Free text a worker writes for a handler and must never have refused (a
+    failure's error and traceback, a progress message), made storable on every
+    backend: each NUL becomes the four characters ``\\x00`` and each lone
+    surrogate its escape (``\\ud800``: backslashreplace), the text Python's
+    ``repr`` shows. Visible escapes rather than U+FFFD, so whoever reads the
+    error sees what the handler's text held, not just that something was lost."""
+    if text is None:
+        return None
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
 
 

@@ -5,9 +5,10 @@ in one statement (``Store.complete``), or rides with the claimer's next claim
 (``complete_and_claim``: one round trip, one commit) when claims are small
 enough to carry them (``carry``). Failures, cancellations and releases are
 written one by one (``_report_one``), retried while the attempt's local lease
-deadline allows. A write whose answer was lost may have landed: a retried
-write that is refused asks the attempts audit whether it was our own
-(``_recorded``) before calling the attempt lost.
+deadline allows; the handler's text in them (error, traceback) is made
+storable first (``config.storable_text``). A write whose answer was lost may
+have landed: a retried write that is refused asks the attempts audit whether
+it was our own (``_recorded``) before calling the attempt lost.
 
 An attempt is let go (``forget``) only once its outcome is written or it is
 known lost: its transport message is acked then, its span ended, and its
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from ..config import storable_text
 from ..errors import StaleAttempt
 from ..events import after_attempt
 from ..logs import job_fields
@@ -268,8 +270,11 @@ class Reporter:
     def _fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool,
               delay: float | None = None, *, recorded: JobState | None = None) -> None:
         """Database thread: write a failed attempt (``recorded``: an earlier try
-        already did) and tell the world."""
+        already did) and tell the world. The error and traceback are the
+        handler's text: made storable first, as a refused report would be
+        retried for as long as the heartbeat keeps the lease."""
         s = self.state
+        error, tb = storable_text(error), storable_text(tb)
         state = recorded or s.store.fail(s.id, running.job.id, running.job.attempt, outcome=outcome,
                                          error=error, traceback=tb, retry=retry, delay=delay)
         s.counts[str(outcome)] += 1
