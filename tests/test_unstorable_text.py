@@ -2,10 +2,15 @@
 
 ``"bad\\x00"`` is valid Python and valid JSON (``"\\u0000"``), and ``"\\ud800"``
 a valid Python str, yet PostgreSQL's text and jsonb refuse a NUL, and no
-driver can encode a lone surrogate as UTF-8. A worker's own free text from a
-handler (a failure's error and traceback, a progress message) is made
-storable (``config.storable_text``): a refused report was retried for as long
-as the heartbeat kept the lease, that is forever.
+driver can encode a lone surrogate as UTF-8. A handler's result holding one
+used to jam a worker: the batched completion was refused, retried forever, and
+the innocent jobs batched with it stayed running. Now:
+
+- args, results and meta (``config.dump_json``) holding one are a
+  ``PayloadError`` on every backend: nothing is enqueued, and a handler's
+  result ends its job dead with the reason;
+- a worker's own free text from a handler (a failure's error and traceback, a
+  progress message) is made storable instead (``config.storable_text``).
 
 The store tests run on every backend (``STORE_BACKENDS``, the tether server
 included), as the conformance suite does; the worker tests run a real
@@ -15,13 +20,15 @@ in-process burst worker on each.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tether import JobContext, Tether
-from tether.config import storable_text
+from tether.config import dump_json, storable_text
+from tether.errors import PayloadError
 from tether.model import JobState, NewJob, Outcome
 from tether.store import Store
 
@@ -30,6 +37,8 @@ from .conftest import STORE_BACKENDS, TEST_TOKEN, backend_param, served
 W = "host-a:111:w1"
 TTL = 30.0
 FAST = {"lease_ttl": 1.5, "heartbeat_interval": 0.3, "reaper_interval": 0.3}
+#: a NUL (PostgreSQL stores none), and a lone surrogate (not UTF-8: no driver encodes it)
+NUL, SURROGATE = "bad\x00", "bad\ud800"
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -52,7 +61,44 @@ def app(backend: str, db_url: str) -> Iterator[Tether]:
     local.close()
 
 
+def _all_jobs(app: Tether) -> list[Any]:
+    return app.store.list_jobs(limit=1000)
+
+
 # -- dump_json and storable_text, alone ------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [NUL, {"k\x00": 1}, ["ok", {"deep": [NUL]}], "\\\x00", "a\\\\\x00"],
+                         ids=["str", "key", "nested", "after-a-backslash", "after-two-backslashes"])
+def test_dump_json_refuses_a_nul_wherever_it_is(value: object) -> None:
+    with pytest.raises(PayloadError, match=r"result of task 't' contains a NUL \(\\u0000\) character"):
+        dump_json(value, "result of task 't'", 10_000)
+
+
+@pytest.mark.parametrize("value", ["\\u0000", "\\\\\\u0000", {"\\u0000": "x\\u0000y"}],
+                         ids=["six-characters", "escaped-backslashes", "key-and-value"])
+def test_dump_json_takes_the_six_characters_backslash_u0000_as_they_are(value: object) -> None:
+    """What the user wrote as ``\\u0000`` (a backslash, then five characters)
+    is no NUL: json.dumps doubles its backslash, and it round-trips."""
+    assert json.loads(dump_json(value, "args", 10_000)) == value
+
+
+@pytest.mark.parametrize("value", [SURROGATE, {"\udfff": 1}, ["\udc80x"]], ids=["str", "key", "low-in-list"])
+def test_dump_json_refuses_a_lone_surrogate(value: object) -> None:
+    with pytest.raises(PayloadError, match=r"args of task 't' is not valid Unicode \(a lone surrogate"):
+        dump_json(value, "args of task 't'", 10_000)
+
+
+def test_dump_json_refuses_json_nested_too_deeply_for_python() -> None:
+    """A RecursionError from json.dumps is a PayloadError too: from the
+    executor's outcome path, anything else would leave the job unreported."""
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+    with pytest.raises(PayloadError, match="must be JSON"):
+        dump_json(deep, "result", 10**6)
 
 
 def test_storable_text_escapes_what_no_database_stores_and_keeps_the_rest() -> None:
@@ -64,7 +110,25 @@ def test_storable_text_escapes_what_no_database_stores_and_keeps_the_rest() -> N
     assert storable_text(ok) is ok
 
 
-# -- every backend: a worker's cleaned text is stored ------------------------------------
+# -- every backend: enqueue refuses, a worker's text is stored ------------------------------------
+
+
+@pytest.mark.parametrize("bad", [NUL, SURROGATE], ids=["nul", "surrogate"])
+def test_args_holding_unstorable_text_are_a_payload_error_and_nothing_is_enqueued(app: Tether, bad: str) -> None:
+    @app.task(name="t")
+    def t(ctx: JobContext, path: str) -> None: ...
+
+    what = "NUL" if bad == NUL else "lone surrogate"
+    with pytest.raises(PayloadError, match=f"args of task 't' .*{what}"):
+        t.enqueue(path=bad)
+    with pytest.raises(PayloadError, match=what):
+        app.enqueue("t", path={"nested": [bad]})
+    with pytest.raises(PayloadError, match=what):  # one bad job spoils the batch: all or nothing
+        t.enqueue_many([{"path": "fine"}, {"path": bad}])
+    assert _all_jobs(app) == []
+    # the six characters \u0000 are text like any other
+    job = app.get_job(t.enqueue(path="\\u0000"))
+    assert job is not None and job.args == {"path": "\\u0000"}
 
 
 def test_a_worker_s_cleaned_text_is_stored_as_it_is_on_every_backend(store: Store) -> None:
@@ -97,6 +161,14 @@ def _run(app: Tether, concurrency: int = 4, within: float = 30) -> Any:
 
 
 def test_a_worker_ends_jobs_with_unstorable_text_and_finishes_every_other(app: Tether) -> None:
+    @app.task(name="nul_result")
+    def nul_result(ctx: JobContext) -> str:
+        return "bad\x00result"
+
+    @app.task(name="surrogate_result")
+    def surrogate_result(ctx: JobContext) -> dict[str, str]:
+        return {"r": "bad\ud800"}
+
     @app.task(name="nul_error", max_attempts=2, retry_backoff=lambda attempt: 0.0)
     def nul_error(ctx: JobContext) -> None:
         raise ValueError("bad\x00error \ud800")
@@ -112,7 +184,8 @@ def test_a_worker_ends_jobs_with_unstorable_text_and_finishes_every_other(app: T
     def ordinary(ctx: JobContext, i: int) -> dict[str, int]:
         return {"i": i}
 
-    bad = {"error": nul_error.enqueue(), "progress": nul_progress.enqueue()}
+    bad = {"nul": nul_result.enqueue(), "surrogate": surrogate_result.enqueue(), "error": nul_error.enqueue(),
+           "progress": nul_progress.enqueue()}
     innocent = ordinary.enqueue_many([{"i": i} for i in range(20)])
 
     worker = _run(app)
@@ -120,6 +193,14 @@ def test_a_worker_ends_jobs_with_unstorable_text_and_finishes_every_other(app: T
     for i, job_id in enumerate(innocent):
         job = app.get_job(job_id)
         assert job is not None and job.state is JobState.SUCCEEDED and job.result == {"i": i}, job
+    job = app.get_job(bad["nul"])
+    assert job is not None and job.state is JobState.DEAD and job.attempts_used == 1
+    assert job.last_error == ("result of task 'nul_result' contains a NUL (\\u0000) character, which the database "
+                              "cannot store")
+    job = app.get_job(bad["surrogate"])
+    assert job is not None and job.state is JobState.DEAD and job.attempts_used == 1
+    assert job.last_error is not None and "result of task 'surrogate_result' is not valid Unicode (a lone " \
+        "surrogate, '\\ud800'" in job.last_error
     # the failure path as for any exception: retried, then dead, its text cleaned
     job = app.get_job(bad["error"])
     assert job is not None and job.state is JobState.DEAD and job.attempts_used == 2

@@ -269,13 +269,32 @@ def _server_url(url: str, netloc: str, scheme: str, query: dict[str, str]) -> Da
     return DatabaseURL("http", base, "", query)
 
 
+#: a NUL that json.dumps escaped: ``\u0000`` after an odd number of backslashes
+#: (an even number is the user's own backslashes, then the six characters)
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def dump_json(value: Any, what: str, cap: int) -> str:
-    """JSON text of ``value``, or a PayloadError that says what is wrong with it."""
+    """JSON text of ``value``, or a PayloadError that says what is wrong with it.
+
+    Every args, result and meta JSON is made here, and it must be storable on
+    every backend: no NUL character (PostgreSQL's text and jsonb cannot hold
+    one; SQLite can, but a job's data must be storable on both, and a tether
+    server refuses it for both) and no lone surrogate (not Unicode: UTF-8
+    cannot encode it)."""
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise PayloadError(f"{what} must be JSON (dicts, lists, str, int, float, bool, None): {exc}") from None
-    size = len(text.encode("utf-8"))
+    # json.dumps escapes NUL as \u0000 even with ensure_ascii=False: a cheap
+    # test first, the precise one only when it matches
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise PayloadError(f"{what} contains a NUL (\\u0000) character, which the database cannot store")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise PayloadError(f"{what} is not valid Unicode (a lone surrogate, {exc.object[exc.start:exc.end]!r}, "
+                           "which UTF-8 cannot encode), so the database cannot store it") from None
     if size > cap:
         raise PayloadError(
             f"{what} is {size} bytes of JSON, over the cap of {cap} bytes; store large "
