@@ -10,7 +10,9 @@ the innocent jobs batched with it stayed running. Now:
   ``PayloadError`` on every backend: nothing is enqueued, and a handler's
   result ends its job dead with the reason;
 - a worker's own free text from a handler (a failure's error and traceback, a
-  progress message) is made storable instead (``config.storable_text``).
+  progress message) is made storable instead (``config.storable_text``);
+- a batch of successes refused for its data is written one by one, so only
+  the job it was refused for fails.
 
 The store tests run on every backend (``STORE_BACKENDS``, the tether server
 included), as the conformance suite does; the worker tests run a real
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,8 +34,10 @@ from tether.config import dump_json, storable_text
 from tether.errors import PayloadError
 from tether.model import JobState, NewJob, Outcome
 from tether.store import Store
+from tether.worker import executor as executor_module
+from tether.worker.reporter import data_error
 
-from .conftest import STORE_BACKENDS, TEST_TOKEN, backend_param, served
+from .conftest import PGBOUNCER, STORE_BACKENDS, TEST_TOKEN, backend_param, served
 
 W = "host-a:111:w1"
 TTL = 30.0
@@ -151,6 +156,27 @@ def test_a_worker_s_cleaned_text_is_stored_as_it_is_on_every_backend(store: Stor
                       retry=False) is JobState.DEAD
 
 
+@pytest.mark.parametrize("bad", [NUL, SURROGATE], ids=["nul", "surrogate"])
+def test_a_result_a_backend_refuses_is_a_data_error_and_writes_nothing(store: Store, backend: str, bad: str) -> None:
+    """What the reporter's split relies on: a completion refused for its data
+    raises something ``data_error`` recognises (psycopg's DataError, a
+    UnicodeEncodeError, a server's PayloadError), and the whole statement
+    writes nothing, the innocent row in it included."""
+    if backend == "sqlite":
+        # It takes both: a NUL as it is, a surrogate as bytes that are not
+        # UTF-8, after which reading the job fails. dump_json refuses both.
+        pytest.skip("the SQLite store refuses neither (dump_json does)")
+    store.enqueue([NewJob(task="t", args_json="{}"), NewJob(task="t", args_json="{}")])
+    good, poor = store.claim(W, ["default"], 2, TTL)
+    before = [store.get_job(good.id), store.get_job(poor.id)]
+    raw = json.dumps(bad, ensure_ascii=False)  # what dump_json would refuse
+    with pytest.raises(Exception) as info:
+        store.complete(W, [(good.id, good.attempt, "1"), (poor.id, poor.attempt, raw)])
+    assert data_error(info.value), repr(info.value)
+    assert [store.get_job(good.id), store.get_job(poor.id)] == before
+    assert store.complete(W, [(good.id, good.attempt, "1")]) == {good.id}
+
+
 # -- a real worker ------------------------------------------------------------------------------------
 
 
@@ -210,3 +236,43 @@ def test_a_worker_ends_jobs_with_unstorable_text_and_finishes_every_other(app: T
     job = app.get_job(bad["progress"])
     assert job is not None and job.state is JobState.SUCCEEDED and job.result == 1, job
     assert worker.counts["succeeded"] == 21, worker.counts
+
+
+def test_a_batch_of_successes_refused_for_one_result_is_written_one_by_one(
+    app: Tether, backend: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Defense in depth: were a result the database refuses ever to get past
+    dump_json, the batch it rides in must not be retried whole forever. Four
+    ``async def`` handlers end in one turn of the worker's loop (the last to
+    start releases the others), so their successes are all waiting before the
+    reporter or the claimer runs: one statement. The database refuses it for
+    the one bad result; written one by one, the three others succeed and the
+    bad one fails with the reason."""
+    if backend == "sqlite":
+        pytest.skip("the SQLite store refuses no result (dump_json does)")
+    monkeypatch.setattr(executor_module, "dump_json",
+                        lambda value, what, cap: json.dumps(value, ensure_ascii=False))  # no checks
+    bad_result = NUL if backend in ("postgresql", PGBOUNCER) else SURROGATE  # psycopg's DataError; else encoding
+    started: list[int] = []
+    all_in = asyncio.Event()
+
+    @app.task(name="together", max_attempts=1)
+    async def at_once(ctx: JobContext, bad: bool) -> str:
+        started.append(ctx.job_id)
+        if len(started) == 4:
+            all_in.set()
+        else:
+            await asyncio.wait_for(all_in.wait(), 10)
+        return bad_result if bad else "fine"
+
+    ids = at_once.enqueue_many([{"bad": i == 2} for i in range(4)])
+    with caplog.at_level(logging.WARNING, logger="tether.worker"):
+        _run(app)
+
+    states = [app.get_job(i) for i in ids]
+    assert [j.state if j else None for j in states] == [JobState.SUCCEEDED] * 2 + [JobState.DEAD, JobState.SUCCEEDED]
+    assert all(j is not None and j.result == "fine" for j in states[:2] + states[3:])
+    poor = states[2]
+    assert poor is not None and poor.last_error is not None
+    assert poor.last_error.startswith("its success could not be written: the database refused its result"), poor
+    assert "writing them one by one" in caplog.text, "the four successes were not in one batch"
