@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tether import JobContext, Tether
-from tether.config import dump_json, storable_text
+from tether.config import MAX_ERROR_CHARS, dump_json, storable_text
 from tether.errors import PayloadError
 from tether.model import JobState, NewJob, Outcome
 from tether.store import Store
@@ -113,6 +113,14 @@ def test_storable_text_escapes_what_no_database_stores_and_keeps_the_rest() -> N
     assert storable_text(None) is None
     ok = "plain"
     assert storable_text(ok) is ok
+
+
+def test_storable_text_cuts_the_middle_past_its_limit() -> None:
+    text = "head " + "x" * 5000 + "\x00 tail"
+    cut = storable_text(text, 1000)
+    assert len(cut) <= 1000 and cut.startswith("head xxx") and cut.endswith("x\\x00 tail")
+    assert f"[... {len(text) + 3 - 900} characters cut ...]" in cut  # the NUL's escape counts: 3 more
+    assert storable_text("short", 1000) == "short"
 
 
 # -- every backend: enqueue refuses, a worker's text is stored ------------------------------------
@@ -236,6 +244,23 @@ def test_a_worker_ends_jobs_with_unstorable_text_and_finishes_every_other(app: T
     job = app.get_job(bad["progress"])
     assert job is not None and job.state is JobState.SUCCEEDED and job.result == 1, job
     assert worker.counts["succeeded"] == 21, worker.counts
+
+
+def test_a_failure_s_text_too_long_for_a_tether_server_is_cut_not_refused(app: Tether) -> None:
+    """A tether server takes an error of at most MAX_ERROR_CHARS characters
+    (and a traceback of MAX_TRACEBACK_CHARS): a longer one was refused, and
+    the report retried forever, as a NUL's was."""
+    @app.task(name="long_error", max_attempts=1)
+    def long_error(ctx: JobContext) -> None:
+        raise ValueError("start " + "x" * (2 * MAX_ERROR_CHARS) + " end")
+
+    job_id = long_error.enqueue()
+    _run(app, concurrency=1)
+    job = app.get_job(job_id)
+    assert job is not None and job.state is JobState.DEAD and job.last_error is not None
+    assert len(job.last_error) <= MAX_ERROR_CHARS
+    assert job.last_error.startswith("ValueError: start xxx") and job.last_error.endswith("xxx end")
+    assert "characters cut ..." in job.last_error
 
 
 def test_a_batch_of_successes_refused_for_one_result_is_written_one_by_one(

@@ -27,6 +27,8 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_QUEUE",
     "DEFAULT_REAPER_INTERVAL",
+    "MAX_ERROR_CHARS",
+    "MAX_TRACEBACK_CHARS",
     "DatabaseURL",
     "Timers",
     "dump_json",
@@ -303,17 +305,25 @@ def dump_json(value: Any, what: str, cap: int) -> str:
     return text
 
 
+#: the longest failure error and traceback, in characters, a worker writes
+#: (``storable_text``) and a tether server takes (``store/http/wire.py``: fail)
+MAX_ERROR_CHARS = 100_000
+MAX_TRACEBACK_CHARS = 1_000_000
+
+
 @overload
-def storable_text(text: str) -> str: ...
+def storable_text(text: str, limit: int | None = None) -> str: ...
 @overload
-def storable_text(text: None) -> None: ...
-def storable_text(text: str | None) -> str | None:
+def storable_text(text: None, limit: int | None = None) -> None: ...
+def storable_text(text: str | None, limit: int | None = None) -> str | None:
     """Free text a worker writes for a handler and must never have refused (a
     failure's error and traceback, a progress message), made storable on every
     backend: each NUL becomes the four characters ``\\x00`` and each lone
     surrogate its escape (``\\ud800``: backslashreplace), the text Python's
     ``repr`` shows. Visible escapes rather than U+FFFD, so whoever reads the
-    error sees what the handler's text held, not just that something was lost."""
+    error sees what the handler's text held, not just that something was lost.
+    Past ``limit`` characters (a tether server refuses longer), the middle is
+    cut: the head says what failed, the tail (a traceback's last lines) where."""
     if text is None:
         return None
     if "\x00" in text:
@@ -323,6 +333,10 @@ def storable_text(text: str | None) -> str | None:
             text.encode("utf-8")
         except UnicodeEncodeError:
             text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if limit is not None and len(text) > limit:
+        keep = limit - 100  # room for the note of the cut
+        head = keep // 2
+        text = f"{text[:head]}\n[... {len(text) - keep} characters cut ...]\n{text[len(text) - (keep - head):]}"
     return text
 
 

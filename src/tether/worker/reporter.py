@@ -27,7 +27,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..config import storable_text
+from ..config import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, storable_text
 from ..errors import PayloadError, StaleAttempt
 from ..events import after_attempt
 from ..logs import job_fields
@@ -297,10 +297,11 @@ class Reporter:
               delay: float | None = None, *, recorded: JobState | None = None) -> None:
         """Database thread: write a failed attempt (``recorded``: an earlier try
         already did) and tell the world. The error and traceback are the
-        handler's text: made storable first, as a refused report would be
-        retried for as long as the heartbeat keeps the lease."""
+        handler's text: made storable first (and short enough for a tether
+        server), as a refused report would be retried for as long as the
+        heartbeat keeps the lease."""
         s = self.state
-        error, tb = storable_text(error), storable_text(tb)
+        error, tb = storable_text(error, MAX_ERROR_CHARS), storable_text(tb, MAX_TRACEBACK_CHARS)
         state = recorded or s.store.fail(s.id, running.job.id, running.job.attempt, outcome=outcome,
                                          error=error, traceback=tb, retry=retry, delay=delay)
         s.counts[str(outcome)] += 1
