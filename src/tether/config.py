@@ -12,7 +12,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 from urllib.parse import parse_qs, urlsplit
 
 from .errors import ConfigError, InvalidDSN, PayloadError
@@ -27,12 +27,15 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_QUEUE",
     "DEFAULT_REAPER_INTERVAL",
+    "MAX_ERROR_CHARS",
+    "MAX_TRACEBACK_CHARS",
     "DatabaseURL",
     "Timers",
     "dump_json",
     "parse_database_url",
     "parse_rate",
     "redact_url",
+    "storable_text",
     "validate_identifier",
     "validate_queue",
 ]
@@ -279,18 +282,72 @@ def _server_url(url: str, netloc: str, scheme: str, query: dict[str, str]) -> Da
     return DatabaseURL("http", base, "", query)
 
 
+#: a NUL that json.dumps escaped: ``\u0000`` after an odd number of backslashes
+#: (an even number is the user's own backslashes, then the six characters)
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def dump_json(value: Any, what: str, cap: int) -> str:
-    """JSON text of ``value``, or a PayloadError that says what is wrong with it."""
+    """JSON text of ``value``, or a PayloadError that says what is wrong with it.
+
+    Every args, result and meta JSON is made here, and it must be storable on
+    every backend: no NUL character (PostgreSQL's text and jsonb cannot hold
+    one; SQLite can, but a job's data must be storable on both, and a tether
+    server refuses it for both) and no lone surrogate (not Unicode: UTF-8
+    cannot encode it)."""
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise PayloadError(f"{what} must be JSON (dicts, lists, str, int, float, bool, None): {exc}") from None
-    size = len(text.encode("utf-8"))
+    # json.dumps escapes NUL as \u0000 even with ensure_ascii=False: a cheap
+    # test first, the precise one only when it matches
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise PayloadError(f"{what} contains a NUL (\\u0000) character, which the database cannot store")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise PayloadError(f"{what} is not valid Unicode (a lone surrogate, {exc.object[exc.start:exc.end]!r}, "
+                           "which UTF-8 cannot encode), so the database cannot store it") from None
     if size > cap:
         raise PayloadError(
             f"{what} is {size} bytes of JSON, over the cap of {cap} bytes; store large "
             "data elsewhere and pass a reference, or raise max_payload_bytes"
         )
+    return text
+
+
+#: the longest failure error and traceback, in characters, a worker writes
+#: (``storable_text``) and a tether server takes (``store/http/wire.py``: fail)
+MAX_ERROR_CHARS = 100_000
+MAX_TRACEBACK_CHARS = 1_000_000
+
+
+@overload
+def storable_text(text: str, limit: int | None = None) -> str: ...
+@overload
+def storable_text(text: None, limit: int | None = None) -> None: ...
+def storable_text(text: str | None, limit: int | None = None) -> str | None:
+    """Free text a worker writes for a handler and must never have refused (a
+    failure's error and traceback, a progress message), made storable on every
+    backend: each NUL becomes the four characters ``\\x00`` and each lone
+    surrogate its escape (``\\ud800``: backslashreplace), the text Python's
+    ``repr`` shows. Visible escapes rather than U+FFFD, so whoever reads the
+    error sees what the handler's text held, not just that something was lost.
+    Past ``limit`` characters (a tether server refuses longer), the middle is
+    cut: the head says what failed, the tail (a traceback's last lines) where."""
+    if text is None:
+        return None
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if limit is not None and len(text) > limit:
+        keep = limit - 100  # room for the note of the cut
+        head = keep // 2
+        text = f"{text[:head]}\n[... {len(text) - keep} characters cut ...]\n{text[len(text) - (keep - head):]}"
     return text
 
 

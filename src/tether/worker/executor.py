@@ -31,7 +31,7 @@ from collections.abc import Coroutine, Mapping
 from functools import partial
 from typing import Any
 
-from ..config import dump_json
+from ..config import dump_json, storable_text
 from ..context import CancelReason, JobCancelled, JobContext
 from ..errors import ConfigError, PayloadError, StaleAttempt
 from ..events import Event
@@ -392,7 +392,8 @@ class Executor:
         if s.store.backend == "sqlite":
             refuse_progress_in_block(s, job.id)
         sent_at = time.monotonic()
-        cancel = s.store.progress(s.id, job.id, job.attempt, fraction, message, s.timers.lease_ttl)
+        # the handler's text: NUL and lone surrogates escaped, never refused
+        cancel = s.store.progress(s.id, job.id, job.attempt, fraction, storable_text(message), s.timers.lease_ttl)
         s.inflight.renewed(job.id, job.attempt, sent_at)
         if s.history is not None:  # a progress report renews the lease as a heartbeat does
             s.history.record("hb", job=job.id, attempt=job.attempt, beat="renewed", sent=sent_at, via="progress")

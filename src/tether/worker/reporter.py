@@ -3,11 +3,15 @@
 Successes are batched: every success that finished since the last write goes
 in one statement (``Store.complete``), or rides with the claimer's next claim
 (``complete_and_claim``: one round trip, one commit) when claims are small
-enough to carry them (``carry``). Failures, cancellations and releases are
-written one by one (``_report_one``), retried while the attempt's local lease
-deadline allows. A write whose answer was lost may have landed: a retried
-write that is refused asks the attempts audit whether it was our own
-(``_recorded``) before calling the attempt lost.
+enough to carry them (``carry``). A batch refused for the data in it (not
+for want of the database) is written one success at a time, so that only the
+job whose result was refused fails (``_refused``). Failures, cancellations
+and releases are written one by one (``_report_one``), retried while the
+attempt's local lease deadline allows; the handler's text in them (error,
+traceback) is made storable first (``config.storable_text``). A write whose
+answer was lost may have landed: a retried write that is refused asks the
+attempts audit whether it was our own (``_recorded``) before calling the
+attempt lost.
 
 An attempt is let go (``forget``) only once its outcome is written or it is
 known lost: its transport message is acked then, its span ended, and its
@@ -23,7 +27,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..errors import StaleAttempt
+from ..config import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, storable_text
+from ..errors import PayloadError, StaleAttempt
 from ..events import after_attempt
 from ..logs import job_fields
 from ..model import JobState, Outcome, Reaped
@@ -31,7 +36,7 @@ from ..transport import Delivery
 from .inflight import Running
 from .state import WorkerState, wait_event
 
-__all__ = ["CARRY_MAX", "CARRY_WAIT", "REPORT_RETRY", "Done", "Reporter", "ended"]
+__all__ = ["CARRY_MAX", "CARRY_WAIT", "REPORT_RETRY", "Done", "Reporter", "data_error", "ended"]
 
 log = logging.getLogger("tether.worker")
 
@@ -114,6 +119,9 @@ class Reporter:
                 accepted = set(await s.store.complete_async(s.id, rows, executor=s.db_pool))
                 break
             except Exception as exc:
+                if data_error(exc):
+                    await self._refused(batch, exc)
+                    return
                 retried = True
                 s.log.warning("completing %d job(s) failed (%s); retrying", len(rows), exc)
                 now = time.monotonic()
@@ -134,6 +142,26 @@ class Reporter:
                 if r.job.id not in accepted and await s.db(self._recorded, r, {Outcome.SUCCEEDED}) is not None:
                     accepted.add(r.job.id)
         self.completed(batch, accepted, sent_at)
+
+    async def _refused(self, batch: list[Done], exc: Exception) -> None:
+        """A write of these successes was refused for the data in it
+        (``data_error``), which no retry changes. Retried whole, the batch
+        would be refused forever, and the innocent jobs in it would stay
+        running (the heartbeat renews their leases, so the reaper never frees
+        them). So each is written alone: the others go through, and the one
+        refused again ends down the failure path with the reason, retried
+        while its budget lasts as if its handler had raised (what the database
+        refused is not known here; the budget bounds it if it recurs)."""
+        if len(batch) > 1:
+            self.state.log.warning("completing %d job(s) was refused for the data in it (%s); writing them one "
+                                   "by one", len(batch), exc)
+            for done in batch:
+                # retried: an earlier try of the batch (a lost answer) may have written it
+                await self.complete([done], retried=True)
+            return
+        running = batch[0][0]
+        self.fail(running, Outcome.FAILED, f"its success could not be written: the database refused its result "
+                                           f"({type(exc).__name__}: {exc})", None, True)
 
     def completed(self, batch: list[Done], accepted: set[int], sent_at: float) -> None:
         """The answer to a write of these successes: ``accepted`` passed their fence."""
@@ -268,8 +296,12 @@ class Reporter:
     def _fail(self, running: Running, outcome: Outcome, error: str, tb: str | None, retry: bool,
               delay: float | None = None, *, recorded: JobState | None = None) -> None:
         """Database thread: write a failed attempt (``recorded``: an earlier try
-        already did) and tell the world."""
+        already did) and tell the world. The error and traceback are the
+        handler's text: made storable first (and short enough for a tether
+        server), as a refused report would be retried for as long as the
+        heartbeat keeps the lease."""
         s = self.state
+        error, tb = storable_text(error, MAX_ERROR_CHARS), storable_text(tb, MAX_TRACEBACK_CHARS)
         state = recorded or s.store.fail(s.id, running.job.id, running.job.attempt, outcome=outcome,
                                          error=error, traceback=tb, retry=retry, delay=delay)
         s.counts[str(outcome)] += 1
@@ -336,6 +368,16 @@ class Reporter:
         """Wait for the background reports still being written."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def data_error(exc: BaseException) -> bool:
+    """Whether a write was refused for the data in it, not for want of the
+    database (which a retry may cure): a tether server's refusal
+    (``PayloadError``), a string the driver cannot encode (``UnicodeError``),
+    or the driver's ``DataError`` (PEP 249 names it so in every driver:
+    psycopg's for a NUL, sqlite3's). Matched by name, as the worker knows no
+    driver (the server tells an ``OperationalError`` so too)."""
+    return isinstance(exc, (PayloadError, UnicodeError)) or any(k.__name__ == "DataError" for k in type(exc).__mro__)
 
 
 def rows_of(batch: list[Done]) -> list[tuple[int, int, str | None]]:

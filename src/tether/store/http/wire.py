@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...config import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS
 from ...cron import MAX_CATCH_UP
 from ...errors import (
     ConfigError,
@@ -107,7 +108,7 @@ FAIL_OUTCOME = {"type": "string", "enum": [str(o) for o in (Outcome.FAILED, Outc
                                                                 Outcome.CANCELLED, Outcome.LEASE_EXPIRED,
                                                                 Outcome.SNOOZED, Outcome.DISCARDED)]}
 JSON_OBJECT: Schema = {"type": "object"}
-TEXT = string(100_000)
+TEXT = string(MAX_ERROR_CHARS)
 
 ATTEMPT_RECORD = obj({
     "job_id": JOB_ID, "attempt": ATTEMPT, "worker": string(1000), "claimed_at": DATETIME,
@@ -298,7 +299,7 @@ OPS: list[Op] = [
     Op("fail", "POST", "/v1/fail", W, "Report a failed attempt (fenced): retry with backoff, or dead",
        obj({"state": STATE}),
        body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT, "outcome": FAIL_OUTCOME,
-                 "error": TEXT, "traceback": nullable(string(1_000_000)), "retry": boolean(),
+                 "error": TEXT, "traceback": nullable(string(MAX_TRACEBACK_CHARS)), "retry": boolean(),
                  "delay": nullable(number(0, 1e9))},
                 optional=("traceback", "retry", "delay")),
        takes_now=True, errors=(409,), acts_for="worker"),
