@@ -295,8 +295,10 @@ def test_delay_and_run_at_together_are_refused(make_app: AppFactory) -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{"max_attempts": 0}, {"timeout": 0}, {"timeout": -5}, {"delay": -1}, {"priority": 1.5}, {"dedup_key": ""}],
-    ids=["max_attempts", "timeout-zero", "timeout-negative", "delay", "priority", "dedup_key"],
+    [{"max_attempts": 0}, {"timeout": 0}, {"timeout": -5}, {"delay": -1}, {"priority": 1.5}, {"dedup_key": ""},
+     {"dedup_key": "a\x00b"}, {"exclusive_key": "a\x00b"}, {"dedup_key": "a\ud800"}, {"exclusive_key": "\ud800"}],
+    ids=["max_attempts", "timeout-zero", "timeout-negative", "delay", "priority", "dedup_key",
+         "dedup_key-nul", "exclusive_key-nul", "dedup_key-surrogate", "exclusive_key-surrogate"],
 )
 def test_bad_task_options_are_refused(make_app: AppFactory, options: dict[str, Any]) -> None:
     app = make_app()

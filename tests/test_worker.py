@@ -669,3 +669,23 @@ def test_app_run_worker_logs_as_tether_worker_does_when_the_process_configured_n
     assert "stopped after" in plain.stderr and "1 succeeded" in plain.stderr
     own = subprocess.run([sys.executable, str(app_py), "own"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert own.returncode == 0 and "started: queues" not in own.stderr, own.stderr
+
+
+def test_a_long_error_is_kept_whole_on_the_job_and_shortened_in_the_log(
+    make_app: Callable[..., Tether], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that raised with 50,000 characters of text wrote them all
+    into one log line (2 MB in a user's walkthrough). The job keeps the text
+    (up to its own cap); the log line says where to read it."""
+    app = make_app()
+
+    @app.task(name="loud", max_attempts=1)
+    def loud(ctx: JobContext) -> None:
+        raise ValueError("e" * 50_000)
+
+    job_id = loud.enqueue()
+    with caplog.at_level(logging.INFO, logger="tether"):
+        [ran] = app.drain()
+    assert ran.job_id == job_id and len(ran.error or "") > 50_000
+    [line] = [r.getMessage() for r in caplog.records if f"job {job_id} attempt 1 failed" in r.getMessage()]
+    assert len(line) < 3000 and f"`tether job {job_id}`" in line

@@ -92,7 +92,23 @@ class TaskOptions:
                                                or not 0 < len(self.exclusive_key) <= 1000):
             raise ConfigError(f"{where}: exclusive_key must be a string of 1 to 1000 characters, "
                               f"got {self.exclusive_key!r}")
+        for name in ("dedup_key", "exclusive_key"):
+            key = getattr(self, name)
+            if key is not None and not _storable(key):  # as args are (config.dump_json): else a driver's error
+                raise ConfigError(f"{where}: {name} {key!r} holds a NUL character or a lone surrogate, "
+                                  "which the database cannot store")
         return self
+
+
+def _storable(text: str) -> bool:
+    """Text every backend stores as given: no NUL, no lone surrogate."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class TaskCall(Generic[P]):

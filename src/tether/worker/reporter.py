@@ -62,6 +62,12 @@ CARRY_MAX = 128
 Done = tuple[Running, str | None]
 
 
+
+#: how much of a failure's error goes in the worker's log line (the job keeps
+#: up to MAX_ERROR_CHARS): a handler that raised with 2 MB of text wrote a
+#: 2 MB log line
+LOGGED_ERROR_CHARS = 2000
+
 class Reporter:
     def __init__(self, state: WorkerState, *, carry: bool) -> None:
         self.state = state
@@ -308,7 +314,10 @@ class Reporter:
         if running.span is not None:
             ended(running, outcome, error, state)
         level = logging.WARNING if state in (JobState.DEAD,) else logging.INFO
-        s.log.log(level, "job %s attempt %s %s: %s -> %s", running.job.id, running.job.attempt, outcome, error,
+        shown = error if len(error) <= LOGGED_ERROR_CHARS else (
+            f"{error[:LOGGED_ERROR_CHARS]}... ({len(error) - LOGGED_ERROR_CHARS} more characters: `tether job "
+            f"{running.job.id}`)")
+        s.log.log(level, "job %s attempt %s %s: %s -> %s", running.job.id, running.job.attempt, outcome, shown,
                   state, extra=job_fields(running.job, s.id))
         if s.events.active:
             took = time.monotonic() - running.started
