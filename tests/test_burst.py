@@ -12,6 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tether import JobContext, JobState, Tether
 from tether.model import NewJob
 
@@ -145,5 +147,29 @@ def test_a_burst_claimer_looks_again_when_its_last_claim_went_out_before_a_repor
             claimer.state.stop_waiter.cancel()
 
         asyncio.run(look())
+    finally:
+        app.close()
+
+
+def test_a_burst_that_stops_says_which_due_jobs_no_live_worker_knows(db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A v1 burst worker in a deploy, with a job of a task only v2 has: it
+    stops, leaving that job queued, and now says so instead of "no job is
+    due" alone."""
+    import logging
+
+    app = Tether(db_url)
+    try:
+        app.migrate()
+
+        @app.task(name="v1.task")
+        def v1(ctx: JobContext) -> None: ...
+
+        v1.enqueue()
+        app.store.enqueue([NewJob(task="v2.task", args_json="{}")])
+        with caplog.at_level(logging.INFO, logger="tether"):
+            asyncio.run(app.worker(burst=True).run())
+        [line] = [r.getMessage() for r in caplog.records if "burst: no job is due" in r.getMessage()]
+        assert "1 due job(s) of tasks no live worker knows wait: v2.task on default (1)" in line
+        assert app.store.stats().counts.get(("default", JobState.QUEUED)) == 1
     finally:
         app.close()

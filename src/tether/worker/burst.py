@@ -66,6 +66,20 @@ class BurstClaimer(Claimer):
         with that thread still running its handler."""
         return bool(self.state.inflight) or self.executor.busy > 0
 
+    async def _left_behind(self) -> str:
+        """What the stop leaves: due jobs on this worker's queues of tasks no
+        live worker knows (a job of a newer release's task, in a deploy), or ""."""
+        s = self.state
+        try:
+            unknown = await s.db(s.store.unknown_tasks)
+        except Exception:  # only words for the log: the stop goes ahead
+            return ""
+        mine = [u for u in unknown if u.queue in s.queues]
+        if not mine:
+            return ""
+        return (f" ({sum(u.jobs for u in mine)} due job(s) of tasks no live worker knows wait: "
+                + ", ".join(f"{u.task} on {u.queue} ({u.jobs})" for u in mine[:5]) + ")")
+
     async def idle(self) -> None:
         s = self.state
         if not self._running() and not s.stopping:
@@ -77,7 +91,7 @@ class BurstClaimer(Claimer):
             self._idle.set()
             await asyncio.sleep(BURST_CHECK)
             if not self._running():
-                s.log.info("burst: no job is due and none is running; stopping")
+                s.log.info("burst: no job is due and none is running; stopping%s", await self._left_behind())
                 self.on_empty()
                 return
         until = time.monotonic() + self.poll_interval
