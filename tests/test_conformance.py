@@ -948,7 +948,7 @@ def test_release_hands_the_job_back_without_spending_budget(store: Store) -> Non
     assert job.state is JobState.QUEUED
     assert (job.released, job.attempt, job.attempts_used) == (1, 1, 0)
     assert (job.locked_by, job.lease_until, job.finished_at) == (None, None, None)
-    assert close_to(job.run_at, t0 + sec(5))
+    assert close_to(job.run_at, t0)  # kept: due at once, in its old place in the claim order
     assert [(a.attempt, a.outcome, a.worker) for a in job.attempts] == [(1, Outcome.RELEASED, W)]
     # claimable again at once, and the one real attempt is still there to spend
     c2 = claim_one(store, t0 + sec(5), worker=W2)
@@ -1092,7 +1092,7 @@ def test_reap_requeues_at_once_while_budget_remains(store: Store) -> None:
     job = get(store, c.id)
     assert job.state is JobState.QUEUED
     assert (job.locked_by, job.lease_until, job.finished_at) == (None, None, None)
-    assert close_to(job.run_at, tr)  # no backoff after a lapse
+    assert close_to(job.run_at, t0)  # no backoff after a lapse: kept, due at once, in its old place
     assert job.last_error is not None and job.last_error.startswith("worker lease expired")
     assert W in job.last_error
     (att,) = job.attempts

@@ -184,6 +184,25 @@ def test_a_claim_of_keyed_jobs_takes_one_job_of_each_of_as_many_keys_as_it_asks_
     assert done == {firsts[0]} and [c.id for c in more] == [ids[1], *firsts[22:30]]
 
 
+def test_a_job_recovered_or_released_keeps_its_place_in_its_keys_order(store: Store) -> None:
+    """The reaper and a graceful release keep the job's run_at (it was due
+    before its claim): it comes back first in its key's claim order. With
+    run_at set to now, a recovered job went behind the jobs of its key enqueued
+    after it (a user's walkthrough: job 4 of key k, killed, ran after job 5)."""
+    t0 = store.db_now()
+    first, second = (store.enqueue([new_job(exclusive_key="k")], now=t0 + sec(i))[0] for i in range(2))
+    later = t0 + sec(60)
+    (c,) = store.claim(W, ["default"], 10, 5.0, now=later)
+    assert c.id == first
+    store.reap(100, now=later + sec(30))  # its lease lapsed
+    (again,) = store.claim(W2, ["default"], 10, TTL, now=later + sec(30))
+    assert again.id == first and again.attempt == 2
+    store.release(W2, again.id, again.attempt, now=later + sec(31))  # a shutdown hands it back
+    (third,) = store.claim(W, ["default"], 10, TTL, now=later + sec(32))
+    assert third.id == first and third.attempt == 3
+    assert get(store, second).state is JobState.QUEUED
+
+
 def test_an_exclusive_key_is_freed_by_the_reaper_with_the_lease(store: Store) -> None:
     t0 = store.db_now()
     a, b = (store.enqueue([new_job(exclusive_key="k")], now=t0)[0] for _ in range(2))

@@ -440,7 +440,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.release(worker, job_id, attempt, now=self.now) is expected
         m.finish(worker, Outcome.RELEASED, expected)
         m.released += 1
-        m.run_at = self.now
+        m.run_at = min(m.run_at, self.now)  # due again at once, in its old place in the claim order
 
     @rule(worker=st.sampled_from(WORKERS))
     def crash(self, worker: str) -> None:
@@ -487,7 +487,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert m.locked_by is not None
             error = "attempt timed out after " if timed_out else f"worker lease expired (worker {m.locked_by})"
             m.finish(m.locked_by, r.outcome, expected, error)
-            m.run_at = self.now  # due again at once: no backoff after a lapse
+            m.run_at = min(m.run_at, self.now)  # due again at once (no backoff), in its old place
 
     # -- the checks after every step -------------------------------------------------
     @invariant()

@@ -533,13 +533,15 @@ SELECT state FROM gone
 
 -- name: release
 -- Graceful hand-back (shutdown): queued again at once, and released + 1 so the
--- claim that follows does not spend the budget. A pending cancel wins.
+-- claim that follows does not spend the budget. A pending cancel wins. run_at
+-- is kept (it was due before its claim): the job keeps its place in its
+-- queue's and its key's claim order, ahead of jobs enqueued after it.
 WITH back AS (
     UPDATE {schema}.jobs AS j
     SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
         finished_at = CASE WHEN j.cancel_requested THEN {now} END,
         released = j.released + 1,
-        run_at = {now},
+        run_at = least(j.run_at, {now}),
         locked_by = NULL,
         lease_until = NULL,
         deadline = NULL
@@ -563,7 +565,10 @@ SELECT state, queue FROM back
 -- side's columns), so nothing joins the CTEs back together.
 -- A recovered job is due again at once, without fail's backoff: I5 promises it
 -- is claimable within lease_ttl + reaper_interval, and a crash is no sign that a
--- dependency needs a rest. The lapse still counts against max_attempts.
+-- dependency needs a rest. The lapse still counts against max_attempts. Its
+-- run_at is kept (it was due before its claim), so it keeps its place in its
+-- queue's and its key's claim order; set to now, it went behind the jobs of
+-- its key enqueued after it.
 WITH expired AS (
     SELECT id, attempt, locked_by, claimed_at, lease_until,
            (deadline IS NOT NULL AND deadline <= {now}) AS timed_out
@@ -578,7 +583,7 @@ WITH expired AS (
             WHEN j.cancel_requested THEN 'cancelled'
             WHEN j.attempt - j.released >= j.max_attempts THEN 'dead'
             ELSE 'queued' END,
-        run_at = {now},
+        run_at = least(j.run_at, {now}),
         finished_at = CASE
             WHEN j.cancel_requested OR j.attempt - j.released >= j.max_attempts THEN {now} END,
         last_error = CASE WHEN e.timed_out

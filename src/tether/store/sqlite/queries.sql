@@ -301,12 +301,13 @@ WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'runni
 RETURNING id, attempt, claimed_at, state, {now}
 
 -- name: release
--- Graceful hand-back: released + 1 so the next claim does not spend the budget.
+-- Graceful hand-back: released + 1 so the next claim does not spend the budget;
+-- run_at kept, so the job keeps its place in the claim order (as reap_one).
 UPDATE tether_jobs
 SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
     finished_at = CASE WHEN cancel_requested THEN {now} END,
     released = released + 1,
-    run_at = {now},
+    run_at = min(run_at, {now}),
     locked_by = NULL,
     lease_until = NULL,
     deadline = NULL
@@ -326,13 +327,14 @@ LIMIT :limit
 -- name: reap_one
 -- Reaper, step 2: the retry-or-dead path, re-checking the fence found in step 1.
 -- Due again at once (no backoff) so I5's recovery bound holds; the lapse still
--- counts against max_attempts.
+-- counts against max_attempts. run_at is kept (it was due before its claim): the
+-- job keeps its place in its queue's and its key's claim order.
 UPDATE tether_jobs
 SET state = CASE
         WHEN cancel_requested THEN 'cancelled'
         WHEN attempt - released >= max_attempts THEN 'dead'
         ELSE 'queued' END,
-    run_at = {now},
+    run_at = min(run_at, {now}),
         finished_at = CASE WHEN cancel_requested OR attempt - released >= max_attempts THEN {now} END,
     last_error = CASE WHEN :timed_out
         THEN 'attempt timed out after ' || timeout || 's (worker ' || locked_by || ')'
