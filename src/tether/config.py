@@ -32,6 +32,7 @@ __all__ = [
     "DatabaseURL",
     "Timers",
     "dump_json",
+    "is_storable",
     "parse_database_url",
     "parse_rate",
     "redact_url",
@@ -322,6 +323,19 @@ MAX_ERROR_CHARS = 100_000
 MAX_TRACEBACK_CHARS = 1_000_000
 
 
+def is_storable(text: str) -> bool:
+    """Text every backend stores as given: no NUL (PostgreSQL's text cannot
+    hold one) and no lone surrogate (UTF-8 cannot encode one)."""
+    if "\x00" in text:
+        return False
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return True
+
+
 @overload
 def storable_text(text: str, limit: int | None = None) -> str: ...
 @overload
@@ -337,13 +351,8 @@ def storable_text(text: str | None, limit: int | None = None) -> str | None:
     cut: the head says what failed, the tail (a traceback's last lines) where."""
     if text is None:
         return None
-    if "\x00" in text:
-        text = text.replace("\x00", "\\x00")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if not is_storable(text):
+        text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
     if limit is not None and len(text) > limit:
         keep = limit - 100  # room for the note of the cut
         head = keep // 2

@@ -14,7 +14,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
 
-from .config import DEFAULT_BACKOFF_BASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, Timers, dump_json, validate_queue
+from .config import (
+    DEFAULT_BACKOFF_BASE,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    Timers,
+    dump_json,
+    is_storable,
+    validate_queue,
+)
 from .context import JobContext
 from .errors import ConfigError, PayloadError
 from .model import NewJob
@@ -94,21 +102,10 @@ class TaskOptions:
                               f"got {self.exclusive_key!r}")
         for name in ("dedup_key", "exclusive_key"):
             key = getattr(self, name)
-            if key is not None and not _storable(key):  # as args are (config.dump_json): else a driver's error
+            if key is not None and not is_storable(key):  # as args are (config.dump_json): else a driver's error
                 raise ConfigError(f"{where}: {name} {key!r} holds a NUL character or a lone surrogate, "
                                   "which the database cannot store")
         return self
-
-
-def _storable(text: str) -> bool:
-    """Text every backend stores as given: no NUL, no lone surrogate."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class TaskCall(Generic[P]):

@@ -61,12 +61,11 @@ CARRY_MAX = 128
 #: a finished attempt and its result as JSON, waiting to be written
 Done = tuple[Running, str | None]
 
-
-
 #: how much of a failure's error goes in the worker's log line (the job keeps
 #: up to MAX_ERROR_CHARS): a handler that raised with 2 MB of text wrote a
 #: 2 MB log line
 LOGGED_ERROR_CHARS = 2000
+
 
 class Reporter:
     def __init__(self, state: WorkerState, *, carry: bool) -> None:
