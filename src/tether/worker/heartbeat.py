@@ -88,7 +88,11 @@ class Heartbeater:
                 if running is None or running.job.attempt != attempt:
                     continue  # finished meanwhile
                 if beat is Beat.LOST:
-                    self.on_lost(running, _lost_why(running))
+                    # The database refuses to renew at or past the attempt's
+                    # deadline, and our hard deadline is never later than its:
+                    # past it, the timeout is why (and the reaper records it so)
+                    if not self._time_out(running, past=running.hard_deadline):
+                        self.on_lost(running, "heartbeat fence failed: the job was recovered or re-claimed")
                     continue
                 self.inflight.renewed(job_id, attempt, sent_at)
                 if beat is Beat.CANCEL_REQUESTED:
@@ -98,21 +102,27 @@ class Heartbeater:
     def fence_overdue(self) -> list[Running]:
         overdue = self.inflight.overdue(time.monotonic())
         for running in overdue:
+            # (renewals stop at the timeout, InFlight.renewed: a local deadline
+            # that reached it is the timeout's, not a lease that lapsed)
             hard = running.hard_deadline
-            if hard is not None and running.local_deadline >= hard:
-                # The deadline that passed is the attempt's timeout: renewals
-                # stop there (InFlight.renewed), so the lease did not lapse for
-                # want of one. The attempt timed out: tell its handler, as the
-                # loop's own timer does at the same moment (executor._timed_out),
-                # and its outcome is written timed_out, fenced. Judged lost
-                # instead (whichever fired first won), nothing was reported and
-                # the job stayed running until the reaper, and drain() returned
-                # it running.
-                running.timing_out = True
-                running.ctx.cancel(CancelReason.TIMED_OUT)
-            else:
+            if not self._time_out(running, past=hard if hard is not None and running.local_deadline >= hard else None):
                 self.on_lost(running, "lease could not be renewed before it lapsed")
         return overdue
+
+    @staticmethod
+    def _time_out(running: Running, *, past: float | None) -> bool:
+        """At or past ``past``, the attempt's timeout (monotonic): the attempt
+        timed out. Tell its handler, as the loop's own timer does at the same
+        moment (executor._timed_out), and its outcome is written timed_out,
+        fenced (refused, harmlessly, should the reaper have ended it first).
+        The fence and a beat refused past the deadline both raced that timer;
+        judged lost when they won, nothing was reported, the job stayed
+        running until the reaper, and drain() returned it running."""
+        if past is None or time.monotonic() < past:
+            return False
+        running.timing_out = True
+        running.ctx.cancel(CancelReason.TIMED_OUT)
+        return True
 
     # -- the threads ----------------------------------------------------------------
     # Two threads: the beat thread does the I/O; the fence thread does none, so
@@ -145,15 +155,3 @@ class Heartbeater:
             wake = min(deadlines, default=time.monotonic() + FENCE_IDLE_CHECK)
             # Claims may add earlier deadlines while we sleep: never sleep long.
             self._stop.wait(max(0.01, min(wake - time.monotonic(), FENCE_IDLE_CHECK)))
-
-
-def _lost_why(running: Running) -> str:
-    """Why a beat came back LOST. The database also refuses to renew a lease at
-    or past the attempt's deadline (claimed_at + timeout): nothing is left to
-    renew, and the reaper times the attempt out. Our local hard deadline counts
-    from before the claim was sent, so it is never later than the database's:
-    past it, the timeout is the likely reason."""
-    hard = running.hard_deadline
-    if hard is not None and time.monotonic() >= hard:
-        return "heartbeat refused: the attempt reached its timeout, so no lease is left to renew"
-    return "heartbeat fence failed: the job was recovered or re-claimed"
