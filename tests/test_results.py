@@ -305,9 +305,30 @@ def test_tether_pause_and_resume_commands(db_url: str, make_app: Callable[..., T
     assert "paused: emails" in out.output
     out = runner.invoke(cli, ["--database", db_url, "resume", "emails"], catch_exceptions=False)
     assert out.exit_code == 0 and "queue emails: resumed (paused now: none)" in out.output
+    assert "note:" not in out.stderr
     out = runner.invoke(cli, ["--database", db_url, "pause", "bad queue"])
     assert out.exit_code == 2
     assert app.store.paused_queues() == []
+
+
+def test_pausing_or_limiting_a_queue_nothing_uses_says_so(db_url: str, make_app: Callable[..., Tether]) -> None:
+    """A misspelt queue is still paused (pausing ahead of a deploy is fair), but
+    the command names the queues in use, where before it said nothing."""
+    from click.testing import CliRunner
+
+    from tether.cli.main import cli
+
+    app = make_app()
+    app.store.enqueue([new_job(queue="emails")])
+    runner = CliRunner()
+    out = runner.invoke(cli, ["--database", db_url, "pause", "emials"], catch_exceptions=False)
+    assert out.exit_code == 0 and app.store.paused_queues() == ["emials"]
+    assert "no live worker serves queue 'emials'" in out.stderr and "queues in use: emails" in out.stderr
+    out = runner.invoke(cli, ["--database", db_url, "limit", "emials", "--concurrency", "2"], catch_exceptions=False)
+    assert out.exit_code == 0 and "queues in use: emails" in out.stderr
+    for known in (["pause", "emails"], ["limit", "emails", "--concurrency", "2"], ["limit", "emials"]):
+        out = runner.invoke(cli, ["--database", db_url, *known], catch_exceptions=False)
+        assert out.exit_code == 0 and "note:" not in out.stderr, known
 
 
 def test_the_dashboard_pauses_and_resumes_a_queue(make_app: Callable[..., Tether]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..app import Tether
 from ..config import parse_rate
 from ..display import fmt_limits
 from ..errors import ConfigError
@@ -82,7 +83,9 @@ def pause(state: CLIState, queue: str) -> None:
     with opened(state) as app:
         app.pause(queue)
         paused = app.store.paused_queues()
+        unheard = _unheard_of(app, queue)
     click.echo(f"queue {queue}: paused (paused now: {', '.join(paused)})")
+    _warn_unheard_of(queue, unheard)
 
 
 @click.command()
@@ -112,7 +115,34 @@ def limit(state: CLIState, queue: str, concurrency: int | None, rate: str | None
         parsed = (count, parse_age(period, "--rate's PERIOD"))
     with opened(state) as app:
         stored = app.configure_queue(queue, concurrency=concurrency, rate=parsed)
+        unheard = _unheard_of(app, queue) if stored.concurrency is not None or stored.rate_limit is not None else None
     if stored.concurrency is None and stored.rate_limit is None:
         click.echo(f"queue {queue}: limits lifted (no concurrency or rate limit)")
     else:
         click.echo(f"queue {queue}: {fmt_limits(stored)}")
+    _warn_unheard_of(queue, unheard)
+
+
+def _unheard_of(app: Tether, queue: str) -> list[str] | None:
+    """None when QUEUE is one the database knows of: a live worker serves it,
+    a job or a schedule is in it. Otherwise the queues it does know, sorted, so
+    a misspelt name is pointed out rather than silently set on a queue nothing
+    uses. Live workers are asked first: the job counts read the whole table."""
+    store = app.store
+    served = {q for w in store.list_workers(live_only=True) for q in w.queues}
+    if queue in served:
+        return None
+    scheduled = {s.queue for s in store.list_schedules()}
+    if queue in scheduled:
+        return None
+    in_use = {q for (q, _state) in store.stats().counts}
+    if queue in in_use:
+        return None
+    return sorted(served | scheduled | in_use)
+
+
+def _warn_unheard_of(queue: str, known: list[str] | None) -> None:
+    if known is None:
+        return
+    click.echo(f"note: no live worker serves queue {queue!r} and no job or schedule is in it; "
+               f"check the name (queues in use: {', '.join(known) or 'none'})", err=True)
