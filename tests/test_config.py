@@ -3,6 +3,7 @@ refused enqueue inserts nothing."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from tether import Task, Tether
-from tether.config import parse_database_url
+from tether.config import MAX_KEY_BYTES, parse_database_url
 from tether.errors import ConfigError, InvalidDSN, PayloadError, UnknownTask
 from tether.store import open_store
 
@@ -314,6 +315,25 @@ def test_unknown_task_option_is_refused(make_app: AppFactory) -> None:
     with pytest.raises(ConfigError) as info:
         task.using(priorty=5)
     assert "priorty" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["dedup_key", "exclusive_key"])
+def test_a_key_is_held_to_what_postgresql_can_index(make_app: AppFactory, name: str) -> None:
+    """A key of 2,000 bytes enqueues on every store; one byte more is refused
+    with a hint to hash it. Before, PostgreSQL's index refused a key over about
+    2,700 bytes (an exclusive_key of 1,000 four-byte characters included) with
+    the driver's error, where SQLite took it."""
+    app = make_app()
+    task = register(app)
+    rng = random.Random(7)  # incompressible, so PostgreSQL cannot squeeze the index row under its limit
+    widest = "".join(chr(0x10000 + rng.randrange(60000)) for _ in range(500))
+    assert len(widest.encode()) == MAX_KEY_BYTES
+    assert task.using(**{name: widest}).enqueue(x=1) > 0
+    for over in (widest + "a", "a" * (MAX_KEY_BYTES + 1)):
+        with pytest.raises(ConfigError) as info:
+            task.using(**{name: over})
+        assert f"{name} is {MAX_KEY_BYTES + 1} bytes" in str(info.value) and "hash" in str(info.value)
+    assert len(app.store.list_jobs(limit=10)) == 1
 
 
 def test_one_dedup_key_for_many_jobs_is_refused(make_app: AppFactory) -> None:

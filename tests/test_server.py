@@ -188,6 +188,10 @@ def test_other_refusals_are_json(client: Client) -> None:
     too_big = {"jobs": [{"task": "t", "args": {"blob": "x" * 300_000}}]}  # under the body limit, over the payload cap
     status, body = client.request("POST", "/v1/jobs", too_big, token=PRODUCER)
     assert (status, body["error"]) == (422, "payload_error") and "over the cap" in body["message"]
+    # a key the schema's character count passes but PostgreSQL could not index (600 four-byte characters)
+    wide = {"jobs": [{"task": "t", "args": {}, "exclusive_key": "\U0001f600" * 600}]}
+    status, body = client.request("POST", "/v1/jobs", wide, token=PRODUCER)
+    assert (status, body["error"]) == (422, "config_error") and "2400 bytes of UTF-8" in body["message"], (status, body)
     assert client.request("GET", "/v1/jobs/12345", token=PRODUCER)[1]["error"] == "job_not_found"
     assert client.request("GET", "/v1/jobs/abc", token=PRODUCER)[0] == 400
     assert client.request("GET", "/v1/jobs?limit=0", token=PRODUCER)[0] == 400

@@ -336,6 +336,34 @@ def is_storable(text: str) -> bool:
     return True
 
 
+#: the most UTF-8 bytes a dedup_key or exclusive_key may take: PostgreSQL's
+#: B-tree indexes them and refuses a row over 2,704 bytes (the key plus the
+#: index's other columns), so a longer key would enqueue on SQLite and fail on
+#: PostgreSQL with the driver's error. Longer keys can be hashed.
+MAX_KEY_BYTES = 2000
+
+
+def _clip(key: object) -> str:
+    text = repr(key)
+    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} characters)"
+
+
+def check_key(where: str, name: str, key: object) -> None:
+    """ConfigError unless ``key`` (a dedup_key or exclusive_key; None passes)
+    is a non-empty storable string every backend can index."""
+    if key is None:
+        return
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f"{where}: {name} must be a non-empty string, got {_clip(key)}")
+    if not is_storable(key):  # as args are (config.dump_json): else a driver's error
+        raise ConfigError(f"{where}: {name} {_clip(key)} holds a NUL character or a lone "
+                          "surrogate, which the database cannot store")
+    size = len(key.encode())
+    if size > MAX_KEY_BYTES:
+        raise ConfigError(f"{where}: {name} is {size} bytes of UTF-8, over the {MAX_KEY_BYTES} a key may take "
+                          f"(PostgreSQL indexes it); hash a longer key, e.g. hashlib.sha256(key.encode()).hexdigest()")
+
+
 @overload
 def storable_text(text: str, limit: int | None = None) -> str: ...
 @overload

@@ -19,8 +19,8 @@ from .config import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
     Timers,
+    check_key,
     dump_json,
-    is_storable,
     validate_queue,
 )
 from .context import JobContext
@@ -94,17 +94,8 @@ class TaskOptions:
                 raise ConfigError(f"{where}: give either delay or run_at, not both")
             if self.run_at.tzinfo is None:
                 raise ConfigError(f"{where}: run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
-        if self.dedup_key is not None and (not isinstance(self.dedup_key, str) or not self.dedup_key):
-            raise ConfigError(f"{where}: dedup_key must be a non-empty string")
-        if self.exclusive_key is not None and (not isinstance(self.exclusive_key, str)
-                                               or not 0 < len(self.exclusive_key) <= 1000):
-            raise ConfigError(f"{where}: exclusive_key must be a string of 1 to 1000 characters, "
-                              f"got {self.exclusive_key!r}")
         for name in ("dedup_key", "exclusive_key"):
-            key = getattr(self, name)
-            if key is not None and not is_storable(key):  # as args are (config.dump_json): else a driver's error
-                raise ConfigError(f"{where}: {name} {key!r} holds a NUL character or a lone surrogate, "
-                                  "which the database cannot store")
+            check_key(where, name, getattr(self, name))
         return self
 
 

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json, validate_queue
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, check_key, dump_json, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
 from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, QueueLimits, WorkerInfo
 from ..store import Listener, Store
@@ -112,6 +112,8 @@ def _new_job(j: Args, cap: int) -> NewJob:
     if run_at is not None and j.get("delay"):
         raise ConfigError("give either delay or run_at, not both")
     meta = j.get("meta")
+    for name in ("dedup_key", "exclusive_key"):
+        check_key(f"task {j['task']!r}", name, j.get(name))
     return NewJob(
         task=j["task"], args_json=dump_json(j["args"], f"args of task {j['task']!r}", cap),
         queue=validate_queue(j.get("queue", "default")), priority=j.get("priority", 0), run_at=run_at,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS
+from ...config import MAX_ERROR_CHARS, MAX_KEY_BYTES, MAX_TRACEBACK_CHARS
 from ...cron import MAX_CATCH_UP
 from ...errors import (
     ConfigError,
@@ -125,7 +125,7 @@ JOB_RECORD = obj({
     "created_at": DATETIME, "finished_at": nullable(DATETIME), "meta": ANY_JSON,
     "attempts": array(ATTEMPT_RECORD, 10**6),
     "schedule": nullable(string(1000)), "scheduled_for": nullable(DATETIME),
-    "exclusive_key": nullable(string(1000, 1)),
+    "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),
 }, optional=("schedule", "scheduled_for", "exclusive_key"))  # optional: older servers do not send them
 CLAIMED_RECORD = obj({
     "id": JOB_ID, "attempt": ATTEMPT, "task": string(1000), "args": ANY_JSON, "queue": string(1000),
@@ -165,8 +165,8 @@ NEW_JOB = obj(
         "task": TASK, "args": JSON_OBJECT, "queue": QUEUE, "priority": integer(-(2**31) + 1, 2**31 - 1),
         "run_at": nullable(DATETIME), "delay": number(0, 1e8), "max_attempts": integer(1),
         "lease_ttl": nullable(TTL), "timeout": nullable(TTL), "backoff_base": number(0, 1e6),
-        "dedup_key": nullable(string(1000, 1)), "meta": nullable(JSON_OBJECT),
-        "exclusive_key": nullable(string(1000, 1)),
+        "dedup_key": nullable(string(MAX_KEY_BYTES, 1)), "meta": nullable(JSON_OBJECT),
+        "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),  # bytes are checked by the server (check_key)
     },
     optional=("queue", "priority", "run_at", "delay", "max_attempts", "lease_ttl", "timeout", "backoff_base",
               "dedup_key", "meta", "exclusive_key"),
