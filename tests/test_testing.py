@@ -22,7 +22,8 @@ import pytest
 from tether import JobContext, JobState, Outcome, Tether
 from tether.context import CancelReason, JobCancelled
 from tether.errors import ConfigError, SchemaMissing, StaleAttempt
-from tether.testing import MEMORY_URL, assert_enqueued, assert_not_enqueued, context, enqueued
+from tether.testing import MEMORY_URL, assert_enqueued, assert_not_enqueued, context, enqueued, temporary_database
+from tether.testing.pytest_plugin import load_app
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 EXAMPLES = Path(__file__).resolve().parent / "examples"
@@ -297,6 +298,41 @@ def test_the_pytest_plugin_in_a_real_pytest_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 passed" in proc.stdout
     assert not (project / "tether.db").exists()  # the app's own database was never touched
+
+
+def test_wait_reads_the_database_the_app_points_at_now(tmp_path: Path) -> None:
+    """app.wait inside temporary_database (the tether_app fixture with an ini
+    app) reads the block's database. Before, the app's first wait kept its
+    store: a later test's wait returned an earlier database's job of that id,
+    or failed on its deleted file."""
+    app = Tether(f"sqlite:///{tmp_path / 'own.db'}")
+    app.migrate()
+
+    @app.task(name="echo")
+    def echo(ctx: JobContext, n: int) -> int:
+        return n
+
+    own = echo.enqueue(n=0)
+    app.drain()
+    assert app.wait(own, timeout=5).result == 0
+    for n in (1, 2):
+        with temporary_database(app):
+            job_id = echo.enqueue(n=n)
+            assert job_id == own  # a fresh database numbers from 1 again
+            app.drain()
+            assert app.wait(job_id, timeout=5).result == n
+    assert app.wait(own, timeout=5).result == 0
+    app.close()
+
+
+def test_the_plugins_ini_option_names_a_missing_attribute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "walk_tasks.py").write_text("from tether import Tether\napp = Tether('sqlite:///:memory:')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(pytest.UsageError) as info:
+        load_app("walk_tasks:ap")
+    assert "module 'walk_tasks' has no attribute 'ap'; it has walk_tasks:app" in str(info.value)
+    assert load_app("walk_tasks:app").dsn.backend == "sqlite"
+    load_app("walk_tasks:app").close()
 
 
 TYPED_EXAMPLE = """

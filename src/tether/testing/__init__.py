@@ -124,14 +124,19 @@ def temporary_database(app: Tether, url: str | None = None) -> Iterator[Tether]:
     if url is None:
         folder = tempfile.mkdtemp(prefix="tether-test-")
         url = f"sqlite:///{Path(folder) / 'tether.db'}"
-    saved = app.dsn, app._store  # the app's own connection, put back below
-    app.dsn, app._store = parse_database_url(url), None
+    # the app's own connection, and what waits on it (app.wait), put back below: a
+    # wait in the block must read the block's database, not the one before it
+    saved = app.dsn, app._store, app._finish_watch
+    app.dsn, app._store, app._finish_watch = parse_database_url(url), None, None
     try:
         app.migrate()
         yield app
     finally:
-        if app._store is not None:  # the store only: the app's transport stays as it was
+        # the store and its watch only: the app's transport stays as it was
+        if app._finish_watch is not None:
+            app._finish_watch.close()
+        if app._store is not None:
             app._store.close()
-        app.dsn, app._store = saved
+        app.dsn, app._store, app._finish_watch = saved
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -39,7 +39,12 @@ def load_app(spec: str) -> Tether:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise pytest.UsageError(f"{INI_NAME} = {spec!r}: write it as package.module:attribute")
-    app = getattr(importlib.import_module(module_name), attribute, None)
+    module = importlib.import_module(module_name)
+    if not hasattr(module, attribute):
+        apps = [name for name, value in vars(module).items() if isinstance(value, Tether)]
+        hint = f"; it has {', '.join(f'{module_name}:{a}' for a in apps)}" if apps else ""
+        raise pytest.UsageError(f"{INI_NAME} = {spec!r}: module {module_name!r} has no attribute {attribute!r}{hint}")
+    app = getattr(module, attribute)
     if not isinstance(app, Tether):
         raise pytest.UsageError(f"{INI_NAME} = {spec!r} is {type(app).__name__}, not a Tether app")
     return app
