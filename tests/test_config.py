@@ -199,8 +199,9 @@ def test_per_task_lease_ttl_shorter_than_two_heartbeats_is_refused(make_app: App
 
 @pytest.mark.parametrize(
     "value",
-    [object(), {1, 2}, b"bytes", float("nan"), datetime(2024, 1, 1, tzinfo=UTC)],
-    ids=["object", "set", "bytes", "nan", "datetime"],
+    [object(), {1, 2}, b"bytes", float("nan"), datetime(2024, 1, 1, tzinfo=UTC),
+     {1: "a", "1": "b"}, [{"deep": {None: 1}}], {"ok": {True: 1}}],
+    ids=["object", "set", "bytes", "nan", "datetime", "int-key-colliding", "none-key-nested", "bool-key"],
 )
 def test_non_json_args_are_a_payload_error_and_insert_nothing(make_app: AppFactory, value: object) -> None:
     app = make_app()

@@ -263,6 +263,22 @@ def test_result_that_is_not_json_ends_dead_with_reason(make_app: Callable[..., T
     assert job.last_error is not None and "must be JSON" in job.last_error
 
 
+def test_a_result_with_a_key_json_would_rename_ends_dead_with_reason(make_app: Callable[..., Tether]) -> None:
+    """{1: "a", "1": "b"} would be stored as {"1": "a", "1": "b"} and read back
+    as {"1": "b"}: one value lost and the key's type changed, without a word."""
+    app = make_app(**FAST)
+
+    @app.task
+    def counts(ctx: JobContext) -> object:
+        return {"by_id": {1: "a", "1": "b"}}
+
+    jid = counts.enqueue()
+    with running(app):
+        job = wait_job(app, jid, is_final)
+    assert job.state is JobState.DEAD and job.result is None
+    assert job.last_error is not None and "a dict key must be a string, got int 1" in job.last_error
+
+
 def test_progress_is_recorded_and_renews_the_lease(make_app: Callable[..., Tether]) -> None:
     app = make_app(**FAST)
     gate = threading.Event()

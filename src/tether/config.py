@@ -302,6 +302,12 @@ def dump_json(value: Any, what: str, cap: int) -> str:
         raise PayloadError(f"{what} must be JSON (dicts, lists, str, int, float, bool, None): {exc}") from None
     # json.dumps escapes NUL as \u0000 even with ensure_ascii=False: a cheap
     # test first, the precise one only when it matches
+    key = _non_text_key(value)
+    if key is not _NO_KEY:
+        as_text = json.dumps({key: 0})[1:-4]  # what JSON makes of it: 1 -> "1", None -> "null"
+        raise PayloadError(f"{what} must be JSON: a dict key must be a string, got {type(key).__name__} "
+                           f"{key!r} (JSON would turn it into the string {as_text}, and two keys such as "
+                           "1 and '1' into one)")
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise PayloadError(f"{what} contains a NUL (\\u0000) character, which the database cannot store")
     try:
@@ -315,6 +321,32 @@ def dump_json(value: Any, what: str, cap: int) -> str:
             "data elsewhere and pass a reference, or raise max_payload_bytes"
         )
     return text
+
+
+_NO_KEY = object()
+_NESTED = (dict, list, tuple)
+
+
+def _non_text_key(value: Any) -> Any:
+    """The first dict key in ``value`` that is not a string, or ``_NO_KEY``.
+    ``json.dumps`` writes an int, float, bool or None key as a string, so the
+    handler would get ``{"1": ...}`` for ``{1: ...}``, and one of ``{1: a,
+    "1": b}``'s values would be lost without a word. Only dicts and sequences
+    are walked: a payload of scalars costs one type test."""
+    if not isinstance(value, _NESTED):
+        return _NO_KEY
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return key
+                if isinstance(inner, _NESTED):
+                    stack.append(inner)
+        else:
+            stack.extend(inner for inner in item if isinstance(inner, _NESTED))
+    return _NO_KEY
 
 
 #: the longest failure error and traceback, in characters, a worker writes
