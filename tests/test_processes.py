@@ -25,6 +25,7 @@ import pytest
 from tether import JobState, Outcome
 from tether.model import Job, NewJob
 from tether.store import Store
+from tether.worker.identity import process_is, process_start_time
 
 from .conftest import BACKENDS, PGBOUNCER, backend_param
 
@@ -189,6 +190,22 @@ def test_restart_recovers_dead_predecessor_at_once_and_spares_live_sibling(
     assert sib_done.state is JobState.SUCCEEDED
     assert sib_done.attempt == 1 and sib_done.result["pid"] == sibling.pid
     assert [a.outcome for a in sib_done.attempts] == [Outcome.SUCCEEDED]
+
+
+def test_an_unreaped_process_is_not_taken_for_a_live_predecessor() -> None:
+    """A worker SIGKILLed under a parent that has not reaped it (a container
+    whose PID 1 never reaps, or a supervisor that reaps late) is a zombie: it
+    answers kill(pid, 0) and keeps its start time. Before, start-up recovery
+    took it for a live sibling, and its jobs waited for their leases."""
+    child = subprocess.Popen(["sleep", "30"])
+    start = process_start_time(child.pid)
+    try:
+        assert process_is(child.pid, start)
+        child.kill()
+        wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] == "Z", 5, "a zombie")
+        assert not process_is(child.pid, start) and not process_is(child.pid, None)
+    finally:
+        child.wait()
 
 
 def test_sigstop_zombie_late_report_is_rejected(workers: Workers, store: Store) -> None:
