@@ -144,6 +144,11 @@ def test_drain_max_jobs_and_queues(make_app: Callable[..., Tether]) -> None:
     assert [r.job_id for r in app.drain()] == ids[2:]
     with pytest.raises(ConfigError, match="max_jobs"):
         app.drain(max_jobs=-1)
+    # a string is one name, not a list of its letters (before: queues d, e, f, ... and nothing ran)
+    with pytest.raises(ConfigError, match=r"write queues=\['emails'\]"):
+        app.drain(queues="emails")
+    with pytest.raises(ConfigError, match="not the string"):
+        app.worker(queues="emails")  # type: ignore[arg-type]
 
 
 def test_a_retry_is_due_later_so_drain_leaves_it_queued_with_its_error(make_app: Callable[..., Tether]) -> None:

@@ -89,6 +89,9 @@ class Worker:
         self.app = app
         if queues is None:
             queues = sorted({t.options.queue for t in app.tasks.values()}) or [DEFAULT_QUEUE]
+        if isinstance(queues, str):  # else each letter would be a queue, and the worker would run nothing
+            raise ConfigError(f"queues must be a list of queue names, not the string {queues!r}: "
+                              f"write queues=[{queues!r}]")
         queues = [validate_queue(q) for q in queues]
         if not queues:
             raise ConfigError("a worker needs at least one queue")
