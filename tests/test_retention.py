@@ -56,6 +56,11 @@ def test_retention_defaults_and_overrides() -> None:
     assert Tether("sqlite:///unused.db").retention == parse_retention({})
     assert Tether("sqlite:///unused.db", retention=None).retention == {}
     assert [parse_age(v) for v in ("90s", "30m", "2h", "1.5d", "2w", 0)] == [90, 1800, 7200, 1.5 * DAY, 14 * DAY, 0]
+    # a bare number as text is seconds, as the message always said (`--older-than 7`, `--retention dead=3600`)
+    assert [parse_age(v) for v in ("7", " 3600 ", "0", "1.5")] == [7, 3600, 0, 1.5]
+    for bad in ("7\n5", "7 days", "d", "-7", ""):
+        with pytest.raises(ConfigError, match="must be a duration"):
+            parse_age(bad)
 
 
 @pytest.mark.parametrize("retention, message", [

@@ -45,20 +45,21 @@ DEFAULT_PRUNE_LIMIT = 1000
 MAX_ROUNDS = 20
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")  # no unit: seconds, as a number is
 
 RetentionSpec = Mapping[str, "str | float | timedelta | None"]
 
 
 def parse_age(value: object, what: str = "age") -> float:
     """Seconds from ``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"``, a number of
-    seconds, or a ``timedelta``; ConfigError naming ``what`` otherwise."""
+    seconds (``3600`` or ``"3600"``), or a ``timedelta``; ConfigError naming
+    ``what`` otherwise."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
-    elif isinstance(value, str) and (m := _AGE.match(value.lower())):
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    elif isinstance(value, str) and (m := _AGE.fullmatch(value.lower())):
+        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
     else:
         raise ConfigError(f"{what} must be a duration such as '7d', '12h', '30m', '90s' or '2w', a number of "
                           f"seconds, or a timedelta; got {value!r}")
