@@ -173,3 +173,40 @@ def test_a_burst_that_stops_says_which_due_jobs_no_live_worker_knows(db_url: str
         assert app.store.stats().counts.get(("default", JobState.QUEUED)) == 1
     finally:
         app.close()
+
+
+def test_a_burst_that_stops_names_its_paused_queues_due_jobs(db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A drain in CI over a paused queue ran nothing and said only "no job is
+    due": a run could pass with work left undone. The stop now counts the
+    paused queues' due jobs, at WARNING."""
+    import logging
+
+    app = Tether(db_url)
+    try:
+        app.migrate()
+
+        @app.task(name="mail", queue="emails")
+        def mail(ctx: JobContext) -> None: ...
+
+        @app.task(name="noop")
+        def noop(ctx: JobContext) -> None: ...
+
+        mail.enqueue()
+        mail.enqueue()
+        mail.using(delay=3600).enqueue()  # not due: not counted
+        app.pause("emails")
+        app.pause("elsewhere")  # not this worker's
+        with caplog.at_level(logging.INFO, logger="tether"):
+            assert app.drain() == []
+        [record] = [r for r in caplog.records if "burst: no job is due" in r.getMessage()]
+        assert record.levelno == logging.WARNING
+        assert "2 due job(s) wait in paused queue(s): emails (2) (tether resume QUEUE)" in record.getMessage()
+        assert "elsewhere" not in record.getMessage()
+        caplog.clear()
+        app.resume("emails")
+        with caplog.at_level(logging.INFO, logger="tether"):
+            assert len(app.drain()) == 2
+        [record] = [r for r in caplog.records if "burst: no job is due" in r.getMessage()]
+        assert record.levelno == logging.INFO and "paused" not in record.getMessage()
+    finally:
+        app.close()
