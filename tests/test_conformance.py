@@ -38,7 +38,7 @@ from tether.model import (
     Reaped,
     WorkerInfo,
 )
-from tether.store import Store
+from tether.store import Store, open_store
 from tether.store.buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
 
 from .conftest import STORE_BACKENDS, backend_param
@@ -177,6 +177,33 @@ def test_enqueue_single_returns_id_and_stores_a_queued_job(store: Store) -> None
     assert close_to(job.run_at, t0)
     assert close_to(job.created_at, t0)
     assert job.attempts == []
+
+
+def test_a_jobs_times_are_utc_whatever_the_sessions_time_zone(
+    backend: str, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL psycopg reads a timestamptz in the session's zone: the
+    server's default, a role's setting, or the client's PGTZ. The README says
+    a job's times are UTC; they came back at -05:00 under PGTZ=America/New_York."""
+    if backend.startswith("http-"):
+        pytest.skip("the server's store is the one tested directly")
+    monkeypatch.setenv("PGTZ", "America/New_York")
+    store = open_store(db_url)
+    try:
+        store.migrate()
+        job_id = enqueue_one(store, store.db_now())
+        claimed = claim_one(store, store.db_now())
+        job = get(store, job_id)
+        times = [store.db_now(), claimed.claimed_at, job.created_at, job.run_at, job.claimed_at, job.lease_until]
+
+        async def read_async() -> list[datetime]:  # PostgreSQL's async connections are a set of their own
+            await store.enqueue_async([new_job(queue="tz")])
+            return [c.claimed_at for c in await store.claim_async(W, ["tz"], 1, TTL)]
+
+        times += asyncio.run(read_async())
+        assert all(t is not None and t.utcoffset() == timedelta(0) for t in times), times
+    finally:
+        store.close()
 
 
 def test_enqueue_many_returns_ids_in_input_order_from_one_statement(store: Store) -> None:

@@ -30,6 +30,7 @@ from psycopg_pool import ConnectionPool
 from ...config import DatabaseURL, redact_url
 from ...errors import DatabaseUnavailable, InvalidDSN
 from .loop_connections import LoopConnections
+from .timezones import utc_times
 
 __all__ = [
     "ASYNC_CONNECTIONS",
@@ -140,12 +141,13 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
         raise _refused(reason)(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {reason}") from None
     pool: Pool = ConnectionPool(
         dsn.url, min_size=1, max_size=pool_size, timeout=POOL_TIMEOUT, reconnect_timeout=RECONNECT_TIMEOUT,
-        kwargs=kwargs, open=False, name=f"tether-{dsn.schema}",
+        kwargs=kwargs, open=False, name=f"tether-{dsn.schema}", configure=utc_times,
     )
     # connected on first use (only workers claim)
     round_pool: Pool = ConnectionPool(
         dsn.url, min_size=0, max_size=ROUND_CONNECTIONS, timeout=POOL_TIMEOUT,
         reconnect_timeout=RECONNECT_TIMEOUT, kwargs=rounds, open=False, name=f"tether-{dsn.schema}-rounds",
+        configure=utc_times,
     )
     try:
         pool.open(wait=True, timeout=10)

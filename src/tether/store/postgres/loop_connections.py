@@ -35,6 +35,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import PoolClosed
 
 from ..per_loop import PerLoop
+from .timezones import utc_times
 
 __all__ = ["LoopConnections"]
 
@@ -91,11 +92,16 @@ class LoopConnections:
         """A connection of the running loop's, for one statement."""
         mine = self._loops.mine()
         async with mine.slots:
-            conn = mine.take() or await AsyncConnection.connect(self._conninfo, **self._kwargs)
+            conn = mine.take() or await self._connect()
             try:
                 yield conn
             finally:
                 mine.give_back(conn)
+
+    async def _connect(self) -> Conn:
+        conn = await AsyncConnection.connect(self._conninfo, **self._kwargs)
+        utc_times(conn)
+        return conn
 
     def limit(self, size: int) -> None:
         """On a loop: let it use ``size`` connections at most instead of the
