@@ -12,6 +12,7 @@ behind. Each test compares the whole job record before and after a refusal.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 import time
@@ -439,6 +440,46 @@ def test_transaction_on_the_callers_connection_commits_its_writes_with_the_succe
     assert w.state.counts["succeeded"] == 3 and w.state.counts["stale_reports"] == 0
 
 
+def test_transaction_on_binds_its_handle_with_as_and_a_forgotten_committed_is_no_lost_lease(
+    app_effects: tuple[Tether, Effects], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``with ctx.transaction_on(conn) as tx:`` gave the connection, so
+    ``tx.committed()`` raised AttributeError after the commit, the job's result
+    was lost and the log blamed a lapsed lease; a handler that forgot
+    ``tx.committed()`` got the same false line. Now ``as`` binds the handle,
+    and a forgotten call is taken as committed, with a warning that says so."""
+    app, effects = app_effects
+
+    def book(ctx: JobContext, say: bool) -> str:
+        conn = effects._connect()
+        try:
+            if effects.sqlite:
+                conn.execute("BEGIN")
+            with ctx.transaction_on(conn) as tx:
+                conn.execute(effects.insert, (ctx.job_id, ctx.attempt))
+            conn.commit()
+            if say:
+                tx.committed()
+        finally:
+            conn.close()
+        return "booked"
+
+    app.task(name="book_as")(book)
+    said, unsaid = app.enqueue("book_as", say=True), app.enqueue("book_as", say=False)
+    with caplog.at_level(logging.WARNING, logger="tether"), running(app) as w:
+        for job_id in (said, unsaid):
+            wait_job(app, job_id, lambda j: j.result is not None)
+    for job_id in (said, unsaid):
+        job = get(app.store, job_id)
+        assert (job.state, job.result) == (JobState.SUCCEEDED, "booked")
+        assert finished_attempts(job) == [(1, Outcome.SUCCEEDED, w.id)]
+    assert effects.rows() == sorted([(said, 1), (unsaid, 1)])
+    assert w.state.counts["stale_reports"] == 0
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [m for m in warned if "without tx.committed() or tx.failed()" in m and f"job {unsaid} " in m]
+    assert not [m for m in warned if "refused" in m or "lost" in m], warned
+
+
 def test_transaction_on_a_stale_attempt_writes_nothing_and_the_job_runs_again(
     app_effects: tuple[Tether, Effects],
 ) -> None:
@@ -489,3 +530,30 @@ def test_transaction_on_refuses_a_connection_outside_a_transaction(
     with running(app):
         wait_job(app, job_id, is_final)
     assert len(errors) == 1 and effects.rows() == []
+
+
+def test_transaction_on_takes_an_autocommit_connection_inside_its_transaction_block(
+    app_effects: tuple[Tether, Effects], backend: str,
+) -> None:
+    """psycopg's ``with conn.transaction():`` opens a real transaction on an
+    autocommit connection too (the README's example); only autocommit with
+    none open would commit the success alone. Before, autocommit alone was
+    refused."""
+    if "postgresql" not in backend:
+        pytest.skip("psycopg's autocommit")
+    app, effects = app_effects
+
+    @app.task(name="in_block")
+    def in_block(ctx: JobContext) -> str:
+        with effects._connect() as conn:
+            conn.autocommit = True
+            with conn.transaction(), ctx.transaction_on(conn) as tx:
+                conn.execute(effects.insert, (ctx.job_id, ctx.attempt))
+            tx.committed()
+        return "booked"
+
+    job_id = app.enqueue("in_block")
+    with running(app):
+        job = wait_job(app, job_id, lambda j: j.result is not None)
+    assert (job.state, job.result) == (JobState.SUCCEEDED, "booked")
+    assert effects.rows() == [(job_id, 1)]

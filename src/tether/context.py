@@ -58,11 +58,12 @@ class Transaction(Protocol):
 
 class JoinedTransaction(Protocol):
     """What ``ctx.transaction_on(connection)`` returns: ``with`` it inside a
-    transaction of yours on that connection; the block's end writes the
-    attempt's fenced success there, uncommitted. Then say how your commit
-    went: ``committed()``, or ``failed()`` if it rolled back or raised."""
+    transaction of yours on that connection (``with ctx.transaction_on(conn)
+    as tx:`` binds this same handle); the block's end writes the attempt's
+    fenced success there, uncommitted. Then say how your commit went:
+    ``committed()``, or ``failed()`` if it rolled back or raised."""
 
-    def __enter__(self) -> Any: ...
+    def __enter__(self) -> JoinedTransaction: ...
 
     def __exit__(self, *exc: object) -> bool: ...
 

@@ -45,7 +45,7 @@ from .policy import on_error
 from .pool import HandlerThreads, ThreadCall
 from .reporter import Reporter, ended
 from .state import WorkerState
-from .transactions import open_transaction, refuse_progress_in_block, result_after_commit
+from .transactions import open_transaction, refuse_progress_in_block, result_after_commit, settle_unsaid
 
 __all__ = [
     "LEASES_PER_SLOT",
@@ -346,6 +346,8 @@ class Executor:
         self._nudge.set()  # a handler slot is free: claim while this report is written
         if self.state.history is not None:
             self.state.history.record("handler_end", job=job.id, attempt=job.attempt, ok=exc is None)
+        if running.joined_written is not None:  # ctx.transaction_on() without tx.committed()
+            settle_unsaid(self.state, running)
         if running.settled is not None:  # ctx.transaction() committed its success: only the result is left
             reporter.settled(running, result_after_commit(self.state, running, result, exc, self.max_payload_bytes))
             return

@@ -66,6 +66,9 @@ class Running:
     #: monotonic time the commit of ctx.transaction() was sent, once it has
     #: committed: the success is written, only the result is left to write
     settled: float | None = None
+    #: ctx.transaction_on(): monotonic time its block wrote the success into
+    #: the caller's transaction, until the caller says how the commit went
+    joined_written: float | None = None
 
 
 class InFlight(dict[int, Running]):

@@ -34,7 +34,7 @@ from ..logs import job_fields
 from .inflight import Running
 from .state import WorkerState
 
-__all__ = ["HandlerTransaction", "open_transaction", "refuse_progress_in_block", "result_after_commit"]
+__all__ = ["HandlerTransaction", "open_transaction", "refuse_progress_in_block", "result_after_commit", "settle_unsaid"]
 
 
 class HandlerTransaction:
@@ -90,7 +90,9 @@ class HandlerTransaction:
             self._joined, *self._begin())
         conn = self._cm.__enter__()
         self._running.in_block = True
-        return conn
+        # transaction_on: the caller has the connection; what it needs from the
+        # block is this handle, for committed() and failed()
+        return conn if self._joined is None else self
 
     def __exit__(self, *exc: Any) -> bool:
         cm = self._cm
@@ -108,15 +110,17 @@ class HandlerTransaction:
         if self._joined is None:
             self._committed(sent_at)
         else:  # written, not committed: the caller's commit comes next (committed / failed)
-            self._sent_at = sent_at
+            self._sent_at = self._running.joined_written = sent_at
         return False
 
     def committed(self) -> None:
         """``transaction_on``: the caller's transaction committed the success."""
+        self._running.joined_written = None
         self._committed(self._sent_at)
 
     def failed(self) -> None:
         """``transaction_on``: the caller's transaction rolled back (or its commit raised)."""
+        self._running.joined_written = None
         self._failed()
 
     # -- async def handlers -----------------------------------------------------------------
@@ -175,6 +179,23 @@ def open_transaction(state: WorkerState, ctx: JobContext, joined: object = None)
     if running is None or running.ctx is not ctx:
         raise StaleAttempt(ctx.job_id, ctx.attempt, state.id, "transaction")
     return HandlerTransaction(state, running, joined)
+
+
+def settle_unsaid(state: WorkerState, running: Running) -> None:
+    """The handler ended after a ``transaction_on`` block wrote the success
+    into the caller's transaction, without ``tx.committed()`` or
+    ``tx.failed()``. A handler that goes on past the block has, almost always,
+    committed it: taken as committed, so the success is not written a second
+    time (refused: the job is no longer running) and blamed on a lapsed
+    lease. Had the caller rolled back instead, the result's fenced write finds
+    no success and says so, and the reaper takes the job when its lease lapses."""
+    if running.joined_written is None or running.settled is not None:
+        return
+    job = running.job
+    state.log.warning("job %s attempt %s: ctx.transaction_on()'s block wrote the success, but the handler ended "
+                      "without tx.committed() or tx.failed(); taken as committed (call tx.committed() after "
+                      "your commit)", job.id, job.attempt, extra=job_fields(job, state.id))
+    running.settled, running.joined_written = running.joined_written, None
 
 
 def result_after_commit(state: WorkerState, running: Running, result: Any, exc: BaseException | None,

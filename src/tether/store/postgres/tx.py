@@ -169,9 +169,12 @@ class PgTransactions:
                        ids: tuple[int, int, str]) -> Iterator[psycopg.Connection[Any]]:
         """The caller's transaction: the block, then the fenced ``complete`` on
         their connection, uncommitted; they commit (a refusal: roll back)."""
-        if conn.autocommit:
+        # autocommit with no transaction open would commit the success alone, at
+        # once; inside `with conn.transaction():` (a BEGIN, autocommit or not) it
+        # waits for the caller's commit, as it should
+        if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
             raise ConfigError("ctx.transaction_on() needs a connection in a transaction of yours (autocommit is "
-                              "on): its commit is the job's success")
+                              "on and no transaction is open): its commit is the job's success")
         yield conn
         cur = conn.cursor(row_factory=tuple_row)
         try:
