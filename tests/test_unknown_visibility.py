@@ -43,6 +43,20 @@ def test_status_lists_the_tasks_no_live_worker_knows(make_app: Callable[..., Tet
     assert "unknown_task_grace" in r.stdout
 
 
+def test_status_names_a_queue_no_live_worker_serves(make_app: Callable[..., Tether], db_url: str) -> None:
+    """The README's `queue="images"` job with workers on default only: the
+    task is registered, and status said to start workers that register it.
+    It now names the queue nobody serves."""
+    app = make_app()
+    _waiting(app)
+    app.store.enqueue([NewJob(task="greet", args_json="{}", queue="images")])
+    r = CliRunner().invoke(cli, ["-d", db_url, "status"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "no live worker serves queue(s) images: add them to a worker's -q" in text, r.stdout
+    assert "serves queue(s) default" not in text and "default," not in text
+
+
 def test_status_says_nothing_of_unknown_tasks_when_every_task_is_known(
     make_app: Callable[..., Tether], db_url: str
 ) -> None:

@@ -309,9 +309,7 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
                 parts.append(f"[bold yellow]paused:[/bold yellow] {', '.join(paused)} (no new claims; `tether resume`)")
             parts += [render.limits_line(lim) for lim in app.store.queue_limits()]
             if stats.unknown:
-                parts += [render.unknown_tasks_table(stats),
-                          "[dim]start workers whose app registers these tasks (a typo never will: such jobs end "
-                          "dead after the workers' unknown_task_grace, an hour by default)[/dim]"]
+                parts += [render.unknown_tasks_table(stats), render.unknown_tasks_hint(stats)]
             if stats.workers:
                 parts += [render.workers_table(stats.workers, stats.now),
                           "[dim]a worker silent for longer than its lease TTL is probably gone; "

@@ -16,11 +16,12 @@ from zoneinfo import ZoneInfo
 
 from rich import box
 from rich.console import Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from ..display import STATE_ORDER, fmt_age, fmt_concurrency, fmt_rate, fmt_rel, fmt_time
-from ..model import Attempt, Job, JobState, Outcome, QueueLimits, ScheduleInfo, Stats, WorkerInfo
+from ..model import LIVE_WITHIN, Attempt, Job, JobState, Outcome, QueueLimits, ScheduleInfo, Stats, WorkerInfo
 
 __all__ = [
     "STATE_ORDER",
@@ -239,6 +240,19 @@ def unknown_tasks_table(stats: Stats) -> Table:
     for u in stats.unknown:
         table.add_row(u.queue, u.task, str(u.jobs), f"{fmt_age((stats.now - u.oldest).total_seconds())} ago")
     return table
+
+
+def unknown_tasks_hint(stats: Stats) -> str:
+    """What to do about the unknown tasks' jobs: a queue no live worker serves
+    is named first (the usual cause when the app does register the task: a
+    job sent to a queue left out of every worker's -q)."""
+    now = stats.now.timestamp()
+    live = [w for w in stats.workers if w.stopped_at is None and now - w.last_seen.timestamp() <= LIVE_WITHIN]
+    unserved = sorted({u.queue for u in stats.unknown} - {q for w in live for q in w.queues})
+    first = (f"no live worker serves queue(s) {', '.join(unserved)}: add them to a worker's -q (queues=), or "
+             if unserved else "")
+    return (f"[dim]{escape(first)}start workers whose app registers these tasks on these queues (a typo never "
+            "will: such jobs end dead after the workers' unknown_task_grace, an hour by default)[/dim]")
 
 
 def workers_table(workers: Sequence[WorkerInfo], now: datetime) -> Table:
