@@ -110,6 +110,8 @@ def test_endpoint_requires_the_token(make_app: Callable[..., Tether]) -> None:
     server = serve_metrics(m, port=0, token="s3cret-metrics")
     try:
         url = f"http://127.0.0.1:{server.port}/metrics"
+        with pytest.raises(ConfigError, match=f"cannot serve metrics on 127.0.0.1:{server.port}: Address already"):
+            serve_metrics(m, port=server.port, token="s3cret-metrics")  # before: a bare OSError, no port named
         assert _get(url)[0] == 401
         assert _get(url, "wrong")[0] == 401
         status, body = _get(url, "s3cret-metrics")

@@ -203,7 +203,10 @@ def serve_metrics(metrics: Metrics, *, port: int, host: str = "127.0.0.1", token
         # as the dashboard's: a bearer token a guess should not find
         raise ConfigError(f"the metrics token must be at least {MIN_TOKEN_LENGTH} characters")
     wsgi: Callable[..., Any] = require_token(make_wsgi_app(metrics.registry), token)
-    server = make_server(host, port, wsgi, handler_class=_QuietHandler)
+    try:
+        server = make_server(host, port, wsgi, handler_class=_QuietHandler)
+    except OSError as exc:  # in use, or an address this machine does not have: say which
+        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
     thread = threading.Thread(target=server.serve_forever, name="tether-metrics", daemon=True)
     thread.start()
     log.info("metrics on http://%s:%d/metrics%s", host, server.server_address[1],
