@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tether import Task, Tether
+from tether import JobState, Task, Tether
 from tether.config import MAX_KEY_BYTES, parse_database_url
 from tether.errors import ConfigError, InvalidDSN, PayloadError, UnknownTask
 from tether.store import open_store
@@ -297,9 +297,9 @@ def test_delay_and_run_at_together_are_refused(make_app: AppFactory) -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{"max_attempts": 0}, {"timeout": 0}, {"timeout": -5}, {"delay": -1}, {"priority": 1.5}, {"dedup_key": ""},
+    [{"max_attempts": 0}, {"max_attempts": True}, {"timeout": 0}, {"timeout": -5}, {"delay": -1}, {"priority": 1.5}, {"dedup_key": ""},
      {"dedup_key": "a\x00b"}, {"exclusive_key": "a\x00b"}, {"dedup_key": "a\ud800"}, {"exclusive_key": "\ud800"}],
-    ids=["max_attempts", "timeout-zero", "timeout-negative", "delay", "priority", "dedup_key",
+    ids=["max_attempts", "max_attempts-bool", "timeout-zero", "timeout-negative", "delay", "priority", "dedup_key",
          "dedup_key-nul", "exclusive_key-nul", "dedup_key-surrogate", "exclusive_key-surrogate"],
 )
 def test_bad_task_options_are_refused(make_app: AppFactory, options: dict[str, Any]) -> None:
@@ -335,6 +335,21 @@ def test_a_key_is_held_to_what_postgresql_can_index(make_app: AppFactory, name: 
             task.using(**{name: over})
         assert f"{name} is {MAX_KEY_BYTES + 1} bytes" in str(info.value) and "hash" in str(info.value)
     assert len(app.store.list_jobs(limit=10)) == 1
+
+
+@pytest.mark.parametrize("bad", [True, "1", 1.0, None], ids=["bool", "str", "float", "none"])
+def test_a_job_id_that_is_not_an_int_is_refused(make_app: AppFactory, bad: Any) -> None:
+    """app.wait(True) and app.wait("1") returned job 1 on SQLite (its columns
+    take any type) and failed with the driver's error on PostgreSQL."""
+    app = make_app()
+    task = register(app)
+    job_id = task.enqueue(x=1)
+    assert job_id == 1
+    for call in (app.get_job, app.cancel, app.retry, lambda j: app.wait(j, timeout=0.1)):
+        with pytest.raises(ConfigError, match="a job id is an int"):
+            call(bad)
+    job = app.get_job(job_id)
+    assert job is not None and job.state is JobState.QUEUED
 
 
 def test_one_dedup_key_for_many_jobs_is_refused(make_app: AppFactory) -> None:

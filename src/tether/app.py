@@ -20,6 +20,7 @@ from .config import (
     DEFAULT_QUEUE,
     DEFAULT_REAPER_INTERVAL,
     Timers,
+    check_job_id,
     check_limits,
     parse_database_url,
     validate_queue,
@@ -347,14 +348,14 @@ class Tether:
         ``JobNotFound``. Woken by a notification on PostgreSQL; elsewhere it
         polls, 50 ms apart at first, up to 1 s. Enqueue, then wait:
         ``app.wait(task.enqueue(...), timeout=30)``."""
-        return _ended(self._watch().wait(job_id, timeout))
+        return _ended(self._watch().wait(check_job_id(job_id), timeout))
 
     async def wait_async(self, job_id: int, timeout: float | None = None) -> Job:
         """``wait`` for a coroutine (its event loop is never blocked)."""
         watch = self._finish_watch
         if watch is None:  # opening the store connects: not on the event loop
             watch = await asyncio.to_thread(self._watch)
-        return _ended(await watch.wait_async(job_id, timeout))
+        return _ended(await watch.wait_async(check_job_id(job_id), timeout))
 
     def _watch(self) -> FinishWatch:
         with self._store_lock:
@@ -404,6 +405,7 @@ class Tether:
         """The job and its attempts, or None. ``connection``: read it through
         that connection, inside its transaction, as ``enqueue(connection=...)``
         writes: a job that transaction enqueued is found before the commit."""
+        job_id = check_job_id(job_id)
         if connection is None:
             return self.store.get_job(job_id)
         return self.store.get_job_on(driver_connection(connection), job_id)
@@ -412,7 +414,7 @@ class Tether:
         """Cancel a job; a queued one ends cancelled at once (``job.cancelled`` fires
         here), a running one is told at its worker's next heartbeat (and the
         worker's app fires ``job.cancelled`` when it ends)."""
-        state = self.store.cancel(job_id)
+        state = self.store.cancel(check_job_id(job_id))
         if state is JobState.CANCELLED and self.events.active:
             self.events.emit(Event("job.cancelled", job_id=job_id, state=state))
         return state
@@ -422,7 +424,7 @@ class Tether:
         transport (NATS) it is then published, marked as a retry, so a worker
         takes it at once; should that publish fail, the retry stands and the
         sweep publishes the job."""
-        queue = self.store.retry(job_id)
+        queue = self.store.retry(check_job_id(job_id))
         if self.transport.delivers:
             announce(self.transport, [(job_id, queue)], retry=True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import re
 from dataclasses import dataclass
@@ -353,6 +354,18 @@ def _non_text_key(value: Any) -> Any:
 #: (``storable_text``) and a tether server takes (``store/http/wire.py``: fail)
 MAX_ERROR_CHARS = 100_000
 MAX_TRACEBACK_CHARS = 1_000_000
+
+
+def check_job_id(job_id: object) -> int:
+    """``job_id`` as an int, or a ConfigError: ``True`` or ``"1"`` read job 1
+    on SQLite (its columns take any type) and failed on PostgreSQL with the
+    driver's error."""
+    if not isinstance(job_id, bool):
+        try:
+            return operator.index(job_id)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise ConfigError(f"a job id is an int, got {type(job_id).__name__} {job_id!r}")
 
 
 def is_storable(text: str) -> bool:

@@ -74,7 +74,7 @@ class TaskOptions:
         validate_queue(self.queue)
         if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 2**31 - 1:
             raise ConfigError(f"{where}: priority must be an int from -2147483647 to 2147483647, got {self.priority!r}")
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
             raise ConfigError(f"{where}: max_attempts must be an int >= 1, got {self.max_attempts!r}")
         timers.check_job_ttl(self.lease_ttl, where)
         if self.timeout is not None and not (_finite(self.timeout) and self.timeout > 0):
