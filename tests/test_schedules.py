@@ -474,3 +474,12 @@ def test_over_http_a_worker_token_fires_and_only_a_producer_token_writes_schedul
         finally:
             as_worker.close()
             as_producer.close()
+
+
+def test_a_time_a_moment_away_reads_now_not_zero_seconds_ago() -> None:
+    """`tether schedules` showed a tick 30 ms away as "(0.0s ago)"."""
+    from tether.display import fmt_rel
+
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    assert [fmt_rel(t + timedelta(seconds=s), t) for s in (0.03, -0.03, 0.0, 2.5, -2.5)] == [
+        "now", "now", "now", "in 2.5s", "2.5s ago"]

@@ -40,7 +40,9 @@ def fmt_rel(dt: datetime | None, now: datetime) -> str:
     if dt is None:
         return "-"
     delta = (dt - now).total_seconds()
-    return f"in {fmt_age(delta)}" if delta > 0.05 else f"{fmt_age(delta)} ago"
+    if abs(delta) < 0.05:  # rounds to 0.0s: neither "in" nor "ago" says it
+        return "now"
+    return f"in {fmt_age(delta)}" if delta > 0 else f"{fmt_age(delta)} ago"
 
 
 def fmt_concurrency(limits: QueueLimits) -> str:
