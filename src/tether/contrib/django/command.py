@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from django.db import connections
 from django.tasks import task_backends
 
 from ...cli.common import BadUsage, one_line_errors
@@ -31,8 +32,23 @@ def tether_worker(alias: str, debug: bool, **options: Any) -> None:
         if not isinstance(backend, TetherBackend):
             raise BadUsage(f"TASKS[{alias!r}] is {type(backend).__module__}.{type(backend).__name__}, "
                            "not tether.contrib.django.TetherBackend")
+        _refuse_open_transaction(alias, backend)
         app = backend.worker_app()
         if not options["queues"] and backend.queues:
             options["queues"] = (",".join(sorted(backend.queues)),)
         run_worker(app, f"django TASKS[{alias!r}]", database=None, **options)
         backend.close()
+
+
+def _refuse_open_transaction(alias: str, backend: TetherBackend) -> None:
+    """A worker in this process (``call_command``) inside a transaction on the
+    jobs' database would never see the tasks enqueued in it: it claims on
+    tether's own connection, which sees committed jobs only (and on SQLite it
+    would wait for the transaction's write lock, then fail). Django's
+    ``TestCase`` runs each test in such a transaction."""
+    if connections[backend.database].in_atomic_block:
+        raise BadUsage(
+            f"tether_worker cannot run inside a transaction on the database {backend.database!r} (where "
+            f"TASKS[{alias!r}] keeps its jobs): its worker reads committed jobs on its own connection, so the "
+            "tasks enqueued in the transaction are not there yet. In tests, use django.test.TransactionTestCase, "
+            "not TestCase (whose tests run in a transaction that never commits); elsewhere, commit first")
