@@ -157,7 +157,8 @@ def test_task_finished_tells_what_becomes_of_the_job(backend: str, burst, tmp_pa
     the first of three attempts too (it said READY whenever attempts were left)."""
     log = tmp_path / "signals.log"
     monkeypatch.setenv("SHOP_SIGNALS", str(log))
-    ids = {how: tasks.picky.using(backend=backend).enqueue(how=how).id for how in ("type", "value", "discard", "snooze")}
+    ids = {how: tasks.picky.using(backend=backend).enqueue(how=how).id
+           for how in ("type", "value", "discard", "snooze", "snooze-then-fail")}
     burst(backend, "retry")
     said: dict[str, list[str]] = {}
     for line in log.read_text().splitlines():
@@ -167,9 +168,13 @@ def test_task_finished_tells_what_becomes_of_the_job(backend: str, burst, tmp_pa
     assert said[ids["value"]] == ["READY", "SUCCESSFUL"]  # retried, then succeeded
     assert said[ids["discard"]] == ["FAILED"]
     assert said[ids["snooze"]] == ["READY", "SUCCESSFUL"]
-    final = {how: tasks.picky.using(backend=backend).get_result(i).status for how, i in ids.items()}
-    assert final == {"type": TaskResultStatus.FAILED, "value": TaskResultStatus.SUCCESSFUL,
-                     "discard": TaskResultStatus.FAILED, "snooze": TaskResultStatus.SUCCESSFUL}
+    # a released attempt does not count against max_attempts (3): the 3rd attempt is the 2nd that counts
+    assert said[ids["snooze-then-fail"]] == ["READY", "READY", "READY", "FAILED"]
+    final = {how: task_backends[backend].get_result(i) for how, i in ids.items()}
+    assert {how: r.status for how, r in final.items()} == {
+        "type": TaskResultStatus.FAILED, "value": TaskResultStatus.SUCCESSFUL, "discard": TaskResultStatus.FAILED,
+        "snooze": TaskResultStatus.SUCCESSFUL, "snooze-then-fail": TaskResultStatus.FAILED}
+    assert final["snooze-then-fail"].attempts == 4
 
 
 def test_task_options_mapping(backend: str, burst) -> None:

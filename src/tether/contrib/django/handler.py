@@ -14,7 +14,7 @@ import asyncio
 import inspect
 import traceback
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from django.db import close_old_connections
 from django.tasks import TaskResult, TaskResultStatus
@@ -43,13 +43,13 @@ def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..
     if inspect.iscoroutinefunction(task.func):
         async def run_async(ctx: JobContext, args: list[Any], kwargs: dict[str, Any],
                             run_after: str | None = None) -> Any:
-            result = await asyncio.to_thread(_started, source, task, ctx)
+            started = await asyncio.to_thread(_started, source, task, ctx)
             try:
-                value = await task.func(*_leading(source, task, result, ctx), *args, **kwargs)
+                value = await task.func(*_leading(source, task, started.result, ctx), *args, **kwargs)
             except BaseException as exc:
-                _failed(source, result, ctx, exc, retry_on)
+                _failed(source, started, ctx, exc, retry_on)
                 raise
-            _succeeded(source, result, value)
+            _succeeded(source, started.result, value)
             return value
 
         return run_async
@@ -57,13 +57,13 @@ def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..
     def run(ctx: JobContext, args: list[Any], kwargs: dict[str, Any], run_after: str | None = None) -> Any:
         close_old_connections()
         try:
-            result = _started(source, task, ctx)
+            started = _started(source, task, ctx)
             try:
-                value = task.func(*_leading(source, task, result, ctx), *args, **kwargs)
+                value = task.func(*_leading(source, task, started.result, ctx), *args, **kwargs)
             except BaseException as exc:
-                _failed(source, result, ctx, exc, retry_on)
+                _failed(source, started, ctx, exc, retry_on)
                 raise
-            _succeeded(source, result, value)
+            _succeeded(source, started.result, value)
             return value
         finally:
             close_old_connections()
@@ -71,12 +71,24 @@ def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..
     return run
 
 
-def _started(source: Source, task: Any, ctx: JobContext) -> TaskResult:
-    """The job as a RUNNING result (its attempts so far, this one included)."""
-    result = task_result(task, source.read_job(ctx.job_id), source.alias)
+class Started(NamedTuple):
+    """An attempt as its handler began it."""
+
+    #: the job as a RUNNING result (its attempts so far, this one included)
+    result: TaskResult
+    #: the job's attempts that count against its ``max_attempts``, this one
+    #: included, as the store counts them when it fails: ``attempt - released``
+    #: (a released or snoozed attempt does not count); no attempt changes
+    #: ``released`` while this one runs
+    counted: int
+
+
+def _started(source: Source, task: Any, ctx: JobContext) -> Started:
+    job = source.read_job(ctx.job_id)
+    result = task_result(task, job, source.alias)
     object.__setattr__(result, "status", TaskResultStatus.RUNNING)
     task_started.send(sender=type(source), task_result=result)
-    return result
+    return Started(result, job.attempts_used)
 
 
 def _leading(source: Source, task: Any, result: TaskResult, ctx: JobContext) -> tuple[Any, ...]:
@@ -91,19 +103,20 @@ def _succeeded(source: Source, result: TaskResult, value: Any) -> None:
     task_finished.send(sender=type(source), task_result=result)
 
 
-def _failed(source: Source, result: TaskResult, ctx: JobContext, exc: BaseException, retry_on: Any) -> None:
+def _failed(source: Source, started: Started, ctx: JobContext, exc: BaseException, retry_on: Any) -> None:
     """``task_finished`` for an attempt that raised (sent inside the except
     block, so Django's log has the traceback), with the status the job takes,
     decided as the worker decides it (worker/policy.py): READY when tether
     runs it again (a ``tether.Retry`` snooze, or an error worth retrying with
     attempts left), FAILED when it ends (``tether.Discard``, an error outside
-    ``retry_on``, or the last attempt)."""
+    ``retry_on``, or the last attempt that counts)."""
+    result = started.result
     if isinstance(exc, Retry):  # snoozed: not an error, and the job runs again
         object.__setattr__(result, "status", TaskResultStatus.READY)
         task_finished.send(sender=type(source), task_result=result)
         return
     ends = (isinstance(exc, Discard) or (retry_on is not None and not isinstance(exc, retry_on))
-            or ctx.attempt >= ctx.max_attempts)
+            or started.counted >= ctx.max_attempts)
     attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
                       finished_at=None, outcome=Outcome.DISCARDED if isinstance(exc, Discard) else Outcome.FAILED,
                       error=f"{type(exc).__name__}: {exc}", traceback="".join(traceback.format_exception(exc)))

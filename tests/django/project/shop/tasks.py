@@ -65,8 +65,10 @@ def picky(context, how: str) -> int:
             raise ValueError("worth another attempt")
         if how == "discard":
             raise Discard("no point")
-        if how == "snooze":
-            raise Retry(0)
+        if how in ("snooze", "snooze-then-fail"):
+            raise Retry(0)  # a snooze: released, this attempt does not count against max_attempts
+    if how == "snooze-then-fail":
+        raise ValueError(f"attempt {context.attempt} fails")
     return context.attempt
 
 
