@@ -177,6 +177,29 @@ def test_task_finished_tells_what_becomes_of_the_job(backend: str, burst, tmp_pa
     assert final["snooze-then-fail"].attempts == 4
 
 
+def test_task_finished_for_a_result_that_is_not_json(backend: str, burst, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task whose return value is not JSON (a datetime) ends FAILED, and
+    task_finished says so (it said SUCCESSFUL, sent before tether stored the
+    result); unless its context.transaction() had committed its success: then
+    it stays SUCCESSFUL, as when it raises after that commit."""
+    log = tmp_path / "signals.log"
+    monkeypatch.setenv("SHOP_SIGNALS", str(log))
+    ids = {how: tasks.bad_result.using(backend=backend).enqueue(how=how).id
+           for how in ("result", "commit-result", "commit-raise")}
+    burst(backend, "retry")
+    said: dict[str, list[str]] = {}
+    for line in log.read_text().splitlines():
+        job_id, status = line.split()
+        said.setdefault(job_id, []).append(status)
+    final = {how: task_backends[backend].get_result(i) for how, i in ids.items()}
+    assert said[ids["result"]] == ["FAILED"]
+    assert final["result"].status == TaskResultStatus.FAILED and final["result"].attempts == 1
+    assert "result of task 'shop.tasks.bad_result' must be JSON" in final["result"].errors[-1].traceback
+    for how in ("commit-result", "commit-raise"):
+        assert said[ids[how]] == ["SUCCESSFUL"], how
+        assert final[how].status == TaskResultStatus.SUCCESSFUL and final[how].return_value is None
+
 def test_task_options_mapping(backend: str, burst) -> None:
     result = tasks.configured.using(backend=backend).enqueue(n=1)
     burst(backend, "retry")

@@ -128,8 +128,8 @@ class TetherBackend(BaseTaskBackend):
                 with _DEFINED_LOCK:
                     first = _DEFINED.setdefault(name, task)
                 options = tether_options(first, self.task_options.get(name, {}))
-                found = app.task(name=name, queue=first.queue_name, priority=first.priority,
-                                 **options)(make_handler(self, first, options.get("retry_on")))
+                handler = make_handler(self, first, options.get("retry_on"), app.max_payload_bytes)
+                found = app.task(name=name, queue=first.queue_name, priority=first.priority, **options)(handler)
             return found
 
     def worker_app(self) -> Tether:

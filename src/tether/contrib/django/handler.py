@@ -20,7 +20,9 @@ from django.db import close_old_connections
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 
+from ...config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json
 from ...context import Discard, JobContext, Retry
+from ...errors import PayloadError
 from ...model import Attempt, Job, Outcome
 from .results import task_error, task_result
 from .task import TetherTaskContext
@@ -37,19 +39,22 @@ class Source(Protocol):
     def read_job(self, job_id: int) -> Job: ...
 
 
-def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..., Any]:
+def make_handler(source: Source, task: Any, retry_on: Any = None,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> Callable[..., Any]:
     """The tether handler of ``task`` (a Django ``Task``); ``retry_on``: its
-    tether option of that name, resolved (None: every error is retried)."""
+    tether option of that name, resolved (None: every error is retried);
+    ``max_payload_bytes``: the app's, which its result must fit."""
     if inspect.iscoroutinefunction(task.func):
         async def run_async(ctx: JobContext, args: list[Any], kwargs: dict[str, Any],
                             run_after: str | None = None) -> Any:
             started = await asyncio.to_thread(_started, source, task, ctx)
+            context = _context(source, task, started.result, ctx)
             try:
-                value = await task.func(*_leading(source, task, started.result, ctx), *args, **kwargs)
+                value = await task.func(*_leading(context), *args, **kwargs)
             except BaseException as exc:
-                _failed(source, started, ctx, exc, retry_on)
+                _raised(source, started, ctx, context, exc, retry_on)
                 raise
-            _succeeded(source, started.result, value)
+            _returned(source, started, ctx, context, value, max_payload_bytes)
             return value
 
         return run_async
@@ -58,12 +63,13 @@ def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..
         close_old_connections()
         try:
             started = _started(source, task, ctx)
+            context = _context(source, task, started.result, ctx)
             try:
-                value = task.func(*_leading(source, task, started.result, ctx), *args, **kwargs)
+                value = task.func(*_leading(context), *args, **kwargs)
             except BaseException as exc:
-                _failed(source, started, ctx, exc, retry_on)
+                _raised(source, started, ctx, context, exc, retry_on)
                 raise
-            _succeeded(source, started.result, value)
+            _returned(source, started, ctx, context, value, max_payload_bytes)
             return value
         finally:
             close_old_connections()
@@ -91,15 +97,62 @@ def _started(source: Source, task: Any, ctx: JobContext) -> Started:
     return Started(result, job.attempts_used)
 
 
-def _leading(source: Source, task: Any, result: TaskResult, ctx: JobContext) -> tuple[Any, ...]:
+def _context(source: Source, task: Any, result: TaskResult, ctx: JobContext) -> TetherTaskContext | None:
     if not task.takes_context:
-        return ()
-    return (TetherTaskContext(task_result=result, job=ctx, database=source.database),)
+        return None
+    return TetherTaskContext(task_result=result, job=ctx, database=source.database)
+
+
+def _leading(context: TetherTaskContext | None) -> tuple[Any, ...]:
+    return () if context is None else (context,)
+
+
+def _committed(context: TetherTaskContext | None) -> bool:
+    """Whether the attempt's ``context.transaction()`` committed its success:
+    then the job has succeeded, whatever the task returns or raises after."""
+    return context is not None and context.committed
+
+
+def _returned(source: Source, started: Started, ctx: JobContext, context: TetherTaskContext | None,
+              value: Any, max_payload_bytes: int) -> None:
+    """``task_finished`` for an attempt that returned ``value``: SUCCESSFUL
+    once tether can store it as the job's result; a value that is not JSON
+    (or is too large) ends the job dead, with the error the worker records
+    (worker/executor.py), so FAILED; unless ``context.transaction()`` had
+    committed the success: the job then stays succeeded, without a result
+    (worker/transactions.py)."""
+    try:
+        dump_json(value, f"result of task {ctx.task!r}", max_payload_bytes)
+    except PayloadError as exc:
+        if _committed(context):
+            _succeeded(source, started.result, None)
+            return
+        attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="",
+                          claimed_at=started.result.last_attempted_at, finished_at=None, outcome=Outcome.FAILED,
+                          error=str(exc), traceback=None)
+        _ended(source, started.result, attempt, ends=True)  # in the except block: Django's log has the error
+        return
+    _succeeded(source, started.result, value)
+
+
+def _raised(source: Source, started: Started, ctx: JobContext, context: TetherTaskContext | None,
+            exc: BaseException, retry_on: Any) -> None:
+    if _committed(context):  # raised after its success committed: the job stays succeeded, without a result
+        _succeeded(source, started.result, None)
+    else:
+        _failed(source, started, ctx, exc, retry_on)
 
 
 def _succeeded(source: Source, result: TaskResult, value: Any) -> None:
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender=type(source), task_result=result)
+
+
+def _ended(source: Source, result: TaskResult, attempt: Attempt, *, ends: bool) -> None:
+    """``task_finished`` for an attempt that failed, recorded as ``attempt``."""
+    result.errors.append(task_error(attempt))
+    object.__setattr__(result, "status", TaskResultStatus.FAILED if ends else TaskResultStatus.READY)
     task_finished.send(sender=type(source), task_result=result)
 
 
@@ -120,6 +173,4 @@ def _failed(source: Source, started: Started, ctx: JobContext, exc: BaseExceptio
     attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
                       finished_at=None, outcome=Outcome.DISCARDED if isinstance(exc, Discard) else Outcome.FAILED,
                       error=f"{type(exc).__name__}: {exc}", traceback="".join(traceback.format_exception(exc)))
-    result.errors.append(task_error(attempt))
-    object.__setattr__(result, "status", TaskResultStatus.FAILED if ends else TaskResultStatus.READY)
-    task_finished.send(sender=type(source), task_result=result)
+    _ended(source, result, attempt, ends=ends)

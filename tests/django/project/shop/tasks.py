@@ -3,6 +3,7 @@
 import asyncio
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.core.mail import send_mail
@@ -70,6 +71,19 @@ def picky(context, how: str) -> int:
     if how == "snooze-then-fail":
         raise ValueError(f"attempt {context.attempt} fails")
     return context.attempt
+
+
+@task(takes_context=True, queue_name="retry", retry_backoff=0)
+def bad_result(context, how: str):
+    """Returns a datetime, which is not JSON: the task fails, unless its
+    context.transaction() committed its success first (then it stays
+    succeeded, as it does when it raises after that commit)."""
+    if how.startswith("commit"):
+        with context.transaction():
+            pass
+        if how == "commit-raise":
+            raise ValueError("after the commit")
+    return datetime.now(UTC)
 
 
 @task(queue_name="retry", retry_backoff=0)
