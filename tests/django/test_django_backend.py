@@ -295,6 +295,8 @@ def test_call_command_runs_a_burst_worker_in_process(backend: str) -> None:
     assert second.status == TaskResultStatus.SUCCESSFUL and second.return_value == 4
     with pytest.raises(CommandError, match="concurrency"):
         call_command("tether_worker", backend=backend, burst=True, concurrency=0)
+    with pytest.raises(TypeError, match="concurency"):  # a misspelt name: Django's call_command, as the README says
+        call_command("tether_worker", backend=backend, burst=True, concurency=2)
     with pytest.raises(CommandError, match="notether"):
         call_command("tether_worker", backend="notether", burst=True)
 
