@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.tasks import TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
@@ -30,13 +31,13 @@ from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from ...app import Tether
-from ...errors import PayloadError
+from ...errors import ConfigError, PayloadError
 from ...model import Job
 from ...task import Task as TetherHandlerTask
 from .dsn import database_url
 from .handler import make_handler
 from .results import STATUS, payload, task_result
-from .task import TetherTask, tether_options
+from .task import TETHER_OPTIONS, TetherTask, tether_options
 
 __all__ = ["TetherBackend", "migrate_database", "tether_backends"]
 
@@ -61,7 +62,7 @@ class TetherBackend(BaseTaskBackend):
         self.database: str = options.pop("database", DEFAULT_DB_ALIAS)
         self._schema: str | None = options.pop("schema", None)
         #: tether options by task path: {"myapp.tasks.send": {"max_attempts": 5}}
-        self.task_options: dict[str, dict[str, Any]] = dict(options.pop("task_options", {}))
+        self.task_options: dict[str, dict[str, Any]] = _task_options(alias, options.pop("task_options", {}))
         #: modules a worker imports besides the apps' ``tasks`` modules
         self.task_modules: list[str] = list(options.pop("task_modules", []))
         self.tether_options = options
@@ -132,8 +133,21 @@ class TetherBackend(BaseTaskBackend):
                 found = app.task(name=name, queue=first.queue_name, priority=first.priority, **options)(handler)
             return found
 
+    def unknown_task_options(self) -> list[str]:
+        """The paths in ``OPTIONS["task_options"]`` that name no task (a typo, or
+        a task that is gone), once the apps' ``tasks`` modules are imported."""
+        known = {task.module_path for task in self.discover()}
+        return sorted(set(self.task_options) - known)
+
     def worker_app(self) -> Tether:
-        """The app with every task of this backend registered, for a worker."""
+        """The app with every task of this backend registered, for a worker
+        (ConfigError if ``task_options`` names a task that is not defined)."""
+        unknown = self.unknown_task_options()
+        if unknown:
+            raise ConfigError(f"TASKS[{self.alias!r}]['OPTIONS']['task_options'] names no task: "
+                              f"{', '.join(map(repr, unknown))} (a task is named by its module path, as "
+                              "myapp.tasks.send_welcome, and defined in an installed app's tasks module or in "
+                              "OPTIONS['task_modules'])")
         for task in self.discover():
             self.handler_task(task)
         return self.app
@@ -200,6 +214,21 @@ class TetherBackend(BaseTaskBackend):
 class TaskArgumentsError(PayloadError, TypeError):
     """A task's arguments are not JSON (or too large): a ``TypeError``, as
     Django's Tasks documentation says, and tether's ``PayloadError``."""
+
+
+def _task_options(alias: str, given: Any) -> dict[str, dict[str, Any]]:
+    """``OPTIONS["task_options"]``, checked: task paths to dicts of tether's options."""
+    where = f"TASKS[{alias!r}]['OPTIONS']['task_options']"
+    if not isinstance(given, dict):
+        raise ImproperlyConfigured(f"{where} must be a dict of task paths to options, got {given!r}")
+    for path, options in given.items():
+        if not isinstance(options, dict):
+            raise ImproperlyConfigured(f"{where}[{path!r}] must be a dict of options, got {options!r}")
+        wrong = sorted(set(options) - set(TETHER_OPTIONS))
+        if wrong:
+            raise ImproperlyConfigured(f"{where}[{path!r}]: unknown option {', '.join(map(repr, wrong))} "
+                                       f"(tether's task options: {', '.join(TETHER_OPTIONS)})")
+    return {path: dict(options) for path, options in given.items()}
 
 
 def _check_signature(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None:

@@ -36,8 +36,19 @@ def tether_worker(alias: str, debug: bool, **options: Any) -> None:
         app = backend.worker_app()
         if not options["queues"] and backend.queues:
             options["queues"] = (",".join(sorted(backend.queues)),)
+        _refuse_unknown_queues(alias, backend, options["queues"])
         run_worker(app, f"django TASKS[{alias!r}]", database=None, **options)
         backend.close()
+
+
+def _refuse_unknown_queues(alias: str, backend: TetherBackend, queues: tuple[str, ...]) -> None:
+    """``-q`` may name only the backend's QUEUES (when it has any): a task is
+    never enqueued on another, so a worker there would never run one."""
+    asked = {q.strip() for item in queues for q in item.split(",") if q.strip()}
+    unknown = sorted(asked - backend.queues) if backend.queues else []
+    if unknown:
+        raise BadUsage(f"{', '.join(map(repr, unknown))}: not a queue of TASKS[{alias!r}], whose QUEUES are "
+                       f"{', '.join(sorted(backend.queues))}")
 
 
 def _refuse_open_transaction(alias: str, backend: TetherBackend) -> None:
