@@ -4,6 +4,7 @@ whose tasks it registers instead of loading ``--app``."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import click
@@ -12,6 +13,7 @@ from django.tasks import task_backends
 
 from ...cli.common import BadUsage, one_line_errors
 from ...cli.worker_cmd import run_worker, worker_options
+from ...logs import configure_worker_logging
 from .backend import TetherBackend
 
 __all__ = ["tether_worker"]
@@ -37,8 +39,19 @@ def tether_worker(alias: str, debug: bool, **options: Any) -> None:
         if not options["queues"] and backend.queues:
             options["queues"] = (",".join(sorted(backend.queues)),)
         _refuse_unknown_queues(alias, backend, options["queues"])
-        run_worker(app, f"django TASKS[{alias!r}]", database=None, **options)
+        run_worker(app, f"django TASKS[{alias!r}]", database=None, configure_logging=_configure_logging, **options)
         backend.close()
+
+
+def _configure_logging(level: str, fmt: str) -> None:
+    """The worker's log under Django's ``LOGGING``: a project whose LOGGING
+    gives the root logger handlers keeps its log as it is (its handlers, its
+    format); else, ``tether worker``'s log on the root logger, less the records
+    a stream handler of Django's has already written (the 'django' loggers'
+    console handler, under DEBUG), so that each line is written once."""
+    if logging.getLogger().handlers:
+        return
+    configure_worker_logging(level, fmt, once=True)
 
 
 def _refuse_unknown_queues(alias: str, backend: TetherBackend, queues: tuple[str, ...]) -> None:

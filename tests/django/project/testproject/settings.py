@@ -5,7 +5,7 @@ PostgreSQL database come from the environment the test session sets
 import os
 
 SECRET_KEY = "tether-tests"
-DEBUG = False
+DEBUG = os.environ.get("TETHER_DJANGO_DEBUG") == "1"  # startproject's True: Django's console log handler
 ALLOWED_HOSTS = ["*"]
 USE_TZ = True
 ROOT_URLCONF = "testproject.urls"
