@@ -1,7 +1,8 @@
 """Misspelt Django settings are refused, not ignored: a path in
 ``OPTIONS["task_options"]`` that names no task (the worker refuses to start,
-``manage.py check`` reports it), an option name tether does not have, and a
-``tether_worker -q`` queue that is not in the backend's QUEUES."""
+``manage.py check`` reports it), an option name tether does not have, a
+``tether_worker -q`` queue that is not in the backend's QUEUES, and a
+``task_modules`` entry that is not a module path."""
 
 from __future__ import annotations
 
@@ -70,3 +71,11 @@ def test_worker_refuses_a_queue_outside_the_backends_queues(backend: str) -> Non
         call_command("tether_worker", backend=backend, burst=True, queues=["emails,emials"])
     done = manage("tether_worker", "--backend", backend, "--burst", "-q", "emials", check=False)
     assert done.returncode == 2 and "'emials': not a queue of TASKS" in done.stdout + done.stderr
+
+
+def test_task_modules_are_module_paths() -> None:
+    for wrong in (["shop.tasks:add"], ["shop/tasks.py"], "shop.tasks", [None]):
+        with pytest.raises(ImproperlyConfigured, match="task_modules"):
+            TetherBackend("x", {"OPTIONS": {"task_modules": wrong}})
+    backend = TetherBackend("x", {"OPTIONS": {"task_modules": ["shop.tasks"]}})
+    assert "shop.tasks.add" in {task.module_path for task in backend.discover()}

@@ -18,6 +18,7 @@ import inspect
 import threading
 from collections.abc import Iterable
 from datetime import datetime
+from importlib import import_module
 from typing import Any
 
 from django.conf import settings
@@ -28,7 +29,7 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
-from django.utils.module_loading import autodiscover_modules, import_string
+from django.utils.module_loading import autodiscover_modules
 
 from ...app import Tether
 from ...errors import ConfigError, PayloadError
@@ -64,7 +65,7 @@ class TetherBackend(BaseTaskBackend):
         #: tether options by task path: {"myapp.tasks.send": {"max_attempts": 5}}
         self.task_options: dict[str, dict[str, Any]] = _task_options(alias, options.pop("task_options", {}))
         #: modules a worker imports besides the apps' ``tasks`` modules
-        self.task_modules: list[str] = list(options.pop("task_modules", []))
+        self.task_modules: list[str] = _task_modules(alias, options.pop("task_modules", []))
         self.tether_options = options
         self._lock = threading.RLock()
         self._app: Tether | None = None
@@ -115,7 +116,7 @@ class TetherBackend(BaseTaskBackend):
         the tasks they define with this backend, by path."""
         autodiscover_modules("tasks")
         for module in self.task_modules:
-            import_string(module) if ":" in module else __import__(module)
+            import_module(module)
         with _DEFINED_LOCK:
             return [_DEFINED[p] for p in sorted(_DEFINED)]
 
@@ -229,6 +230,18 @@ def _task_options(alias: str, given: Any) -> dict[str, dict[str, Any]]:
             raise ImproperlyConfigured(f"{where}[{path!r}]: unknown option {', '.join(map(repr, wrong))} "
                                        f"(tether's task options: {', '.join(TETHER_OPTIONS)})")
     return {path: dict(options) for path, options in given.items()}
+
+
+def _task_modules(alias: str, given: Any) -> list[str]:
+    """``OPTIONS["task_modules"]``, checked: a list of module paths to import."""
+    where = f"TASKS[{alias!r}]['OPTIONS']['task_modules']"
+    if isinstance(given, str) or not isinstance(given, list | tuple):
+        raise ImproperlyConfigured(f"{where} must be a list of module paths, got {given!r}")
+    for module in given:
+        if not isinstance(module, str) or not all(part.isidentifier() for part in module.split(".")):
+            raise ImproperlyConfigured(f"{where}: {module!r} is not a module path (as myapp.jobs): a worker "
+                                       "imports each module, and registers the tasks it defines")
+    return list(given)
 
 
 def _check_signature(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
