@@ -21,7 +21,7 @@ from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 
 from ...config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json
-from ...context import Discard, JobContext, Retry
+from ...context import CancelReason, Discard, JobCancelled, JobContext, Retry
 from ...errors import PayloadError
 from ...model import Attempt, Job, Outcome
 from .results import task_error, task_result
@@ -82,11 +82,11 @@ class Started(NamedTuple):
 
     #: the job as a RUNNING result (its attempts so far, this one included)
     result: TaskResult
-    #: the job's attempts that count against its ``max_attempts``, this one
-    #: included, as the store counts them when it fails: ``attempt - released``
-    #: (a released or snoozed attempt does not count); no attempt changes
-    #: ``released`` while this one runs
-    counted: int
+    #: the job as this attempt began: its ``attempts_used`` is what the store
+    #: compares with ``max_attempts`` when the attempt fails (``attempt -
+    #: released``: a released or snoozed attempt does not count), and nothing
+    #: changes ``released`` while this attempt runs
+    job: Job
 
 
 def _started(source: Source, task: Any, ctx: JobContext) -> Started:
@@ -94,7 +94,7 @@ def _started(source: Source, task: Any, ctx: JobContext) -> Started:
     result = task_result(task, job, source.alias)
     object.__setattr__(result, "status", TaskResultStatus.RUNNING)
     task_started.send(sender=type(source), task_result=result)
-    return Started(result, job.attempts_used)
+    return Started(result, job)
 
 
 def _context(source: Source, task: Any, result: TaskResult, ctx: JobContext) -> TetherTaskContext | None:
@@ -120,7 +120,12 @@ def _returned(source: Source, started: Started, ctx: JobContext, context: Tether
     (or is too large) ends the job dead, with the error the worker records
     (worker/executor.py), so FAILED; unless ``context.transaction()`` had
     committed the success: the job then stays succeeded, without a result
-    (worker/transactions.py)."""
+    (worker/transactions.py); and unless its cancel signal ended the attempt
+    first (its timeout, the worker's shutdown, a lost lease: the worker stopped
+    waiting for the task and recorded that)."""
+    if not _committed(context) and ctx.cancel_reason not in (None, CancelReason.REQUESTED):
+        _cancelled(source, started, ctx)
+        return
     try:
         dump_json(value, f"result of task {ctx.task!r}", max_payload_bytes)
     except PayloadError as exc:
@@ -139,8 +144,33 @@ def _raised(source: Source, started: Started, ctx: JobContext, context: TetherTa
             exc: BaseException, retry_on: Any) -> None:
     if _committed(context):  # raised after its success committed: the job stays succeeded, without a result
         _succeeded(source, started.result, None)
+    elif isinstance(exc, asyncio.CancelledError | JobCancelled) or ctx.cancelled:
+        _cancelled(source, started, ctx, exc)
     else:
         _failed(source, started, ctx, exc, retry_on)
+
+
+def _cancelled(source: Source, started: Started, ctx: JobContext, exc: BaseException | None = None) -> None:
+    """``task_finished`` for an attempt its cancel signal ended, as the worker
+    settles it (worker/executor.py): a cancel request cancels the job
+    (FAILED); a timeout fails the attempt, and a lost one is the reaper's,
+    each retried while attempts that count are left (whatever ``retry_on``
+    says); a shutdown releases it (no error: it runs again)."""
+    reason, result = ctx.cancel_reason, started.result
+    if reason == CancelReason.SHUTDOWN:
+        object.__setattr__(result, "status", TaskResultStatus.READY)
+        task_finished.send(sender=type(source), task_result=result)
+        return
+    outcome, error = {
+        CancelReason.REQUESTED: (Outcome.CANCELLED, "cancelled on request"),
+        CancelReason.TIMED_OUT: (Outcome.TIMED_OUT, f"attempt timed out after {started.job.timeout or 0:g}s"),
+        CancelReason.LOST: (Outcome.LEASE_EXPIRED, f"worker lease expired (worker {ctx.worker_id})"),
+    }.get(reason or "", (Outcome.FAILED, "handler was cancelled"))
+    tb = "".join(traceback.format_exception(exc)) if exc is not None and outcome is Outcome.FAILED else None
+    attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
+                      finished_at=None, outcome=outcome, error=error, traceback=tb)
+    ends = reason == CancelReason.REQUESTED or started.job.attempts_used >= ctx.max_attempts
+    _ended(source, result, attempt, ends=ends)
 
 
 def _succeeded(source: Source, result: TaskResult, value: Any) -> None:
@@ -169,7 +199,7 @@ def _failed(source: Source, started: Started, ctx: JobContext, exc: BaseExceptio
         task_finished.send(sender=type(source), task_result=result)
         return
     ends = (isinstance(exc, Discard) or (retry_on is not None and not isinstance(exc, retry_on))
-            or started.counted >= ctx.max_attempts)
+            or started.job.attempts_used >= ctx.max_attempts)
     attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
                       finished_at=None, outcome=Outcome.DISCARDED if isinstance(exc, Discard) else Outcome.FAILED,
                       error=f"{type(exc).__name__}: {exc}", traceback="".join(traceback.format_exception(exc)))

@@ -86,6 +86,20 @@ def bad_result(context, how: str):
     return datetime.now(UTC)
 
 
+
+@task(takes_context=True, queue_name="coop", retry_backoff=0)
+def cooperative(context, marker: str, then: str) -> str:
+    """Runs until its cancel signal (a cancel request, its timeout), as a
+    def task that checks context.job.cancelled does; then returns, or raises
+    JobCancelled (then="raise")."""
+    Path(marker).write_text(str(context.attempt))
+    deadline = time.monotonic() + 30
+    while not context.job.cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if then == "raise":
+        context.job.raise_if_cancelled()
+    return "stopped"
+
 @task(queue_name="retry", retry_backoff=0)
 def configured(n: int) -> int:
     """max_attempts from OPTIONS["task_options"] on the pg backend (1), tether's default (3) elsewhere."""

@@ -25,7 +25,7 @@ DATABASES = {
     },
 }
 
-QUEUES = ["default", "emails", "prio", "later", "kill", "retry", "docs", "callcmd", "tx"]
+QUEUES = ["default", "emails", "prio", "later", "kill", "retry", "docs", "callcmd", "tx", "coop"]
 # short timers, so that a killed worker's job comes back within seconds
 TIMERS = {"lease_ttl": 2, "heartbeat_interval": 0.5, "reaper_interval": 0.5}
 
