@@ -7,6 +7,11 @@ import os
 SECRET_KEY = "tether-tests"
 DEBUG = os.environ.get("TETHER_DJANGO_DEBUG") == "1"  # startproject's True: Django's console log handler
 ALLOWED_HOSTS = ["*"]
+if os.environ.get("TETHER_DJANGO_ROOT_LOG") == "1":  # a project whose LOGGING gives the root logger a handler
+    LOGGING = {"version": 1, "disable_existing_loggers": False,
+               "formatters": {"own": {"format": "OWN %(name)s: %(message)s"}},
+               "handlers": {"own": {"class": "logging.StreamHandler", "formatter": "own"}},
+               "root": {"handlers": ["own"], "level": "INFO"}}
 USE_TZ = True
 ROOT_URLCONF = "testproject.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
