@@ -15,7 +15,7 @@ from typing import Any
 from .model import ClaimedJob
 
 __all__ = ["DRIVER_LOGGER", "FIELDS", "LOG_FORMAT", "POOL_LOGGER", "FieldsAdapter", "JsonFormatter",
-           "configure_worker_logging", "job_fields"]
+           "NotWrittenOnTheWay", "configure_worker_logging", "job_fields"]
 
 #: a worker's log line, as `tether worker` writes it
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s"
@@ -61,13 +61,38 @@ class FieldsAdapter(logging.LoggerAdapter[logging.Logger]):
         return msg, kwargs
 
 
-def configure_worker_logging(level: str = "info", fmt: str = "text") -> None:
+class NotWrittenOnTheWay(logging.Filter):
+    """For a handler on the root logger: passes a record unless a stream
+    handler of a logger it went through on its way up (a framework's own
+    console handler, as Django's on its 'django' logger under DEBUG) has
+    already written it, so that it is written once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        root = logging.getLogger()
+        while logger is not None and logger is not root:
+            for handler in logger.handlers:
+                if (isinstance(handler, logging.StreamHandler) and record.levelno >= handler.level
+                        and handler.filter(record)):
+                    return False
+            if not logger.propagate:
+                break
+            logger = logger.parent
+        return True
+
+
+def configure_worker_logging(level: str = "info", fmt: str = "text", *, once: bool = False) -> None:
     """The log a worker writes to stderr: `tether worker`'s, and
-    ``app.run_worker()``'s when the process has configured no logging."""
+    ``app.run_worker()``'s when the process has configured no logging.
+    ``once``: not the records a stream handler of another logger has
+    already written (``NotWrittenOnTheWay``), for a framework that configured
+    some (``manage.py tether_worker``)."""
     import sys
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(LOG_FORMAT))
+    if once:
+        handler.addFilter(NotWrittenOnTheWay())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     logging.getLogger(DRIVER_LOGGER).setLevel(logging.NOTSET)  # a worker's log should say why it cannot connect
     # ...but not every connection the pool lends and takes back: psycopg_pool

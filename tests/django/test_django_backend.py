@@ -157,7 +157,8 @@ def test_task_finished_tells_what_becomes_of_the_job(backend: str, burst, tmp_pa
     the first of three attempts too (it said READY whenever attempts were left)."""
     log = tmp_path / "signals.log"
     monkeypatch.setenv("SHOP_SIGNALS", str(log))
-    ids = {how: tasks.picky.using(backend=backend).enqueue(how=how).id for how in ("type", "value", "discard", "snooze")}
+    ids = {how: tasks.picky.using(backend=backend).enqueue(how=how).id
+           for how in ("type", "value", "discard", "snooze", "snooze-then-fail")}
     burst(backend, "retry")
     said: dict[str, list[str]] = {}
     for line in log.read_text().splitlines():
@@ -167,10 +168,37 @@ def test_task_finished_tells_what_becomes_of_the_job(backend: str, burst, tmp_pa
     assert said[ids["value"]] == ["READY", "SUCCESSFUL"]  # retried, then succeeded
     assert said[ids["discard"]] == ["FAILED"]
     assert said[ids["snooze"]] == ["READY", "SUCCESSFUL"]
-    final = {how: tasks.picky.using(backend=backend).get_result(i).status for how, i in ids.items()}
-    assert final == {"type": TaskResultStatus.FAILED, "value": TaskResultStatus.SUCCESSFUL,
-                     "discard": TaskResultStatus.FAILED, "snooze": TaskResultStatus.SUCCESSFUL}
+    # a released attempt does not count against max_attempts (3): the 3rd attempt is the 2nd that counts
+    assert said[ids["snooze-then-fail"]] == ["READY", "READY", "READY", "FAILED"]
+    final = {how: task_backends[backend].get_result(i) for how, i in ids.items()}
+    assert {how: r.status for how, r in final.items()} == {
+        "type": TaskResultStatus.FAILED, "value": TaskResultStatus.SUCCESSFUL, "discard": TaskResultStatus.FAILED,
+        "snooze": TaskResultStatus.SUCCESSFUL, "snooze-then-fail": TaskResultStatus.FAILED}
+    assert final["snooze-then-fail"].attempts == 4
 
+
+def test_task_finished_for_a_result_that_is_not_json(backend: str, burst, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task whose return value is not JSON (a datetime) ends FAILED, and
+    task_finished says so (it said SUCCESSFUL, sent before tether stored the
+    result); unless its context.transaction() had committed its success: then
+    it stays SUCCESSFUL, as when it raises after that commit."""
+    log = tmp_path / "signals.log"
+    monkeypatch.setenv("SHOP_SIGNALS", str(log))
+    ids = {how: tasks.bad_result.using(backend=backend).enqueue(how=how).id
+           for how in ("result", "commit-result", "commit-raise")}
+    burst(backend, "retry")
+    said: dict[str, list[str]] = {}
+    for line in log.read_text().splitlines():
+        job_id, status = line.split()
+        said.setdefault(job_id, []).append(status)
+    final = {how: task_backends[backend].get_result(i) for how, i in ids.items()}
+    assert said[ids["result"]] == ["FAILED"]
+    assert final["result"].status == TaskResultStatus.FAILED and final["result"].attempts == 1
+    assert "result of task 'shop.tasks.bad_result' must be JSON" in final["result"].errors[-1].traceback
+    for how in ("commit-result", "commit-raise"):
+        assert said[ids[how]] == ["SUCCESSFUL"], how
+        assert final[how].status == TaskResultStatus.SUCCESSFUL and final[how].return_value is None
 
 def test_task_options_mapping(backend: str, burst) -> None:
     result = tasks.configured.using(backend=backend).enqueue(n=1)
@@ -267,6 +295,8 @@ def test_call_command_runs_a_burst_worker_in_process(backend: str) -> None:
     assert second.status == TaskResultStatus.SUCCESSFUL and second.return_value == 4
     with pytest.raises(CommandError, match="concurrency"):
         call_command("tether_worker", backend=backend, burst=True, concurrency=0)
+    with pytest.raises(TypeError, match="concurency"):  # a misspelt name: Django's call_command, as the README says
+        call_command("tether_worker", backend=backend, burst=True, concurency=2)
     with pytest.raises(CommandError, match="notether"):
         call_command("tether_worker", backend="notether", burst=True)
 

@@ -79,11 +79,12 @@ def run_worker(
     reaper_interval: float | None, poll_interval: float | None, prefetch: bool, burst: bool,
     unknown_task_grace: float, transport: str | None, log_level: str, log_format: str,
     metrics_port: int | None, metrics_host: str, metrics_token: str | None, metrics_no_auth: bool,
-    server: str | None, token: str | None,
+    server: str | None, token: str | None, configure_logging: Callable[[str, str], None] = configure_worker_logging,
 ) -> None:
     """Run a worker of ``app`` (``label`` names it in the log) with
     ``worker_options``' values until it stops; ``database``: point the app
-    there first (None: where it points). Closes the app."""
+    there first (None: where it points); ``configure_logging(log_level,
+    log_format)``: the worker's log. Closes the app."""
     qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
     if server is not None and not server.lower().startswith(("http://", "https://")):
         raise BadUsage(f"--server {server!r} is not an http:// or https:// URL")
@@ -96,7 +97,7 @@ def run_worker(
                       transport=transport)
         require_database(app)
         app.store.check_schema()  # fail here, in one line, rather than inside the event loop
-        configure_worker_logging(log_level, log_format)
+        configure_logging(log_level, log_format)
         logging.getLogger("tether").info("app %s: tasks %s", label, ", ".join(sorted(app.tasks)) or "none")
         w = app.worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
                        poll_interval=poll_interval, prefetch=prefetch, burst=burst,

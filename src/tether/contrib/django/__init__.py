@@ -13,8 +13,9 @@ runs a worker (``tether worker``'s options). Modules: ``backend`` (the
 backend), ``task`` (``TetherTask``: tether's options on ``@task``),
 ``results`` (tether's jobs as ``TaskResult``s), ``handler`` (what a worker
 runs for a task), ``dsn`` (tether's URL from ``DATABASES``), ``command``
-(the worker command). Importing ``tether`` never imports Django; importing
-this package does not either, until ``TetherBackend`` is asked for.
+(the worker command), ``testing`` (``clear_jobs()`` between tests).
+Importing ``tether`` never imports Django; importing this package does not
+either, until ``TetherBackend`` is asked for.
 """
 
 from __future__ import annotations

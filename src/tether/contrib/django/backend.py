@@ -18,25 +18,27 @@ import inspect
 import threading
 from collections.abc import Iterable
 from datetime import datetime
+from importlib import import_module
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.tasks import TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
-from django.utils.module_loading import autodiscover_modules, import_string
+from django.utils.module_loading import autodiscover_modules
 
 from ...app import Tether
-from ...errors import PayloadError
+from ...errors import ConfigError, PayloadError
 from ...model import Job
 from ...task import Task as TetherHandlerTask
 from .dsn import database_url
 from .handler import make_handler
 from .results import STATUS, payload, task_result
-from .task import TetherTask, tether_options
+from .task import TETHER_OPTIONS, TetherTask, tether_options
 
 __all__ = ["TetherBackend", "migrate_database", "tether_backends"]
 
@@ -61,9 +63,9 @@ class TetherBackend(BaseTaskBackend):
         self.database: str = options.pop("database", DEFAULT_DB_ALIAS)
         self._schema: str | None = options.pop("schema", None)
         #: tether options by task path: {"myapp.tasks.send": {"max_attempts": 5}}
-        self.task_options: dict[str, dict[str, Any]] = dict(options.pop("task_options", {}))
+        self.task_options: dict[str, dict[str, Any]] = _task_options(alias, options.pop("task_options", {}))
         #: modules a worker imports besides the apps' ``tasks`` modules
-        self.task_modules: list[str] = list(options.pop("task_modules", []))
+        self.task_modules: list[str] = _task_modules(alias, options.pop("task_modules", []))
         self.tether_options = options
         self._lock = threading.RLock()
         self._app: Tether | None = None
@@ -114,7 +116,7 @@ class TetherBackend(BaseTaskBackend):
         the tasks they define with this backend, by path."""
         autodiscover_modules("tasks")
         for module in self.task_modules:
-            import_string(module) if ":" in module else __import__(module)
+            import_module(module)
         with _DEFINED_LOCK:
             return [_DEFINED[p] for p in sorted(_DEFINED)]
 
@@ -128,12 +130,25 @@ class TetherBackend(BaseTaskBackend):
                 with _DEFINED_LOCK:
                     first = _DEFINED.setdefault(name, task)
                 options = tether_options(first, self.task_options.get(name, {}))
-                found = app.task(name=name, queue=first.queue_name, priority=first.priority,
-                                 **options)(make_handler(self, first, options.get("retry_on")))
+                handler = make_handler(self, first, options.get("retry_on"), app.max_payload_bytes)
+                found = app.task(name=name, queue=first.queue_name, priority=first.priority, **options)(handler)
             return found
 
+    def unknown_task_options(self) -> list[str]:
+        """The paths in ``OPTIONS["task_options"]`` that name no task (a typo, or
+        a task that is gone), once the apps' ``tasks`` modules are imported."""
+        known = {task.module_path for task in self.discover()}
+        return sorted(set(self.task_options) - known)
+
     def worker_app(self) -> Tether:
-        """The app with every task of this backend registered, for a worker."""
+        """The app with every task of this backend registered, for a worker
+        (ConfigError if ``task_options`` names a task that is not defined)."""
+        unknown = self.unknown_task_options()
+        if unknown:
+            raise ConfigError(f"TASKS[{self.alias!r}]['OPTIONS']['task_options'] names no task: "
+                              f"{', '.join(map(repr, unknown))} (a task is named by its module path, as "
+                              "myapp.tasks.send_welcome, and defined in an installed app's tasks module or in "
+                              "OPTIONS['task_modules'])")
         for task in self.discover():
             self.handler_task(task)
         return self.app
@@ -200,6 +215,33 @@ class TetherBackend(BaseTaskBackend):
 class TaskArgumentsError(PayloadError, TypeError):
     """A task's arguments are not JSON (or too large): a ``TypeError``, as
     Django's Tasks documentation says, and tether's ``PayloadError``."""
+
+
+def _task_options(alias: str, given: Any) -> dict[str, dict[str, Any]]:
+    """``OPTIONS["task_options"]``, checked: task paths to dicts of tether's options."""
+    where = f"TASKS[{alias!r}]['OPTIONS']['task_options']"
+    if not isinstance(given, dict):
+        raise ImproperlyConfigured(f"{where} must be a dict of task paths to options, got {given!r}")
+    for path, options in given.items():
+        if not isinstance(options, dict):
+            raise ImproperlyConfigured(f"{where}[{path!r}] must be a dict of options, got {options!r}")
+        wrong = sorted(set(options) - set(TETHER_OPTIONS))
+        if wrong:
+            raise ImproperlyConfigured(f"{where}[{path!r}]: unknown option {', '.join(map(repr, wrong))} "
+                                       f"(tether's task options: {', '.join(TETHER_OPTIONS)})")
+    return {path: dict(options) for path, options in given.items()}
+
+
+def _task_modules(alias: str, given: Any) -> list[str]:
+    """``OPTIONS["task_modules"]``, checked: a list of module paths to import."""
+    where = f"TASKS[{alias!r}]['OPTIONS']['task_modules']"
+    if isinstance(given, str) or not isinstance(given, list | tuple):
+        raise ImproperlyConfigured(f"{where} must be a list of module paths, got {given!r}")
+    for module in given:
+        if not isinstance(module, str) or not all(part.isidentifier() for part in module.split(".")):
+            raise ImproperlyConfigured(f"{where}: {module!r} is not a module path (as myapp.jobs): a worker "
+                                       "imports each module, and registers the tasks it defines")
+    return list(given)
 
 
 def _check_signature(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None:

@@ -14,13 +14,15 @@ import asyncio
 import inspect
 import traceback
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from django.db import close_old_connections
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 
-from ...context import Discard, JobContext, Retry
+from ...config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json
+from ...context import CancelReason, Discard, JobCancelled, JobContext, Retry
+from ...errors import PayloadError
 from ...model import Attempt, Job, Outcome
 from .results import task_error, task_result
 from .task import TetherTaskContext
@@ -37,19 +39,22 @@ class Source(Protocol):
     def read_job(self, job_id: int) -> Job: ...
 
 
-def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..., Any]:
+def make_handler(source: Source, task: Any, retry_on: Any = None,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> Callable[..., Any]:
     """The tether handler of ``task`` (a Django ``Task``); ``retry_on``: its
-    tether option of that name, resolved (None: every error is retried)."""
+    tether option of that name, resolved (None: every error is retried);
+    ``max_payload_bytes``: the app's, which its result must fit."""
     if inspect.iscoroutinefunction(task.func):
         async def run_async(ctx: JobContext, args: list[Any], kwargs: dict[str, Any],
                             run_after: str | None = None) -> Any:
-            result = await asyncio.to_thread(_started, source, task, ctx)
+            started = await asyncio.to_thread(_started, source, task, ctx)
+            context = _context(source, task, started.result, ctx)
             try:
-                value = await task.func(*_leading(source, task, result, ctx), *args, **kwargs)
+                value = await task.func(*_leading(context), *args, **kwargs)
             except BaseException as exc:
-                _failed(source, result, ctx, exc, retry_on)
+                _raised(source, started, ctx, context, exc, retry_on)
                 raise
-            _succeeded(source, result, value)
+            _returned(source, started, ctx, context, value, max_payload_bytes)
             return value
 
         return run_async
@@ -57,13 +62,14 @@ def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..
     def run(ctx: JobContext, args: list[Any], kwargs: dict[str, Any], run_after: str | None = None) -> Any:
         close_old_connections()
         try:
-            result = _started(source, task, ctx)
+            started = _started(source, task, ctx)
+            context = _context(source, task, started.result, ctx)
             try:
-                value = task.func(*_leading(source, task, result, ctx), *args, **kwargs)
+                value = task.func(*_leading(context), *args, **kwargs)
             except BaseException as exc:
-                _failed(source, result, ctx, exc, retry_on)
+                _raised(source, started, ctx, context, exc, retry_on)
                 raise
-            _succeeded(source, result, value)
+            _returned(source, started, ctx, context, value, max_payload_bytes)
             return value
         finally:
             close_old_connections()
@@ -71,18 +77,100 @@ def make_handler(source: Source, task: Any, retry_on: Any = None) -> Callable[..
     return run
 
 
-def _started(source: Source, task: Any, ctx: JobContext) -> TaskResult:
-    """The job as a RUNNING result (its attempts so far, this one included)."""
-    result = task_result(task, source.read_job(ctx.job_id), source.alias)
+class Started(NamedTuple):
+    """An attempt as its handler began it."""
+
+    #: the job as a RUNNING result (its attempts so far, this one included)
+    result: TaskResult
+    #: the job as this attempt began: its ``attempts_used`` is what the store
+    #: compares with ``max_attempts`` when the attempt fails (``attempt -
+    #: released``: a released or snoozed attempt does not count), and nothing
+    #: changes ``released`` while this attempt runs
+    job: Job
+
+
+def _started(source: Source, task: Any, ctx: JobContext) -> Started:
+    job = source.read_job(ctx.job_id)
+    result = task_result(task, job, source.alias)
     object.__setattr__(result, "status", TaskResultStatus.RUNNING)
     task_started.send(sender=type(source), task_result=result)
-    return result
+    return Started(result, job)
 
 
-def _leading(source: Source, task: Any, result: TaskResult, ctx: JobContext) -> tuple[Any, ...]:
+def _context(source: Source, task: Any, result: TaskResult, ctx: JobContext) -> TetherTaskContext | None:
     if not task.takes_context:
-        return ()
-    return (TetherTaskContext(task_result=result, job=ctx, database=source.database),)
+        return None
+    return TetherTaskContext(task_result=result, job=ctx, database=source.database)
+
+
+def _leading(context: TetherTaskContext | None) -> tuple[Any, ...]:
+    return () if context is None else (context,)
+
+
+def _committed(context: TetherTaskContext | None) -> bool:
+    """Whether the attempt's ``context.transaction()`` committed its success:
+    then the job has succeeded, whatever the task returns or raises after."""
+    return context is not None and context.committed
+
+
+def _returned(source: Source, started: Started, ctx: JobContext, context: TetherTaskContext | None,
+              value: Any, max_payload_bytes: int) -> None:
+    """``task_finished`` for an attempt that returned ``value``: SUCCESSFUL
+    once tether can store it as the job's result; a value that is not JSON
+    (or is too large) ends the job dead, with the error the worker records
+    (worker/executor.py), so FAILED; unless ``context.transaction()`` had
+    committed the success: the job then stays succeeded, without a result
+    (worker/transactions.py); and unless its cancel signal ended the attempt
+    first (its timeout, the worker's shutdown, a lost lease: the worker stopped
+    waiting for the task and recorded that)."""
+    if not _committed(context) and ctx.cancel_reason not in (None, CancelReason.REQUESTED):
+        _cancelled(source, started, ctx)
+        return
+    try:
+        dump_json(value, f"result of task {ctx.task!r}", max_payload_bytes)
+    except PayloadError as exc:
+        if _committed(context):
+            _succeeded(source, started.result, None)
+            return
+        attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="",
+                          claimed_at=started.result.last_attempted_at, finished_at=None, outcome=Outcome.FAILED,
+                          error=str(exc), traceback=None)
+        _ended(source, started.result, attempt, ends=True)  # in the except block: Django's log has the error
+        return
+    _succeeded(source, started.result, value)
+
+
+def _raised(source: Source, started: Started, ctx: JobContext, context: TetherTaskContext | None,
+            exc: BaseException, retry_on: Any) -> None:
+    if _committed(context):  # raised after its success committed: the job stays succeeded, without a result
+        _succeeded(source, started.result, None)
+    elif isinstance(exc, asyncio.CancelledError | JobCancelled) or ctx.cancelled:
+        _cancelled(source, started, ctx, exc)
+    else:
+        _failed(source, started, ctx, exc, retry_on)
+
+
+def _cancelled(source: Source, started: Started, ctx: JobContext, exc: BaseException | None = None) -> None:
+    """``task_finished`` for an attempt its cancel signal ended, as the worker
+    settles it (worker/executor.py): a cancel request cancels the job
+    (FAILED); a timeout fails the attempt, and a lost one is the reaper's,
+    each retried while attempts that count are left (whatever ``retry_on``
+    says); a shutdown releases it (no error: it runs again)."""
+    reason, result = ctx.cancel_reason, started.result
+    if reason == CancelReason.SHUTDOWN:
+        object.__setattr__(result, "status", TaskResultStatus.READY)
+        task_finished.send(sender=type(source), task_result=result)
+        return
+    outcome, error = {
+        CancelReason.REQUESTED: (Outcome.CANCELLED, "cancelled on request"),
+        CancelReason.TIMED_OUT: (Outcome.TIMED_OUT, f"attempt timed out after {started.job.timeout or 0:g}s"),
+        CancelReason.LOST: (Outcome.LEASE_EXPIRED, f"worker lease expired (worker {ctx.worker_id})"),
+    }.get(reason or "", (Outcome.FAILED, "handler was cancelled"))
+    tb = "".join(traceback.format_exception(exc)) if exc is not None and outcome is Outcome.FAILED else None
+    attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
+                      finished_at=None, outcome=outcome, error=error, traceback=tb)
+    ends = reason == CancelReason.REQUESTED or started.job.attempts_used >= ctx.max_attempts
+    _ended(source, result, attempt, ends=ends)
 
 
 def _succeeded(source: Source, result: TaskResult, value: Any) -> None:
@@ -91,22 +179,28 @@ def _succeeded(source: Source, result: TaskResult, value: Any) -> None:
     task_finished.send(sender=type(source), task_result=result)
 
 
-def _failed(source: Source, result: TaskResult, ctx: JobContext, exc: BaseException, retry_on: Any) -> None:
+def _ended(source: Source, result: TaskResult, attempt: Attempt, *, ends: bool) -> None:
+    """``task_finished`` for an attempt that failed, recorded as ``attempt``."""
+    result.errors.append(task_error(attempt))
+    object.__setattr__(result, "status", TaskResultStatus.FAILED if ends else TaskResultStatus.READY)
+    task_finished.send(sender=type(source), task_result=result)
+
+
+def _failed(source: Source, started: Started, ctx: JobContext, exc: BaseException, retry_on: Any) -> None:
     """``task_finished`` for an attempt that raised (sent inside the except
     block, so Django's log has the traceback), with the status the job takes,
     decided as the worker decides it (worker/policy.py): READY when tether
     runs it again (a ``tether.Retry`` snooze, or an error worth retrying with
     attempts left), FAILED when it ends (``tether.Discard``, an error outside
-    ``retry_on``, or the last attempt)."""
+    ``retry_on``, or the last attempt that counts)."""
+    result = started.result
     if isinstance(exc, Retry):  # snoozed: not an error, and the job runs again
         object.__setattr__(result, "status", TaskResultStatus.READY)
         task_finished.send(sender=type(source), task_result=result)
         return
     ends = (isinstance(exc, Discard) or (retry_on is not None and not isinstance(exc, retry_on))
-            or ctx.attempt >= ctx.max_attempts)
+            or started.job.attempts_used >= ctx.max_attempts)
     attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
                       finished_at=None, outcome=Outcome.DISCARDED if isinstance(exc, Discard) else Outcome.FAILED,
                       error=f"{type(exc).__name__}: {exc}", traceback="".join(traceback.format_exception(exc)))
-    result.errors.append(task_error(attempt))
-    object.__setattr__(result, "status", TaskResultStatus.FAILED if ends else TaskResultStatus.READY)
-    task_finished.send(sender=type(source), task_result=result)
+    _ended(source, result, attempt, ends=ends)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -74,6 +74,9 @@ class TetherTaskContext(TaskContext):
     job: JobContext
     #: the database alias the backend's jobs live in
     database: str = DEFAULT_DB_ALIAS
+    #: True once ``transaction()`` committed: the attempt's success, whatever
+    #: the task returns or raises after
+    committed: bool = field(default=False, init=False, compare=False)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -104,3 +107,4 @@ class TetherTaskContext(TaskContext):
             raise
         assert tx is not None
         tx.committed()
+        object.__setattr__(self, "committed", True)

@@ -3,6 +3,7 @@
 import asyncio
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.core.mail import send_mail
@@ -65,10 +66,39 @@ def picky(context, how: str) -> int:
             raise ValueError("worth another attempt")
         if how == "discard":
             raise Discard("no point")
-        if how == "snooze":
-            raise Retry(0)
+        if how in ("snooze", "snooze-then-fail"):
+            raise Retry(0)  # a snooze: released, this attempt does not count against max_attempts
+    if how == "snooze-then-fail":
+        raise ValueError(f"attempt {context.attempt} fails")
     return context.attempt
 
+
+@task(takes_context=True, queue_name="retry", retry_backoff=0)
+def bad_result(context, how: str):
+    """Returns a datetime, which is not JSON: the task fails, unless its
+    context.transaction() committed its success first (then it stays
+    succeeded, as it does when it raises after that commit)."""
+    if how.startswith("commit"):
+        with context.transaction():
+            pass
+        if how == "commit-raise":
+            raise ValueError("after the commit")
+    return datetime.now(UTC)
+
+
+
+@task(takes_context=True, queue_name="coop", retry_backoff=0)
+def cooperative(context, marker: str, then: str) -> str:
+    """Runs until its cancel signal (a cancel request, its timeout), as a
+    def task that checks context.job.cancelled does; then returns, or raises
+    JobCancelled (then="raise")."""
+    Path(marker).write_text(str(context.attempt))
+    deadline = time.monotonic() + 30
+    while not context.job.cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if then == "raise":
+        context.job.raise_if_cancelled()
+    return "stopped"
 
 @task(queue_name="retry", retry_backoff=0)
 def configured(n: int) -> int:

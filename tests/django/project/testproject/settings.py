@@ -5,8 +5,13 @@ PostgreSQL database come from the environment the test session sets
 import os
 
 SECRET_KEY = "tether-tests"
-DEBUG = False
+DEBUG = os.environ.get("TETHER_DJANGO_DEBUG") == "1"  # startproject's True: Django's console log handler
 ALLOWED_HOSTS = ["*"]
+if os.environ.get("TETHER_DJANGO_ROOT_LOG") == "1":  # a project whose LOGGING gives the root logger a handler
+    LOGGING = {"version": 1, "disable_existing_loggers": False,
+               "formatters": {"own": {"format": "OWN %(name)s: %(message)s"}},
+               "handlers": {"own": {"class": "logging.StreamHandler", "formatter": "own"}},
+               "root": {"handlers": ["own"], "level": "INFO"}}
 USE_TZ = True
 ROOT_URLCONF = "testproject.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -25,7 +30,7 @@ DATABASES = {
     },
 }
 
-QUEUES = ["default", "emails", "prio", "later", "kill", "retry", "docs", "callcmd", "tx"]
+QUEUES = ["default", "emails", "prio", "later", "kill", "retry", "docs", "callcmd", "tx", "coop"]
 # short timers, so that a killed worker's job comes back within seconds
 TIMERS = {"lease_ttl": 2, "heartbeat_interval": 0.5, "reaper_interval": 0.5}
 
