@@ -263,6 +263,35 @@ def test_result_that_is_not_json_ends_dead_with_reason(make_app: Callable[..., T
     assert job.last_error is not None and "must be JSON" in job.last_error
 
 
+def test_a_job_whose_args_a_deploy_no_longer_fits_fails_saying_so(make_app: Callable[..., Tether]) -> None:
+    """A job enqueued by the previous release (args {"a": 1}) reaching a
+    handler that now takes (a, b): its error said only "missing 1 required
+    positional argument", as if the handler were broken. It now names the
+    misfit and the likely deploy; a handler's own TypeError is left as it is."""
+    from tether.errors import ArgsMisfit
+
+    app = make_app(**FAST)
+
+    @app.task(name="sig", max_attempts=1)
+    def sig(ctx: JobContext, a: int, b: int) -> int:
+        return a + b
+
+    @app.task(name="own", max_attempts=1, retry_on=TypeError)
+    def own(ctx: JobContext, a: int) -> int:
+        raise TypeError("the handler's own")
+
+    old = app.store.enqueue([NewJob(task="sig", args_json='{"a": 1}', max_attempts=1)])[0]
+    mine = own.using(max_attempts=1).enqueue(a=1)
+    with running(app):
+        misfit, kept = (wait_job(app, j, is_final) for j in (old, mine))
+    assert misfit.state is JobState.DEAD and misfit.last_error is not None
+    assert misfit.last_error.startswith("ArgsMisfit: args do not fit task 'sig'(ctx:"), misfit.last_error
+    assert "missing a required argument: 'b'" in misfit.last_error
+    assert "did a deploy change the task's parameters" in misfit.last_error
+    assert kept.last_error == "TypeError: the handler's own"
+    assert issubclass(ArgsMisfit, TypeError)  # retry_on=TypeError still matches it
+
+
 def test_a_result_with_a_key_json_would_rename_ends_dead_with_reason(make_app: Callable[..., Tether]) -> None:
     """{1: "a", "1": "b"} would be stored as {"1": "a", "1": "b"} and read back
     as {"1": "b"}: one value lost and the key's type changed, without a word."""

@@ -13,6 +13,7 @@ from .app import Task, TaskCall, Tether
 from .config import Timers
 from .context import CancelReason, Discard, JobCancelled, JobContext, Retry
 from .errors import (
+    ArgsMisfit,
     ConfigError,
     DatabaseUnavailable,
     InvalidDSN,
@@ -28,6 +29,7 @@ from .errors import (
 from .model import Attempt, Job, JobState, Outcome, QueueLimits
 
 __all__ = [
+    "ArgsMisfit",
     "Attempt",
     "CancelReason",
     "ConfigError",

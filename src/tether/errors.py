@@ -8,6 +8,7 @@ The hierarchy::
     │   └── AccessDenied       a tether server refused the token (missing, unknown, wrong scope)
     │       └── NotYourWorker  ... or the worker id: another token registered it, or none did
     ├── PayloadError           args or a result that is not JSON, or too large
+    ├── ArgsMisfit             a job's args do not fit its handler (a deploy changed the signature)
     ├── UnknownTask            a task name no registered handler carries
     ├── SchemaMissing          the database has no (or an older) tether schema
     ├── JobNotFound            no job with that id
@@ -16,7 +17,8 @@ The hierarchy::
     └── StaleAttempt           a fenced write whose (id, attempt, worker) no longer
                                owns the job: the lease was reaped and the job moved on
 
-``PayloadError`` is also a ``ValueError``, ``UnknownTask`` a ``LookupError`` and
+``PayloadError`` is also a ``ValueError``, ``ArgsMisfit`` a ``TypeError`` (what
+calling the handler raised: ``retry_on=TypeError`` still matches), ``UnknownTask`` a ``LookupError`` and
 ``ServerUnavailable`` a ``ConnectionError`` so
 that callers who catch the builtin families keep working.
 """
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AccessDenied",
+    "ArgsMisfit",
     "ConfigError",
     "DatabaseUnavailable",
     "InvalidDSN",
@@ -85,6 +88,12 @@ class ServerUnavailable(TetherError, ConnectionError):
 
 class PayloadError(TetherError, ValueError):
     """Args or a result that are not JSON, or are larger than the configured cap."""
+
+
+class ArgsMisfit(TetherError, TypeError):
+    """A job's args do not fit its handler's parameters: the handler was
+    called and raised TypeError, and binding the args says why. Usually a
+    deploy that changed the task's signature after the job was enqueued."""
 
 
 class UnknownTask(TetherError, LookupError):

@@ -24,7 +24,7 @@ from .config import (
     validate_queue,
 )
 from .context import JobContext
-from .errors import ConfigError, PayloadError
+from .errors import ArgsMisfit, ConfigError, PayloadError
 from .model import NewJob
 from .store import Store
 
@@ -213,6 +213,21 @@ class Task(Generic[P, R]):
             also = (f" (not parameters of it: {', '.join(map(repr, stray))})"
                     if stray and not all(repr(s) in str(exc) for s in stray) else "")
             raise PayloadError(f"args do not fit task {self.name!r}{self._signature}: {exc}{also}") from None
+
+    def misfit(self, args: Mapping[str, Any], exc: TypeError) -> BaseException:
+        """What calling the handler with a job's ``args`` raised: ``exc``, or,
+        when the args do not fit the handler's parameters, an ArgsMisfit that
+        says so (a TypeError too). A worker asks only once the call raised
+        TypeError, so a job that fits pays nothing."""
+        try:
+            self.check_args(args)
+        except PayloadError as perr:
+            misfit = ArgsMisfit(f"{perr} (the call raised TypeError: {exc}); did a deploy change the task's "
+                                "parameters after the job was enqueued? (add new ones with defaults, or use a "
+                                "new task name)")
+            misfit.__cause__ = exc
+            return misfit.with_traceback(exc.__traceback__)
+        return exc
 
     def _new_job(self, kwargs: dict[str, Any], o: TaskOptions) -> NewJob:
         self.check_args(kwargs)

@@ -38,6 +38,9 @@ class TaskView(Protocol):
     @property
     def options(self) -> TaskOptionsView: ...
 
+    def misfit(self, args: Mapping[str, Any], exc: TypeError) -> BaseException:
+        """``exc``, or an ArgsMisfit when ``args`` do not fit the handler."""
+
 
 class AppView(Protocol):
     """The task registry and the options a worker runs by."""

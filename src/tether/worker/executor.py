@@ -373,6 +373,8 @@ class Executor:
             return
         if exc is not None:  # Retry, Discard, retry_on and retry_backoff: policy.py
             task = self.tasks.get(job.task)
+            if type(exc) is TypeError and task is not None:  # args a deploy's new signature does not take?
+                exc = task.misfit(job.args, exc)
             reporter.fail(running, *on_error(task.options if task is not None else None, job, exc))
             return
         try:
