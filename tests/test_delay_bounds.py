@@ -3,11 +3,13 @@ stored one for a ``delay`` of 1e12 seconds (year 33715), and then on SQLite
 every listing that included the job failed (``ValueError: year 33715 is out
 of range``), on PostgreSQL psycopg's ``DataError: timestamp too large``:
 ``tether jobs``, ``tether job N``, ``app.get_job`` and the dashboard's /jobs
-until the row was deleted by hand. Real SQLite, PostgreSQL and tether servers."""
+until the row was deleted by hand; and a failure refused for its delay.
+Real SQLite, PostgreSQL and tether servers."""
 
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import psycopg
@@ -23,6 +25,7 @@ from tether.store.rows import DATETIME_MAX
 from . import test_unstorable_text
 from .conftest import PG_URL, backend_param
 from .test_dashboard import TOKEN, login
+from .test_unstorable_text import _run
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "http-sqlite", "http-postgresql"])
@@ -72,4 +75,30 @@ def test_a_run_at_past_year_9999_written_before_the_bound_reads_as_the_latest_da
         for path in ("/jobs", f"/jobs/{old}"):
             page = client.get(path)
             assert page.status_code == 200, page.text
+
+
+# -- a report the database refuses -------------------------------------------------------------
+
+
+def test_a_failure_refused_for_its_delay_is_written_with_the_default_backoff(
+    app: Tether, backend: str,
+) -> None:
+    """A failure whose delay the database (PostgreSQL: past its year 294276)
+    or a tether server (its wire schema) refuses is not retried as it is every
+    0.5 s forever, the job left running: written again without the delay, it
+    takes the failure path with the reason."""
+    if backend == "sqlite":
+        pytest.skip("SQLite stores any delay (epoch seconds are a float)")
+
+    @app.task(name="flaky", max_attempts=2, retry_backoff=lambda attempt: 1e13)
+    def flaky(ctx: JobContext) -> None:
+        raise ValueError("no")
+
+    job_id = flaky.enqueue()
+    _run(app)
+    job = app.get_job(job_id)
+    assert job is not None and job.state is JobState.QUEUED, job
+    assert job.run_at < datetime.now(UTC) + timedelta(hours=1), job  # the default backoff: a few seconds
+    assert job.last_error is not None and job.last_error.startswith("ValueError: no (its delay of 1e+13s was refused")
+
 
