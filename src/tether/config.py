@@ -13,6 +13,7 @@ import operator
 import os
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 from urllib.parse import parse_qs, urlsplit
 
@@ -28,10 +29,12 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_QUEUE",
     "DEFAULT_REAPER_INTERVAL",
+    "MAX_DELAY",
     "MAX_ERROR_CHARS",
     "MAX_TRACEBACK_CHARS",
     "DatabaseURL",
     "Timers",
+    "check_when",
     "dump_json",
     "is_storable",
     "parse_database_url",
@@ -51,6 +54,12 @@ DEFAULT_BACKOFF_BASE = 2.0  # seconds; doubled per failure, capped at an hour, j
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 DEFAULT_REAP_LIMIT = 1000  # rows per reaper tick, oldest lease first
+
+#: the longest a job may wait: ``delay``, ``run_at`` (either way of now),
+#: ``tether.Retry(delay=...)`` and a callable ``retry_backoff``'s answer. 100
+#: years: far past any real use, far inside what both databases and Python's
+#: datetime hold (a delay of 1e12 s, year 33715, broke every listing).
+MAX_DELAY = 100 * 365.25 * 86400
 
 # A beat must land at least twice per TTL, so one lost beat never costs a lease.
 MIN_BEATS_PER_TTL = 2
@@ -124,6 +133,23 @@ class Timers:
     def recovery_bound(self) -> float:
         """I5: a dead worker's job is claimable again within this many seconds."""
         return self.lease_ttl + self.reaper_interval
+
+
+def check_when(where: str, delay: object, run_at: datetime | None) -> None:
+    """ConfigError unless ``delay`` is seconds from 0 to ``MAX_DELAY`` and
+    ``run_at`` (None passes) is timezone-aware and within ``MAX_DELAY`` of now
+    (this machine's clock: the bound is a century wide)."""
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= MAX_DELAY:
+        raise ConfigError(f"{where}: delay must be from 0 to {MAX_DELAY:.0f} seconds (100 years), got {delay!r}")
+    if run_at is None:
+        return
+    if delay:
+        raise ConfigError(f"{where}: give either delay or run_at, not both")
+    if run_at.tzinfo is None:
+        raise ConfigError(f"{where}: run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    now = datetime.now(UTC)
+    if not now - timedelta(seconds=MAX_DELAY) <= run_at <= now + timedelta(seconds=MAX_DELAY):
+        raise ConfigError(f"{where}: run_at must be within 100 years of now, got {run_at.isoformat()}")
 
 
 @dataclass(frozen=True, slots=True)

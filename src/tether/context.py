@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
+from .config import MAX_DELAY
 from .errors import ConfigError, StaleAttempt, TetherError
 from .model import ClaimedJob, Job
 
@@ -246,11 +247,15 @@ class JobContext:
 class Retry(Exception):
     """Raise in a handler to run the job again after ``delay`` seconds without
     counting a failure (a snooze): the attempt is recorded as ``snoozed`` and
-    the job's ``max_attempts`` budget is not spent."""
+    the job's ``max_attempts`` budget is not spent. A delay outside 0 to
+    ``MAX_DELAY`` (100 years) is refused here, where the handler raises it:
+    the ConfigError is then the handler's failure, its message in the attempt's
+    error, rather than a snooze no database can store."""
 
     def __init__(self, delay: float = 0.0) -> None:
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < float("inf"):
-            raise ConfigError(f"tether.Retry(delay=...) must be a finite number of seconds >= 0, got {delay!r}")
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= MAX_DELAY:
+            raise ConfigError(f"tether.Retry(delay=...) must be from 0 to {MAX_DELAY:.0f} seconds (100 years), "
+                              f"got {delay!r}")
         self.delay = float(delay)
         super().__init__(f"retry in {self.delay:g}s")
 

@@ -20,6 +20,7 @@ from .config import (
     DEFAULT_QUEUE,
     Timers,
     check_key,
+    check_when,
     dump_json,
     validate_queue,
 )
@@ -87,13 +88,7 @@ class TaskOptions:
                 and all(isinstance(t, type) and issubclass(t, BaseException) for t in self.retry_on)):
             raise ConfigError(f"{where}: retry_on must be an exception class or a tuple of them, "
                               f"got {self.retry_on!r}")
-        if not (_finite(self.delay) and self.delay >= 0):
-            raise ConfigError(f"{where}: delay must be >= 0 seconds, got {self.delay!r}")
-        if self.run_at is not None:
-            if self.delay:
-                raise ConfigError(f"{where}: give either delay or run_at, not both")
-            if self.run_at.tzinfo is None:
-                raise ConfigError(f"{where}: run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        check_when(where, self.delay, self.run_at)
         for name in ("dedup_key", "exclusive_key"):
             check_key(where, name, getattr(self, name))
         return self

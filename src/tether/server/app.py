@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..config import DEFAULT_MAX_PAYLOAD_BYTES, check_key, dump_json, validate_queue
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_when, dump_json, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
 from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, QueueLimits, WorkerInfo
 from ..store import Listener, Store
@@ -109,8 +109,7 @@ class _Server:
 # -- the operations ----------------------------------------------------------------------
 def _new_job(j: Args, cap: int) -> NewJob:
     run_at = None if j.get("run_at") is None else parse_datetime(j["run_at"])
-    if run_at is not None and j.get("delay"):
-        raise ConfigError("give either delay or run_at, not both")
+    check_when(f"task {j['task']!r}", j.get("delay", 0.0), run_at)
     meta = j.get("meta")
     for name in ("dedup_key", "exclusive_key"):
         check_key(f"task {j['task']!r}", name, j.get(name))

@@ -19,7 +19,7 @@ from typing import Any
 from ..model import Attempt, ClaimedJob, Job, JobState, NewJob, Outcome, WorkerInfo
 
 __all__ = [
-    "assign_ids", "attempt_from_row", "claimed_from_rows", "epoch_to_dt", "job_from_row", "json_text",
+    "DATETIME_MAX", "DATETIME_MIN", "assign_ids", "attempt_from_row", "claimed_from_rows", "epoch_to_dt", "job_from_row", "json_text",
     "missing_keys", "worker_from_row",
 ]
 
@@ -141,6 +141,20 @@ def assign_ids(jobs: Sequence[NewJob], rows: Sequence[Row], held: Mapping[str, i
     return [next(keyless) if job.dedup_key is None else by_key.get(job.dedup_key) for job in jobs]
 
 
-def epoch_to_dt(value: float | None) -> datetime | None:
+#: what a time past Python's datetime reads as (``epoch_to_dt``; PostgreSQL's
+#: loader, postgres/connect.py): the earliest and latest datetimes there are
+DATETIME_MIN = datetime.min.replace(tzinfo=UTC)
+DATETIME_MAX = datetime.max.replace(tzinfo=UTC)
 
-    return None if value is None else datetime.fromtimestamp(value, tz=UTC)
+
+def epoch_to_dt(value: float | None) -> datetime | None:
+    """SQLite's epoch seconds as a datetime. A time outside Python's years 1 to
+    9999 (a run_at 1e12 seconds away, written before delays were bounded:
+    config.MAX_DELAY) reads as the nearest end, ``DATETIME_MIN`` or
+    ``DATETIME_MAX``, rather than fail every listing that includes its row."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromtimestamp(value, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return DATETIME_MAX if value > 0 else DATETIME_MIN

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..config import MIN_BEATS_PER_TTL
 from ..context import CancelReason
 from ..events import Event, Events
 from ..model import Beat
@@ -29,6 +30,11 @@ log = logging.getLogger("tether.heartbeat")
 RETRY_AFTER_FAILURE = 1.0
 #: the fence thread re-reads the deadlines at least this often
 FENCE_IDLE_CHECK = 0.25
+#: the beat thread re-reads the held jobs' leases at least this often: a job
+#: claimed while it sleeps may hold a lease that needs a beat sooner
+LEASE_CHECK = 0.25
+#: the shortest time between two beats, however short a lease
+MIN_PERIOD = 0.05
 
 
 class Heartbeater:
@@ -99,6 +105,24 @@ class Heartbeater:
                     self.on_cancel_requested(running)
         return beats
 
+    def period(self) -> float:
+        """Seconds between beats: the worker's interval, or less while it holds
+        a job whose own lease is shorter than MIN_BEATS_PER_TTL intervals.
+
+        A per-task or per-job ``lease_ttl`` is checked against the timers of
+        the app that registered or enqueued it (``Timers.check_job_ttl``), not
+        against this worker's: a job enqueued with ``lease_ttl=20`` (two of the
+        producer's 10 s beats) and claimed by a worker beating every 25 s lost
+        its lease before the first beat, and was reaped and claimed again while
+        its first attempt still ran. The claim grants the job's own lease and
+        every beat renews it, so the beat comes sooner instead: at least
+        MIN_BEATS_PER_TTL per held lease, as config.Timers asks of the worker's
+        own. Still one statement per tick, for every held job."""
+        shortest = min((r.job.lease_ttl for r in self.inflight.all() if not r.lost), default=None)
+        if shortest is None or shortest >= self.interval * MIN_BEATS_PER_TTL:
+            return self.interval
+        return max(MIN_PERIOD, shortest / MIN_BEATS_PER_TTL)
+
     def fence_overdue(self) -> list[Running]:
         overdue = self.inflight.overdue(time.monotonic())
         for running in overdue:
@@ -144,7 +168,20 @@ class Heartbeater:
             t.join(timeout=1)
 
     def _beat_loop(self) -> None:
-        while not self._stop.wait(RETRY_AFTER_FAILURE if self.consecutive_failures else self.interval):
+        # Due ``period()`` after the last beat was sent, re-read every
+        # LEASE_CHECK while waiting: a claim meanwhile may bring it forward
+        # (a lease claimed after the last beat then gets its first renewal
+        # within half of it, as the beat before the claim counts from earlier).
+        last = time.monotonic()
+        while not self._stop.is_set():
+            period = self.period()
+            if self.consecutive_failures:
+                period = min(period, RETRY_AFTER_FAILURE)
+            wait = last + period - time.monotonic()
+            if wait > 0:
+                self._stop.wait(min(wait, LEASE_CHECK))
+                continue
+            last = time.monotonic()
             self.run_once()
 
     def _fence_loop(self) -> None:

@@ -10,7 +10,8 @@ task's options and says what ``Store.fail`` records:
 - an exception outside the task's ``retry_on``: ``failed``, dead at once;
 - any other: ``failed``, retried while the budget lasts, after the task's
   ``retry_backoff``: the exponential backoff the store computes from the
-  job's own base, or, for a callable, ``retry_backoff(attempt)`` seconds.
+  job's own base, or, for a callable, ``retry_backoff(attempt)`` seconds
+  (at most ``MAX_DELAY``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ..config import MAX_DELAY
 from ..context import Discard, Retry
 from ..model import ClaimedJob, Outcome
 
@@ -72,4 +74,10 @@ def _delay(backoff: Callable[[int], float], job: ClaimedJob) -> float | None:
         log.warning("job %s: retry_backoff(%s) returned %r, not seconds >= 0; using the default backoff", job.id,
                     job.attempt, value)
         return None
+    if value > MAX_DELAY:
+        # as the fixed backoff is capped (at an hour, by the store): an answer
+        # past what a job may wait would be refused by the database
+        log.warning("job %s: retry_backoff(%s) returned %r seconds, over the %.0f (100 years) a job may wait; "
+                    "using %.0f", job.id, job.attempt, value, MAX_DELAY, MAX_DELAY)
+        return MAX_DELAY
     return float(value)

@@ -278,6 +278,12 @@ class Reporter:
                     return
                 except Exception as exc:
                     tried = True
+                    if data_error(exc):
+                        again = self._refused_one(running, fn, args, exc)
+                        if again is None:
+                            return
+                        args = again
+                        continue
                     if running.local_deadline <= time.monotonic():
                         self.lost(running, f"could not report before the lease lapsed ({exc})")
                         return
@@ -286,6 +292,31 @@ class Reporter:
                     await asyncio.sleep(REPORT_RETRY)
         finally:
             self.forget(running)
+
+    def _refused_one(self, running: Running, fn: Callable[..., Any], args: tuple[Any, ...],
+                     exc: Exception) -> tuple[Any, ...] | None:
+        """A failure or release refused for the data in it (``data_error``), as
+        ``complete``'s are (``_refused``): no retry changes that, and retried
+        every REPORT_RETRY it would be refused for as long as the heartbeat
+        keeps the lease, the job running forever. A failure with a delay of its
+        own (a Retry's, a callable backoff's: the likeliest data to refuse) is
+        written once more without it: failed, retried after the store's backoff
+        while the budget lasts, the reason in its error. Anything else is given
+        up here: the attempt is let go as lost, the heartbeat stops renewing it,
+        and the reaper sends the job down the lapsed lease's path (retried while
+        its budget lasts, else dead). The new arguments, or None when given up."""
+        s, job = self.state, running.job
+        why = f"{type(exc).__name__}: {exc}"
+        if fn == self._fail and args[4] is not None:
+            _, error, tb, retry, delay = args
+            s.log.warning("job %s attempt %s: its failure's delay of %gs was refused (%s); writing it with the "
+                          "default backoff", job.id, job.attempt, delay, why, extra=job_fields(job, s.id))
+            return (Outcome.FAILED, f"{error} (its delay of {delay:g}s was refused: {why})", tb, retry, None)
+        s.log.error("job %s attempt %s: its %s report was refused for its data (%s); letting the attempt go, for "
+                    "the reaper to recover", job.id, job.attempt, fn.__name__.strip("_"), why,
+                    extra=job_fields(job, s.id))
+        self.lost(running, f"its outcome could not be written: the database refused it ({why})")
+        return None
 
     def _recorded(self, running: Running, outcomes: set[Outcome]) -> JobState | None:
         """Database thread: whether this attempt's outcome (one of ``outcomes``)

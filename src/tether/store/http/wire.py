@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import MAX_ERROR_CHARS, MAX_KEY_BYTES, MAX_TRACEBACK_CHARS
+from ...config import MAX_DELAY, MAX_ERROR_CHARS, MAX_KEY_BYTES, MAX_TRACEBACK_CHARS
 from ...cron import MAX_CATCH_UP
 from ...errors import (
     ConfigError,
@@ -163,7 +163,7 @@ LIMITS_RECORD = obj({
 NEW_JOB = obj(
     {
         "task": TASK, "args": JSON_OBJECT, "queue": QUEUE, "priority": integer(-(2**31) + 1, 2**31 - 1),
-        "run_at": nullable(DATETIME), "delay": number(0, 1e8), "max_attempts": integer(1),
+        "run_at": nullable(DATETIME), "delay": number(0, MAX_DELAY), "max_attempts": integer(1),
         "lease_ttl": nullable(TTL), "timeout": nullable(TTL), "backoff_base": number(0, 1e6),
         "dedup_key": nullable(string(MAX_KEY_BYTES, 1)), "meta": nullable(JSON_OBJECT),
         "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),  # bytes are checked by the server (check_key)
@@ -300,7 +300,7 @@ OPS: list[Op] = [
        obj({"state": STATE}),
        body=obj({"worker": WORKER_ID, "job_id": JOB_ID, "attempt": ATTEMPT, "outcome": FAIL_OUTCOME,
                  "error": TEXT, "traceback": nullable(string(MAX_TRACEBACK_CHARS)), "retry": boolean(),
-                 "delay": nullable(number(0, 1e9))},
+                 "delay": nullable(number(0, MAX_DELAY))},
                 optional=("traceback", "retry", "delay")),
        takes_now=True, errors=(409,), acts_for="worker"),
     Op("release", "POST", "/v1/release", W, "Hand a job back (fenced) without spending its budget",
