@@ -1,4 +1,5 @@
-"""A job's times in UTC on every connection, whatever its session's TimeZone."""
+"""How the store's PostgreSQL connections read a job's times: in UTC, whatever
+the session's TimeZone, and a time past Python's year 9999 as ``datetime.max``."""
 
 from __future__ import annotations
 
@@ -6,21 +7,66 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.adapt import AdaptersMap, Buffer
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 
-__all__ = ["utc_times"]
+from ..rows import DATETIME_MAX, DATETIME_MIN
+
+__all__ = ["ADAPTERS", "utc_times"]
+
+
+def _past_python(exc: psycopg.DataError) -> datetime:
+    """The datetime a timestamptz outside Python's years 1 to 9999 reads as
+    (psycopg's loaders refuse it: "timestamp too large"), or ``exc`` again."""
+    if "too large" in str(exc):
+        return DATETIME_MAX
+    if "too small" in str(exc):
+        return DATETIME_MIN
+    raise exc
+
+
+class _Timestamptz(TimestamptzLoader):
+    """A run_at past year 9999 (PostgreSQL holds up to 294276) was written by
+    a ``delay`` of 1e12 seconds before delays were bounded (config.MAX_DELAY):
+    read as ``DATETIME_MAX``, rather than fail every listing of its row, as
+    SQLite's epoch_to_dt does."""
+
+    def load(self, data: Buffer) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError as exc:
+            return _past_python(exc)
+
+
+class _TimestamptzBinary(TimestamptzBinaryLoader):
+    """``_Timestamptz`` for binary results (a worker's rounds)."""
+
+    def load(self, data: Buffer) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError as exc:
+            return _past_python(exc)
+
+
+#: psycopg's adapters, with the timestamptz loaders above: every connection
+#: of the store's own is opened with them (``context=``); the caller's own
+#: connections (``connection=``) keep theirs
+ADAPTERS = AdaptersMap(psycopg.adapters)
+ADAPTERS.register_loader("timestamptz", _Timestamptz)
+ADAPTERS.register_loader("timestamptz", _TimestamptzBinary)
+
 
 #: session time zones in which psycopg already reads a timestamptz as UTC
 _UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Zulu", "Etc/Zulu", "GMT", "Etc/GMT"})
 
 
-class _UTCText(TimestamptzLoader):
-    def load(self, data: Any) -> datetime:
+class _UTCText(_Timestamptz):
+    def load(self, data: Buffer) -> datetime:
         return super().load(data).astimezone(UTC)
 
 
-class _UTCBinary(TimestamptzBinaryLoader):
-    def load(self, data: Any) -> datetime:
+class _UTCBinary(_TimestamptzBinary):
+    def load(self, data: Buffer) -> datetime:
         return super().load(data).astimezone(UTC)
 
 
@@ -31,7 +77,7 @@ def utc_times(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> N
     database's setting, or the client's PGTZ, which libpq sends after, and so
     over, a ``-c TimeZone`` startup option; a transaction pooler passes no
     option at all. The zone is read once per connection, so a session already
-    in UTC (the usual case) keeps psycopg's own C loaders, at no cost."""
+    in UTC (the usual case) keeps the loaders it has, at no cost."""
     if conn.info.parameter_status("TimeZone") not in _UTC_ZONES:
         conn.adapters.register_loader("timestamptz", _UTCText)
         conn.adapters.register_loader("timestamptz", _UTCBinary)
