@@ -280,6 +280,11 @@ def test_bad_database_urls(run: Callable[..., Result], tmp_path: Path) -> None:
     one_line_error(run("-d", "mysql://x/y", "jobs"), 2, "unsupported database URL")
     one_line_error(run("-d", "sqlite://host/x.db", "status"), 2, "malformed SQLite URL")
     one_line_error(run("-d", f"sqlite:///{tmp_path}/no/such/dir/x.db", "migrate"), 2, "not a directory")
+    for url in ("postgresql://postgres:s3cretPW@127.0.0.1:5432/walk_c?schema=a-b",
+                "postgresql://postgres:s3cretPW@127.0.0.1:xx/walk_c", "postgresql://postgres:s3cretPW@[::1:5432/x"):
+        result = run("-d", url, "status")
+        one_line_error(result, 2, "postgres:***@")
+        assert "s3cretPW" not in result.output
 
 
 def test_unmigrated_database_says_run_migrate(

@@ -77,6 +77,53 @@ def test_sqlite_in_memory_is_refused_except_as_one_apps_private_database() -> No
         app.close()
 
 
+SECRET = "s3cretPW"
+#: URLs with a password that are refused: the refusal must not quote it
+SECRET_URLS = {
+    "bad schema": f"postgresql://postgres:{SECRET}@127.0.0.1:5432/walk_c?schema=a-b",
+    "bad port": f"postgresql://postgres:{SECRET}@127.0.0.1:xx/walk_c",
+    "malformed IPv6 host": f"postgresql://postgres:{SECRET}@[::1:5432/x",
+    "an @ in the password": f"postgresql://u:{SECRET}@x@127.0.0.1:xx/db",
+    "a # in the password": f"postgresql://u:a#{SECRET}@127.0.0.1:xx/db",
+    "schema twice": f"postgresql://u:{SECRET}@h/db?schema=a&schema=b",
+    "unsupported scheme": f"mysql://u:{SECRET}@h/db",
+    "sqlite with a host": f"sqlite://u:{SECRET}@host/x.db",
+    "password option": f"postgresql://u@h/db?password={SECRET}&schema=a-b",
+    "listen_url's password": f"mysql://u@h/db?listen_url=postgresql://l:{SECRET}@h2/db",
+    "listen_url's, encoded": f"mysql://u@h/db?listen_url=postgresql%3A%2F%2Fl%3A{SECRET}%40h2%2Fdb",
+    "server token option": f"http://h:8000?token={SECRET}",
+    "server bad port": f"http://h:xx?token={SECRET}",
+}
+
+
+@pytest.mark.parametrize("url", SECRET_URLS.values(), ids=SECRET_URLS.keys())
+def test_a_refused_url_is_quoted_without_its_password(url: str) -> None:
+    with pytest.raises(InvalidDSN) as info:
+        parse_database_url(url)
+    assert SECRET not in str(info.value) and SECRET not in repr(info.value)
+    assert "***" in str(info.value)  # the URL is quoted, masked
+
+
+def test_a_driver_refusal_and_a_database_url_repr_do_not_show_the_password() -> None:
+    # libpq quotes the part of the URL it cannot read: here the password alone
+    with pytest.raises(InvalidDSN) as info:
+        open_store(f"postgresql://u:{SECRET}%zz@127.0.0.1:1/db")
+    assert "percent-encoded" in str(info.value) and SECRET not in str(info.value)
+    dsn = parse_database_url(f"postgresql://u:{SECRET}@h/db?listen_url=postgresql://l:{SECRET}@h2/db")
+    assert SECRET in dsn.url and SECRET in dsn.options["listen_url"]  # the driver's
+    assert SECRET not in repr(dsn) and "u:***@h" in repr(dsn)
+
+
+@pytest.mark.parametrize("spec", [f"nats://u:{SECRET}@h:4222?bogus=1", f"nats://u:{SECRET}@h:xx",
+                                  f"nats://u:{SECRET}@:4222", f"nat://u:{SECRET}@h:4222"])
+def test_a_refused_transport_url_is_quoted_without_its_password(spec: str) -> None:
+    from tether.transport import open_transport
+
+    with pytest.raises(ConfigError) as info:
+        open_transport(spec)
+    assert SECRET not in str(info.value) and "u:***@" in str(info.value)
+
+
 BAD_SCHEMAS = ["bad-name", "1starts_with_digit", "semi;colon", '"quoted"', "a" * 64, "", "tether%0A"]
 
 

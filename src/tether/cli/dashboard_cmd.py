@@ -7,7 +7,8 @@ import secrets
 
 import click
 
-from .common import PUBLISH_OPTION, BadUsage, CLIState, mask_url, opened
+from ..config import redact_url
+from .common import PUBLISH_OPTION, BadUsage, CLIState, opened
 
 __all__ = ["dashboard", "host_allow_list"]
 
@@ -55,7 +56,7 @@ def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth:
         app.store.check_schema()
         metrics = Metrics().attach(app).watch_store(app.store)
         web = create_app(app, token=None if no_auth else token, metrics=metrics, allowed_hosts=names)
-        click.echo(f"tether dashboard for {mask_url(state.database)} on http://{host}:{port}/", err=True)
+        click.echo(f"tether dashboard for {redact_url(state.database)} on http://{host}:{port}/", err=True)
         uvicorn.run(web, host=host, port=port, log_level="warning")
 
 

@@ -21,7 +21,7 @@ from rich.console import Group, RenderableType
 from rich.live import Live
 
 from .. import __version__
-from ..config import DEFAULT_DATABASE_URL
+from ..config import DEFAULT_DATABASE_URL, redact_url
 from ..errors import JobNotFound, PayloadError
 from ..model import TERMINAL_STATES, Job, JobState
 from . import render
@@ -34,7 +34,6 @@ from .common import (
     configure_app,
     load_app,
     make_console,
-    mask_url,
     one_line_errors,
     opened,
     publish_through,
@@ -108,7 +107,7 @@ def migrate(state: CLIState) -> None:
     """Create or upgrade tether's tables."""
     with opened(state, create=True) as app:
         applied = app.migrate()
-    where = mask_url(state.database)
+    where = redact_url(state.database)
     if applied:
         for name in applied:
             click.echo(f"applied {name}")
@@ -221,7 +220,7 @@ def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool, follow: b
         def view() -> tuple[Job, RenderableType]:
             found = app.get_job(job_id)
             if found is None:
-                raise JobNotFound(f"no job {job_id} in {mask_url(state.database)}")
+                raise JobNotFound(f"no job {job_id} in {redact_url(state.database)}")
             return found, render.job_details(found, app.store.db_now(), tracebacks=tracebacks)
 
         found, shown = view()
@@ -301,7 +300,7 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
         def view() -> RenderableType:
             stats = app.store.stats()
             parts: list[RenderableType] = [
-                f"[bold]{mask_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})",
+                f"[bold]{redact_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})",
                 render.queues_table(stats) if stats.counts else "no jobs yet",
             ]
             paused = app.store.paused_queues()
