@@ -19,9 +19,11 @@ import click
 from click.core import ParameterSource
 from rich.console import Group, RenderableType
 from rich.live import Live
+from rich.text import Text
 
 from .. import __version__
 from ..config import DEFAULT_DATABASE_URL, redact_url
+from ..display import visible
 from ..errors import JobNotFound, PayloadError
 from ..model import TERMINAL_STATES, Job, JobState
 from . import render
@@ -300,12 +302,14 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
         def view() -> RenderableType:
             stats = app.store.stats()
             parts: list[RenderableType] = [
-                f"[bold]{redact_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})",
+                Text.assemble((visible(redact_url(state.database)), "bold"),
+                              f"  (database time {render.fmt_time(stats.now)})"),
                 render.queues_table(stats) if stats.counts else "no jobs yet",
             ]
             paused = app.store.paused_queues()
             if paused:
-                parts.append(f"[bold yellow]paused:[/bold yellow] {', '.join(paused)} (no new claims; `tether resume`)")
+                parts.append(Text.assemble(("paused:", "bold yellow"), " ", visible(", ".join(paused)),
+                                           " (no new claims; `tether resume`)"))
             parts += [render.limits_line(lim) for lim in app.store.queue_limits()]
             if stats.unknown:
                 parts += [render.unknown_tasks_table(stats),
