@@ -303,6 +303,53 @@ def test_unknown_task_name_is_refused(make_app: AppFactory) -> None:
     assert app.get_job(app.enqueue("tests.handler", x=1)) is not None
 
 
+GOOD_TASK_NAMES = ["greet", "reports.nightly", "tests.test_config.test_x.<locals>.handler", "[red]rt[/red]",
+                   "envoyer_courriel_é", "a b", "t" * 200]
+BAD_TASK_NAMES = ["t" * 201, "a\x1bb", "\x1b]0;pwned\x07", "a\nb", "a\tb", "tail\n", "a\x00b", "a\x7fb", "a\x9bb",
+                  "a\u202eb", "a\u2028b"]
+
+
+def test_task_names_are_printable_and_bounded_alike_here_and_on_the_server(make_app: AppFactory) -> None:
+    """A task name is shown wherever its jobs are (terminal, dashboard, logs):
+    printable text of at most 200 characters, on every backend, so that an
+    app moves unchanged between a database and a tether server."""
+    from tether.naming import validate_task_name
+    from tether.store.http.schema import SchemaViolation, validate
+    from tether.store.http.wire import TASK
+
+    app = make_app()
+    for name in GOOD_TASK_NAMES:
+        assert validate_task_name(name) == validate(name, TASK) == register(app, name).name
+    for name in BAD_TASK_NAMES:
+        with pytest.raises(ConfigError, match="task name"):
+            register(app, name)
+        with pytest.raises(ConfigError, match="task name"):
+            app.periodic("0 3 * * *", name=name)(handler)
+        with pytest.raises(SchemaViolation):
+            validate(name, TASK)
+    with pytest.raises(ConfigError):
+        validate_task_name("")
+    assert sorted(app.tasks) == sorted(GOOD_TASK_NAMES) and app.schedule_specs == {}
+    assert register(app).name == "tests.handler" and app.task(handler).name == "tests.test_config.handler"
+
+
+def test_a_tether_server_refuses_the_task_names_an_app_refuses(db_url: str) -> None:
+    from tether.model import NewJob
+
+    from .conftest import TEST_TOKEN, served
+
+    with served(db_url) as url:
+        remote = open_store(url, token=TEST_TOKEN)
+        try:
+            for name in ("a\x1bb", "t" * 201):
+                with pytest.raises(PayloadError, match="task"):
+                    remote.enqueue([NewJob(task=name, args_json="{}")])
+            assert remote.list_jobs(limit=10) == []
+            assert len(remote.enqueue([NewJob(task=n, args_json="{}") for n in GOOD_TASK_NAMES])) == 7
+        finally:
+            remote.close()
+
+
 # -- task options ----------------------------------------------------------------------------
 
 BAD_QUEUES = ["", "has space", "a/b", "semi;colon", "-leading-dash", "q" * 64, "ümlaut", "default\n"]

@@ -8,6 +8,7 @@ import re
 from datetime import datetime
 
 from .model import JobState, QueueLimits
+from .naming import C0_CONTROLS, OTHER_CONTROLS
 
 __all__ = ["STATE_ORDER", "fmt_age", "fmt_clock", "fmt_concurrency", "fmt_limits", "fmt_rate", "fmt_rel",
            "fmt_seconds", "fmt_time", "json_visible", "visible"]
@@ -68,14 +69,10 @@ def fmt_limits(limits: QueueLimits) -> str:
     return ", ".join(part for part in (fmt_concurrency(limits), fmt_rate(limits)) if part) or "no limits"
 
 
-#: what steers a terminal, or reorders what it shows, rather than printing: the
-#: C0 controls (ESC among them) and DEL, the C1 controls (CSI alone is U+009B),
-#: the line and paragraph separators, and the bidirectional overrides
-_C0 = r"\x00-\x1f"
-_OTHER_CONTROLS = r"\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
-_CONTROL = re.compile(f"[{_C0}{_OTHER_CONTROLS}]")
+#: what steers a terminal or reorders what it shows (naming.C0_CONTROLS, OTHER_CONTROLS)
+_CONTROL = re.compile(f"[{C0_CONTROLS}{OTHER_CONTROLS}]")
 #: the same less C0, which JSON text escapes itself (and whose newlines indent it)
-_JSON_CONTROL = re.compile(f"[{_OTHER_CONTROLS}]")
+_JSON_CONTROL = re.compile(f"[{OTHER_CONTROLS}]")
 
 
 def _escape(char: str) -> str:
