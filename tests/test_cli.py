@@ -183,6 +183,50 @@ def test_job_shows_attempts_history_and_progress(
     assert data["state"] == "succeeded" and data["result"] == "done" and data["attempts_used"] == 2
 
 
+#: job data a handler chose, as `ctx.progress(0.5, s); raise ValueError(s)` stores it
+MARKUP = "[bold red]MARKUP[/bold red] [link=http://evil.example]click[/link]"
+ESCAPES = "\x1b[2J\x1b]0;pwned\x07\x9b2J\u202etxt"
+#: raw, none of these may reach the terminal from job data
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def test_job_data_is_shown_as_text_not_as_markup_or_terminal_controls(
+    run: Callable[..., Result], db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "500")  # no line wrapped inside the texts looked for
+    run("-d", db_url, "migrate")
+    s = f"{MARKUP} {ESCAPES}"
+    store = open_store(db_url)
+    try:
+        [job_id] = store.enqueue([NewJob(task="[red]rt[/red]", args_json=json.dumps({"s": s}), queue="q",
+                                         dedup_key=s)])
+        store.register_worker(WorkerInfo(id="[blue]w[/blue]\x1b[1A", host="h\x1b]0;x\x07", pid=1, proc_start=None,
+                                         started_at=None, last_seen=None, queues=["q"],  # type: ignore[arg-type]
+                                         concurrency=1))
+        [claimed] = store.claim("[blue]w[/blue]\x1b[1A", ["q"], 1, 30)
+        store.progress("[blue]w[/blue]\x1b[1A", job_id, claimed.attempt, 0.5, s, 30)
+        running = run("-d", db_url, "job", str(job_id))
+        store.fail("[blue]w[/blue]\x1b[1A", job_id, claimed.attempt, outcome=Outcome.FAILED, error=f"ValueError: {s}",
+                   traceback=f"Traceback (most recent call last):\nValueError: {s}\n", retry=False)
+    finally:
+        store.close()
+    shown = {"job": run("-d", db_url, "job", str(job_id), "--tracebacks"), "running job": running,
+             "jobs": run("-d", db_url, "jobs"), "status": run("-d", db_url, "status"),
+             "json": run("-d", db_url, "job", str(job_id), "--json")}
+    for what, r in shown.items():
+        assert r.exit_code == 0, (what, r.output)
+        for raw in RAW_CONTROLS:
+            assert raw not in r.output, (what, raw, r.output)
+    assert "[red]rt[/red]" in shown["jobs"].stdout and "[red]rt[/red]" in shown["job"].stdout  # the name, as given
+    assert "ValueError: [bold red]MARKUP[/bold red] [link=http" in shown["jobs"].stdout  # the last error, cut
+    for what in ("job", "running job"):  # args, progress, error, traceback, dedup key: the markup as text
+        assert shown[what].stdout.count(MARKUP) >= 3, (what, shown[what].stdout)
+        assert "\\x1b[2J\\x1b]0;pwned\\x07\\x9b2J\\u202etxt" in shown[what].stdout  # escapes made visible
+    assert "[blue]w[/blue]\\x1b[1A" in shown["running job"].stdout and "h\\x1b]0;x\\x07" in shown["status"].stdout
+    data = json.loads(shown["json"].stdout)  # the same JSON, C1 and bidi escaped
+    assert data["args"] == {"s": s} and data["progress_message"] == s
+
+
 def test_cancel_of_a_running_job_is_a_request(
     run: Callable[..., Result], db_url: str, app_ref: Callable[[str | None], str]
 ) -> None:
@@ -280,6 +324,11 @@ def test_bad_database_urls(run: Callable[..., Result], tmp_path: Path) -> None:
     one_line_error(run("-d", "mysql://x/y", "jobs"), 2, "unsupported database URL")
     one_line_error(run("-d", "sqlite://host/x.db", "status"), 2, "malformed SQLite URL")
     one_line_error(run("-d", f"sqlite:///{tmp_path}/no/such/dir/x.db", "migrate"), 2, "not a directory")
+    for url in ("postgresql://postgres:s3cretPW@127.0.0.1:5432/walk_c?schema=a-b",
+                "postgresql://postgres:s3cretPW@127.0.0.1:xx/walk_c", "postgresql://postgres:s3cretPW@[::1:5432/x"):
+        result = run("-d", url, "status")
+        one_line_error(result, 2, "postgres:***@")
+        assert "s3cretPW" not in result.output
 
 
 def test_unmigrated_database_says_run_migrate(

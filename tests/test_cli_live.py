@@ -12,7 +12,7 @@ import time
 from click.testing import CliRunner
 
 from tether.cli.main import cli
-from tether.model import NewJob
+from tether.model import NewJob, Outcome
 from tether.store import open_store
 
 
@@ -65,3 +65,31 @@ def test_status_watch_refreshes_until_interrupted(db_url: str) -> None:
                 proc.kill()
     assert proc.returncode == 0, err
     assert "watched" in out and "no live workers" in out
+
+
+def test_job_follow_shows_a_progress_message_as_text(db_url: str) -> None:
+    """What a handler passes to ctx.progress reaches the live view as text: its
+    markup not read, its escape sequences shown, not sent to the terminal."""
+    message = "[link=http://evil.example]click[/link] \x1b[2J\x1b]0;pwned\x07"
+    store = open_store(db_url)
+    store.migrate()
+    try:
+        [job_id] = store.enqueue([NewJob(task="render", args_json="{}")])
+        [claimed] = store.claim("worker-f", ["default"], 1, 30)
+        store.progress("worker-f", job_id, claimed.attempt, 0.3, message, 30)
+        result: list[object] = []
+        follower = threading.Thread(target=lambda: result.append(
+            CliRunner().invoke(cli, ["-d", db_url, "job", str(job_id), "--follow", "--interval", "0.1"],
+                               env={"COLUMNS": "300"})))
+        follower.start()
+        time.sleep(0.5)
+        store.fail("worker-f", job_id, claimed.attempt, outcome=Outcome.FAILED, error=message, retry=False)
+        follower.join(timeout=20)
+        assert not follower.is_alive(), "--follow did not stop when the job ended"
+    finally:
+        store.close()
+    [r] = result
+    out = r.output  # type: ignore[attr-defined]
+    assert r.exit_code == 0, out  # type: ignore[attr-defined]
+    assert "\x1b" not in out and "\x07" not in out
+    assert out.count("[link=http://evil.example]click[/link] \\x1b[2J\\x1b]0;pwned\\x07") >= 2  # progress, error

@@ -77,6 +77,53 @@ def test_sqlite_in_memory_is_refused_except_as_one_apps_private_database() -> No
         app.close()
 
 
+SECRET = "s3cretPW"
+#: URLs with a password that are refused: the refusal must not quote it
+SECRET_URLS = {
+    "bad schema": f"postgresql://postgres:{SECRET}@127.0.0.1:5432/walk_c?schema=a-b",
+    "bad port": f"postgresql://postgres:{SECRET}@127.0.0.1:xx/walk_c",
+    "malformed IPv6 host": f"postgresql://postgres:{SECRET}@[::1:5432/x",
+    "an @ in the password": f"postgresql://u:{SECRET}@x@127.0.0.1:xx/db",
+    "a # in the password": f"postgresql://u:a#{SECRET}@127.0.0.1:xx/db",
+    "schema twice": f"postgresql://u:{SECRET}@h/db?schema=a&schema=b",
+    "unsupported scheme": f"mysql://u:{SECRET}@h/db",
+    "sqlite with a host": f"sqlite://u:{SECRET}@host/x.db",
+    "password option": f"postgresql://u@h/db?password={SECRET}&schema=a-b",
+    "listen_url's password": f"mysql://u@h/db?listen_url=postgresql://l:{SECRET}@h2/db",
+    "listen_url's, encoded": f"mysql://u@h/db?listen_url=postgresql%3A%2F%2Fl%3A{SECRET}%40h2%2Fdb",
+    "server token option": f"http://h:8000?token={SECRET}",
+    "server bad port": f"http://h:xx?token={SECRET}",
+}
+
+
+@pytest.mark.parametrize("url", SECRET_URLS.values(), ids=SECRET_URLS.keys())
+def test_a_refused_url_is_quoted_without_its_password(url: str) -> None:
+    with pytest.raises(InvalidDSN) as info:
+        parse_database_url(url)
+    assert SECRET not in str(info.value) and SECRET not in repr(info.value)
+    assert "***" in str(info.value)  # the URL is quoted, masked
+
+
+def test_a_driver_refusal_and_a_database_url_repr_do_not_show_the_password() -> None:
+    # libpq quotes the part of the URL it cannot read: here the password alone
+    with pytest.raises(InvalidDSN) as info:
+        open_store(f"postgresql://u:{SECRET}%zz@127.0.0.1:1/db")
+    assert "percent-encoded" in str(info.value) and SECRET not in str(info.value)
+    dsn = parse_database_url(f"postgresql://u:{SECRET}@h/db?listen_url=postgresql://l:{SECRET}@h2/db")
+    assert SECRET in dsn.url and SECRET in dsn.options["listen_url"]  # the driver's
+    assert SECRET not in repr(dsn) and "u:***@h" in repr(dsn)
+
+
+@pytest.mark.parametrize("spec", [f"nats://u:{SECRET}@h:4222?bogus=1", f"nats://u:{SECRET}@h:xx",
+                                  f"nats://u:{SECRET}@:4222", f"nat://u:{SECRET}@h:4222"])
+def test_a_refused_transport_url_is_quoted_without_its_password(spec: str) -> None:
+    from tether.transport import open_transport
+
+    with pytest.raises(ConfigError) as info:
+        open_transport(spec)
+    assert SECRET not in str(info.value) and "u:***@" in str(info.value)
+
+
 BAD_SCHEMAS = ["bad-name", "1starts_with_digit", "semi;colon", '"quoted"', "a" * 64, "", "tether%0A"]
 
 
@@ -254,6 +301,53 @@ def test_unknown_task_name_is_refused(make_app: AppFactory) -> None:
     assert isinstance(info.value, LookupError)
     assert no_jobs(app)
     assert app.get_job(app.enqueue("tests.handler", x=1)) is not None
+
+
+GOOD_TASK_NAMES = ["greet", "reports.nightly", "tests.test_config.test_x.<locals>.handler", "[red]rt[/red]",
+                   "envoyer_courriel_é", "a b", "t" * 200]
+BAD_TASK_NAMES = ["t" * 201, "a\x1bb", "\x1b]0;pwned\x07", "a\nb", "a\tb", "tail\n", "a\x00b", "a\x7fb", "a\x9bb",
+                  "a\u202eb", "a\u2028b"]
+
+
+def test_task_names_are_printable_and_bounded_alike_here_and_on_the_server(make_app: AppFactory) -> None:
+    """A task name is shown wherever its jobs are (terminal, dashboard, logs):
+    printable text of at most 200 characters, on every backend, so that an
+    app moves unchanged between a database and a tether server."""
+    from tether.naming import validate_task_name
+    from tether.store.http.schema import SchemaViolation, validate
+    from tether.store.http.wire import TASK
+
+    app = make_app()
+    for name in GOOD_TASK_NAMES:
+        assert validate_task_name(name) == validate(name, TASK) == register(app, name).name
+    for name in BAD_TASK_NAMES:
+        with pytest.raises(ConfigError, match="task name"):
+            register(app, name)
+        with pytest.raises(ConfigError, match="task name"):
+            app.periodic("0 3 * * *", name=name)(handler)
+        with pytest.raises(SchemaViolation):
+            validate(name, TASK)
+    with pytest.raises(ConfigError):
+        validate_task_name("")
+    assert sorted(app.tasks) == sorted(GOOD_TASK_NAMES) and app.schedule_specs == {}
+    assert register(app).name == "tests.handler" and app.task(handler).name == "tests.test_config.handler"
+
+
+def test_a_tether_server_refuses_the_task_names_an_app_refuses(db_url: str) -> None:
+    from tether.model import NewJob
+
+    from .conftest import TEST_TOKEN, served
+
+    with served(db_url) as url:
+        remote = open_store(url, token=TEST_TOKEN)
+        try:
+            for name in ("a\x1bb", "t" * 201):
+                with pytest.raises(PayloadError, match="task"):
+                    remote.enqueue([NewJob(task=name, args_json="{}")])
+            assert remote.list_jobs(limit=10) == []
+            assert len(remote.enqueue([NewJob(task=n, args_json="{}") for n in GOOD_TASK_NAMES])) == 7
+        finally:
+            remote.close()
 
 
 # -- task options ----------------------------------------------------------------------------

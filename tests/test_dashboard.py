@@ -21,6 +21,9 @@ from .dashboard_seed import XSS, Seeded, seed
 
 TOKEN = "test-token-123"
 ORIGIN = {"Origin": "http://testserver"}
+#: the Host a TestClient sends: the name the dashboards under test answer to,
+#: as a deployment names its domain with --allowed-host
+HOSTS = ["testserver"]
 
 
 @pytest.fixture
@@ -31,7 +34,7 @@ def seeded(make_app: Callable[..., Tether]) -> tuple[Tether, Seeded]:
 
 def _client(app: Tether, token: str | None = TOKEN) -> TestClient:
     metrics = Metrics(depth_cache=0).attach(app).watch_store(app.store)
-    return TestClient(create_app(app, token=token, metrics=metrics), follow_redirects=False)
+    return TestClient(create_app(app, token=token, metrics=metrics, allowed_hosts=HOSTS), follow_redirects=False)
 
 
 @pytest.fixture
@@ -155,6 +158,56 @@ def test_no_auth_serves_pages_but_still_checks_csrf(seeded: tuple[Tether, Seeded
         assert c.post(f"/jobs/{s.queued}/cancel", data={"csrf": csrf_of(page.text)},
                       headers=ORIGIN).status_code == 303
     assert app.get_job(s.queued).state is JobState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_a_foreign_host_name_is_refused_against_dns_rebinding(seeded: tuple[Tether, Seeded]) -> None:
+    """A page on rebind.evil.example whose name has been rebound to 127.0.0.1
+    is, to the browser, same-origin with itself: Host and Origin both say
+    rebind.evil.example. Only the Host allow-list tells it from the dashboard."""
+    app, s = seeded
+    evil = "http://rebind.evil.example:18512"
+    with TestClient(create_app(app, token=None), base_url=evil, follow_redirects=False) as c:
+        for path in ("/", f"/jobs/{s.dead}", "/jobs", "/metrics", "/login", "/static/dashboard.css"):
+            r = c.get(path)
+            assert r.status_code == 400, path
+            assert "rebind.evil.example" in r.text and "--allowed-host" in r.text and XSS not in r.text
+        r = c.post("/queues/default/pause", data={"csrf": "x"}, headers={"Origin": evil})
+        assert r.status_code == 400
+    assert app.store.paused_queues() == []
+    # the names it answers to by default: the loopback ones, with any port
+    for base in ("http://127.0.0.1:18512", "http://localhost:8080", "http://[::1]:18512", "http://LOCALHOST."):
+        with TestClient(create_app(app, token=None), base_url=base, follow_redirects=False) as c:
+            page = c.get("/")
+            assert page.status_code == 200, base
+            r = c.post("/queues/default/pause", data={"csrf": csrf_of(page.text)}, headers={"Origin": base})
+            assert r.status_code == 303, base
+    # a deployment behind a proxy names its domain (or a wildcard), and only that
+    for allowed in (["dash.example.com"], ["*.example.com"]):
+        web = create_app(app, token=None, allowed_hosts=allowed)
+        with TestClient(web, base_url="https://dash.example.com", follow_redirects=False) as c:
+            assert c.get("/").status_code == 200
+        with TestClient(web, base_url="http://127.0.0.1:18512", follow_redirects=False) as c:
+            assert c.get("/").status_code == 400
+        with TestClient(web, base_url="http://dash.example.com.evil.example", follow_redirects=False) as c:
+            assert c.get("/").status_code == 400
+    with TestClient(create_app(app, token=None, allowed_hosts=["*"]), base_url=evil) as c:
+        assert c.get("/").status_code == 200
+    for bad in ([], "localhost"):
+        with pytest.raises((ValueError, TypeError)):
+            create_app(app, token=None, allowed_hosts=bad)
+
+
+def test_the_cli_picks_the_host_names_from_the_bind_address() -> None:
+    from tether.cli.common import BadUsage
+    from tether.cli.dashboard_cmd import host_allow_list
+
+    assert set(host_allow_list("127.0.0.1", (), auth=False)) == {"127.0.0.1", "localhost", "[::1]"}
+    assert "dash.example.com" in host_allow_list("127.0.0.1", ("dash.example.com",), auth=False)
+    assert host_allow_list("10.1.2.3", (), auth=False) == ["10.1.2.3"]
+    assert host_allow_list("0.0.0.0", (), auth=True) == ["*"]  # a rebinding page has no session to act with
+    assert "dash.example.com" in host_allow_list("0.0.0.0", ("dash.example.com",), auth=False)
+    with pytest.raises(BadUsage, match="--allowed-host"):  # every address, no login: name them
+        host_allow_list("0.0.0.0", (), auth=False)
 
 
 def test_login_redirects_only_to_local_paths(client: TestClient) -> None:

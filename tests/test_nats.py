@@ -637,11 +637,11 @@ def test_the_dashboards_retry_actions_publish_retries(
 
     from tether.dashboard import create_app
 
-    from .test_dashboard import ORIGIN, csrf_of
+    from .test_dashboard import HOSTS, ORIGIN, csrf_of
 
     app = nats_app(make_app, nats_url, prefix, **ONLY_MESSAGES)
     one, two = dead_job(app.store), dead_job(app.store)
-    with TestClient(create_app(app, token=None), follow_redirects=False) as client:
+    with TestClient(create_app(app, token=None, allowed_hosts=HOSTS), follow_redirects=False) as client:
         csrf = csrf_of(client.get(f"/jobs/{one}").text)
         assert client.post(f"/jobs/{one}/retry", data={"csrf": csrf}, headers=ORIGIN).status_code == 303
         assert client.post("/jobs/retry-dead", data={"csrf": csrf, "ids": str(two)}, headers=ORIGIN).status_code == 303

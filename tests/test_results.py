@@ -337,12 +337,12 @@ def test_the_dashboard_pauses_and_resumes_a_queue(make_app: Callable[..., Tether
     from tether.dashboard import create_app
     from tether.metrics import Metrics
 
-    from .test_dashboard import ORIGIN, TOKEN, csrf_of, login
+    from .test_dashboard import HOSTS, ORIGIN, TOKEN, csrf_of, login
 
     app = make_app()
     app.store.enqueue([new_job(queue="emails")])
     metrics = Metrics(depth_cache=0).attach(app).watch_store(app.store)
-    with TestClient(create_app(app, token=TOKEN, metrics=metrics), follow_redirects=False) as web:
+    with TestClient(create_app(app, token=TOKEN, metrics=metrics, allowed_hosts=HOSTS), follow_redirects=False) as web:
         login(web)
         page = web.get("/").text
         assert 'action="/queues/emails/pause"' in page

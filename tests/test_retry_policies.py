@@ -181,7 +181,7 @@ def test_tether_job_and_the_dashboard_show_snoozed_and_discarded_attempts(
     from tether.dashboard import create_app
     from tether.metrics import Metrics
 
-    from .test_dashboard import TOKEN, login
+    from .test_dashboard import HOSTS, TOKEN, login
 
     app = make_app()
     store = app.store
@@ -194,7 +194,7 @@ def test_tether_job_and_the_dashboard_show_snoozed_and_discarded_attempts(
     assert out.exit_code == 0, out.output
     assert "snoozed" in out.output and "discarded" in out.output and "discarded: spam" in out.output
     metrics = Metrics(depth_cache=0).attach(app).watch_store(store)
-    with TestClient(create_app(app, token=TOKEN, metrics=metrics), follow_redirects=False) as web:
+    with TestClient(create_app(app, token=TOKEN, metrics=metrics, allowed_hosts=HOSTS), follow_redirects=False) as web:
         login(web)
         page = web.get(f"/jobs/{job_id}").text
     assert 'class="state o-snoozed"' in page and 'class="state o-discarded"' in page

@@ -439,12 +439,14 @@ def test_the_dashboard_lists_schedules_in_their_zone(make_app: Callable[..., Tet
 
     from tether.dashboard import create_app
 
+    from .test_dashboard import HOSTS
+
     app = make_app()
 
     @app.periodic("0 3 * * *", name="reports.nightly", timezone="Europe/Paris")
     def nightly(ctx: JobContext) -> None: ...
 
-    client = TestClient(create_app(app, token=None), follow_redirects=False)
+    client = TestClient(create_app(app, token=None, allowed_hosts=HOSTS), follow_redirects=False)
     page = client.get("/schedules")
     assert page.status_code == 200 and "reports.nightly" in page.text and "0 3 * * *" in page.text
     assert "03:00:00 CE" in page.text  # the next tick, as the cron reads it (CET or CEST)

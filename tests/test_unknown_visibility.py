@@ -17,7 +17,7 @@ from tether.metrics import Metrics
 from tether.model import NewJob, WorkerInfo
 from tether.store import Store
 
-from .test_dashboard import TOKEN, login
+from .test_dashboard import HOSTS, TOKEN, login
 from .test_metrics import value
 
 
@@ -72,7 +72,7 @@ def test_status_says_nothing_of_unknown_tasks_when_every_task_is_known(
 def test_the_dashboard_overview_lists_them_with_a_link_to_the_jobs(make_app: Callable[..., Tether]) -> None:
     app = make_app()
     _waiting(app)
-    with TestClient(create_app(app, token=TOKEN), follow_redirects=False) as c:
+    with TestClient(create_app(app, token=TOKEN, allowed_hosts=HOSTS), follow_redirects=False) as c:
         login(c)
         page = c.get("/").text
     assert "no live worker knows their task" in page

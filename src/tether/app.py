@@ -30,7 +30,7 @@ from .errors import ConfigError, JobFailed, UnknownTask
 from .events import Event, EventHook, Events
 from .logs import configure_worker_logging
 from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
-from .naming import default_task_name
+from .naming import default_task_name, validate_task_name
 from .periodic import DEFAULT_CATCH_UP, check_schedule, merge_declared, schedule_spec
 from .scratch import scratch_database
 from .store import Store, open_store
@@ -177,7 +177,7 @@ class Tether:
         ``tether.Discard(reason)`` (dead now)."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            task_name = name or default_task_name(f)
+            task_name = validate_task_name(name or default_task_name(f))
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
             opts = TaskOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,

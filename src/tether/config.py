@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from .errors import ConfigError, InvalidDSN, PayloadError
 from .model import QueueLimits
@@ -39,6 +39,7 @@ __all__ = [
     "is_storable",
     "parse_database_url",
     "parse_rate",
+    "redact_text",
     "redact_url",
     "storable_text",
     "validate_identifier",
@@ -159,6 +160,11 @@ class DatabaseURL:
     schema: str  # postgresql schema holding tether's tables
     options: dict[str, str]
 
+    def __repr__(self) -> str:  # no password in a log line or a traceback (listen_url may carry one too)
+        options = {k: redact_url(v) for k, v in self.options.items()}
+        return (f"DatabaseURL(backend={self.backend!r}, url={redact_url(self.url)!r}, schema={self.schema!r}, "
+                f"options={options!r})")
+
 
 def parse_database_url(url: str | None) -> DatabaseURL:
     """``sqlite:///relative.db``, ``sqlite:////abs/path.db``, ``postgresql://...``.
@@ -170,26 +176,27 @@ def parse_database_url(url: str | None) -> DatabaseURL:
     if not isinstance(url, str) or not url.strip():
         raise InvalidDSN("database URL is empty: use sqlite:///path.db or postgresql://host/db")
     url = url.strip()
+    shown = redact_url(url)  # what messages quote: no password
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise InvalidDSN(f"malformed database URL {url!r}: {exc}") from None
+        raise InvalidDSN(f"malformed database URL {shown!r}: {exc}") from None
     scheme = parts.scheme.lower()
     options = parse_qs(parts.query, keep_blank_values=True)
     twice = sorted(k for k, v in options.items() if len(v) > 1)
     if twice:  # ?schema=a&schema=b: which one was meant? (the last one used to win, silently)
-        raise InvalidDSN(f"database URL {redact_url(url)!r} gives {', '.join(k + '=' for k in twice)} more than once")
+        raise InvalidDSN(f"database URL {shown!r} gives {', '.join(k + '=' for k in twice)} more than once")
     query = {k: v[-1] for k, v in options.items()}
     if scheme == "sqlite":
         # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db"
         if parts.netloc not in ("", "localhost") or not url[len(parts.scheme):].startswith("://"):
             raise InvalidDSN(
-                f"malformed SQLite URL {url!r}: use sqlite:///relative/path.db or "
+                f"malformed SQLite URL {shown!r}: use sqlite:///relative/path.db or "
                 "sqlite:////absolute/path.db (three or four slashes)"
             )
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
         if not path:
-            raise InvalidDSN(f"SQLite URL {url!r} names no file: use sqlite:///tether.db")
+            raise InvalidDSN(f"SQLite URL {shown!r} names no file: use sqlite:///tether.db")
         if path == ":memory:":
             raise InvalidDSN(
                 "sqlite :memory: cannot be shared between a worker and its producers; "
@@ -197,23 +204,22 @@ def parse_database_url(url: str | None) -> DatabaseURL:
             )
         unknown = sorted(set(query) - SQLITE_OPTIONS)
         if unknown:  # ?synchronus=full must not quietly run with synchronous=normal
-            raise InvalidDSN(f"SQLite URL {url!r}: unknown option {unknown[0]!r} "
+            raise InvalidDSN(f"SQLite URL {shown!r}: unknown option {unknown[0]!r} "
                              f"(known: {', '.join(sorted(SQLITE_OPTIONS))})")
         return DatabaseURL("sqlite", path, "main", query)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         try:
             schema = validate_identifier(query.pop("schema", "tether"), "schema")
         except ConfigError as exc:
-            raise InvalidDSN(f"database URL {url!r}: {exc}") from None
+            raise InvalidDSN(f"database URL {shown!r}: {exc}") from None
         try:
             port = parts.port
         except ValueError:
-            raise InvalidDSN(f"malformed PostgreSQL URL {url!r}: the port is not a number from 0 to 65535") from None
+            raise InvalidDSN(f"malformed PostgreSQL URL {shown!r}: the port is not a number from 0 to 65535") from None
         del port
         # tether's own options: the driver never sees them (libpq refuses
         # parameters it does not know)
-        shown = redact_url(url).split("?")[0]
-        ours = _pooler_options(shown, query.pop("pgbouncer", None), query.pop("listen_url", None), query)
+        ours = _pooler_options(shown.split("?")[0], query.pop("pgbouncer", None), query.pop("listen_url", None), query)
         netloc = parts.netloc
         rest = "&".join(f"{k}={v}" for k, v in query.items())
         driver_url = f"postgresql://{netloc}{parts.path}" + (f"?{rest}" if rest else "")
@@ -221,7 +227,7 @@ def parse_database_url(url: str | None) -> DatabaseURL:
     if scheme in ("http", "https"):
         return _server_url(url, parts.netloc, scheme, query)
     raise InvalidDSN(
-        f"unsupported database URL {url!r}: tether speaks sqlite:///path.db, "
+        f"unsupported database URL {shown!r}: tether speaks sqlite:///path.db, "
         "postgresql://user@host:port/dbname and http(s)://host:port (a tether server)"
     )
 
@@ -274,13 +280,42 @@ def _pooler_options(
     return out
 
 
+#: where a secret stands in a URL, each as ``head``, ``secret`` and ``tail``
+_SECRETS = (
+    # ``scheme://user:PASSWORD@``, nested ones too (``?listen_url=postgresql://...``):
+    # up to the last ``@`` before a space or another URL, as urlsplit reads an ``@``
+    # in a password
+    re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@?#\"']*:)(?P<secret>(?:(?!://)\S)*)(?P<tail>@)"),
+    # the same percent-encoded in a query: ``listen_url=postgresql%3A%2F%2Fuser%3APASSWORD%40host``
+    re.compile(r"(?P<head>%3A%2F%2F(?:(?!%3A|%40)[^\s:/@?#&])*%3A)(?P<secret>(?:(?!%3A%2F%2F)[^\s&#])*)(?P<tail>%40)",
+               re.I),
+    # ``?password=...``, ``&sslpassword=...``, ``?token=...``
+    re.compile(r"(?P<head>[?&](?:[A-Za-z_]*password|token|secret)=)(?P<secret>[^&#\s\"']*)(?P<tail>)", re.I),
+)
+#: a password this short is left in a driver's message: masking it would mangle the words
+_MIN_SECRET = 3
+
+
 def redact_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    """The URL without its password (or a ``password=``/``token=`` option), for
+    messages; any text, however malformed (it never raises)."""
+    for pattern in _SECRETS:
+        url = pattern.sub(lambda m: m["head"] + "***" + m["tail"], url)
+    return url
+
+
+def redact_text(text: str, *urls: str) -> str:
+    """A message (a driver's, say) that may quote ``urls``: every URL in it
+    redacted, and each password those URLs carry masked wherever it stands
+    (libpq quotes the bad part of a URL alone: ``invalid percent-encoded
+    token: "s3%cret"``)."""
+    text = redact_url(text)
+    for url in urls:
+        for m in (m for pattern in _SECRETS for m in pattern.finditer(url)):
+            for secret in {m["secret"], unquote(m["secret"]), unquote(unquote(m["secret"]))}:
+                if len(secret) >= _MIN_SECRET:
+                    text = text.replace(secret, "***")
+    return text
 
 
 def _server_url(url: str, netloc: str, scheme: str, query: dict[str, str]) -> DatabaseURL:
@@ -289,22 +324,23 @@ def _server_url(url: str, netloc: str, scheme: str, query: dict[str, str]) -> Da
     if "@" in netloc:
         raise InvalidDSN("a tether server URL must not carry credentials: pass the token with token=..., "
                          "--token or TETHER_TOKEN instead")
+    shown = redact_url(url)  # no token= either
     try:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port
     except ValueError:
-        raise InvalidDSN(f"malformed server URL {url!r}: the port is not a number from 0 to 65535") from None
+        raise InvalidDSN(f"malformed server URL {shown!r}: the port is not a number from 0 to 65535") from None
     if not host:
-        raise InvalidDSN(f"server URL {url!r} names no host: use http://host:port")
+        raise InvalidDSN(f"server URL {shown!r} names no host: use http://host:port")
     for key in query:
         if key not in ("timeout", "wait"):
-            raise InvalidDSN(f"server URL {url!r}: unknown option {key!r} (known: timeout, wait)")
+            raise InvalidDSN(f"server URL {shown!r}: unknown option {key!r} (known: timeout, wait)")
         try:
             value = float(query[key])
         except ValueError:
             value = math.nan
         if not math.isfinite(value) or value < 0 or (key == "timeout" and value == 0):
-            raise InvalidDSN(f"server URL {url!r}: {key} must be a non-negative number of seconds")
+            raise InvalidDSN(f"server URL {shown!r}: {key} must be a non-negative number of seconds")
     base = f"{scheme}://{netloc}{parts.path.rstrip('/')}"
     del port
     return DatabaseURL("http", base, "", query)

@@ -1,14 +1,17 @@
 """Plain-text pieces every face shows the same way (the terminal and the
-dashboard): times in local time, ages, the order of states, and queue limits."""
+dashboard): times in local time, ages, the order of states, and queue limits;
+and job data made safe to print on a terminal."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from .model import JobState, QueueLimits
+from .naming import C0_CONTROLS, OTHER_CONTROLS
 
 __all__ = ["STATE_ORDER", "fmt_age", "fmt_clock", "fmt_concurrency", "fmt_limits", "fmt_rate", "fmt_rel",
-           "fmt_seconds", "fmt_time"]
+           "fmt_seconds", "fmt_time", "json_visible", "visible"]
 
 STATE_ORDER = [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED]
 
@@ -66,3 +69,33 @@ def fmt_limits(limits: QueueLimits) -> str:
     """A queue's limits and what counts against them now:
     ``concurrency 3/5 running, rate 37/100 per 60s``; ``no limits`` without any."""
     return ", ".join(part for part in (fmt_concurrency(limits), fmt_rate(limits)) if part) or "no limits"
+
+
+#: what steers a terminal or reorders what it shows (naming.C0_CONTROLS, OTHER_CONTROLS)
+_CONTROL = re.compile(f"[{C0_CONTROLS}{OTHER_CONTROLS}]")
+#: the same less C0, which JSON text escapes itself (and whose newlines indent it)
+_JSON_CONTROL = re.compile(f"[{OTHER_CONTROLS}]")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: object, *, lines: bool = False) -> str:
+    """``text`` (job data: a task name, an error, a progress message) fit for a
+    terminal: each control character shown as its escape (ESC as ``\\x1b``), so
+    that no job can move the cursor, retitle the window or clear the screen.
+    ``lines`` keeps newlines and tabs, for text shown over several lines."""
+    def escape(m: re.Match[str]) -> str:
+        return m[0] if lines and m[0] in "\n\t" else _escape(m[0])
+
+    return _CONTROL.sub(escape, str(text))
+
+
+def json_visible(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) with the controls JSON
+    leaves raw (DEL, C1, the bidi overrides) escaped as ``\\uXXXX``: still the same
+    JSON, safe on a terminal. They can stand only inside strings, where the
+    escape means the same character."""
+    return _JSON_CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", text)

@@ -1,5 +1,7 @@
-"""Default task names: ``module.qualname``, where ``module`` is the name the
-handler's module is imported under, also when it runs as a script.
+"""Task names: what one may be (``validate_task_name``: printable, at most 200
+characters, as the server's wire schema has it too), and the default,
+``module.qualname``, where ``module`` is the name the handler's module is
+imported under, also when it runs as a script.
 
 A module run as ``python app.py`` is ``__main__`` (``__mp_main__`` again in a
 multiprocessing child), yet every producer that does ``import app`` gets
@@ -27,6 +29,7 @@ import it; run it with ``python -m pkg.mod`` for ``pkg.mod``.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,7 +37,33 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["default_task_name"]
+__all__ = ["C0_CONTROLS", "MAX_TASK_NAME", "OTHER_CONTROLS", "TASK_NAME_PATTERN", "default_task_name",
+           "validate_task_name"]
+
+#: characters that steer a terminal or reorder what it shows rather than print
+#: (regex class ranges, read alike by Python and by JSON Schema's ECMA-262): the
+#: C0 controls (ESC among them), then DEL, the C1 controls (CSI alone is
+#: U+009B), the line and paragraph separators and the bidirectional overrides
+C0_CONTROLS = r"\x00-\x1f"
+OTHER_CONTROLS = r"\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+MAX_TASK_NAME = 200
+#: a task name: printable text, 1 to MAX_TASK_NAME characters; the server's wire
+#: schema holds names to the same pattern and length (store/http/wire.py TASK)
+TASK_NAME_PATTERN = f"^[^{C0_CONTROLS}{OTHER_CONTROLS}]*$"
+_TASK_NAME = re.compile(TASK_NAME_PATTERN[:-1] + r"\Z")
+
+
+def validate_task_name(name: str) -> str:
+    """A task name as the app registers it and the server takes it: 1 to 200
+    characters, none of them a control character (the default name,
+    ``module.qualname``, is one unless it runs past 200 characters)."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_TASK_NAME or not _TASK_NAME.match(name):
+        raise ConfigError(
+            f"task name {name!r} is not usable: give 1 to {MAX_TASK_NAME} characters, none of them a control "
+            "character (newline, tab, escape, a bidirectional override...)"
+        )
+    return name
+
 
 #: the names a module run as the program goes by (multiprocessing's spawned
 #: children re-run the main script as ``__mp_main__``)

@@ -34,7 +34,6 @@ __all__ = [
     "exit_code_for",
     "load_app",
     "make_console",
-    "mask_url",
     "opened",
     "publish_through",
     "quiet_driver_logs",
@@ -105,17 +104,6 @@ def make_console(*, stderr: bool = False) -> Console:
     if not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS"):
         width = PIPE_WIDTH
     return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
-
-
-def mask_url(url: str) -> str:
-    """The URL with any password replaced, fit to print."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    creds, _, host = rest.rpartition("@")
-    if ":" in creds:
-        creds = creds.split(":", 1)[0] + ":***"
-    return f"{scheme}://{creds}@{host}"
 
 
 #: ``--transport`` for the commands that make jobs queued and due outside a

@@ -8,7 +8,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..app import Tether
 from ..config import parse_rate
-from ..display import fmt_limits
+from ..display import fmt_limits, visible
 from ..errors import ConfigError
 from ..model import TERMINAL_STATES, JobState
 from ..worker.pruner import DEFAULT_PRUNE_LIMIT, RETENTION_DEFAULTS, parse_age
@@ -84,7 +84,7 @@ def pause(state: CLIState, queue: str) -> None:
         app.pause(queue)
         paused = app.store.paused_queues()
         unheard = _unheard_of(app, queue)
-    click.echo(f"queue {queue}: paused (paused now: {', '.join(paused)})")
+    click.echo(f"queue {queue}: paused (paused now: {visible(', '.join(paused))})")
     _warn_unheard_of(queue, unheard)
 
 
@@ -96,7 +96,7 @@ def resume(state: CLIState, queue: str) -> None:
     with opened(state) as app:
         app.resume(queue)
         paused = app.store.paused_queues()
-    click.echo(f"queue {queue}: resumed (paused now: {', '.join(paused) or 'none'})")
+    click.echo(f"queue {queue}: resumed (paused now: {visible(', '.join(paused)) or 'none'})")
 
 
 @click.command()
@@ -145,4 +145,4 @@ def _warn_unheard_of(queue: str, known: list[str] | None) -> None:
     if known is None:
         return
     click.echo(f"note: no live worker serves queue {queue!r} and no job or schedule is in it; "
-               f"check the name (queues in use: {', '.join(known) or 'none'})", err=True)
+               f"check the name (queues in use: {visible(', '.join(known)) or 'none'})", err=True)

@@ -7,9 +7,13 @@ import secrets
 
 import click
 
-from .common import PUBLISH_OPTION, BadUsage, CLIState, mask_url, opened
+from ..config import redact_url
+from .common import PUBLISH_OPTION, BadUsage, CLIState, opened
 
-__all__ = ["dashboard"]
+__all__ = ["dashboard", "host_allow_list"]
+
+#: the bind addresses that mean every interface
+WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", ""})
 
 
 @click.command()
@@ -19,9 +23,16 @@ __all__ = ["dashboard"]
               help="Token to log in with and for Bearer access to /metrics (env TETHER_DASHBOARD_TOKEN); "
                    "default: a random one, printed at start.")
 @click.option("--no-auth", is_flag=True, help="Serve without authentication (anyone who can reach it may act).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A host name browsers reach the dashboard by (behind a proxy or a domain); repeatable; "
+                   "'*.example.com' for its subdomains, '*' for any name. Other Host headers get a 400 "
+                   "(against DNS rebinding). Default: the --host address (with localhost, 127.0.0.1 and [::1] "
+                   "on a loopback one); on 0.0.0.0 or ::, any name when a login is required, and none, so "
+                   "give them, with --no-auth.")
 @PUBLISH_OPTION
 @click.pass_obj
-def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth: bool, transport: str | None) -> None:
+def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth: bool,
+              allowed_hosts: tuple[str, ...], transport: str | None) -> None:
     """Serve the dashboard: queues, jobs, attempts, workers, recoveries; cancel and retry."""
     try:
         import uvicorn
@@ -34,6 +45,7 @@ def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth:
         raise BadUsage("give either --token or --no-auth, not both")
     if token is not None and len(token) < 8:
         raise BadUsage("--token must be at least 8 characters")
+    names = host_allow_list(host, allowed_hosts, auth=not no_auth)
     if not no_auth and token is None:
         token = secrets.token_urlsafe(24)
         click.echo(f"dashboard token (log in with it): {token}", err=True)
@@ -43,9 +55,31 @@ def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth:
     with opened(state, transport=transport) as app:  # its retry actions publish there
         app.store.check_schema()
         metrics = Metrics().attach(app).watch_store(app.store)
-        web = create_app(app, token=None if no_auth else token, metrics=metrics)
-        click.echo(f"tether dashboard for {mask_url(state.database)} on http://{host}:{port}/", err=True)
+        web = create_app(app, token=None if no_auth else token, metrics=metrics, allowed_hosts=names)
+        click.echo(f"tether dashboard for {redact_url(state.database)} on http://{host}:{port}/", err=True)
         uvicorn.run(web, host=host, port=port, log_level="warning")
+
+
+def host_allow_list(host: str, given: tuple[str, ...], *, auth: bool) -> list[str]:
+    """The Host names the dashboard answers to, bound to ``host``: the bind
+    address itself (and the loopback names on a loopback address) plus the
+    ``--allowed-host`` names. Bound to every address (0.0.0.0, ::) it cannot
+    know its names: any, when a login stands in front of the pages (a
+    rebinding page has no session); with --no-auth, the names must be given."""
+    from ..dashboard.security import LOOPBACK_HOSTS  # the extra is installed: the caller checked
+
+    extra = list(given)
+    if _loopback(host):
+        return [host, *LOOPBACK_HOSTS, *extra]
+    if host not in WILDCARDS:
+        return [host, *extra]
+    if extra:
+        return [*LOOPBACK_HOSTS, *extra]
+    if not auth:
+        raise BadUsage(f"--host {host} with --no-auth needs --allowed-host NAME (each host name browsers reach "
+                       "the dashboard by): without a login, a page on any web site could otherwise reach it by "
+                       "DNS rebinding. --allowed-host '*' accepts any name, at that risk.")
+    return ["*"]
 
 
 def _loopback(host: str) -> bool:

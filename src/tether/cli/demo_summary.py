@@ -172,7 +172,7 @@ class Summary:
             pids = [str(pid) for j, n, pid in runs if j == job.id and n == a.attempt]
             table.add_row(str(a.attempt), self.label(a.worker, short=True), _clock(a.claimed_at, killed_at),
                           _clock(a.finished_at, killed_at), render.outcome_text(a.outcome),
-                          Text(a.error or "", style="red"), f"pid {', '.join(pids)}" if pids else "none")
+                          render.data(a.error or "", "red", lines=True), f"pid {', '.join(pids)}" if pids else "none")
         self.console.print(table)
 
 

@@ -19,9 +19,11 @@ import click
 from click.core import ParameterSource
 from rich.console import Group, RenderableType
 from rich.live import Live
+from rich.text import Text
 
 from .. import __version__
-from ..config import DEFAULT_DATABASE_URL
+from ..config import DEFAULT_DATABASE_URL, redact_url
+from ..display import visible
 from ..errors import JobNotFound, PayloadError
 from ..model import TERMINAL_STATES, Job, JobState
 from . import render
@@ -34,7 +36,6 @@ from .common import (
     configure_app,
     load_app,
     make_console,
-    mask_url,
     one_line_errors,
     opened,
     publish_through,
@@ -108,7 +109,7 @@ def migrate(state: CLIState) -> None:
     """Create or upgrade tether's tables."""
     with opened(state, create=True) as app:
         applied = app.migrate()
-    where = mask_url(state.database)
+    where = redact_url(state.database)
     if applied:
         for name in applied:
             click.echo(f"applied {name}")
@@ -221,7 +222,7 @@ def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool, follow: b
         def view() -> tuple[Job, RenderableType]:
             found = app.get_job(job_id)
             if found is None:
-                raise JobNotFound(f"no job {job_id} in {mask_url(state.database)}")
+                raise JobNotFound(f"no job {job_id} in {redact_url(state.database)}")
             return found, render.job_details(found, app.store.db_now(), tracebacks=tracebacks)
 
         found, shown = view()
@@ -301,12 +302,14 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
         def view() -> RenderableType:
             stats = app.store.stats()
             parts: list[RenderableType] = [
-                f"[bold]{mask_url(state.database)}[/bold]  (database time {render.fmt_time(stats.now)})",
+                Text.assemble((visible(redact_url(state.database)), "bold"),
+                              f"  (database time {render.fmt_time(stats.now)})"),
                 render.queues_table(stats) if stats.counts else "no jobs yet",
             ]
             paused = app.store.paused_queues()
             if paused:
-                parts.append(f"[bold yellow]paused:[/bold yellow] {', '.join(paused)} (no new claims; `tether resume`)")
+                parts.append(Text.assemble(("paused:", "bold yellow"), " ", visible(", ".join(paused)),
+                                           " (no new claims; `tether resume`)"))
             parts += [render.limits_line(lim) for lim in app.store.queue_limits()]
             if stats.unknown:
                 parts += [render.unknown_tasks_table(stats), render.unknown_tasks_hint(stats)]

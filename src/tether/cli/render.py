@@ -2,6 +2,9 @@
 
 Times are shown in local time; ages and durations are measured against the
 database clock (``now`` comes from ``store.db_now()`` or ``Stats.now``).
+Job data (task names, args, errors, progress, worker ids...) is user data: it
+goes in as ``Text`` (never read as rich markup) with its control characters
+made visible (``display.visible``), and ``--json`` escapes them too.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..display import STATE_ORDER, fmt_age, fmt_concurrency, fmt_rate, fmt_rel, fmt_time
+from ..display import STATE_ORDER, fmt_age, fmt_concurrency, fmt_rate, fmt_rel, fmt_time, json_visible, visible
 from ..model import LIVE_WITHIN, Attempt, Job, JobState, Outcome, QueueLimits, ScheduleInfo, Stats, WorkerInfo
 
 __all__ = [
     "STATE_ORDER",
     "attempts_table",
+    "data",
     "fmt_age",
     "fmt_time",
     "job_details",
@@ -64,6 +68,12 @@ SILENT_AFTER = 30.0
 
 
 # -- small pieces ---------------------------------------------------------------------
+def data(value: object, style: str = "", *, lines: bool = False) -> Text:
+    """Job data as a cell: never read as markup, its control characters shown
+    as escapes (``lines``: newlines and tabs kept)."""
+    return Text(visible(value, lines=lines), style=style)
+
+
 def state_text(state: JobState) -> Text:
     return Text(str(state), style=STATE_STYLE.get(state, ""))
 
@@ -84,7 +94,7 @@ def progress_text(fraction: float | None, message: str | None, width: int = 20) 
         out.append("░" * (width - filled), style="dim")
         out.append(f" {fraction:4.0%}")
     if message:
-        out.append(f"  {message}")
+        out.append(f"  {visible(message)}")
     return out
 
 
@@ -114,8 +124,8 @@ def jobs_table(jobs: Sequence[Job], now: datetime) -> Table:
         run_at = fmt_time(job.run_at)
         if job.state is JobState.QUEUED and job.run_at > now:
             run_at += f" ({fmt_rel(job.run_at, now)})"
-        table.add_row(str(job.id), job.task, job.queue, state_text(job.state), _attempts(job), run_at,
-                      Text(_short(job.last_error, 60), style="red"))
+        table.add_row(str(job.id), data(job.task), data(job.queue), state_text(job.state), _attempts(job), run_at,
+                      data(_short(job.last_error, 60), "red"))
     return table
 
 
@@ -131,8 +141,9 @@ def attempts_table(attempts: Sequence[Attempt], now: datetime) -> Table:
     for a in attempts:
         end = a.finished_at or now
         took = fmt_age((end - a.claimed_at).total_seconds())
-        table.add_row(str(a.attempt), a.worker, fmt_time(a.claimed_at), fmt_time(a.finished_at),
-                      took if a.finished_at else f"{took}…", outcome_text(a.outcome), Text(a.error or "", style="red"))
+        table.add_row(str(a.attempt), data(a.worker), fmt_time(a.claimed_at), fmt_time(a.finished_at),
+                      took if a.finished_at else f"{took}…", outcome_text(a.outcome),
+                      data(a.error or "", "red", lines=True))
     return table
 
 
@@ -141,28 +152,28 @@ def job_details(job: Job, now: datetime, *, tracebacks: bool = False) -> Rendera
     grid.add_column(style="bold")
     grid.add_column()
     grid.add_row("job", Text(str(job.id), style="bold"))
-    grid.add_row("task", job.task)
-    grid.add_row("queue", f"{job.queue} (priority {job.priority})")
+    grid.add_row("task", data(job.task))
+    grid.add_row("queue", data(f"{job.queue} (priority {job.priority})"))
     grid.add_row("state", state_text(job.state) + Text("  cancel requested" if job.cancel_requested else ""))
     grid.add_row("attempts", _attempts(job) + (f"; attempt token {job.attempt}" if job.attempt else ""))
-    grid.add_row("args", json.dumps(job.args, ensure_ascii=False))
+    grid.add_row("args", data(json.dumps(job.args, ensure_ascii=False)))
     grid.add_row("created", fmt_time(job.created_at))
     grid.add_row("run at", f"{fmt_time(job.run_at)} ({fmt_rel(job.run_at, now)})")
     if job.state is JobState.RUNNING:
-        grid.add_row("worker", job.locked_by or "-")
+        grid.add_row("worker", data(job.locked_by or "-"))
         grid.add_row("lease until", f"{fmt_time(job.lease_until)} ({fmt_rel(job.lease_until, now)})")
     if job.progress is not None or job.progress_message:
         grid.add_row("progress", progress_text(job.progress, job.progress_message))
     if job.finished_at is not None:
         grid.add_row("finished", fmt_time(job.finished_at))
     if job.result is not None:
-        grid.add_row("result", json.dumps(job.result, ensure_ascii=False))
+        grid.add_row("result", data(json.dumps(job.result, ensure_ascii=False)))
     if job.last_error:
-        grid.add_row("last error", Text(job.last_error, style="red"))
+        grid.add_row("last error", data(job.last_error, "red", lines=True))
     if job.dedup_key:
-        grid.add_row("dedup key", job.dedup_key)
+        grid.add_row("dedup key", data(job.dedup_key))
     if job.schedule is not None:
-        grid.add_row("schedule", f"{job.schedule}, tick {fmt_time(job.scheduled_for)}")
+        grid.add_row("schedule", data(f"{job.schedule}, tick {fmt_time(job.scheduled_for)}"))
     if job.lease_ttl is not None or job.timeout is not None:
         grid.add_row("limits", f"lease_ttl={job.lease_ttl or 'worker default'} timeout={job.timeout or 'none'}")
     parts: list[RenderableType] = [grid, Text()]
@@ -173,7 +184,8 @@ def job_details(job: Job, now: datetime, *, tracebacks: bool = False) -> Rendera
     if tracebacks:
         for a in job.attempts:
             if a.traceback:
-                parts += [Text(f"traceback of attempt {a.attempt}:", style="bold"), Text(a.traceback.rstrip())]
+                parts += [Text(f"traceback of attempt {a.attempt}:", style="bold"),
+                          data(a.traceback.rstrip(), lines=True)]
     return Group(*parts)
 
 
@@ -186,16 +198,16 @@ def _plain(value: Any) -> Any:
 
 
 def job_json(job: Job) -> str:
-    data = dataclasses.asdict(job)
-    data["attempts_used"] = job.attempts_used
-    return json.dumps(data, default=_plain, ensure_ascii=False, indent=2)
+    fields = dataclasses.asdict(job)
+    fields["attempts_used"] = job.attempts_used
+    return json_visible(json.dumps(fields, default=_plain, ensure_ascii=False, indent=2))
 
 
 # -- status -----------------------------------------------------------------------------
 def limits_line(limits: QueueLimits) -> Text:
     """``limits: emails concurrency 3/5 running, rate 37/100 per 60s``; a limit
     reached now in yellow (its queue's claims wait for room)."""
-    line = Text.assemble(("limits:", "bold cyan"), " ", (limits.queue, "bold"), " ")
+    line = Text.assemble(("limits:", "bold cyan"), " ", (visible(limits.queue), "bold"), " ")
     full = [limits.concurrency is not None and limits.running >= limits.concurrency,
             limits.rate_limit is not None and limits.started >= limits.rate_limit]
     parts = [(text, "yellow" if at_limit else "") for text, at_limit in
@@ -221,7 +233,7 @@ def queues_table(stats: Stats) -> Table:
             totals[s] += n
         oldest = stats.oldest_queued.get(q)
         age = fmt_age((stats.now - oldest).total_seconds()) if oldest is not None else "-"
-        table.add_row(q, *[str(n) if n else Text("0", style="dim") for n in row], str(sum(row)), age)
+        table.add_row(data(q), *[str(n) if n else Text("0", style="dim") for n in row], str(sum(row)), age)
     if len(queues) > 1:
         table.add_section()
         table.add_row("all", *[str(totals[s]) for s in STATE_ORDER], str(sum(totals.values())), "")
@@ -238,7 +250,8 @@ def unknown_tasks_table(stats: Stats) -> Table:
     table.add_column("jobs", justify="right")
     table.add_column("oldest due", justify="right")
     for u in stats.unknown:
-        table.add_row(u.queue, u.task, str(u.jobs), f"{fmt_age((stats.now - u.oldest).total_seconds())} ago")
+        oldest = fmt_age((stats.now - u.oldest).total_seconds())
+        table.add_row(data(u.queue), data(u.task), str(u.jobs), f"{oldest} ago")
     return table
 
 
@@ -270,8 +283,8 @@ def workers_table(workers: Sequence[WorkerInfo], now: datetime) -> Table:
         seen_text = Text(f"{fmt_age(seen)} ago", style="yellow" if seen > SILENT_AFTER else "")
         if seen > SILENT_AFTER:
             seen_text.append(" (silent)")
-        table.add_row(w.id, w.host, str(w.pid), seen_text, fmt_age((now - w.started_at).total_seconds()),
-                      ",".join(w.queues), str(w.concurrency), "any" if w.tasks is None else str(len(w.tasks)))
+        table.add_row(data(w.id), data(w.host), str(w.pid), seen_text, fmt_age((now - w.started_at).total_seconds()),
+                      data(",".join(w.queues)), str(w.concurrency), "any" if w.tasks is None else str(len(w.tasks)))
     return table
 
 
@@ -299,11 +312,11 @@ def schedules_table(schedules: Sequence[ScheduleInfo], now: datetime) -> Table:
     table.add_column("skipped", justify="right")
     table.add_column("catch-up / overlap")
     for s in schedules:
-        name = Text(s.name)
+        name = data(s.name)
         if s.orphaned:
             name.append(" (orphaned)", style="yellow")
         table.add_row(
-            name, s.cron, s.timezone, s.queue,
+            name, data(s.cron), data(s.timezone), data(s.queue),
             Text("not fired: orphaned", style="dim") if s.orphaned else _in_zone(s.next_tick, s.timezone, now),
             _in_zone(s.last_fired, s.timezone, now), "-" if s.last_job_id is None else str(s.last_job_id),
             str(s.skipped) if s.skipped else Text("0", style="dim"),
@@ -313,4 +326,4 @@ def schedules_table(schedules: Sequence[ScheduleInfo], now: datetime) -> Table:
 
 
 def schedules_json(schedules: Sequence[ScheduleInfo]) -> str:
-    return json.dumps([dataclasses.asdict(s) for s in schedules], indent=2, default=_plain)
+    return json.dumps([dataclasses.asdict(s) for s in schedules], indent=2, default=_plain)  # ASCII: all escaped

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..config import DEFAULT_MAX_PAYLOAD_BYTES
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, redact_url
 from ..errors import ConfigError
 from ..model import JobState
 from ..worker.pruner import (
@@ -27,7 +27,7 @@ from ..worker.pruner import (
     retention_from_text,
 )
 from ..worker.service import PeriodicService
-from .common import PUBLISH_OPTION, BadUsage, CLIState, Seconds, mask_url, opened, quiet_driver_logs
+from .common import PUBLISH_OPTION, BadUsage, CLIState, Seconds, opened, quiet_driver_logs
 
 __all__ = ["RETENTION_ENV", "RetentionParam", "server"]
 
@@ -111,7 +111,7 @@ def server(state: CLIState, host: str, port: int, token_file: Path | None, max_b
         if unsafe_client_clock:
             logging.getLogger("tether.server").warning(
                 "--unsafe-client-clock: requests may set the store's clock; never use this in production")
-        logging.getLogger("tether.server").info("serving %s on http://%s:%d", mask_url(state.database), host, port)
+        logging.getLogger("tether.server").info("serving %s on http://%s:%d", redact_url(state.database), host, port)
         if app.transport.delivers:
             logging.getLogger("tether.server").info("publishing enqueued and retried jobs to %s", app.transport.name)
         logging.getLogger("tether.server").info("retention: %s%s", describe_retention(retention),

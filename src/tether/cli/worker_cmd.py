@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from ..app import Tether
+from ..config import redact_url
 from ..logs import configure_worker_logging
 from ..worker.unknown import DEFAULT_UNKNOWN_TASK_GRACE
 from .common import BadUsage, Seconds, configure_app, require_database
@@ -87,7 +88,7 @@ def run_worker(
     log_format)``: the worker's log. Closes the app."""
     qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
     if server is not None and not server.lower().startswith(("http://", "https://")):
-        raise BadUsage(f"--server {server!r} is not an http:// or https:// URL")
+        raise BadUsage(f"--server {redact_url(server)!r} is not an http:// or https:// URL")
     url = server if server is not None else database
     if token:
         app.token = token

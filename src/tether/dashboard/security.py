@@ -8,6 +8,10 @@
   session's CSRF token (an HMAC of the session id) in its form, and whose
   ``Origin`` (or, failing that, ``Referer``) is the dashboard itself. The
   cookie is ``SameSite=Strict`` and ``HttpOnly`` on top of that.
+- **Host**: every request's ``Host`` must be one the dashboard answers to
+  (by default the loopback names), else 400. Without it a DNS-rebinding page
+  (a foreign name that resolves to the dashboard's address) would be "the
+  dashboard's own origin" to the CSRF check above, and could read every page.
 
 Sessions live only in signed cookies (no server state); a restart with a new
 secret logs everyone out.
@@ -18,14 +22,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["COOKIE", "Guard", "Session"]
+__all__ = ["COOKIE", "LOOPBACK_HOSTS", "Guard", "HostCheck", "Session", "allowed_names", "host_name"]
 
 COOKIE = "tether_session"
+#: the names a dashboard on a loopback address answers to by default
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +118,61 @@ def _origin_of(url: str) -> str:
 def _own_origin(request: Request) -> str:
     host = request.headers.get("host", "")
     return f"{request.url.scheme}://{host}".lower()
+
+
+def host_name(value: str) -> str:
+    """The host of a ``Host`` header (or an allowed-host entry) without its port,
+    lower case, IPv6 in brackets, no trailing dot: ``[::1]:8080`` -> ``[::1]``,
+    ``Example.COM.:443`` -> ``example.com``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[:end + 1] if end > 0 else value
+    if value.count(":") > 1:  # a bare IPv6 address, as one may give it on the command line
+        return f"[{value}]"
+    return value.partition(":")[0].rstrip(".")
+
+
+def allowed_names(hosts: Iterable[str]) -> list[str]:
+    """The allowed hosts, normalised by ``host_name``; refuses none at all."""
+    if isinstance(hosts, str):
+        raise TypeError(f"allowed_hosts must be a list of host names, not the string {hosts!r}")
+    names = sorted({host_name(h) for h in hosts if h.strip()})
+    if not names:
+        raise ValueError("allowed_hosts is empty: the dashboard would answer no request")
+    return names
+
+
+class HostCheck:
+    """ASGI middleware: answer only requests whose ``Host`` is allowed, a 400
+    that says why to the rest. ``*`` allows any host, ``*.example.com`` any
+    subdomain of example.com."""
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str]) -> None:
+        self.app = app
+        self.allowed = allowed_names(allowed)
+        self.any = "*" in self.allowed
+
+    def allows(self, host: str) -> bool:
+        if self.any:
+            return True
+        name = host_name(host)
+        if not name:
+            return False
+        return any(name == a or (a.startswith("*.") and name.endswith(a[1:])) for a in self.allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+            if not self.allows(host):
+                response = PlainTextResponse(
+                    f"refused: the Host header {host!r} is not a name this dashboard answers to "
+                    f"(it answers to {', '.join(self.allowed)}). Reached through a proxy or a domain "
+                    "name? Start it with --allowed-host NAME (create_app(allowed_hosts=...)).\n",
+                    status_code=400, headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def safe_next(target: str | None) -> str:

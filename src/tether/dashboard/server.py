@@ -9,7 +9,7 @@ data), one small script for live refresh, no build step. Every page and
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from importlib import resources
 from typing import Any
@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -39,7 +40,7 @@ from ..display import (
 from ..errors import ConfigError, TetherError
 from ..model import JobState, Outcome
 from .chart import chart
-from .security import COOKIE, Guard, Session, safe_next
+from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
 
 __all__ = ["create_app"]
 
@@ -60,12 +61,15 @@ CHART_BUCKETS, CHART_SECONDS = 60, 60
 
 
 def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret: bytes | None = None,
-               silent_after: float | None = None) -> Starlette:
+               silent_after: float | None = None, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> Starlette:
     """The dashboard for ``tether``'s database. ``token=None`` serves without
     authentication; ``metrics`` (a ``tether.metrics.Metrics``) is served at
     ``/metrics``. A worker silent for ``silent_after`` seconds (default: the
-    app's lease TTL) is shown as probably gone."""
+    app's lease TTL) is shown as probably gone. Requests whose ``Host`` is not
+    in ``allowed_hosts`` (host names, no port; ``*.example.com`` for its
+    subdomains, ``*`` for any) get a 400: that stops DNS rebinding."""
     guard = Guard(token=token, secret=secret)
+    hosts = allowed_names(allowed_hosts)
     env = Environment(loader=PackageLoader("tether.dashboard", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters.update(time=fmt_time, age=fmt_age, clock=fmt_clock, pretty=_pretty, concurrency=fmt_concurrency,
@@ -266,7 +270,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/metrics", metrics_endpoint),
         Route("/static/{name}", static),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(HostCheck, allowed=hosts)])
 
 
 def _finish(response: Response, guard: Guard, session: Session | None) -> Response:

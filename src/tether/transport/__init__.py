@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from ..config import redact_url
 from ..errors import ConfigError
 from .base import DatabaseTransport, Delivery, Transport, announce, due_now
 
@@ -26,7 +27,8 @@ def open_transport(spec: str | Transport | None) -> Transport:
         from .nats import NatsTransport
 
         return NatsTransport.from_url(spec)
+    shown = redact_url(spec) if isinstance(spec, str) else spec  # nats://user:password@... mistyped
     raise ConfigError(
-        f"unknown transport {spec!r}: use 'notify' (the default), 'poll', or a NATS URL such as "
+        f"unknown transport {shown!r}: use 'notify' (the default), 'poll', or a NATS URL such as "
         "nats://127.0.0.1:4222"
     )

@@ -10,7 +10,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..config import Timers, validate_queue
+from ..config import Timers, redact_url, validate_queue
 from ..errors import ConfigError
 from ..model import DueJob
 
@@ -38,13 +38,13 @@ def server_of(url: str) -> str:
     """``host[:port]`` of a NATS URL without options; ConfigError otherwise."""
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("nats", "tls") or not parts.hostname:
-        raise ConfigError(f"NATS URL {url!r} must look like nats://host:4222")
+        raise ConfigError(f"NATS URL {redact_url(url)!r} must look like nats://host:4222")
     try:
         port = parts.port
     except ValueError:
-        raise ConfigError(f"NATS URL {url!r}: the port is not a number from 0 to 65535") from None
+        raise ConfigError(f"NATS URL {redact_url(url)!r}: the port is not a number from 0 to 65535") from None
     if parts.query:
-        raise ConfigError(f"NATS URL {url!r}: options go to NatsTransport(...), or use NatsTransport.from_url")
+        raise ConfigError(f"NATS URL {redact_url(url)!r}: options go to NatsTransport(...), or use NatsTransport.from_url")
     return parts.hostname + (f":{port}" if port else "")
 
 
@@ -54,7 +54,7 @@ def split_options(spec: str) -> tuple[str, dict[str, Any]]:
     query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
     unknown = sorted(set(query) - set(URL_OPTIONS))
     if unknown:
-        raise ConfigError(f"NATS URL {spec!r}: unknown option(s) {', '.join(unknown)} "
+        raise ConfigError(f"NATS URL {redact_url(spec)!r}: unknown option(s) {', '.join(unknown)} "
                           f"(known: {', '.join(sorted(URL_OPTIONS))})")
     options: dict[str, Any] = {k: _seconds(v, k) for k, v in query.items() if k != "prefix"}
     if "prefix" in query:

@@ -63,7 +63,7 @@ from .schema import (
     obj,
     string,
 )
-from .wire_unknown import BURIED_RECORD, TASKS, UNKNOWN_RECORD
+from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
 
 __all__ = [
     "ERRORS",
@@ -100,7 +100,7 @@ JOB_ID = integer(1, INT53_MAX)
 ATTEMPT = integer(0)
 WORKER_ID = string(200, 1)
 QUEUE = string(63, 1, "^[A-Za-z0-9_][A-Za-z0-9_.\\-]{0,62}$")  # config.validate_queue
-TASK = string(200, 1)
+TASK = TASK_NAME  # naming.validate_task_name
 TTL = number(0, 1e6, exclusive_min=True)
 STATE = {"type": "string", "enum": [str(s) for s in JobState]}
 OUTCOME = {"type": "string", "enum": [str(o) for o in Outcome]}

@@ -8,13 +8,16 @@ from datetime import datetime
 from typing import Any
 
 from ...model import Buried, UnknownTaskJobs
+from ...naming import MAX_TASK_NAME, TASK_NAME_PATTERN
 from .schema import DATETIME, array, integer, obj, string
 
-__all__ = ["BURIED_RECORD", "TASKS", "UNKNOWN_RECORD", "decode_buried", "decode_unknown", "encode_buried",
+__all__ = ["BURIED_RECORD", "TASKS", "TASK_NAME", "UNKNOWN_RECORD", "decode_buried", "decode_unknown", "encode_buried",
            "encode_unknown"]
 
 #: the tasks a worker knows: a claim with them takes only their jobs (absent: any task)
-TASKS = array(string(200, 1), 10**5)
+#: a task name, as naming.validate_task_name has it
+TASK_NAME = string(MAX_TASK_NAME, 1, TASK_NAME_PATTERN)
+TASKS = array(TASK_NAME, 10**5)
 UNKNOWN_RECORD = obj({"queue": string(1000), "task": string(1000), "jobs": integer(0, 2**63 - 1),
                       "oldest": DATETIME})
 BURIED_RECORD = obj({"id": integer(1), "queue": string(1000), "task": string(1000), "error": string(10**5)})

@@ -27,7 +27,7 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from ...config import DatabaseURL, redact_url
+from ...config import DatabaseURL, redact_text, redact_url
 from ...errors import DatabaseUnavailable, InvalidDSN
 from .loop_connections import LoopConnections
 from .timezones import ADAPTERS, utc_times
@@ -127,7 +127,7 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
     try:
         psycopg.conninfo.conninfo_to_dict(dsn.url)
     except psycopg.ProgrammingError as exc:
-        raise InvalidDSN(f"malformed PostgreSQL URL: {exc}") from None
+        raise InvalidDSN(f"malformed PostgreSQL URL: {redact_text(str(exc).strip(), dsn.url)}") from None
     session = not pooled(dsn)
     net = net_defaults(dsn.url, session=session)
     # Server-side prepared statements from the first execution on a session of
@@ -142,7 +142,7 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
     try:
         psycopg.connect(dsn.url, connect_timeout=5, **{k: v for k, v in net.items() if k != "connect_timeout"}).close()
     except psycopg.Error as exc:
-        reason = _hint(str(exc).strip())
+        reason = _hint(redact_text(str(exc).strip(), dsn.url))
         raise _refused(reason)(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {reason}") from None
     pool: Pool = ConnectionPool(
         dsn.url, min_size=1, max_size=pool_size, timeout=POOL_TIMEOUT, reconnect_timeout=RECONNECT_TIMEOUT,
@@ -160,7 +160,8 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
     except Exception as exc:
         pool.close()
         round_pool.close()
-        raise _refused(str(exc))(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {exc}") from None
+        reason = redact_text(str(exc), dsn.url)
+        raise _refused(reason)(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {reason}") from None
     return Connections(
         pool=pool,
         round_pool=round_pool,

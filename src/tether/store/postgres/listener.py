@@ -20,6 +20,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg.rows import TupleRow
 
+from ...config import redact_text
 from ..base import Listener
 from .connect import net_defaults, quote
 
@@ -67,7 +68,7 @@ class NotifyListener(Listener):
                     self._receive(conn)
             except Exception as exc:  # the connection dropped: poll until it is back
                 if not self._stop.is_set():
-                    log.warning("LISTEN connection lost (%s); polling until it is back", exc)
+                    log.warning("LISTEN connection lost (%s); polling until it is back", redact_text(str(exc), self._url))
             finally:
                 self._healthy = False
                 self._conn = None

@@ -20,7 +20,7 @@ from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
 from ... import model
-from ...config import DatabaseURL, redact_url
+from ...config import DatabaseURL, redact_text, redact_url
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
@@ -484,7 +484,8 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
                 psycopg.connect(self.listen_url, **net_defaults(self.listen_url)).close()
             except psycopg.Error as exc:
                 raise InvalidDSN(
-                    f"cannot connect to listen_url {redact_url(self.listen_url)}: {str(exc).strip()}"
+                    f"cannot connect to listen_url {redact_url(self.listen_url)}: "
+                    f"{redact_text(str(exc).strip(), self.listen_url)}"
                 ) from None
         return NotifyListener(self.listen_url, self.channel, on_enqueue)
 
