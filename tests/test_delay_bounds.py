@@ -31,7 +31,7 @@ from tether.worker import policy
 
 from . import test_unstorable_text
 from .conftest import PG_URL, backend_param
-from .test_dashboard import TOKEN, login
+from .test_dashboard import HOSTS, TOKEN, login
 from .test_unstorable_text import _run
 
 HUGE = (1e12, 1e13)  # year 33715 (PostgreSQL stores it, Python reads none), and past PostgreSQL's own end
@@ -84,7 +84,7 @@ def test_a_run_at_past_year_9999_written_before_the_bound_reads_as_the_latest_da
     for args in (["jobs"], ["job", str(old)]):
         result = runner.invoke(cli, ["-d", db_url, *args])
         assert result.exit_code == 0 and "9999" in result.output, result.output
-    with TestClient(create_app(app, token=TOKEN), follow_redirects=False) as client:
+    with TestClient(create_app(app, token=TOKEN, allowed_hosts=HOSTS), follow_redirects=False) as client:
         login(client)
         for path in ("/jobs", f"/jobs/{old}"):
             page = client.get(path)
