@@ -204,7 +204,7 @@ class Tether:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_ttl: float | None = None,
         timeout: float | None = None,
-        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+        retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]:
         """Register a task that the database also fires on a schedule: each
         tick of ``cron`` (five fields, six with seconds first, or ``@hourly``,

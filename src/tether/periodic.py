@@ -10,10 +10,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .config import dump_json
+from .config import DEFAULT_BACKOFF_BASE, dump_json
 from .cron import MAX_CATCH_UP, parse_cron
 from .errors import ConfigError, PayloadError
 from .model import ScheduleInfo, ScheduleSpec
+from .store.schedules import check_spec
 
 __all__ = ["DEFAULT_CATCH_UP", "check_schedule", "merge_declared", "schedule_spec"]
 
@@ -36,19 +37,24 @@ def schedule_spec(
     task: Any, *, cron: str, timezone: str, args: Mapping[str, Any] | None, catch_up: int, overlap: bool,
     max_payload_bytes: int,
 ) -> ScheduleSpec:
-    """The spec for a registered task (``tether.app.Task``); args must fit its handler."""
+    """The spec for a registered task (``tether.app.Task``); args must fit its
+    handler, and the spec must be one every store can hold (``check_spec``)."""
     kwargs = dict(args or {})
     try:
         task.check_args(kwargs)
     except PayloadError as exc:
         raise ConfigError(f"schedule {task.name!r}: {exc}") from None
     o = task.options
-    return ScheduleSpec(
+    # A callable retry_backoff stays with the task, on the worker, which runs
+    # its registration's policy (worker/policy.py), as for any job of the
+    # task: the database holds the default base, as enqueue writes it.
+    return check_spec(ScheduleSpec(
         name=task.name, cron=cron, timezone=timezone,
         args_json=dump_json(kwargs, f"args of schedule {task.name!r}", max_payload_bytes),
         queue=o.queue, catch_up=catch_up, overlap=overlap, priority=o.priority, max_attempts=o.max_attempts,
-        lease_ttl=o.lease_ttl, timeout=o.timeout, backoff_base=o.retry_backoff,
-    )
+        lease_ttl=o.lease_ttl, timeout=o.timeout,
+        backoff_base=DEFAULT_BACKOFF_BASE if callable(o.retry_backoff) else o.retry_backoff,
+    ))
 
 
 def merge_declared(stored: Sequence[ScheduleInfo], declared: Sequence[ScheduleSpec], now: datetime) -> list[ScheduleInfo]:
