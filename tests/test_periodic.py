@@ -5,14 +5,17 @@ PostgreSQL); the store's schedule operations are in test_schedules.py."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from tether import JobContext, Tether
 from tether.config import DEFAULT_BACKOFF_BASE
+from tether.errors import ConfigError
 from tether.model import JobState, Outcome
 from tether.store import Store
 from tether.worker.scheduler import Scheduler
@@ -65,3 +68,77 @@ def test_a_spec_the_store_refuses_does_not_stop_the_synced_schedules_from_firing
     assert not scheduler.synced  # tried again each tick, in case the store was the problem
     warnings = [r.getMessage() for r in caplog.records if r.name == "tether.scheduler"]
     assert len(warnings) == 1 and "'s.bad'" in warnings[0] and "backoff_base" in warnings[0], warnings
+
+
+# -- @app.task's options, and @app.periodic over @app.task -------------------------------------
+
+
+def test_periodic_takes_every_option_of_app_task(tmp_path: Path) -> None:
+    app = Tether(f"sqlite:///{tmp_path / 'unused.db'}")
+
+    def backoff(attempt: int) -> float:
+        return 5.0 * attempt
+
+    given = {"queue": "reports", "priority": 7, "max_attempts": 9, "lease_ttl": 45.0, "timeout": 30.0,
+             "retry_backoff": backoff, "retry_on": ValueError}
+    task_options = [p.name for p in inspect.signature(app.task).parameters.values()
+                    if p.kind is p.KEYWORD_ONLY and p.name != "name"]
+    assert sorted(given) == sorted(task_options)  # every one of them, so that none is left out below
+
+    @app.task(name="plain", **given)
+    def plain(ctx: JobContext) -> None: ...
+
+    @app.periodic("* * * * *", name="scheduled", **given)
+    def scheduled(ctx: JobContext) -> None: ...
+
+    assert scheduled.options == plain.options and scheduled.options.retry_on == (ValueError,)
+    s = app.schedule_specs["scheduled"]
+    assert (s.queue, s.priority, s.max_attempts, s.lease_ttl, s.timeout, s.backoff_base) == (
+        "reports", 7, 9, 45.0, 30.0, DEFAULT_BACKOFF_BASE)
+
+
+def test_periodic_over_task_schedules_that_task_with_its_options(tmp_path: Path) -> None:
+    app = Tether(f"sqlite:///{tmp_path / 'unused.db'}")
+
+    @app.periodic("0 3 * * *", timezone="Europe/Paris", args={"kind": "full"})
+    @app.task(name="reports.nightly", queue="reports", max_attempts=5, retry_on=ValueError)
+    def nightly(ctx: JobContext, kind: str) -> None: ...
+
+    @app.periodic("*/5 * * * *")
+    @app.task
+    def sweep(ctx: JobContext) -> None: ...
+
+    assert app.get_task("reports.nightly") is nightly and nightly.fn.__name__ == "nightly"
+    assert sorted(app.tasks) == sorted(app.schedule_specs) == sorted(["reports.nightly", sweep.name])
+    assert sweep.name.endswith(".sweep") and sweep.fn.__name__ == "sweep"
+    assert nightly.options.retry_on == (ValueError,)
+    s = app.schedule_specs["reports.nightly"]
+    assert (s.cron, s.timezone, s.args_json, s.queue, s.max_attempts) == (
+        "0 3 * * *", "Europe/Paris", '{"kind":"full"}', "reports", 5)
+
+
+def test_stacking_that_would_not_do_what_it_says_is_refused_saying_how(tmp_path: Path) -> None:
+    app, other = Tether(f"sqlite:///{tmp_path / 'unused.db'}"), Tether(f"sqlite:///{tmp_path / 'unused.db'}")
+
+    @app.task(name="t.plain")
+    def plain(ctx: JobContext) -> None: ...
+
+    @other.task(name="t.elsewhere")
+    def elsewhere(ctx: JobContext) -> None: ...
+
+    @app.periodic("* * * * *", name="t.scheduled")
+    def scheduled(ctx: JobContext) -> None: ...
+
+    refused: list[tuple[Callable[[], object], str]] = [
+        (lambda: app.periodic("* * * * *", queue="q")(plain), "give them to @app.task"),
+        (lambda: app.periodic("* * * * *", name="t.other")(plain), "name"),
+        (lambda: app.periodic("* * * * *")(elsewhere), "another app"),
+        (lambda: app.periodic("*/2 * * * *")(scheduled), "already scheduled"),
+        (lambda: app.task(plain), "put @app.periodic"),
+        (lambda: app.task(name="t.again")(scheduled), "put @app.periodic"),
+    ]
+    for call, message in refused:
+        with pytest.raises(ConfigError, match=message):
+            call()
+    assert sorted(app.tasks) == ["t.plain", "t.scheduled"] and list(app.schedule_specs) == ["t.scheduled"]
+    assert app.schedule_specs["t.scheduled"].cron == "* * * * *"

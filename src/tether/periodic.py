@@ -16,7 +16,7 @@ from .errors import ConfigError, PayloadError
 from .model import ScheduleInfo, ScheduleSpec
 from .store.schedules import check_spec
 
-__all__ = ["DEFAULT_CATCH_UP", "check_schedule", "merge_declared", "schedule_spec"]
+__all__ = ["DEFAULT_CATCH_UP", "check_schedule", "check_stacked", "merge_declared", "schedule_spec"]
 
 #: missed ticks (every worker down) fired when a worker comes back: the latest only
 DEFAULT_CATCH_UP = 1
@@ -31,6 +31,24 @@ def check_schedule(cron: str, timezone: str, catch_up: int, overlap: bool, args:
         raise ConfigError(f"overlap must be True or False, got {overlap!r}")
     if args is not None and not isinstance(args, Mapping):
         raise ConfigError(f"args must be a mapping of the handler's keyword arguments, got {args!r}")
+
+
+def check_stacked(task: Any, app: object, name: str | None, options: Mapping[str, Any], scheduled: bool) -> None:
+    """``@app.periodic`` over ``@app.task``: that task is scheduled as it is,
+    with its own options. Refused, saying how, where the decorators ask for
+    something else: options or another name given to ``@app.periodic``, a
+    task of another app, or a task that has a schedule already."""
+    where = f"@app.periodic over task {task.name!r}"
+    if task.app is not app:
+        raise ConfigError(f"{where}: the task is registered on another app; stack the decorators of one app")
+    if name is not None and name != task.name:
+        raise ConfigError(f"{where}: name={name!r} is not the task's name; give the name to @app.task only")
+    if options:
+        raise ConfigError(f"{where}: {', '.join(sorted(options))} are the task's options: give them to @app.task "
+                          "(the task keeps its own), or use @app.periodic alone with them")
+    if scheduled:
+        raise ConfigError(f"{where}: the task is already scheduled (a schedule is named after its task, so a "
+                          "task has one): register another task for another cron")
 
 
 def schedule_spec(
