@@ -5,6 +5,7 @@ PostgreSQL); the store's schedule operations are in test_schedules.py."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -16,10 +17,11 @@ import pytest
 from tether import JobContext, Tether
 from tether.config import DEFAULT_BACKOFF_BASE
 from tether.errors import ConfigError
-from tether.model import JobState, Outcome
-from tether.store import Store
+from tether.model import JobState, NewJob, Outcome
+from tether.store import Store, open_store
 from tether.worker.scheduler import Scheduler
 
+from .conftest import served
 from .test_schedules import GRACE, at, spec
 
 # -- retry policies ------------------------------------------------------------------------
@@ -142,3 +144,45 @@ def test_stacking_that_would_not_do_what_it_says_is_refused_saying_how(tmp_path:
             call()
     assert sorted(app.tasks) == ["t.plain", "t.scheduled"] and list(app.schedule_specs) == ["t.scheduled"]
     assert app.schedule_specs["t.scheduled"].cron == "* * * * *"
+
+
+# -- a worker of an app without schedules ------------------------------------------------------
+
+
+def test_a_worker_whose_app_declares_no_schedule_shows_the_removed_ones_orphaned_and_fires_none(
+    make_app: Callable[..., Tether],
+) -> None:
+    before = make_app()
+
+    @before.periodic("* * * * * *", name="s.removed")
+    def removed(ctx: JobContext) -> None: ...
+
+    Scheduler(before.store, list(before.schedule_specs.values()), grace=GRACE).run_once(
+        now=before.store.db_now() - timedelta(minutes=5))  # synced by the last deploy's workers, then all stopped
+    after = make_app()  # the deploy that removed the app's last schedule
+
+    @after.task(name="t.plain")
+    def plain(ctx: JobContext) -> None: ...
+
+    assert after.worker().scheduler is None
+    assert after.drain() == []  # a real (burst) worker: it starts, finds nothing due, stops
+    [gone] = after.schedules()
+    assert gone.name == "s.removed" and gone.orphaned
+    assert gone.last_tick is None and after.store.list_jobs(task="s.removed") == []  # nothing fired
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_remote_worker_that_may_not_write_schedules_still_starts(db_url: str) -> None:
+    worker_token = "w-" + "x" * 30
+    with served(db_url, tokens=f"{worker_token} worker") as url:
+        app = Tether(url, token=worker_token)
+        try:
+
+            @app.task(name="t.plain")
+            def plain(ctx: JobContext) -> None: ...
+
+            with contextlib.closing(open_store(db_url)) as local:  # a worker token may not enqueue
+                local.enqueue([NewJob(task="t.plain", args_json="{}")])
+            assert [d.outcome for d in app.drain()] == [Outcome.SUCCEEDED]
+        finally:
+            app.close()

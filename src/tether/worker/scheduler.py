@@ -1,5 +1,6 @@
 """The scheduler: a periodic service on every worker whose app declares
-schedules (``@app.periodic``). No leader and no beat process: every worker
+schedules (``@app.periodic``); a worker whose app declares none only syncs
+that, once, at its start (``sync_none``). No leader and no beat process: every worker
 fires every schedule it knows, and the database decides each tick once (the
 (schedule, tick) primary key of the ticks table admits one insert; I6).
 
@@ -32,7 +33,7 @@ from ..model import FiredTick, JobState, ScheduleSpec
 from ..store import Store
 from .service import PeriodicService
 
-__all__ = ["DEFAULT_MISFIRE_GRACE", "DEFAULT_SCHEDULER_INTERVAL", "Scheduler"]
+__all__ = ["DEFAULT_MISFIRE_GRACE", "DEFAULT_SCHEDULER_INTERVAL", "Scheduler", "sync_none"]
 
 log = logging.getLogger("tether.scheduler")
 
@@ -45,6 +46,20 @@ DEFAULT_MISFIRE_GRACE = DEFAULT_REAPER_INTERVAL
 #: grace must cover this many scheduler intervals, so that a round that fails
 #: or runs late does not turn an on-time tick into a missed one
 MIN_GRACE_INTERVALS = 2
+
+
+def sync_none(store: Store) -> None:
+    """A worker whose app declares no schedule runs no scheduler, and at its
+    start syncs none, once: every schedule in the database is then shown
+    orphaned, as a worker of an app that declares others shows the ones it
+    dropped, and nothing is fired. Bookkeeping: if the sync fails the worker
+    says so and starts all the same."""
+    try:
+        store.sync_schedules([])
+    except AccessDenied as exc:  # a remote worker's token may not write schedules; its producers' may
+        log.debug("not marking schedules orphaned: %s", exc)
+    except Exception as exc:
+        log.warning("could not mark the database's schedules orphaned (this app declares none): %s", exc)
 
 
 class Scheduler(PeriodicService):
