@@ -2,6 +2,19 @@
 the definitions and the database clock, computes the due ticks here (in each
 schedule's time zone, with ``tether.cron``), and sends them back to be decided
 by the ticks table's primary key. This module does no I/O.
+
+How long a tick's row is needed. A fire proposes only ticks after the
+schedule's ``last_tick``, which the statement (PostgreSQL) or transaction
+(SQLite) that decides a tick moves past it. So once decided, a tick is
+proposed again only by a fire that read the definitions before that
+decision and inserts after it, which the primary key turns away. On SQLite
+the read and the insert are one transaction: there is no such fire. On
+PostgreSQL they are two statements, and a fire read more than
+``FIRE_MAX_AGE`` before its insert inserts nothing (the next round reads
+again). A tick decided more than ``TICK_KEEP`` ago, longer than that, can
+therefore be proposed by no fire: the pruner deletes its row
+(``Store.prune_ticks``). Catch-up reads ``since`` and ``last_tick``, and
+overlap the ``last_job_id`` of the schedule's row, never the ticks table.
 """
 
 from __future__ import annotations
@@ -19,7 +32,9 @@ from ..cron import MAX_CATCH_UP, due_ticks, parse_cron
 from ..errors import ConfigError
 from ..model import ScheduleInfo, ScheduleSpec
 
-__all__ = ["Fire", "check_spec", "plan_fires", "schedule_from_row", "sorted_specs", "spec_arrays"]
+__all__ = [
+    "FIRE_MAX_AGE", "TICK_KEEP", "Fire", "check_spec", "plan_fires", "schedule_from_row", "sorted_specs", "spec_arrays",
+]
 
 log = logging.getLogger("tether.schedules")
 
@@ -28,6 +43,12 @@ _SPEC_FIELDS = ("name", "cron", "timezone", "queue", "priority", "max_attempts",
                 "backoff_base", "catch_up", "overlap")
 #: the integer columns (priority, max_attempts) are 32-bit on PostgreSQL
 _INT32 = 2**31 - 1
+#: seconds: a fire whose read of the definitions is older than this when it
+#: inserts (its worker stalled in between) inserts nothing (PostgreSQL)
+FIRE_MAX_AGE = 600.0
+#: seconds: a tick decided longer ago than this is pruned; more than
+#: FIRE_MAX_AGE, so that no fire can still propose it (the docstring above)
+TICK_KEEP = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +61,8 @@ class Fire:
     #: per tick: skip it whatever the database finds (overlap=False: a later
     #: tick of the same fire would be behind the job its first tick makes)
     skip: list[bool]
+    #: the database's now when the definitions were read
+    read_at: datetime
 
 
 def _int(value: object, low: int, high: int) -> bool:
@@ -109,7 +132,7 @@ def plan_fires(
         ticks = due_ticks(cron, after=ts(last_tick), since=ts(since), now=ts(now), catch_up=catch_up, grace=grace)
         if ticks:
             skip = [False] + [not overlap] * (len(ticks) - 1)
-            fires.append(Fire(name=name, version=version, ticks=ticks, skip=skip))
+            fires.append(Fire(name=name, version=version, ticks=ticks, skip=skip, read_at=ts(now)))
     return fires
 
 
