@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,11 +20,14 @@ from tether.errors import ConfigError
 from tether.model import JobState, Outcome
 from tether.store import Store, open_store
 from tether.store.postgres.store import PostgresStore
+from tether.store.schedules import FIRE_MAX_AGE, TICK_KEEP, plan_fires
 from tether.store.sqlite.store import SQLiteStore
 from tether.worker.pruner import Pruner, parse_age, parse_retention
 
 from .test_conformance import TTL, W, new_job
 from .test_migrations import raw_sql
+from .test_schedules import GRACE, T0, at, fire
+from .test_schedules import spec as sched_spec
 
 DAY = 86400.0
 
@@ -168,6 +171,27 @@ def test_prune_reads_the_finished_index_not_the_table(backend: str, db_url: str)
         store.close()
 
 
+def test_prune_ticks_reads_each_schedules_old_ticks_by_the_primary_key(store: Store) -> None:
+    specs = [sched_spec(f"s.{i}", "* * * * * *") for i in range(5)]
+    store.sync_schedules(specs, now=T0)
+    for k in range(1, 1000, 5):
+        store.fire_schedules([s.name for s in specs], grace=GRACE, now=T0 + timedelta(seconds=k))
+    params = {"keep": TICK_KEEP, "limit": 1000, "now": None}
+    if isinstance(store, SQLiteStore):
+        with store._use() as conn:
+            conn.execute("ANALYZE")
+            plan = "\n".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + store.q["prune_ticks"], params))
+        assert "SEARCH t USING PRIMARY KEY (schedule=? AND tick<?)" in plan, plan
+        assert "SCAN t" not in plan and "SCAN tether_schedule_ticks" not in plan, plan
+    else:
+        assert isinstance(store, PostgresStore)
+        with store.pool.connection() as conn:
+            conn.execute(f'ANALYZE "{store.schema}".schedule_ticks')
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + store.q["prune_ticks"], params))
+        assert "Index Scan using schedule_ticks_pkey" in plan and "Seq Scan on schedule_ticks" not in plan, plan
+    assert store.prune_ticks(10_000, now=T0 + timedelta(seconds=TICK_KEEP + 2000)) == 5 * 996  # ticks 1 s .. 996 s
+
+
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_a_prune_in_progress_never_blocks_a_claim_or_a_completion(db_url: str) -> None:
     """The prune statement holds its locks until it commits: a claim and a
@@ -190,6 +214,78 @@ def test_a_prune_in_progress_never_blocks_a_claim_or_a_completion(db_url: str) -
         assert sum(store.prunable({JobState.SUCCEEDED: 0.0}).values()) == 51
     finally:
         store.close()
+
+
+# -- schedule ticks ---------------------------------------------------------------------
+
+
+def tick_rows(db_url: str) -> list[datetime]:
+    """Every row of the ticks table: its tick, oldest first."""
+    with raw_sql(db_url) as (run, prefix):
+        rows = run(f"SELECT tick FROM {prefix}schedule_ticks ORDER BY tick")
+    return [r[0] if isinstance(r[0], datetime) else datetime.fromtimestamp(r[0], UTC) for r in rows]
+
+
+def test_ticks_decided_long_ago_are_pruned_in_bounded_statements_and_never_fire_again(
+    store: Store, db_url: str,
+) -> None:
+    every_second = sched_spec("s.every_second", "* * * * * *")
+    store.sync_schedules([every_second], now=T0)
+    decided = [t.tick for i in range(1, 6) for t in fire(store, every_second, now=T0 + timedelta(seconds=i + 0.5))]
+    assert decided == tick_rows(db_url) == [T0 + timedelta(seconds=i) for i in range(1, 6)]
+    # An hour and 3.2 s later the ticks decided at 1.5 s and 2.5 s are an hour
+    # old: pruned, one statement of `limit` at a time; the rest are kept.
+    later = T0 + timedelta(seconds=TICK_KEEP + 3.2)
+    assert [store.prune_ticks(1, now=later) for _ in range(3)] == [1, 1, 0]
+    assert tick_rows(db_url) == decided[2:]
+    # The schedule's own record of its last tick keeps the pruned ones decided:
+    # a fire at any time after never proposes them again.
+    assert fire(store, every_second, now=T0 + timedelta(seconds=5.9)) == []
+    refired = fire(store, every_second, now=later)
+    assert refired and min(t.tick for t in refired) > decided[-1]
+    # A tick caught up today after every worker was down is as old as its
+    # cron says, but decided just now: kept until an hour after its decision.
+    nightly = sched_spec("s.nightly", "0 0 * * *")
+    store.sync_schedules([every_second, nightly], now=T0)
+    back = datetime(2031, 1, 9, 12, 0, tzinfo=UTC)
+    [caught_up] = fire(store, nightly, now=back)
+    assert caught_up.tick == datetime(2031, 1, 9, tzinfo=UTC)
+    assert store.prune_ticks(1000, now=back + timedelta(seconds=TICK_KEEP - 1)) == len(decided) - 2 + len(refired)
+    assert tick_rows(db_url) == [caught_up.tick]
+    assert store.prune_ticks(1000, now=back + timedelta(seconds=TICK_KEEP + 1)) == 1 and tick_rows(db_url) == []
+
+
+def test_the_pruner_prunes_ticks_on_the_database_clock(store: Store, db_url: str) -> None:
+    s = sched_spec("s.every_minute", "* * * * *")
+    two_hours_ago = store.db_now() - timedelta(hours=2)
+    store.sync_schedules([s], now=two_hours_ago)
+    old = [t.tick for t in fire(store, s, now=two_hours_ago + timedelta(minutes=1))]
+    recent = [t.tick for t in fire(store, s, now=store.db_now())]  # the latest missed, and any on time
+    assert len(old) == 1 and recent and tick_rows(db_url) == old + recent
+    pruner = Pruner(store, {JobState.SUCCEEDED: DAY})
+    assert pruner.tick() == {} and pruner.ticks_pruned == 1
+    assert tick_rows(db_url) == recent
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_fire_read_too_long_ago_inserts_nothing_so_a_pruned_tick_cannot_fire_twice(store: Store) -> None:
+    """On PostgreSQL a fire reads the definitions, then inserts the ticks in a
+    second statement. A worker that stalls between the two for longer than
+    FIRE_MAX_AGE finds its fire void: the ticks it computed may have been
+    decided by another worker and their rows pruned since."""
+    assert isinstance(store, PostgresStore)
+    s = sched_spec()
+    store.sync_schedules([s], now=T0)
+    [stale] = plan_fires(store._all("schedules_to_fire", {"names": [s.name], "now": at(0.6)}), grace=GRACE)
+    [t] = fire(store, s, now=at(0.7))  # another worker, meanwhile
+    assert t.tick == stale.ticks[0]
+    resumed = at(0.6) + timedelta(seconds=FIRE_MAX_AGE + 1)
+    assert store.prune_ticks(1000, now=at(0.7) + timedelta(seconds=TICK_KEEP + 1)) == 1
+    won = store._all("fire_ticks", {"name": s.name, "version": stale.version, "ticks": stale.ticks,
+                                    "skip": stale.skip, "read_at": stale.read_at, "max_age": FIRE_MAX_AGE,
+                                    "now": resumed})
+    assert won == []
+    assert [j.scheduled_for for j in store.list_jobs(task=s.name)] == [t.tick]
 
 
 # -- tether prune ----------------------------------------------------------------------

@@ -349,6 +349,7 @@ def test_app_periodic_registers_a_task_and_a_schedule_and_lists_it(make_app: Cal
     ({"cron": "* * * * *", "catch_up": -1}, "catch_up"),
     ({"cron": "* * * * *", "overlap": "no"}, "overlap"),
     ({"cron": "* * * * *", "args": {"nope": 1}}, "nope"),
+    ({"cron": "* * * * *", "max_attempts": 2**31}, "max_attempts 2147483648"),  # PostgreSQL's integer
 ])
 def test_a_bad_schedule_is_refused_at_decoration_time_quoting_it(
     kwargs: dict[str, Any], message: str, tmp_path: Path

@@ -31,12 +31,12 @@ from .events import Event, EventHook, Events
 from .logs import configure_worker_logging
 from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name, validate_task_name
-from .periodic import DEFAULT_CATCH_UP, check_schedule, merge_declared, schedule_spec
+from .periodic import DEFAULT_CATCH_UP, check_schedule, check_stacked, merge_declared, schedule_spec
 from .scratch import scratch_database
 from .store import Store, open_store
 from .store.caller import driver_connection
 from .store.waiting import FinishWatch
-from .task import Task, TaskCall, TaskOptions
+from .task import Task, TaskCall, TaskKeywords, TaskOptions
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
 from .worker.drain import Drained, drain, drain_async
@@ -177,6 +177,9 @@ class Tether:
         ``tether.Discard(reason)`` (dead now)."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
+            if isinstance(f, Task):
+                raise ConfigError(f"@app.task over task {f.name!r}, which is registered already: to schedule "
+                                  "a task, put @app.periodic(...) above @app.task(...), or use either alone")
             task_name = validate_task_name(name or default_task_name(f))
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
@@ -198,14 +201,9 @@ class Tether:
         name: str | None = None,
         timezone: str = "UTC",
         args: Mapping[str, Any] | None = None,
-        queue: str = DEFAULT_QUEUE,
         catch_up: int = DEFAULT_CATCH_UP,
         overlap: bool = True,
-        priority: int = 0,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        lease_ttl: float | None = None,
-        timeout: float | None = None,
-        retry_backoff: float = DEFAULT_BACKOFF_BASE,
+        **options: Unpack[TaskKeywords],
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]:
         """Register a task that the database also fires on a schedule: each
         tick of ``cron`` (five fields, six with seconds first, or ``@hourly``,
@@ -214,18 +212,23 @@ class Tether:
         was down, fire at most this many of the missed ticks (the latest
         ones). ``overlap=False``: skip a tick while the previous job is still
         queued or running. The handler reads its tick as ``ctx.scheduled_for``.
-        The rest are ``@app.task``'s options."""
+        The rest are ``@app.task``'s options (``queue``, ``retry_on``, ...).
+        Above ``@app.task``, it schedules that task, which keeps its options."""
         check_schedule(cron, timezone, catch_up, overlap, args)
-        register = self.task(name=name, queue=queue, priority=priority, max_attempts=max_attempts,
-                             lease_ttl=lease_ttl, timeout=timeout, retry_backoff=retry_backoff)
+        register = self.task(name=name, **options)
 
         def schedule(f: Callable[Concatenate[JobContext, P], R]) -> Task[P, R]:
-            t = register(f)
+            if isinstance(f, Task):  # @app.periodic(...) over @app.task(...)
+                check_stacked(f, self, name, options, f.name in self.schedule_specs)
+                t: Task[P, R] = f
+            else:
+                t = register(f)
             try:
                 spec = schedule_spec(t, cron=cron, timezone=timezone, args=args, catch_up=catch_up,
                                      overlap=overlap, max_payload_bytes=self.max_payload_bytes)
             except Exception:
-                del self.tasks[t.name]
+                if t is not f:
+                    del self.tasks[t.name]
                 raise
             self.schedule_specs[t.name] = spec
             return t

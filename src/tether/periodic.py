@@ -10,12 +10,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .config import dump_json
+from .config import DEFAULT_BACKOFF_BASE, dump_json
 from .cron import MAX_CATCH_UP, parse_cron
 from .errors import ConfigError, PayloadError
 from .model import ScheduleInfo, ScheduleSpec
+from .store.schedules import check_spec
 
-__all__ = ["DEFAULT_CATCH_UP", "check_schedule", "merge_declared", "schedule_spec"]
+__all__ = ["DEFAULT_CATCH_UP", "check_schedule", "check_stacked", "merge_declared", "schedule_spec"]
 
 #: missed ticks (every worker down) fired when a worker comes back: the latest only
 DEFAULT_CATCH_UP = 1
@@ -32,23 +33,46 @@ def check_schedule(cron: str, timezone: str, catch_up: int, overlap: bool, args:
         raise ConfigError(f"args must be a mapping of the handler's keyword arguments, got {args!r}")
 
 
+def check_stacked(task: Any, app: object, name: str | None, options: Mapping[str, Any], scheduled: bool) -> None:
+    """``@app.periodic`` over ``@app.task``: that task is scheduled as it is,
+    with its own options. Refused, saying how, where the decorators ask for
+    something else: options or another name given to ``@app.periodic``, a
+    task of another app, or a task that has a schedule already."""
+    where = f"@app.periodic over task {task.name!r}"
+    if task.app is not app:
+        raise ConfigError(f"{where}: the task is registered on another app; stack the decorators of one app")
+    if name is not None and name != task.name:
+        raise ConfigError(f"{where}: name={name!r} is not the task's name; give the name to @app.task only")
+    if options:
+        raise ConfigError(f"{where}: {', '.join(sorted(options))} are the task's options: give them to @app.task "
+                          "(the task keeps its own), or use @app.periodic alone with them")
+    if scheduled:
+        raise ConfigError(f"{where}: the task is already scheduled (a schedule is named after its task, so a "
+                          "task has one): register another task for another cron")
+
+
 def schedule_spec(
     task: Any, *, cron: str, timezone: str, args: Mapping[str, Any] | None, catch_up: int, overlap: bool,
     max_payload_bytes: int,
 ) -> ScheduleSpec:
-    """The spec for a registered task (``tether.app.Task``); args must fit its handler."""
+    """The spec for a registered task (``tether.app.Task``); args must fit its
+    handler, and the spec must be one every store can hold (``check_spec``)."""
     kwargs = dict(args or {})
     try:
         task.check_args(kwargs)
     except PayloadError as exc:
         raise ConfigError(f"schedule {task.name!r}: {exc}") from None
     o = task.options
-    return ScheduleSpec(
+    # A callable retry_backoff stays with the task, on the worker, which runs
+    # its registration's policy (worker/policy.py), as for any job of the
+    # task: the database holds the default base, as enqueue writes it.
+    return check_spec(ScheduleSpec(
         name=task.name, cron=cron, timezone=timezone,
         args_json=dump_json(kwargs, f"args of schedule {task.name!r}", max_payload_bytes),
         queue=o.queue, catch_up=catch_up, overlap=overlap, priority=o.priority, max_attempts=o.max_attempts,
-        lease_ttl=o.lease_ttl, timeout=o.timeout, backoff_base=o.retry_backoff,
-    )
+        lease_ttl=o.lease_ttl, timeout=o.timeout,
+        backoff_base=DEFAULT_BACKOFF_BASE if callable(o.retry_backoff) else o.retry_backoff,
+    ))
 
 
 def merge_declared(stored: Sequence[ScheduleInfo], declared: Sequence[ScheduleSpec], now: datetime) -> list[ScheduleInfo]:

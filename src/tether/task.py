@@ -12,7 +12,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
+from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypedDict, TypeVar
 
 from .config import (
     DEFAULT_BACKOFF_BASE,
@@ -29,7 +29,7 @@ from .errors import ArgsMisfit, ConfigError, PayloadError
 from .model import NewJob
 from .store import Store
 
-__all__ = ["Task", "TaskCall", "TaskHost", "TaskOptions"]
+__all__ = ["Task", "TaskCall", "TaskHost", "TaskKeywords", "TaskOptions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,6 +52,19 @@ class TaskHost(Protocol):
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
+
+
+class TaskKeywords(TypedDict, total=False):
+    """``@app.task``'s options besides its name, which ``@app.periodic``
+    passes on to it: the ones a caller gave, and only those."""
+
+    queue: str
+    priority: int
+    max_attempts: int
+    lease_ttl: float | None
+    timeout: float | None
+    retry_backoff: float | Callable[[int], float]
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -453,19 +453,14 @@ class Store(PushChannels, abc.ABC):
     @abc.abstractmethod
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]: ...
 
-    # -- schedules (I6) ------------------------------------------------------------
-    # Each tick of a schedule becomes at most one job: the (schedule, tick)
-    # primary key of the ticks table admits one insert, whichever worker sends
-    # it first; ticks are judged on the database clock.
+    # -- schedules (I6: the (schedule, tick) key of the ticks table admits one insert) --
     def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:
         """Upsert an app's schedules; every other schedule is marked orphaned
         (kept, not fired by this app). A changed cron or timezone takes effect
         at its next tick: ticks at or before the change are not owed."""
         raise NotImplementedError(f"the {self.backend} store has no schedules")
 
-    def fire_schedules(
-        self, names: Sequence[str], *, grace: float, now: datetime | None = None
-    ) -> list[FiredTick]:
+    def fire_schedules(self, names: Sequence[str], *, grace: float, now: datetime | None = None) -> list[FiredTick]:
         """Decide the due ticks of the named schedules, as the database holds
         them (names it lacks are ignored), at the database's ``now``: on-time
         ticks (less than ``grace`` seconds old) and, of the older ones missed,
@@ -476,6 +471,10 @@ class Store(PushChannels, abc.ABC):
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
         """Every schedule in the database, orphaned ones too, by name."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
+    def prune_ticks(self, limit: int, *, now: datetime | None = None) -> int:
+        """Delete up to ``limit`` ticks no fire can propose again (store/schedules.py); how many went."""
         raise NotImplementedError(f"the {self.backend} store has no schedules")
 
     @abc.abstractmethod

@@ -1,4 +1,4 @@
-"""``prune``'s arguments, checked alike by every backend."""
+"""``prune``'s and ``prune_ticks``' arguments, checked alike by every backend."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from ..errors import ConfigError
 from ..model import TERMINAL_STATES, JobState
 
-__all__ = ["check_prune"]
+__all__ = ["check_limit", "check_prune"]
 
 
 def check_prune(ages: Mapping[JobState, float], limit: int | None = None) -> dict[JobState, float]:
@@ -24,6 +24,13 @@ def check_prune(ages: Mapping[JobState, float], limit: int | None = None) -> dic
         if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < float("inf"):
             raise ConfigError(f"the age to prune {st} jobs at must be a finite number of seconds >= 0, got {age!r}")
         out[st] = float(age)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ConfigError(f"prune limit must be an int >= 1, got {limit!r}")
+    if limit is not None:
+        check_limit(limit)
     return out
+
+
+def check_limit(limit: int) -> int:
+    """A prune's ``limit`` checked: an int >= 1 (ConfigError otherwise)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"prune limit must be an int >= 1, got {limit!r}")
+    return limit

@@ -2,28 +2,53 @@
 the definitions and the database clock, computes the due ticks here (in each
 schedule's time zone, with ``tether.cron``), and sends them back to be decided
 by the ticks table's primary key. This module does no I/O.
+
+How long a tick's row is needed. A fire proposes only ticks after the
+schedule's ``last_tick``, which the statement (PostgreSQL) or transaction
+(SQLite) that decides a tick moves past it. So once decided, a tick is
+proposed again only by a fire that read the definitions before that
+decision and inserts after it, which the primary key turns away. On SQLite
+the read and the insert are one transaction: there is no such fire. On
+PostgreSQL they are two statements, and a fire read more than
+``FIRE_MAX_AGE`` before its insert inserts nothing (the next round reads
+again). A tick decided more than ``TICK_KEEP`` ago, longer than that, can
+therefore be proposed by no fire: the pruner deletes its row
+(``Store.prune_ticks``). Catch-up reads ``since`` and ``last_tick``, and
+overlap the ``last_job_id`` of the schedule's row, never the ticks table.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..cron import due_ticks, parse_cron
+from ..config import validate_queue
+from ..cron import MAX_CATCH_UP, due_ticks, parse_cron
 from ..errors import ConfigError
 from ..model import ScheduleInfo, ScheduleSpec
 
-__all__ = ["Fire", "plan_fires", "schedule_from_row", "sorted_specs", "spec_arrays"]
+__all__ = [
+    "FIRE_MAX_AGE", "TICK_KEEP", "Fire", "check_spec", "plan_fires", "schedule_from_row", "sorted_specs", "spec_arrays",
+]
 
 log = logging.getLogger("tether.schedules")
 
 Row = Sequence[Any]
 _SPEC_FIELDS = ("name", "cron", "timezone", "queue", "priority", "max_attempts", "lease_ttl", "timeout",
                 "backoff_base", "catch_up", "overlap")
+#: the integer columns (priority, max_attempts) are 32-bit on PostgreSQL
+_INT32 = 2**31 - 1
+#: seconds: a fire whose read of the definitions is older than this when it
+#: inserts (its worker stalled in between) inserts nothing (PostgreSQL)
+FIRE_MAX_AGE = 600.0
+#: seconds: a tick decided longer ago than this is pruned; more than
+#: FIRE_MAX_AGE, so that no fire can still propose it (the docstring above)
+TICK_KEEP = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +61,48 @@ class Fire:
     #: per tick: skip it whatever the database finds (overlap=False: a later
     #: tick of the same fire would be behind the job its first tick makes)
     skip: list[bool]
+    #: the database's now when the definitions were read
+    read_at: datetime
+
+
+def _int(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _seconds(value: object, *, zero: bool) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and (value >= 0 if zero else value > 0))
+
+
+def check_spec(spec: ScheduleSpec) -> ScheduleSpec:
+    """A spec every store can hold, else ConfigError naming the schedule and
+    the field. ``@app.periodic`` checks its spec with this when it is
+    declared, so a sync, which writes every schedule of the app at once,
+    cannot fail on one of them."""
+    parse_cron(spec.cron, spec.timezone)
+    bad = [f"{field} {getattr(spec, field)!r}" for field, ok in (
+        ("name", isinstance(spec.name, str) and spec.name != ""),
+        ("args_json", isinstance(spec.args_json, str)),
+        ("priority", _int(spec.priority, -_INT32, _INT32)),
+        ("max_attempts", _int(spec.max_attempts, 1, _INT32)),
+        ("lease_ttl", spec.lease_ttl is None or _seconds(spec.lease_ttl, zero=False)),
+        ("timeout", spec.timeout is None or _seconds(spec.timeout, zero=False)),
+        ("backoff_base", _seconds(spec.backoff_base, zero=True)),
+        ("catch_up", _int(spec.catch_up, 0, MAX_CATCH_UP)),
+        ("overlap", isinstance(spec.overlap, bool)),
+    ) if not ok]
+    if bad:
+        raise ConfigError(f"schedule {spec.name!r} cannot be stored: bad {', '.join(bad)} (priority and "
+                          f"max_attempts are 32-bit ints, max_attempts >= 1; lease_ttl and timeout None or "
+                          f"seconds > 0; backoff_base seconds >= 0; catch_up 0 to {MAX_CATCH_UP})")
+    validate_queue(spec.queue)
+    return spec
 
 
 def sorted_specs(specs: Sequence[ScheduleSpec]) -> list[ScheduleSpec]:
-    """By name, so concurrent syncs lock rows in one order; a name twice, a bad
-    cron expression or an unknown time zone is refused (ConfigError)."""
-    for spec in specs:
-        parse_cron(spec.cron, spec.timezone)
-        if spec.catch_up < 0:
-            raise ConfigError(f"schedule {spec.name!r}: catch_up must be >= 0, got {spec.catch_up!r}")
-    out = sorted(specs, key=lambda s: s.name)
+    """By name, so concurrent syncs lock rows in one order; a name twice, or a
+    spec ``check_spec`` refuses, is refused (ConfigError)."""
+    out = sorted((check_spec(s) for s in specs), key=lambda s: s.name)
     for a, b in itertools.pairwise(out):
         if a.name == b.name:
             raise ConfigError(f"schedule {a.name!r} is declared twice")
@@ -75,7 +132,7 @@ def plan_fires(
         ticks = due_ticks(cron, after=ts(last_tick), since=ts(since), now=ts(now), catch_up=catch_up, grace=grace)
         if ticks:
             skip = [False] + [not overlap] * (len(ticks) - 1)
-            fires.append(Fire(name=name, version=version, ticks=ticks, skip=skip))
+            fires.append(Fire(name=name, version=version, ticks=ticks, skip=skip, read_at=ts(now)))
     return fires
 
 

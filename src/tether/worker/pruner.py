@@ -14,7 +14,12 @@ short transactions instead of one long one. Running it on every worker and
 server at once is safe: on PostgreSQL each statement skips rows another pruner
 has locked, on SQLite each holds the write lock for one batch, and a job is
 deleted, and counted, once. Queued and running jobs are never read (the
-statements' WHERE, ``store/*/queries.sql``)."""
+statements' WHERE, ``store/*/queries.sql``).
+
+Each tick then prunes the schedules' ticks table the same way: the rows of
+ticks decided more than an hour ago (``TICK_KEEP``), which no fire can
+propose again (``store/schedules.py`` says why), in statements of ``limit``.
+Without it the table grew by a row for every tick of every schedule."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from typing import ClassVar
 from ..errors import ConfigError
 from ..model import TERMINAL_STATES, JobState
 from ..store import Store
+from ..store.schedules import TICK_KEEP
 from .service import PeriodicService
 
 __all__ = [
@@ -142,6 +148,8 @@ class Pruner(PeriodicService):
         self.limit = limit
         self.max_rounds = max_rounds
         self.total = 0
+        #: schedule ticks pruned, over every tick
+        self.ticks_pruned = 0
 
     @classmethod
     def for_app(cls, store: Store, app: object) -> list[PeriodicService]:
@@ -168,7 +176,8 @@ class Pruner(PeriodicService):
         return gone
 
     def tick(self) -> dict[JobState, int]:
-        """Statements while each comes back full, at most ``max_rounds``."""
+        """Statements while each comes back full, at most ``max_rounds``; the
+        same for the schedule ticks. Returns the jobs pruned, by state."""
         out: dict[JobState, int] = {}
         for _ in range(self.max_rounds):
             gone = self.run_once()
@@ -176,4 +185,13 @@ class Pruner(PeriodicService):
                 out[k] = out.get(k, 0) + v
             if sum(gone.values()) < self.limit:
                 break
+        ticks = 0
+        for _ in range(self.max_rounds):
+            n = self.store.prune_ticks(self.limit)
+            ticks += n
+            if n < self.limit:
+                break
+        self.ticks_pruned += ticks
+        if ticks:
+            self.log.debug("pruned %d schedule tick(s) decided over %s ago", ticks, _age_text(TICK_KEEP))
         return out

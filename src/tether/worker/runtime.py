@@ -50,7 +50,7 @@ from .pruner import Pruner
 from .reaper import Reaper
 from .reconcile import Reconciler
 from .reporter import CARRY_MAX, Reporter
-from .scheduler import Scheduler
+from .scheduler import Scheduler, sync_none
 from .service import PeriodicService
 from .state import WorkerState, wait_event
 from .sweeper import Sweeper
@@ -138,8 +138,7 @@ class Worker:
         if s.transport.delivers:
             self.services.append(self.sweeper)
         #: fires the app's schedules (I6); only in a worker whose app declares
-        #: some: its first tick syncs them, and a sync from an app without any
-        #: would mark every schedule orphaned
+        #: some (its first tick syncs them): one without syncs none at its start
         self.scheduler: Scheduler | None = None
         if app.schedule_specs:
             self.scheduler = Scheduler(s.store, list(app.schedule_specs.values()), grace=s.timers.reaper_interval,
@@ -246,7 +245,8 @@ class Worker:
         await self._serve(loop, listener, install_signal_handlers)
 
     async def _start_up(self) -> None:
-        """Check the schema, register, and recover dead predecessors' jobs."""
+        """Check the schema, register, recover dead predecessors' jobs, and,
+        if the app declares no schedule, say so to the database."""
         s = self.state
         await s.db(s.store.check_schema)
         s.tasks = sorted(self.app.tasks)  # the handlers now, which the claims name and the row records
@@ -264,6 +264,8 @@ class Worker:
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             raise
         s.counts["recovered_at_start"] += len(recovered)
+        if self.scheduler is None:  # so that the schedules this app dropped are shown orphaned
+            await s.db(sync_none, s.store)
 
     async def _serve(self, loop: asyncio.AbstractEventLoop, listener: Listener | None,
                      install_signal_handlers: bool) -> None:

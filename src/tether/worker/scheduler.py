@@ -1,13 +1,16 @@
 """The scheduler: a periodic service on every worker whose app declares
-schedules (``@app.periodic``). No leader and no beat process: every worker
+schedules (``@app.periodic``); a worker whose app declares none only syncs
+that, once, at its start (``sync_none``). No leader and no beat process: every worker
 fires every schedule it knows, and the database decides each tick once (the
 (schedule, tick) primary key of the ticks table admits one insert; I6).
 
 Its first tick syncs the app's schedules into the database (a changed
 definition takes effect at its next tick; a schedule the app no longer
-declares is shown orphaned). Every tick then asks the store to fire what is
-due at the database's ``now``: on-time ticks (less than ``grace`` seconds old)
-and, after every worker was down, at most ``catch_up`` of the missed ones.
+declares is shown orphaned); a sync that fails is tried again next tick, and
+does not stop the tick from firing what the database already holds. Every
+tick then asks the store to fire what is due at the database's ``now``:
+on-time ticks (less than ``grace`` seconds old) and, after every worker was
+down, at most ``catch_up`` of the missed ones.
 
 Timers: ``interval`` (1 s) bounds how late a tick fires while any worker
 runs, so one-second schedules fire on time; ``grace`` (the reaper interval,
@@ -30,7 +33,7 @@ from ..model import FiredTick, JobState, ScheduleSpec
 from ..store import Store
 from .service import PeriodicService
 
-__all__ = ["DEFAULT_MISFIRE_GRACE", "DEFAULT_SCHEDULER_INTERVAL", "Scheduler"]
+__all__ = ["DEFAULT_MISFIRE_GRACE", "DEFAULT_SCHEDULER_INTERVAL", "Scheduler", "sync_none"]
 
 log = logging.getLogger("tether.scheduler")
 
@@ -43,6 +46,20 @@ DEFAULT_MISFIRE_GRACE = DEFAULT_REAPER_INTERVAL
 #: grace must cover this many scheduler intervals, so that a round that fails
 #: or runs late does not turn an on-time tick into a missed one
 MIN_GRACE_INTERVALS = 2
+
+
+def sync_none(store: Store) -> None:
+    """A worker whose app declares no schedule runs no scheduler, and at its
+    start syncs none, once: every schedule in the database is then shown
+    orphaned, as a worker of an app that declares others shows the ones it
+    dropped, and nothing is fired. Bookkeeping: if the sync fails the worker
+    says so and starts all the same."""
+    try:
+        store.sync_schedules([])
+    except AccessDenied as exc:  # a remote worker's token may not write schedules; its producers' may
+        log.debug("not marking schedules orphaned: %s", exc)
+    except Exception as exc:
+        log.warning("could not mark the database's schedules orphaned (this app declares none): %s", exc)
 
 
 class Scheduler(PeriodicService):
@@ -78,25 +95,17 @@ class Scheduler(PeriodicService):
         self.on_fired = on_fired
         #: whether this worker's app has written its schedules into the database
         self.synced = False
+        #: why the last sync failed (logged once while it stays the same)
+        self.sync_error: str | None = None
         self.fired = 0
         self.skipped = 0
 
     def run_once(self, now: datetime | None = None) -> list[FiredTick]:
         """Sync (on the first tick, and again until a sync succeeds), then fire
-        what is due; returns the ticks this worker decided (a tick another
+        what is due, whether or not the sync succeeded; returns the ticks this worker decided (a tick another
         worker decided first is not among them). ``now`` is for tests."""
         if not self.synced:
-            try:
-                self.store.sync_schedules(self.schedules, now=now)
-            except AccessDenied as exc:
-                # A remote worker whose token has the worker scope only: a
-                # schedule makes jobs, so writing one needs a producer's. The
-                # definitions someone else wrote are still fired.
-                log.warning("cannot write this app's schedules (%s); firing the definitions the database holds",
-                            exc)
-            else:
-                log.info("synced %d schedule(s): %s", len(self.schedules), ", ".join(self.names))
-            self.synced = True
+            self.synced = self._sync(now)
         decided = self.store.fire_schedules(self.names, grace=self.grace, now=now)
         jobs = [t for t in decided if t.job_id is not None]
         for t in decided:
@@ -115,3 +124,26 @@ class Scheduler(PeriodicService):
             if self.on_fired is not None:
                 self.on_fired(jobs)
         return decided
+
+    def _sync(self, now: datetime | None) -> bool:
+        """Write the app's schedules; False: try again next tick. Either way
+        the tick goes on to fire what the database holds, so a sync that fails
+        (one schedule the store refuses, the whole app's with it) costs this
+        app's new definitions only, never the firing of the others."""
+        try:
+            self.store.sync_schedules(self.schedules, now=now)
+        except AccessDenied as exc:
+            # A remote worker whose token has the worker scope only: a
+            # schedule makes jobs, so writing one needs a producer's. The
+            # definitions someone else wrote are still fired.
+            log.warning("cannot write this app's schedules (%s); firing the definitions the database holds", exc)
+            return True
+        except Exception as exc:
+            if str(exc) != self.sync_error:  # once, not every second
+                log.warning("could not write this app's schedules (%s); firing the definitions the database "
+                            "holds, and trying again every tick", exc)
+            self.sync_error = str(exc)
+            return False
+        log.info("synced %d schedule(s): %s", len(self.schedules), ", ".join(self.names))
+        self.sync_error = None
+        return True

@@ -978,7 +978,11 @@ WHERE name = ANY(%(names)s::text[])
 -- One schedule's due ticks (oldest first) in one statement:
 -- s:      the definition, only while it is still the version the ticks were
 --         computed from (a deploy that changed it since voids this fire; the
---         next round computes again from the new one);
+--         next round computes again from the new one), and only while the
+--         read they were computed from (read_at, schedules_to_fire's clock)
+--         is less than max_age seconds old: a worker that stalled between the
+--         two statements may hold ticks decided since by another worker whose
+--         rows were pruned (prune_ticks keeps them longer than max_age);
 -- won:    the decider: each tick inserted ON CONFLICT DO NOTHING; a tick
 --         another worker decided first returns nothing here. A tick is skipped
 --         (overlap=False) when the caller says so (a later tick of this same
@@ -990,7 +994,9 @@ WHERE name = ANY(%(names)s::text[])
 --         comparisons below), since fires for different ticks may commit in
 --         any order.
 WITH s AS (
-    SELECT * FROM {schema}.schedules WHERE name = %(name)s AND version = %(version)s
+    SELECT * FROM {schema}.schedules
+    WHERE name = %(name)s AND version = %(version)s
+      AND {now} < %(read_at)s::timestamptz + make_interval(secs => %(max_age)s)
 ), won AS (
     INSERT INTO {schema}.schedule_ticks (schedule, tick, skipped, decided_at)
     SELECT s.name, d.tick,
@@ -1035,6 +1041,35 @@ SELECT {now}, name, cron, timezone, args, queue, catch_up, overlap, since, last_
        last_job_id, skipped, orphaned, last_seen
 FROM {schema}.schedules
 ORDER BY name
+
+-- name: prune_ticks
+-- The pruner: up to `limit` ticks decided more than `keep` seconds ago, which
+-- no fire can propose again (store/schedules.py says why). Each schedule's
+-- are read on their own (LATERAL over the schedules, a few rows), by a range
+-- of the primary key (schedule, tick): a tick is never later than the fire
+-- that decided it, so `tick < cutoff` holds for every row wanted, and the
+-- range reads old rows only, plus the few caught-up ticks decided recently,
+-- which decided_at keeps. No index on decided_at: one more entry per tick
+-- for nothing the key does not already give.
+-- SKIP LOCKED and the ctids, as prune does: pruners on several workers pass
+-- by each other's rows. Fires never wait for it: they insert newer ticks.
+WITH doomed AS (
+    SELECT t.ctid
+    FROM {schema}.schedules AS s
+    CROSS JOIN LATERAL (
+        SELECT ctid FROM {schema}.schedule_ticks
+        WHERE schedule = s.name AND tick < {now} - make_interval(secs => %(keep)s)
+          AND decided_at < {now} - make_interval(secs => %(keep)s)
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS t
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM {schema}.schedule_ticks
+    WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed))
+    RETURNING 1
+)
+SELECT count(*) FROM gone
 
 -- ---------------------------------------------------------------------------
 -- Job control (issue 20): retention.

@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from ...model import FiredTick, ScheduleInfo, ScheduleSpec
-from ..schedules import plan_fires, schedule_from_row, sorted_specs, spec_arrays
+from ..pruning import check_limit
+from ..schedules import FIRE_MAX_AGE, TICK_KEEP, plan_fires, schedule_from_row, sorted_specs, spec_arrays
 
 __all__ = ["PostgresSchedules"]
 
@@ -32,10 +33,14 @@ class PostgresSchedules:
         rows = self._all("schedules_to_fire", {"names": sorted(set(names)), "now": now})
         for fire in plan_fires(rows, grace=grace):
             won = self._all("fire_ticks", {"name": fire.name, "version": fire.version, "ticks": fire.ticks,
-                                           "skip": fire.skip, "now": now})
+                                           "skip": fire.skip, "read_at": fire.read_at, "max_age": FIRE_MAX_AGE,
+                                           "now": now})
             out.extend(FiredTick(schedule=fire.name, tick=tick, job_id=job_id, queue=queue if job_id else "")
                        for tick, job_id, queue in won)
         return out
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
         return [schedule_from_row(r) for r in self._all("list_schedules", {"now": now})]
+
+    def prune_ticks(self, limit: int, *, now: datetime | None = None) -> int:
+        return int(self._all("prune_ticks", {"keep": TICK_KEEP, "limit": check_limit(limit), "now": now})[0][0])

@@ -693,6 +693,23 @@ SELECT {now}, name, cron, timezone, args, queue, catch_up, overlap, since, last_
 FROM tether_schedules
 ORDER BY name
 
+-- name: prune_ticks
+-- The pruner: up to :limit ticks decided more than :keep seconds ago (here a
+-- fire reads and decides in one transaction, so a decided tick is never
+-- proposed again at all; store/schedules.py). Each schedule's are found by a
+-- range of the primary key (schedule, tick), driven by the schedules table (a
+-- few rows): a tick is never later than its decision, so `tick < cutoff`
+-- holds for every row wanted, and the range reads old rows only, plus the
+-- few caught-up ticks decided recently, which decided_at keeps. No index on
+-- decided_at: one more entry per tick for nothing the key does not give.
+DELETE FROM tether_schedule_ticks
+WHERE (schedule, tick) IN (
+    SELECT t.schedule, t.tick
+    FROM tether_schedules AS s
+    JOIN tether_schedule_ticks AS t ON t.schedule = s.name AND t.tick < {now} - :keep
+    WHERE t.decided_at < {now} - :keep
+    LIMIT :limit)
+
 -- ---------------------------------------------------------------------------
 -- Job control (issue 20): retention.
 

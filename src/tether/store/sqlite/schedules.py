@@ -12,8 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from ...model import FiredTick, ScheduleInfo, ScheduleSpec
+from ..pruning import check_limit
 from ..rows import epoch_to_dt, json_text
-from ..schedules import plan_fires, schedule_from_row, sorted_specs
+from ..schedules import TICK_KEEP, plan_fires, schedule_from_row, sorted_specs
 
 __all__ = ["SQLiteSchedules"]
 
@@ -76,3 +77,9 @@ class SQLiteSchedules:
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
         return [schedule_from_row(r, epoch_to_dt, json_text) for r in self._all("list_schedules", {"now": _ts(now)})]
+
+    def prune_ticks(self, limit: int, *, now: datetime | None = None) -> int:
+        with self._write() as conn:
+            gone = conn.execute(self.q["prune_ticks"], {"keep": TICK_KEEP, "limit": check_limit(limit),
+                                                        "now": _ts(now)})
+            return gone.rowcount
