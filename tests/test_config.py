@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from tether import JobState, Task, Tether
-from tether.config import MAX_KEY_BYTES, parse_database_url
+from tether.config import parse_database_url
 from tether.errors import ConfigError, InvalidDSN, PayloadError, UnknownTask
+from tether.payload import MAX_KEY_BYTES
 from tether.store import open_store
 
 AppFactory = Callable[..., Tether]

@@ -17,8 +17,8 @@ ROOT = SRC / "tether"
 #: lowest first; a module may import its own layer and the ones below it. The
 #: first prefix that matches a module's dotted name decides its layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.logs", "tether.naming",
-                "tether.display", "tether.cron", "tether.scratch")),
+    ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.payload", "tether.logs",
+                "tether.naming", "tether.display", "tether.cron", "tether.scratch")),
     ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.rows", "tether.store.sqlfile",
                      "tether.store.pruning", "tether.store.push", "tether.store.per_loop",
                      "tether.store.http.schema", "tether.store.http.wire", "tether.store.http.wire_unknown",

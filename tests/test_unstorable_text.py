@@ -6,11 +6,11 @@ driver can encode a lone surrogate as UTF-8. A handler's result holding one
 used to jam a worker: the batched completion was refused, retried forever, and
 the innocent jobs batched with it stayed running. Now:
 
-- args, results and meta (``config.dump_json``) holding one are a
+- args, results and meta (``payload.dump_json``) holding one are a
   ``PayloadError`` on every backend: nothing is enqueued, and a handler's
   result ends its job dead with the reason;
 - a worker's own free text from a handler (a failure's error and traceback, a
-  progress message) is made storable instead (``config.storable_text``);
+  progress message) is made storable instead (``payload.storable_text``);
 - a batch of successes refused for its data is written one by one, so only
   the job it was refused for fails.
 
@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 
 from tether import JobContext, Tether
-from tether.config import MAX_ERROR_CHARS, dump_json, storable_text
 from tether.errors import PayloadError
 from tether.model import JobState, NewJob, Outcome
+from tether.payload import MAX_ERROR_CHARS, dump_json, storable_text
 from tether.store import Store
 from tether.worker import executor as executor_module
 from tether.worker.reporter import data_error

@@ -20,7 +20,6 @@ from .config import (
     DEFAULT_QUEUE,
     DEFAULT_REAPER_INTERVAL,
     Timers,
-    check_job_id,
     check_limits,
     parse_database_url,
     validate_queue,
@@ -31,6 +30,7 @@ from .events import Event, EventHook, Events
 from .logs import configure_worker_logging
 from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name, validate_task_name
+from .payload import check_job_id
 from .periodic import DEFAULT_CATCH_UP, check_schedule, check_stacked, merge_declared, schedule_spec
 from .scratch import scratch_database
 from .store import Store, open_store

@@ -10,10 +10,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .config import DEFAULT_BACKOFF_BASE, dump_json
+from .config import DEFAULT_BACKOFF_BASE
 from .cron import MAX_CATCH_UP, parse_cron
 from .errors import ConfigError, PayloadError
 from .model import ScheduleInfo, ScheduleSpec
+from .payload import dump_json
 from .store.schedules import check_spec
 
 __all__ = ["DEFAULT_CATCH_UP", "check_schedule", "check_stacked", "merge_declared", "schedule_spec"]

@@ -14,19 +14,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypedDict, TypeVar
 
-from .config import (
-    DEFAULT_BACKOFF_BASE,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_QUEUE,
-    Timers,
-    check_key,
-    check_when,
-    dump_json,
-    validate_queue,
-)
+from .config import DEFAULT_BACKOFF_BASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, Timers, check_when, validate_queue
 from .context import JobContext
 from .errors import ArgsMisfit, ConfigError, PayloadError
 from .model import NewJob
+from .payload import check_key, dump_json
 from .store import Store
 
 __all__ = ["Task", "TaskCall", "TaskHost", "TaskKeywords", "TaskOptions"]

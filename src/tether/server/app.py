@@ -39,9 +39,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..config import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_when, dump_json, validate_queue
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, check_when, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
 from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, QueueLimits, WorkerInfo
+from ..payload import check_key, dump_json
 from ..store import Listener, Store
 from ..store.http import wire, wire_unknown
 from ..store.http.schema import parse_datetime

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import dump_json, validate_queue
+from ..config import validate_queue
 from ..cron import parse_cron
+from ..payload import dump_json
 from ..store import Store
 from ..store.http import wire_schedules
 from ..transport import Transport, announce

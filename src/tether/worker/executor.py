@@ -31,12 +31,12 @@ from collections.abc import Coroutine, Mapping
 from functools import partial
 from typing import Any
 
-from ..config import dump_json, storable_text
 from ..context import CancelReason, JobCancelled, JobContext
 from ..errors import ConfigError, PayloadError, StaleAttempt
 from ..events import Event
 from ..logs import job_fields
 from ..model import ClaimedJob, JobState, Outcome
+from ..payload import dump_json, storable_text
 from ..transport import Delivery
 from . import failpoints
 from .appview import TaskView

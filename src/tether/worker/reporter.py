@@ -8,7 +8,7 @@ for want of the database) is written one success at a time, so that only the
 job whose result was refused fails (``_refused``). Failures, cancellations
 and releases are written one by one (``_report_one``), retried while the
 attempt's local lease deadline allows; the handler's text in them (error,
-traceback) is made storable first (``config.storable_text``). A write whose
+traceback) is made storable first (``payload.storable_text``). A write whose
 answer was lost may have landed: a retried write that is refused asks the
 attempts audit whether it was our own (``_recorded``) before calling the
 attempt lost.
@@ -27,11 +27,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..config import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, storable_text
 from ..errors import PayloadError, StaleAttempt
 from ..events import after_attempt
 from ..logs import job_fields
 from ..model import JobState, Outcome, Reaped
+from ..payload import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, storable_text
 from ..transport import Delivery
 from .inflight import Running
 from .state import WorkerState, wait_event

@@ -27,10 +27,10 @@ import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
-from ..config import dump_json
 from ..context import JobContext
 from ..errors import ConfigError, InvalidTransition, PayloadError, StaleAttempt
 from ..logs import job_fields
+from ..payload import dump_json
 from .inflight import Running
 from .state import WorkerState
 

@@ -20,10 +20,11 @@ from django.db import close_old_connections
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 
-from ...config import DEFAULT_MAX_PAYLOAD_BYTES, dump_json
+from ...config import DEFAULT_MAX_PAYLOAD_BYTES
 from ...context import CancelReason, Discard, JobCancelled, JobContext, Retry
 from ...errors import PayloadError
 from ...model import Attempt, Job, Outcome
+from ...payload import dump_json
 from .results import task_error, task_result
 from .task import TetherTaskContext
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import MAX_DELAY, MAX_ERROR_CHARS, MAX_KEY_BYTES, MAX_TRACEBACK_CHARS
+from ...config import MAX_DELAY
 from ...cron import MAX_CATCH_UP
 from ...errors import (
     ConfigError,
@@ -30,6 +30,7 @@ from ...model import (
     JobState,
     Outcome,
 )
+from ...payload import MAX_ERROR_CHARS, MAX_KEY_BYTES, MAX_TRACEBACK_CHARS
 from ..buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
 from .records import (
     decode_attempt,
