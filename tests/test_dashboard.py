@@ -149,6 +149,37 @@ def test_actions_change_the_database(client: TestClient, seeded: tuple[Tether, S
     assert client.get("/").status_code == 303
 
 
+def test_a_logged_out_or_expired_session_is_refused_and_a_notice_must_be_the_dashboards(
+    client: TestClient, seeded: tuple[Tether, Seeded], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Logout only cleared the browser's cookie: the same cookie replayed
+    afterwards still opened every page, for ever. And `/?notice=<any text>`
+    put a link's own words on the dashboard (escaped: spoofing, not XSS)."""
+    from tether.dashboard import security
+
+    login(client)
+    kept = client.cookies.get(security.COOKIE)
+    assert kept is not None and client.get("/").status_code == 200
+    client.post("/logout", data={"csrf": csrf_of(client.get("/").text)}, headers=ORIGIN)
+    client.cookies.set(security.COOKIE, kept)  # the old cookie, replayed
+    assert client.get("/").status_code == 303 and client.get("/metrics").status_code == 401
+    client.cookies.clear()
+
+    login(client)
+    assert client.get("/").status_code == 200
+    later = security.time.time() + security.SESSION_TTL + 1
+    monkeypatch.setattr(security.time, "time", lambda: later)
+    assert client.get("/").status_code == 303  # a login lasts SESSION_TTL
+    monkeypatch.undo()
+    client.cookies.clear()
+
+    login(client)
+    forged = client.get("/", params={"notice": "Your session expired: log in at evil.example"}).text
+    assert "evil.example" not in forged
+    r = client.post("/queues/default/pause", data={"csrf": csrf_of(client.get("/").text)}, headers=ORIGIN)
+    assert "queue default: paused" in client.get(r.headers["location"]).text  # the dashboard's own still shows
+
+
 def test_no_auth_serves_pages_but_still_checks_csrf(seeded: tuple[Tether, Seeded]) -> None:
     app, s = seeded
     with _client(app, token=None) as c:

@@ -13,8 +13,12 @@
   (a foreign name that resolves to the dashboard's address) would be "the
   dashboard's own origin" to the CSRF check above, and could read every page.
 
-Sessions live only in signed cookies (no server state); a restart with a new
-secret logs everyone out.
+Sessions live in signed cookies that carry their issue time: one older than
+``SESSION_TTL`` is refused, a logout revokes its session in this process (the
+cookie replayed afterwards is refused), and a restart with a new secret logs
+everyone out. A page's notice (``?notice=``, what an action did) is shown only
+with the dashboard's signature of it, so a link cannot put words of its own on
+the dashboard's pages.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -30,9 +35,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["COOKIE", "LOOPBACK_HOSTS", "Guard", "HostCheck", "Session", "allowed_names", "host_name"]
+__all__ = ["COOKIE", "LOOPBACK_HOSTS", "SESSION_TTL", "Guard", "HostCheck", "Session", "allowed_names", "host_name"]
 
 COOKIE = "tether_session"
+#: seconds a login lasts
+SESSION_TTL = 12 * 3600
 #: the names a dashboard on a loopback address answers to by default
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
@@ -53,6 +60,8 @@ class Guard:
             raise ValueError("the dashboard token must be at least 8 characters")
         self.token = token
         self._secret = secret or secrets.token_bytes(32)
+        #: logged-out session ids, and until when (monotonic) to refuse them
+        self._revoked: dict[str, float] = {}
 
     @property
     def auth_required(self) -> bool:
@@ -64,17 +73,40 @@ class Guard:
 
     def cookie_value(self, session: Session) -> str:
         kind = "a" if session.authenticated else "p"  # authenticated or pre-login
-        return f"{kind}.{session.id}.{self._sign('session:' + kind, session.id)}"
+        issued = str(int(time.time()))
+        return f"{kind}.{session.id}.{issued}.{self._sign('session:' + kind, f'{session.id}:{issued}')}"
 
     def session(self, request: Request) -> Session:
-        """The caller's session; a fresh one (to be set as a cookie) if it has none."""
+        """The caller's session; a fresh one (to be set as a cookie) if it has
+        none, or one that is expired, revoked or not signed by this dashboard."""
         raw = request.cookies.get(COOKIE, "")
         parts = raw.split(".")
-        if len(parts) == 3:
-            kind, sid, sig = parts
-            if kind in ("a", "p") and hmac.compare_digest(sig, self._sign("session:" + kind, sid)):
+        if len(parts) == 4:
+            kind, sid, issued, sig = parts
+            if (kind in ("a", "p") and issued.isdigit() and 0 <= time.time() - int(issued) < SESSION_TTL
+                    and hmac.compare_digest(sig, self._sign("session:" + kind, f"{sid}:{issued}"))
+                    and sid not in self._revoked):
                 return Session(sid, authenticated=kind == "a" or not self.auth_required)
         return Session(secrets.token_urlsafe(18), authenticated=not self.auth_required, fresh=True)
+
+    def revoke(self, session: Session) -> None:
+        """Logout: this session's cookie is refused from now on (in this
+        process; a cookie lasts SESSION_TTL at most, so that is how long the
+        id is kept)."""
+        now = time.monotonic()
+        self._revoked = {sid: until for sid, until in self._revoked.items() if until > now}
+        self._revoked[session.id] = now + SESSION_TTL
+
+    # -- notices ----------------------------------------------------------------------------
+    def notice_signature(self, notice: str) -> str:
+        return self._sign("notice", notice)
+
+    def notice(self, request: Request) -> str | None:
+        """The page's ``?notice=`` if this dashboard wrote it (``&ns=`` signs it)."""
+        text, sig = request.query_params.get("notice"), request.query_params.get("ns", "")
+        if text is None or not hmac.compare_digest(sig, self.notice_signature(text)):
+            return None
+        return text
 
     def login(self, given: str) -> Session | None:
         """A new authenticated session if ``given`` is the token."""

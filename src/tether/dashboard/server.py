@@ -77,10 +77,14 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
     silent = silent_after if silent_after is not None else tether.timers.lease_ttl
     store = tether.store
 
+    def noticed(notice: str, **params: str) -> str:
+        """A redirect's query string carrying ``notice``, signed (Guard.notice)."""
+        return urlencode({**params, "notice": notice, "ns": guard.notice_signature(notice)})
+
     def render(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
         html = env.get_template(name).render(
             request=request, csrf=guard.csrf_token(session), auth=guard.auth_required, in_=session.authenticated,
-            notice=request.query_params.get("notice"), rel=fmt_rel, backend=tether.dsn.backend, **ctx)
+            notice=guard.notice(request), rel=fmt_rel, backend=tether.dsn.backend, **ctx)
         return _finish(HTMLResponse(html, status_code=status), guard, session)
 
     def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -122,7 +126,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         if wanted:
             if wanted.isdigit() and await run_in_threadpool(tether.get_job, int(wanted)) is not None:
                 return RedirectResponse(f"/jobs/{int(wanted)}", 303)
-            return RedirectResponse("/jobs?" + urlencode({"notice": f"no job with id {wanted}"}), 303)
+            return RedirectResponse("/jobs?" + noticed(f"no job with id {wanted}"), 303)
         state = q.get("state") or None
         if state is not None and state not in {str(s) for s in JobState}:
             state = None
@@ -165,7 +169,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
                       if state is JobState.RUNNING else f"job {job_id}: {state}")
         except TetherError as exc:
             notice = str(exc)
-        return RedirectResponse(f"/jobs/{job_id}?" + urlencode({"notice": notice}), 303)
+        return RedirectResponse(f"/jobs/{job_id}?" + noticed(notice), 303)
 
     async def do_retry(request: Request, session: Session, form: dict[str, str]) -> Response:
         job_id = int(request.path_params["job_id"])
@@ -174,7 +178,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             notice = f"job {job_id}: queued again"
         except TetherError as exc:
             notice = str(exc)
-        return RedirectResponse(f"/jobs/{job_id}?" + urlencode({"notice": notice}), 303)
+        return RedirectResponse(f"/jobs/{job_id}?" + noticed(notice), 303)
 
     async def do_pause(request: Request, session: Session, form: dict[str, str]) -> Response:
         """Pause (or, with ``resume`` in the path, resume) a queue: app.pause / app.resume."""
@@ -184,7 +188,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             notice = f"queue {queue}: {'resumed' if resume else 'paused; running jobs finish'}"
         except TetherError as exc:
             notice = str(exc)
-        return RedirectResponse("/?" + urlencode({"notice": notice}), 303)
+        return RedirectResponse("/?" + noticed(notice), 303)
 
     async def do_limits(request: Request, session: Session, form: dict[str, str]) -> Response:
         """Set a queue's limits whole (a field left empty lifts that one): app.configure_queue."""
@@ -198,7 +202,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             notice = f"queue {queue}: {shown}"
         except TetherError as exc:
             notice = str(exc)
-        return RedirectResponse("/?" + urlencode({"notice": notice}), 303)
+        return RedirectResponse("/?" + noticed(notice), 303)
 
     async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
         ids = [int(i) for i in form.get("ids", "").split(",") if i.strip().isdigit()]
@@ -210,7 +214,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             except TetherError as exc:
                 problems.append(str(exc))
         notice = f"{done} dead job(s) queued again" + (f"; {len(problems)} refused: {problems[0]}" if problems else "")
-        return RedirectResponse("/jobs?" + urlencode({"state": "dead", "notice": notice}), 303)
+        return RedirectResponse("/jobs?" + noticed(notice, state="dead"), 303)
 
     # -- login, metrics, static ----------------------------------------------------------------
     async def login(request: Request) -> Response:
@@ -230,6 +234,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         return _finish(RedirectResponse(safe_next(form.get("next")), 303), guard, new)
 
     async def logout(request: Request, session: Session, form: dict[str, str]) -> Response:
+        guard.revoke(session)
         response = RedirectResponse("/login", 303)
         response.delete_cookie(COOKIE, path="/")
         return response
