@@ -480,6 +480,34 @@ def test_transaction_on_binds_its_handle_with_as_and_a_forgotten_committed_is_no
     assert not [m for m in warned if "refused" in m or "lost" in m], warned
 
 
+def test_a_shutdown_inside_a_def_handlers_block_lets_it_commit_with_its_result(
+    app_effects: tuple[Tether, Effects], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A graceful shutdown while a def handler is inside ctx.transaction():
+    the worker released the job beside the block. On SQLite the release
+    waited for the block's write lock, the block committed the success, the
+    release was refused ("lease lapsed", falsely), and the result was dropped
+    with the straggler's outcome. The block is now left to end and commit."""
+    app, effects = app_effects
+    inside = threading.Event()
+
+    @app.task(name="slow_block")
+    def slow_block(ctx: JobContext) -> str:
+        with ctx.transaction() as conn:
+            conn.execute(effects.insert, (ctx.job_id, ctx.attempt))
+            inside.set()
+            time.sleep(0.6)  # past the shutdown's timeout, well inside the 1.5 s lease (SQLite's beats wait for it)
+        return "kept"
+
+    job_id = app.enqueue("slow_block")
+    with caplog.at_level(logging.WARNING, logger="tether"), running(app, shutdown_timeout=0.05):
+        assert inside.wait(15)
+    job = get(app.store, job_id)
+    assert (job.state, job.result, job.attempt) == (JobState.SUCCEEDED, "kept", 1)
+    assert effects.rows() == [(job_id, 1)]
+    assert not [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+
+
 def test_transaction_on_a_stale_attempt_writes_nothing_and_the_job_runs_again(
     app_effects: tuple[Tether, Effects],
 ) -> None:

@@ -422,7 +422,8 @@ class Executor:
         # A coroutine is cancelled at its next await. A thread cannot be
         # interrupted: on a cancel request it reads ctx.cancelled and decides; when
         # the attempt is lost, timed out or shut down we stop waiting for it.
-        if isinstance(fut, asyncio.Task) or running.lost or running.ctx.cancel_reason != CancelReason.REQUESTED:
+        if ((isinstance(fut, asyncio.Task) or running.lost or running.ctx.cancel_reason != CancelReason.REQUESTED)
+                and not _committing_thread(running)):
             fut.cancel()
 
     def lost(self, running: Running, why: str) -> None:
@@ -462,7 +463,7 @@ class Executor:
             # A pending cancel request keeps its reason (the job ends cancelled);
             # otherwise the job is released without spending its budget.
             running.ctx.cancel(CancelReason.SHUTDOWN)
-            if running.handler is not None:
+            if running.handler is not None and not _committing_thread(running):
                 running.handler.cancel()
         return leftovers
 
@@ -477,6 +478,14 @@ else:
     def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
         """A handler's task (eager where Python has eager tasks, 3.12+)."""
         return loop.create_task(coro)
+
+
+def _committing_thread(running: Running) -> bool:
+    """A def handler inside ctx.transaction() (or committing it) at a shutdown:
+    left to end, not released beside its commit (on SQLite the release waited
+    for the block's lock, was refused, and the result was dropped)."""
+    return (running.ctx.cancel_reason == CancelReason.SHUTDOWN and not running.lost
+            and isinstance(running.handler, ThreadCall) and (running.in_block or running.reporting))
 
 
 def _call_sync(task: TaskView, ctx: JobContext, args: dict[str, Any]) -> Any:
