@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .config import DEFAULT_BACKOFF_BASE
 from .cron import MAX_CATCH_UP, parse_cron
 from .errors import ConfigError, PayloadError
 from .model import ScheduleInfo, ScheduleSpec
@@ -64,15 +63,12 @@ def schedule_spec(
     except PayloadError as exc:
         raise ConfigError(f"schedule {task.name!r}: {exc}") from None
     o = task.options
-    # A callable retry_backoff stays with the task, on the worker, which runs
-    # its registration's policy (worker/policy.py), as for any job of the
-    # task: the database holds the default base, as enqueue writes it.
     return check_spec(ScheduleSpec(
         name=task.name, cron=cron, timezone=timezone,
         args_json=dump_json(kwargs, f"args of schedule {task.name!r}", max_payload_bytes),
         queue=o.queue, catch_up=catch_up, overlap=overlap, priority=o.priority, max_attempts=o.max_attempts,
         lease_ttl=o.lease_ttl, timeout=o.timeout,
-        backoff_base=DEFAULT_BACKOFF_BASE if callable(o.retry_backoff) else o.retry_backoff,
+        backoff_base=o.backoff_base,
     ))
 
 

@@ -76,6 +76,13 @@ class TaskOptions:
     #: at most one job with this key runs at a time, across every worker (the others wait queued)
     exclusive_key: str | None = None
 
+    @property
+    def backoff_base(self) -> float:
+        """The backoff base a job or schedule row stores: a callable
+        ``retry_backoff`` stays with the task on the worker (worker/policy.py),
+        so the row holds the default."""
+        return DEFAULT_BACKOFF_BASE if callable(self.retry_backoff) else self.retry_backoff
+
     def checked(self, timers: Timers, where: str) -> TaskOptions:
         validate_queue(self.queue)
         if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 2**31 - 1:
@@ -235,6 +242,6 @@ class Task(Generic[P, R]):
         return NewJob(
             task=self.name, args_json=args, queue=o.queue, priority=o.priority, run_at=o.run_at,
             delay=o.delay, max_attempts=o.max_attempts, lease_ttl=o.lease_ttl, timeout=o.timeout,
-            backoff_base=DEFAULT_BACKOFF_BASE if callable(o.retry_backoff) else o.retry_backoff,
+            backoff_base=o.backoff_base,
             dedup_key=o.dedup_key, exclusive_key=o.exclusive_key,
         )
