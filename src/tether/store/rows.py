@@ -142,7 +142,7 @@ def assign_ids(jobs: Sequence[NewJob], rows: Sequence[Row], held: Mapping[str, i
 
 
 #: what a time past Python's datetime reads as (``epoch_to_dt``; PostgreSQL's
-#: loader, postgres/connect.py): the earliest and latest datetimes there are
+#: loaders, postgres/timezones.py): the earliest and latest datetimes there are
 DATETIME_MIN = datetime.min.replace(tzinfo=UTC)
 DATETIME_MAX = datetime.max.replace(tzinfo=UTC)
 

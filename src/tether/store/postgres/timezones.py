@@ -25,32 +25,30 @@ def _past_python(exc: psycopg.DataError) -> datetime:
     raise exc
 
 
-class _Timestamptz(TimestamptzLoader):
+class _Clamped:
     """A run_at past year 9999 (PostgreSQL holds up to 294276) was written by
     a ``delay`` of 1e12 seconds before delays were bounded (config.MAX_DELAY):
     read as ``DATETIME_MAX``, rather than fail every listing of its row, as
-    SQLite's epoch_to_dt does."""
+    SQLite's epoch_to_dt does. Mixed into psycopg's text and binary loaders."""
 
     def load(self, data: Buffer) -> datetime:
         try:
-            return super().load(data)
+            return super().load(data)  # type: ignore[misc, no-any-return]
         except psycopg.DataError as exc:
             return _past_python(exc)
 
 
-class _TimestamptzBinary(TimestamptzBinaryLoader):
-    """``_Timestamptz`` for binary results (a worker's rounds)."""
-
-    def load(self, data: Buffer) -> datetime:
-        try:
-            return super().load(data)
-        except psycopg.DataError as exc:
-            return _past_python(exc)
+class _Timestamptz(_Clamped, TimestamptzLoader):
+    pass
 
 
-#: psycopg's adapters, with the timestamptz loaders above: every connection
-#: of the store's own is opened with them (``context=``); the caller's own
-#: connections (``connection=``) keep theirs
+class _TimestamptzBinary(_Clamped, TimestamptzBinaryLoader):
+    pass
+
+
+#: psycopg's adapters, with the clamped timestamptz loaders: the store's own
+#: connections, except the worker's rounds (connect.py), are opened with them
+#: (``context=``); the caller's own connections (``connection=``) keep theirs
 ADAPTERS = AdaptersMap(psycopg.adapters)
 ADAPTERS.register_loader("timestamptz", _Timestamptz)
 ADAPTERS.register_loader("timestamptz", _TimestamptzBinary)
@@ -60,14 +58,19 @@ ADAPTERS.register_loader("timestamptz", _TimestamptzBinary)
 _UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Zulu", "Etc/Zulu", "GMT", "Etc/GMT"})
 
 
-class _UTCText(_Timestamptz):
+class _InUTC:
+    """A loader's datetime in UTC (mixed in above a clamped loader)."""
+
     def load(self, data: Buffer) -> datetime:
-        return super().load(data).astimezone(UTC)
+        return super().load(data).astimezone(UTC)  # type: ignore[misc, no-any-return]
 
 
-class _UTCBinary(_TimestamptzBinary):
-    def load(self, data: Buffer) -> datetime:
-        return super().load(data).astimezone(UTC)
+class _UTCText(_InUTC, _Timestamptz):
+    pass
+
+
+class _UTCBinary(_InUTC, _TimestamptzBinary):
+    pass
 
 
 def utc_times(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
