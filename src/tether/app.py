@@ -417,7 +417,8 @@ class Tether:
         """Cancel a job; a queued one ends cancelled at once (``job.cancelled`` fires
         here), a running one is told at its worker's next heartbeat (and the
         worker's app fires ``job.cancelled`` when it ends)."""
-        state = self.store.cancel(check_job_id(job_id))
+        job_id = check_job_id(job_id)
+        state = self.store.cancel(job_id)
         if state is JobState.CANCELLED and self.events.active:
             self.events.emit(Event("job.cancelled", job_id=job_id, state=state))
         return state
@@ -427,7 +428,8 @@ class Tether:
         transport (NATS) it is then published, marked as a retry, so a worker
         takes it at once; should that publish fail, the retry stands and the
         sweep publishes the job."""
-        queue = self.store.retry(check_job_id(job_id))
+        job_id = check_job_id(job_id)
+        queue = self.store.retry(job_id)
         if self.transport.delivers:
             announce(self.transport, [(job_id, queue)], retry=True)
 
