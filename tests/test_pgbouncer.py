@@ -148,3 +148,30 @@ def test_a_listen_url_that_does_not_answer_is_refused_when_listening(db_url: str
     finally:
         store.close()
 
+
+
+def test_through_the_pooler_jit_left_on_is_named_once_with_what_to_run(
+    pg: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """tether turns JIT off with a startup option, which a transaction pooler
+    refuses: through one, a worker's claims against a long backlog would be
+    compiled on every round (test_pg_plans). A check of the schema, as every
+    worker makes at start, says so once, with the statement that fixes it."""
+    import logging
+
+    from tether.store.postgres import connect
+
+    connect._JIT_WARNED.discard(pg.dsn.url)
+    with caplog.at_level(logging.WARNING, logger="tether.store.postgres"):
+        pg.check_schema()
+        pg.check_schema()
+    [line] = [r.getMessage() for r in caplog.records if "JIT" in r.getMessage()]
+    assert "through a transaction pooler" in line and 'ALTER ROLE "postgres" SET jit = off' in line
+    direct = open_store(PG_URL + ("&" if "?" in PG_URL else "?") + f"schema={pg.schema}")
+    try:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="tether.store.postgres"):
+            direct.check_schema()
+        assert not [r for r in caplog.records if "JIT" in r.getMessage()]
+    finally:
+        direct.close()

@@ -20,6 +20,7 @@ transaction (``migrate``), which transaction pooling keeps whole.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,23 @@ __all__ = [
     "open_connections",
     "pooled",
     "quote",
+    "warn_if_jit",
 ]
+
+log = logging.getLogger("tether.store.postgres")
+
+#: PostgreSQL compiles a statement with LLVM (JIT) whenever the planner's
+#: estimate passes jit_above_cost (100,000 by default), on every execution, a
+#: generic plan's too: nothing of it is kept. A claim's estimate grows with the
+#: queued backlog (a LIMIT that is no constant is taken for a tenth of the
+#: rows): a worker's round, planned generically, passed it near a million
+#: queued jobs of one task and then spent 30-50 ms compiling a statement that
+#: runs in 1-2 ms; past jit_optimize_above_cost and jit_inline_above_cost
+#: (500,000, near five million) 500-600 ms. One worker x 10 ran 7,000-7,500
+#: jobs in 20 s against 1.5 million queued jobs with JIT on, 165,000-258,000
+#: with it off (510 against 174,000-266,000 at 11.6 million). tether's
+#: statements are short: JIT only ever costs them.
+_NO_JIT = "-c jit=off"
 
 # Connection settings; any of these in the URL wins. A worker cut off by a
 # network partition must find out in seconds, not after the kernel's two-hour
@@ -56,7 +73,8 @@ CONN_DEFAULTS = {
     # turned the heartbeat quadratic at 5,000 held jobs (8.6 s a beat). The
     # exceptions (GENERIC_PLANS in store.py) run on connections of their own.
     # Not sent through a transaction pooler (see SESSION_SETTINGS).
-    "options": "-c plan_cache_mode=force_custom_plan",
+    # And no JIT (_NO_JIT).
+    "options": f"-c plan_cache_mode=force_custom_plan {_NO_JIT}",
     "connect_timeout": "5",
     "keepalives": "1",
     "keepalives_idle": "5",
@@ -66,7 +84,7 @@ CONN_DEFAULTS = {
 }
 #: the defaults that set up a server session: none goes through a transaction pooler
 SESSION_SETTINGS = frozenset({"options"})
-_GENERIC_OPTIONS = "-c plan_cache_mode=force_generic_plan"
+_GENERIC_OPTIONS = f"-c plan_cache_mode=force_generic_plan {_NO_JIT}"
 
 #: how long a caller waits for a free pooled connection before the call fails
 POOL_TIMEOUT = 10.0
@@ -190,3 +208,27 @@ def _hint(message: str) -> str:
         return message + (" (a PgBouncer or another pooler in transaction mode? add pgbouncer=transaction "
                           "to the URL: tether then sends no startup options)")
     return message
+
+
+#: the URLs whose sessions were found with JIT on and said so (once a process)
+_JIT_WARNED: set[str] = set()
+
+
+def warn_if_jit(conn: psycopg.Connection[Any], dsn: DatabaseURL) -> bool:
+    """Log once, at WARNING, if JIT is on for the store's sessions (see
+    _NO_JIT): through a transaction pooler tether cannot turn it off, nor
+    when the URL's own ``options=`` replace tether's. Whether it is on."""
+    # (on where the server cannot load its JIT provider compiles nothing)
+    row = conn.execute("SELECT current_setting('jit') = 'on' AND pg_jit_available(), current_user").fetchone()
+    assert row is not None
+    jit, user = row
+    if not jit:
+        return False
+    if dsn.url not in _JIT_WARNED:
+        _JIT_WARNED.add(dsn.url)
+        why = ("through a transaction pooler tether sends no session settings" if pooled(dsn)
+               else "the URL's own options= replace tether's jit=off")
+        log.warning("PostgreSQL JIT is on for tether's sessions at %s (%s): a worker's claims against a backlog of "
+                    "about a million queued jobs or more then spend 30-600 ms compiling, every round. Turn it off "
+                    "for tether's role: ALTER ROLE %s SET jit = off", redact_url(dsn.url), why, quote(user))
+    return True

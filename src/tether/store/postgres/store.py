@@ -27,7 +27,7 @@ from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
 from ..rows import attempt_from_row, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
-from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote
+from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote, warn_if_jit
 from .control import PostgresControl
 from .ids import ClaimIdsMixin
 from .listener import NotifyListener
@@ -186,6 +186,7 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
                     f"no tether schema in PostgreSQL schema {self.schema!r} at {self._where()}: "
                     "run `tether migrate` first"
                 ) from None
+            warn_if_jit(conn, self.dsn)
         have = {r[0] for r in rows}
         missing = [f"{v:04d}_{n}" for v, n, _ in self._migrations if v not in have]
         if missing:
