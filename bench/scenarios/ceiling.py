@@ -1,11 +1,14 @@
 """Scenario 8: the raw-SQL ceiling: pgbench running tether's own claim and complete.
 
 The statements are taken from tether's ``queries.sql`` as its PostgreSQL store
-loads them (macros filled), with the parameters bound to pgbench variables, and
-run by pgbench in prepared mode (tether's store prepares its statements too):
+loads them (macros filled), the variants a worker sends (``claim_known``,
+``complete_and_claim_known``: by the tasks it has handlers for), with the
+parameters bound to pgbench variables, and run by pgbench in prepared mode
+with the session settings of the store's round connections (``PGOPTIONS``:
+generic plans, no JIT):
 
     claim K jobs   (tether's claim; the ids and the attempts by id \\gset into variables)
-    complete them  (tether's fenced batch complete, which writes the attempt rows)
+    complete them  (tether's fenced batch complete: a success writes its job row only)
 
 two autocommit statements per transaction, as a worker whose claims take more
 than 128 jobs sends them (the complete beside the next claim); and the script a
@@ -27,6 +30,7 @@ jobs), 8 clients.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -38,6 +42,10 @@ import common as C
 
 DB = "bench_tether_ceiling"
 BATCHES = [1, 10, 100]
+#: the tasks a worker's claims name: the prefilled jobs' one task
+TASKS = "ARRAY['noop']"
+#: the session settings of the store's round connections (store/postgres/connect.py)
+ROUND_OPTIONS = "-c plan_cache_mode=force_generic_plan -c jit=off"
 PREFILL = """
 INSERT INTO tether.jobs (queue, task, args, run_at, max_attempts, created_at)
 SELECT 'default', 'noop', jsonb_build_object('i', g), now(), 3, now()
@@ -47,10 +55,17 @@ FROM generate_series(1, %(n)s::bigint) AS g
 
 def pgbench_script(claim: str, complete: str, k: int) -> str:
     common = {"worker": "'pgbench'", "now": "NULL", "lease_ttl": "30.0"}
-    claim_sql = _bind(claim, {**common, "queues": "ARRAY['default']", "limit": str(k)})
+    # (a claim alone carries no finished jobs: its done is NULL, as the store sends it)
+    claim_sql = _bind(claim, {**common, "queues": "ARRAY['default']", "limit": str(k), "done": "NULL",
+                              "tasks": TASKS})
     complete_sql = _bind(complete, {**common, "ids": ":ids", "done": ":done"})
+    # The claim's own WITH writes (its UPDATE), so it cannot be nested in
+    # another: its answer (every claimed row) is swapped for the one row \\gset needs.
+    head, sep, _ = claim_sql.rpartition("SELECT * FROM claimed")
+    if not sep:
+        raise ValueError("the claim no longer ends with its 'SELECT * FROM claimed' answer")
     return (
-        f"WITH claimed AS ({_one_line(claim_sql)}) SELECT {CARRIED} FROM claimed\n"
+        f"{_one_line(head + f'SELECT {CARRIED} FROM claimed')}\n"
         "\\gset\n"
         f"{_one_line(complete_sql)};\n"
     )
@@ -66,14 +81,16 @@ def carry_script(complete_and_claim: str, k: int) -> str:
     """complete_and_claim with the previous transaction's claim carried in
     :ids/:done (pgbench -D starts them empty). Its answer is one row per job, and
     \\gset needs one row, so the final SELECT is swapped for one that aggregates
-    the claimed ids; the audit CTE modifies data, so it runs all the same."""
+    the claimed ids and, as the store's does, reads the finished jobs (``done``)
+    and the waiters' announcement (``woken``, a plain SELECT that runs only
+    when read)."""
     common = {"worker": "'pgbench'", "now": "NULL", "lease_ttl": "30.0", "queues": "ARRAY['default']",
-              "limit": str(k), "ids": ":ids", "done": ":done"}
+              "limit": str(k), "ids": ":ids", "done": ":done", "tasks": TASKS}
     body = _bind(complete_and_claim, common)
     head, sep, _ = body.rpartition("SELECT 0 AS kind")
     if not sep:
         raise ValueError("complete_and_claim no longer ends with its 'SELECT 0 AS kind' answer")
-    tail = f"SELECT {CARRIED}, (SELECT count(*) FROM audit) AS n FROM claimed"
+    tail = f"SELECT {CARRIED}, (SELECT count(*) FROM done) AS n, (SELECT count(*) FROM woken) AS w FROM claimed"
     return f"{_one_line(head + tail)}\n\\gset\n"
 
 
@@ -103,14 +120,15 @@ def run_one(system: C.System, sql: dict[str, str], k: int, clients: int, tx: int
     C.settle_db(DB)
     name = f"ceiling-{'carry-' if carry else ''}k{k}"
     script = C.scratch() / f"{name}.sql"
-    script.write_text(carry_script(sql["complete_and_claim"], k) if carry
-                      else pgbench_script(sql["claim"], sql["complete"], k))
+    script.write_text(carry_script(sql["complete_and_claim_known"], k) if carry
+                      else pgbench_script(sql["claim_known"], sql["complete"], k))
     argv = [str(C.PGBIN / "pgbench"), "-h", C.PG_HOST, "-p", str(C.PG_PORT), "-U", C.PG_USER, "-n",
             "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)), "-t", str(tx), "-f", str(script),
             *(["-D", "ids={}", "-D", "done={}"] if carry else []), DB]
     with C.connect() as admin:
         s0 = C.snapshot(DB, admin)
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=3600,
+                           env={**os.environ, "PGOPTIONS": ROUND_OPTIONS})
         C.wait_no_backends(DB)
         s1 = C.snapshot(DB, admin)
     (C.scratch() / "logs").mkdir(parents=True, exist_ok=True)
@@ -153,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = C.SYSTEMS["tether"]
     system = C.System(base.name, base.venv, DB, base.worker_argv, base.pending_sql, base.done_sql, env=base.env)
     C.recreate_db(DB)
-    sql = C.run_client(system, ["dump-sql", "claim", "complete", "complete_and_claim"])
+    sql = C.run_client(system, ["dump-sql", "claim_known", "complete", "complete_and_claim_known"])
     base_jobs = args.jobs or (4000 if args.quick else 20000)
     results: dict[str, Any] = {"clients": args.clients, "statements": sql, "by_batch": {}, "runs": []}
     for k, carry in [(k, carry) for k in args.batch or BATCHES for carry in (False, True)]:
