@@ -738,3 +738,33 @@ def test_a_long_error_is_kept_whole_on_the_job_and_shortened_in_the_log(
     assert ran.job_id == job_id and len(ran.error or "") > 50_000
     [line] = [r.getMessage() for r in caplog.records if f"job {job_id} attempt 1 failed" in r.getMessage()]
     assert len(line) < 3000 and f"`tether job {job_id}`" in line
+
+
+def test_a_workers_log_shows_control_characters_in_job_text_as_escapes(tmp_path: Path) -> None:
+    """A handler's error is database text, often with the job's input in it,
+    and the worker's log line wrote it raw: an ESC sequence reached the
+    reader's terminal, and a newline forged a log line no worker wrote. Now
+    tether's own lines show them as escapes; the app's own log lines are
+    written as they come, tracebacks keep their newlines."""
+    import subprocess
+    import sys
+
+    app_py = tmp_path / "app.py"
+    app_py.write_text(
+        "import logging\n"
+        "from tether import Tether\n"
+        f"app = Tether('sqlite:///{tmp_path / 't.db'}')\n"
+        "@app.task(max_attempts=1)\n"
+        "def parse(ctx, text):\n"
+        "    logging.getLogger('myapp').warning('own line one\\nown line two')\n"
+        "    raise ValueError(f'cannot parse {text}')\n"
+        "if __name__ == '__main__':\n"
+        "    app.migrate(); parse.enqueue(text='x\\x1b]0;pwned\\x07\\x1b[2J\\n2026-01-01 INFO tether.worker: FORGED')\n"
+        "    app.run_worker(burst=True)\n")
+    run = subprocess.run([sys.executable, str(app_py)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "\x1b" not in run.stderr and "\x07" not in run.stderr, run.stderr
+    [line] = [ln for ln in run.stderr.splitlines() if "cannot parse" in ln]
+    assert " tether.worker[" in line and "\\x1b[2J\\x0a2026-01-01 INFO tether.worker: FORGED" in line, line
+    assert not any(ln.startswith("2026-01-01") for ln in run.stderr.splitlines())
+    assert "own line one\nown line two" in run.stderr  # not tether's to reshape

@@ -12,10 +12,11 @@ from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
+from .display import visible
 from .model import ClaimedJob
 
 __all__ = ["DRIVER_LOGGER", "FIELDS", "LOG_FORMAT", "POOL_LOGGER", "FieldsAdapter", "JsonFormatter",
-           "NotWrittenOnTheWay", "configure_worker_logging", "job_fields"]
+           "NotWrittenOnTheWay", "TextFormatter", "configure_worker_logging", "job_fields"]
 
 #: a worker's log line, as `tether worker` writes it
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s"
@@ -50,6 +51,32 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["traceback"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``LOG_FORMAT``'s lines, with tether's own records made safe for a
+    terminal and a log file: their messages carry database text (task names,
+    errors a handler raised, often with its input in them), and a control
+    character in one is shown as its escape (``visible``). An ESC could
+    recolour, retitle or clear the reader's terminal, and a newline forge a
+    line of the log ("job 7 succeeded") that no worker wrote. A traceback
+    keeps its newlines. Records of other loggers (the app's own) are written
+    as they come: their text is their author's to shape."""
+
+    def __init__(self) -> None:
+        super().__init__(LOG_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        text = super().formatMessage(record)
+        return visible(text) if _ours(record) else text
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)  # formatMessage's line, then any traceback
+        return visible(text, lines=True) if _ours(record) else text
+
+
+def _ours(record: logging.LogRecord) -> bool:
+    return record.name == "tether" or record.name.startswith("tether.")
 
 
 class FieldsAdapter(logging.LoggerAdapter[logging.Logger]):
@@ -90,7 +117,7 @@ def configure_worker_logging(level: str = "info", fmt: str = "text", *, once: bo
     import sys
 
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     if once:
         handler.addFilter(NotWrittenOnTheWay())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
