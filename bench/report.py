@@ -346,7 +346,8 @@ def ceiling_md(ce: dict[str, Any], tp: dict[str, Any] | None) -> str:
              f(r.get("commits_per_job"), 3), f(r.get("wal_bytes_per_job"))] for k, r in ce["by_batch"].items()]
     text = (f"pgbench, {ce['clients']} clients, prepared statements, tether's own SQL: claim then complete "
             "(two statements: what a worker claiming more than 128 jobs at a time sends, the two at once), and "
-            "complete_and_claim (one: what a worker claiming at most 128 sends).\n\n"
+            "complete_and_claim (one: what a worker claiming at most 128 sends); the variants by the worker's "
+            "tasks, with its round connections' settings (generic plans, no JIT).\n\n"
             + table(["script", "jobs/s", "tps", "PG CPU ms/job", "commits/job", "WAL B/job"], rows))
     if tp and "tether" in tp["systems"]:
         frac = []
