@@ -157,6 +157,21 @@ def test_well_formed_database_urls_parse(url: str) -> None:
     assert (dsn.backend, dsn.url, dsn.schema) == GOOD_URLS[url]
 
 
+def test_a_driver_option_that_needs_encoding_reaches_the_driver_whole() -> None:
+    """The URL's query is decoded to find tether's own options, and the rest
+    was written back for the driver raw: libpq refused
+    ``options=-c%20statement_timeout%3D5000`` ("extra key/value separator"),
+    and an ``&`` in a value split it in two."""
+    import psycopg
+
+    dsn = parse_database_url("postgresql://u@h/db?schema=jobs&options=-c%20statement_timeout%3D5000"
+                             "&application_name=a%26b%20c&sslmode=require")
+    given = psycopg.conninfo.conninfo_to_dict(dsn.url)
+    assert (given["options"], given["application_name"], given["sslmode"]) == (
+        "-c statement_timeout=5000", "a&b c", "require")
+    assert dsn.schema == "jobs" and "schema" not in given
+
+
 def test_the_pooler_options_are_tethers_and_never_reach_the_driver() -> None:
     dsn = parse_database_url(
         "postgresql://u:pw@pooler:6432/db?sslmode=require&pgbouncer=transaction&schema=jobs"

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from .errors import ConfigError, InvalidDSN
 from .model import QueueLimits
@@ -213,7 +213,10 @@ def parse_database_url(url: str | None) -> DatabaseURL:
         # parameters it does not know)
         ours = _pooler_options(shown.split("?")[0], query.pop("pgbouncer", None), query.pop("listen_url", None), query)
         netloc = parts.netloc
-        rest = "&".join(f"{k}={v}" for k, v in query.items())
+        # encoded again as they came: a value is decoded above, and libpq
+        # refused "options=-c statement_timeout=5s" as written back raw (an
+        # "=" or "&" in a value, or a space)
+        rest = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in query.items())
         driver_url = f"postgresql://{netloc}{parts.path}" + (f"?{rest}" if rest else "")
         return DatabaseURL("postgresql", driver_url, schema, {**query, **ours})
     if scheme in ("http", "https"):
