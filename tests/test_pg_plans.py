@@ -241,3 +241,37 @@ def test_a_claim_over_a_long_backlog_is_not_compiled_by_jit(pg: PostgresStore) -
         [top] = plan
         assert top["Plan"]["Total Cost"] > 100_000, "the backlog no longer takes the claim past jit_above_cost"
         assert "JIT" not in top, top["JIT"]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_urls_own_startup_options_go_after_tethers(db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A URL's ``options=-c statement_timeout=...`` replaced tether's startup
+    options whole: its sessions lost ``jit=off`` and the plan settings of its
+    pools, unsaid. Now the URL's go after tether's: they win a setting both
+    name (and JIT turned back on is named at the check of the schema)."""
+    import logging
+    from urllib.parse import quote as urlquote
+
+    from tether.store.postgres import connect
+
+    store = open_store(db_url + "&options=" + urlquote("-c statement_timeout=5000"))
+    assert isinstance(store, PostgresStore)
+    try:
+        store.migrate()
+        for pool, plans in ((store.pool, "force_custom_plan"), (store.round_pool, "force_generic_plan")):
+            with pool.connection() as conn:
+                shown = [conn.execute(f"SHOW {name}").fetchone() for name in ("statement_timeout", "jit",
+                                                                                  "plan_cache_mode")]
+            assert shown == [("5s",), ("off",), (plans,)]
+    finally:
+        store.close()
+    jit_on = open_store(db_url + "&options=" + urlquote("-c jit=on"))
+    assert isinstance(jit_on, PostgresStore)
+    try:
+        connect._JIT_WARNED.discard(jit_on.dsn.url)
+        with caplog.at_level(logging.WARNING, logger="tether.store.postgres"):
+            jit_on.check_schema()
+        [line] = [r.getMessage() for r in caplog.records if "JIT" in r.getMessage()]
+        assert "the URL's own options= turn it on" in line
+    finally:
+        jit_on.close()

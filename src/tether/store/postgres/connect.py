@@ -64,7 +64,8 @@ log = logging.getLogger("tether.store.postgres")
 #: statements are short: JIT only ever costs them.
 _NO_JIT = "-c jit=off"
 
-# Connection settings; any of these in the URL wins. A worker cut off by a
+# Connection settings; any of these in the URL wins (startup options: see
+# net_defaults). A worker cut off by a
 # network partition must find out in seconds, not after the kernel's two-hour
 # keepalive default: probe idle connections and give up on unacknowledged writes.
 CONN_DEFAULTS = {
@@ -113,11 +114,17 @@ def pooled(dsn: DatabaseURL) -> bool:
     return dsn.options.get("pgbouncer") == "transaction"
 
 
-def net_defaults(url: str, *, session: bool = True) -> dict[str, Any]:
+def net_defaults(url: str, *, session: bool = True, options: str = CONN_DEFAULTS["options"]) -> dict[str, Any]:
     """CONN_DEFAULTS that the URL does not set; without the session settings
-    unless ``session``."""
+    unless ``session``. The URL's own startup options (``options=``) go after
+    tether's ``options``: theirs win a setting both name, and tether's stand
+    for the rest (a URL's ``-c statement_timeout=5s`` dropped tether's
+    ``plan_cache_mode`` and ``jit=off`` with the rest of its options)."""
     given = psycopg.conninfo.conninfo_to_dict(url)
-    return {k: v for k, v in CONN_DEFAULTS.items() if k not in given and (session or k not in SESSION_SETTINGS)}
+    out = {k: v for k, v in CONN_DEFAULTS.items() if k not in given and (session or k not in SESSION_SETTINGS)}
+    if session:
+        out["options"] = f"{options} {given['options']}" if given.get("options") else options
+    return out
 
 
 def quote(ident: str) -> str:
@@ -155,8 +162,8 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
     # past year 9999, so they keep psycopg's own loaders (ADAPTERS' cost about
     # 0.9 us a timestamp, two or three to a claimed job).
     rounds = {k: v for k, v in kwargs.items() if k != "context"}
-    if "options" in rounds:
-        rounds["options"] = _GENERIC_OPTIONS
+    if session:
+        rounds["options"] = net_defaults(dsn.url, options=_GENERIC_OPTIONS)["options"]
     try:
         psycopg.connect(dsn.url, connect_timeout=5, **{k: v for k, v in net.items() if k != "connect_timeout"}).close()
     except psycopg.Error as exc:
@@ -227,7 +234,7 @@ def warn_if_jit(conn: psycopg.Connection[Any], dsn: DatabaseURL) -> bool:
     if dsn.url not in _JIT_WARNED:
         _JIT_WARNED.add(dsn.url)
         why = ("through a transaction pooler tether sends no session settings" if pooled(dsn)
-               else "the URL's own options= replace tether's jit=off")
+               else "the URL's own options= turn it on")
         log.warning("PostgreSQL JIT is on for tether's sessions at %s (%s): a worker's claims against a backlog of "
                     "about a million queued jobs or more then spend 30-600 ms compiling, every round. Turn it off "
                     "for tether's role: ALTER ROLE %s SET jit = off", redact_url(dsn.url), why, quote(user))
