@@ -161,11 +161,17 @@ def test_through_the_pooler_jit_left_on_is_named_once_with_what_to_run(
 
     from tether.store.postgres import connect
 
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting('jit') = 'on' AND pg_jit_available()").fetchone()
     connect._JIT_WARNED.discard(pg.dsn.url)
     with caplog.at_level(logging.WARNING, logger="tether.store.postgres"):
         pg.check_schema()
         pg.check_schema()
-    [line] = [r.getMessage() for r in caplog.records if "JIT" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "JIT" in r.getMessage()]
+    if row != (True,):  # a server that compiles nothing (no LLVM, or jit off for the role): nothing to say
+        assert lines == []
+        return
+    [line] = lines
     assert "through a transaction pooler" in line and 'ALTER ROLE "postgres" SET jit = off' in line
     direct = open_store(PG_URL + ("&" if "?" in PG_URL else "?") + f"schema={pg.schema}")
     try:
