@@ -64,10 +64,10 @@ log = logging.getLogger("tether.store.postgres")
 #: statements are short: JIT only ever costs them.
 _NO_JIT = "-c jit=off"
 
-# Connection settings; any of these in the URL wins (startup options: see
-# net_defaults). A worker cut off by a
-# network partition must find out in seconds, not after the kernel's two-hour
-# keepalive default: probe idle connections and give up on unacknowledged writes.
+# Connection settings; any of these in the URL wins (startup options combine:
+# see net_defaults). A worker cut off by a network partition must find out in
+# seconds, not after the kernel's two-hour keepalive default: probe idle
+# connections and give up on unacknowledged writes.
 CONN_DEFAULTS = {
     # Plan every execution for its own arguments: the arrays tether passes vary
     # from 1 to thousands of elements, and a generic plan chosen for one size
@@ -121,9 +121,10 @@ def net_defaults(url: str, *, session: bool = True, options: str = CONN_DEFAULTS
     for the rest (a URL's ``-c statement_timeout=5s`` dropped tether's
     ``plan_cache_mode`` and ``jit=off`` with the rest of its options)."""
     given = psycopg.conninfo.conninfo_to_dict(url)
-    out = {k: v for k, v in CONN_DEFAULTS.items() if k not in given and (session or k not in SESSION_SETTINGS)}
+    out = {k: v for k, v in CONN_DEFAULTS.items() if k not in given and k not in SESSION_SETTINGS}
     if session:
-        out["options"] = f"{options} {given['options']}" if given.get("options") else options
+        theirs = given.get("options")
+        out["options"] = f"{options} {theirs}" if theirs else options
     return out
 
 
@@ -221,21 +222,21 @@ def _hint(message: str) -> str:
 _JIT_WARNED: set[str] = set()
 
 
-def warn_if_jit(conn: psycopg.Connection[Any], dsn: DatabaseURL) -> bool:
-    """Log once, at WARNING, if JIT is on for the store's sessions (see
-    _NO_JIT): through a transaction pooler tether cannot turn it off, nor
-    when the URL's own ``options=`` replace tether's. Whether it is on."""
-    # (on where the server cannot load its JIT provider compiles nothing)
+def warn_if_jit(conn: psycopg.Connection[Any], dsn: DatabaseURL) -> None:
+    """Log once a process, at WARNING, if JIT is on for the store's sessions
+    (see _NO_JIT): through a transaction pooler tether cannot turn it off,
+    and a URL's own ``options=`` may turn it back on."""
+    if dsn.url in _JIT_WARNED:
+        return
+    # (jit = on compiles nothing where the server cannot load its JIT provider)
     row = conn.execute("SELECT current_setting('jit') = 'on' AND pg_jit_available(), current_user").fetchone()
     assert row is not None
     jit, user = row
     if not jit:
-        return False
-    if dsn.url not in _JIT_WARNED:
-        _JIT_WARNED.add(dsn.url)
-        why = ("through a transaction pooler tether sends no session settings" if pooled(dsn)
-               else "the URL's own options= turn it on")
-        log.warning("PostgreSQL JIT is on for tether's sessions at %s (%s): a worker's claims against a backlog of "
-                    "about a million queued jobs or more then spend 30-600 ms compiling, every round. Turn it off "
-                    "for tether's role: ALTER ROLE %s SET jit = off", redact_url(dsn.url), why, quote(user))
-    return True
+        return
+    _JIT_WARNED.add(dsn.url)
+    why = ("through a transaction pooler tether sends no session settings" if pooled(dsn)
+           else "the URL's own options= turn it on")
+    log.warning("PostgreSQL JIT is on for tether's sessions at %s (%s): a worker's claims against a backlog of "
+                "about a million queued jobs or more then spend 30-600 ms compiling, every round. Turn it off "
+                "for tether's role: ALTER ROLE %s SET jit = off", redact_url(dsn.url), why, quote(user))
