@@ -72,7 +72,9 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)  # formatMessage's line, then any traceback
-        return visible(text, lines=True) if _ours(record) else text
+        if _ours(record) and (record.exc_text or record.stack_info):  # the traceback, its newlines kept
+            return visible(text, lines=True)
+        return text
 
 
 def _ours(record: logging.LogRecord) -> bool:
