@@ -7,6 +7,8 @@ import asyncio
 import gc
 import inspect
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -692,31 +694,34 @@ def test_a_worker_whose_app_declares_a_schedule_fires_and_runs_it(make_app: Call
     assert all(t.tzinfo is not None and t.microsecond == 0 for t in seen)
 
 
+def _run_app_py(tmp_path: Path, body: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The usual layout: an app module that runs its own worker (`python
+    app.py ARGV`), ``body`` after its imports (logging, sys) and ``app =
+    Tether(...)`` on a SQLite file in ``tmp_path``."""
+    app_py = tmp_path / "app.py"
+    app_py.write_text("import logging, sys\nfrom tether import Tether\n"
+                      f"app = Tether('sqlite:///{tmp_path / 't.db'}')\n" + body)
+    return subprocess.run([sys.executable, str(app_py), *argv], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+
+
 def test_app_run_worker_logs_as_tether_worker_does_when_the_process_configured_no_logging(tmp_path: Path) -> None:
     """The usual layout: `python app.py`, ending in app.run_worker(). With no
     logging set up, the worker said nothing at start and a bare "SIGTERM: no
     new claims" with no time; now it writes `tether worker`'s log. A process
     that configured logging keeps its own."""
-    import subprocess
-    import sys
-
-    app_py = tmp_path / "app.py"
-    app_py.write_text(
-        "import logging, sys\n"
-        "from tether import Tether\n"
-        f"app = Tether('sqlite:///{tmp_path / 't.db'}')\n"
-        "@app.task()\n"
-        "def hello(ctx): return 'hi'\n"
-        "if __name__ == '__main__':\n"
-        "    if sys.argv[1:] == ['own']:\n"
-        "        logging.basicConfig(level=logging.WARNING, format='OWN %(message)s')\n"
-        "    app.migrate(); hello.enqueue()\n"
-        "    app.run_worker(burst=True)\n")
-    plain = subprocess.run([sys.executable, str(app_py)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    body = ("@app.task()\n"
+            "def hello(ctx): return 'hi'\n"
+            "if __name__ == '__main__':\n"
+            "    if sys.argv[1:] == ['own']:\n"
+            "        logging.basicConfig(level=logging.WARNING, format='OWN %(message)s')\n"
+            "    app.migrate(); hello.enqueue()\n"
+            "    app.run_worker(burst=True)\n")
+    plain = _run_app_py(tmp_path, body)
     assert plain.returncode == 0, plain.stderr
     assert " INFO    tether.worker[" in plain.stderr and "started: queues=default" in plain.stderr
     assert "stopped after" in plain.stderr and "1 succeeded" in plain.stderr
-    own = subprocess.run([sys.executable, str(app_py), "own"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    own = _run_app_py(tmp_path, body, "own")
     assert own.returncode == 0 and "started: queues" not in own.stderr, own.stderr
 
 
@@ -746,22 +751,14 @@ def test_a_workers_log_shows_control_characters_in_job_text_as_escapes(tmp_path:
     reader's terminal, and a newline forged a log line no worker wrote. Now
     tether's own lines show them as escapes; the app's own log lines are
     written as they come, tracebacks keep their newlines."""
-    import subprocess
-    import sys
-
-    app_py = tmp_path / "app.py"
-    app_py.write_text(
-        "import logging\n"
-        "from tether import Tether\n"
-        f"app = Tether('sqlite:///{tmp_path / 't.db'}')\n"
+    run = _run_app_py(tmp_path, (
         "@app.task(max_attempts=1)\n"
         "def parse(ctx, text):\n"
         "    logging.getLogger('myapp').warning('own line one\\nown line two')\n"
         "    raise ValueError(f'cannot parse {text}')\n"
         "if __name__ == '__main__':\n"
         "    app.migrate(); parse.enqueue(text='x\\x1b]0;pwned\\x07\\x1b[2J\\n2026-01-01 INFO tether.worker: FORGED')\n"
-        "    app.run_worker(burst=True)\n")
-    run = subprocess.run([sys.executable, str(app_py)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        "    app.run_worker(burst=True)\n"))
     assert run.returncode == 0, run.stderr
     assert "\x1b" not in run.stderr and "\x07" not in run.stderr, run.stderr
     [line] = [ln for ln in run.stderr.splitlines() if "cannot parse" in ln]
