@@ -61,7 +61,7 @@ def free_port() -> int:
 class ServerProcess:
     """``python -m tether server`` over the test's database, with two worker tokens."""
 
-    def __init__(self, db_url: str, tmp: Path) -> None:
+    def __init__(self, db_url: str, tmp: Path, *options: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         tokens = tmp / "tokens"
@@ -71,7 +71,7 @@ class ServerProcess:
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tether", "-d", db_url, "server", "--port", str(self.port),
-                 "--token-file", str(tokens), "--log-level", "warning"],
+                 "--token-file", str(tokens), "--log-level", "warning", *options],
                 env=env, stdout=subprocess.DEVNULL, stderr=err)
         client = open_store(self.url, token=TOKEN)
         try:

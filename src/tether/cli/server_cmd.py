@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..config import DEFAULT_MAX_PAYLOAD_BYTES, redact_url
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS, redact_url
 from ..errors import ConfigError
 from ..model import JobState
 from ..worker.pruner import (
@@ -65,6 +65,10 @@ class RetentionParam(_RetentionType):
               help="Largest request body in bytes (larger ones get 413).")
 @click.option("--max-payload", type=click.IntRange(min=1), default=DEFAULT_MAX_PAYLOAD_BYTES, show_default=True,
               help="Largest args, meta or result of one job, in bytes of JSON.")
+@click.option("--round-connections", type=click.IntRange(min=1), default=DEFAULT_SERVER_ROUND_CONNECTIONS,
+              show_default=True,
+              help="PostgreSQL connections for the workers' rounds (claims and their reports), opened as "
+                   "rounds overlap: each remote worker keeps up to two in flight.")
 @click.option("--unsafe-client-clock", is_flag=True,
               help="UNSAFE, for conformance tests only: honour a client-supplied 'now', so any worker "
                    "token can move the clock that leases are judged by.")
@@ -80,8 +84,8 @@ class RetentionParam(_RetentionType):
 @PUBLISH_OPTION
 @click.pass_obj
 def server(state: CLIState, host: str, port: int, token_file: Path | None, max_body: int, max_payload: int,
-           unsafe_client_clock: bool, log_level: str, retention: dict[JobState, float], prune_interval: float,
-           transport: str | None) -> None:
+           round_connections: int, unsafe_client_clock: bool, log_level: str, retention: dict[JobState, float],
+           prune_interval: float, transport: str | None) -> None:
     """Serve the database (--database) over HTTP to workers and producers that hold
     no database credentials: `tether worker --server http://HOST:PORT --token T`.
     It prunes the database too (--retention): its remote workers do not."""
@@ -118,5 +122,6 @@ def server(state: CLIState, host: str, port: int, token_file: Path | None, max_b
                                                 f"; pruning every {prune_interval:g}s" if retention else "")
         services: list[PeriodicService] = [Pruner(store, retention, interval=prune_interval)] if retention else []
         serve(create_app(store, tokens, client_clock=unsafe_client_clock, max_body=max_body,
-                         max_payload_bytes=max_payload, transport=app.transport, services=services), host, port,
+                         max_payload_bytes=max_payload, transport=app.transport, services=services,
+                         round_connections=round_connections), host, port,
               log_level=log_level.lower())

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..config import DEFAULT_MAX_PAYLOAD_BYTES, check_when, validate_queue
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS, check_when, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
 from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, QueueLimits, WorkerInfo
 from ..payload import check_key, dump_json
@@ -427,15 +427,20 @@ def create_app(
     max_claim_wait: float = wire.MAX_CLAIM_WAIT,
     transport: Transport | None = None,
     services: Sequence[PeriodicService] = (),
+    round_connections: int = DEFAULT_SERVER_ROUND_CONNECTIONS,
 ) -> Starlette:
     """The API over ``store``. ``client_clock`` honours a request's ``now``:
     for conformance tests only, never in production (any worker could move
     the clock its leases are judged by). ``max_claim_wait`` caps how long a
     claim may long-poll. ``transport``: announce enqueued and retried jobs on
     it (the caller owns it and closes it). ``services``: run on their timers
-    while the app serves (the pruner), stopped at shutdown."""
+    while the app serves (the pruner), stopped at shutdown.
+    ``round_connections``: the most database connections the workers' rounds
+    use at once (PostgreSQL; SQLite runs them on the loop, one at a time)."""
     if max_body < 1024:
         raise ConfigError(f"max_body must be at least 1024 bytes, got {max_body}")
+    if isinstance(round_connections, bool) or not isinstance(round_connections, int) or round_connections < 1:
+        raise ConfigError(f"round_connections must be an int >= 1, got {round_connections!r}")
     s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport)
     document = build_document(client_clock=client_clock, max_body=max_body, max_wait=max_claim_wait)
 
@@ -458,6 +463,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         s.wakeups.bind()
+        store.round_connections(round_connections)  # (on this loop, which runs the rounds)
         listener: Listener | None = None
         try:
             listener = await run_in_threadpool(store.listen, s.wakeups.notify_threadsafe)
