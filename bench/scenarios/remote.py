@@ -22,6 +22,7 @@ figure is the ratio remote / local within the run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import secrets
 import socket
@@ -29,6 +30,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,9 @@ import common as C
 
 BACKENDS = ["postgresql", "sqlite"]
 CONCURRENCY = [10, 50]
+#: besides one worker at each concurrency: several worker processes through one
+#: server, (concurrency, workers), as remote workers are usually run
+MANY = [(10, 4)]
 MODES = ["local", "remote"]
 DB = "bench_tether_remote" + C.DB_SUFFIX
 POLL = 0.02
@@ -90,7 +95,7 @@ def _pending(system: C.System) -> Any:
     return (lambda: db.execute(system.pending_sql).fetchone()[0]), db.close
 
 
-def run_one(backend: str, mode: str, n: int, concurrency: int, tag: str) -> dict[str, Any]:
+def run_one(backend: str, mode: str, n: int, concurrency: int, tag: str, workers: int = 1) -> dict[str, Any]:
     system = _system(backend)
     logs = C.scratch() / "logs"
     C.run_client(system, ["setup"], log_to=logs / f"{tag}-setup.log")
@@ -106,8 +111,8 @@ def run_one(backend: str, mode: str, n: int, concurrency: int, tag: str) -> dict
         env = {"TETHER_DATABASE_URL": url, "TETHER_TOKEN": token}
     marks = C.fresh_dir(f"marks-{tag}")
     t_spawn = time.time()
-    w = C.spawn_workers(system, 1, concurrency, extra_env={**env, "BENCH_MARK_DIR": str(marks)}, tag=f"-{tag}")
-    out: dict[str, Any] = {"backend": backend, "mode": mode, "concurrency": concurrency, "n": n,
+    w = C.spawn_workers(system, workers, concurrency, extra_env={**env, "BENCH_MARK_DIR": str(marks)}, tag=f"-{tag}")
+    out: dict[str, Any] = {"backend": backend, "mode": mode, "concurrency": concurrency, "workers": workers, "n": n,
                            "prefill_rate": n / enq["seconds"]}
     try:
         if C.wait_first_mark(marks, w, timeout=120) is None:
@@ -171,43 +176,87 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     C.add_common_args(p, default_n=20000)
     p.add_argument("--backend", action="append", choices=BACKENDS, help="default: both")
     p.add_argument("--concurrency", type=int, action="append", help="default: 10 and 50")
+    p.add_argument("--db-delay-ms", type=float, default=0.0,
+                   help="PostgreSQL through a proxy that delays each direction this long (a database across a "
+                        "network; bench/delay_proxy.py); default 0: direct")
+    p.add_argument("--workers", type=int, action="append",
+                   help="worker processes (through one server when remote); default: 1, and 4 at c10")
     args = p.parse_args(argv)
     C.set_out_dir(args.out, quick=args.quick)
     n = args.n or (3000 if args.quick else 20000)
     C.available(["tether"]) or sys.exit("tether's bench venv is missing")
     (C.scratch() / "logs").mkdir(parents=True, exist_ok=True)
-    backends, concs = args.backend or BACKENDS, args.concurrency or CONCURRENCY
-    results: dict[str, Any] = {"n": n, "configs": {}, "runs": []}
-    runs: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    backends = args.backend or BACKENDS
+    shapes = ([(conc, w) for conc in (args.concurrency or CONCURRENCY) for w in args.workers] if args.workers else
+              [(conc, 1) for conc in (args.concurrency or CONCURRENCY)] + ([] if args.concurrency else MANY))
+    results: dict[str, Any] = {"n": n, "configs": {}, "runs": [], "db_delay_ms": args.db_delay_ms}
+    with delayed_db(args.db_delay_ms):
+        _run(results, backends, shapes, n, args)
+    C.save_raw("remote", results)
+    return results
+
+
+@contextlib.contextmanager
+def delayed_db(delay_ms: float) -> Iterator[None]:
+    """PostgreSQL (every connection of the run: workers, server, probes) through
+    bench/delay_proxy.py, ``delay_ms`` each way; directly when 0."""
+    if not delay_ms:
+        yield
+        return
+    port, saved = _free_port(), C.PG_PORT
+    proxy = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[1] / "delay_proxy.py"),
+                              "--listen", str(port), "--target", f"{C.PG_HOST}:{saved}", "--delay-ms", str(delay_ms)],
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proxy.poll() is not None:
+                    raise RuntimeError("the delay proxy did not start") from None
+                time.sleep(0.05)
+        C.PG_PORT = port
+        C.log(f"PostgreSQL through a proxy that delays each direction {delay_ms:g} ms")
+        yield
+    finally:
+        C.PG_PORT = saved
+        proxy.terminate()
+        proxy.wait(timeout=10)
+
+
+def _run(results: dict[str, Any], backends: list[str], shapes: list[tuple[int, int]], n: int,
+         args: argparse.Namespace) -> None:
+    runs: dict[tuple[str, int, int, str], list[dict[str, Any]]] = {}
     for backend in backends:
-        for conc in concs:
+        for conc, workers in shapes:
+            shape = f"c{conc}" if workers == 1 else f"{workers}w x c{conc}"
             for rep in range(args.reps or (2 if args.quick else 3)):  # the ratio is the figure: two even when quick
                 for mode in C.rotated(MODES, rep):
-                    tag = f"remote-{backend}-{mode}-c{conc}-r{rep}"
-                    C.log(f"remote {backend} {mode} c{conc} n={n} rep {rep + 1}")
+                    tag = f"remote-{backend}-{mode}-{workers}w-c{conc}-r{rep}"
+                    C.log(f"remote {backend} {mode} {shape} n={n} rep {rep + 1}")
                     speed = C.speed_probe()
                     try:
-                        r = run_one(backend, mode, n, conc, tag)
+                        r = run_one(backend, mode, n, conc, tag, workers)
                         C.log(f"  {r['rate']:.0f} jobs/s, worker {r['worker_cpu_per_job_ms']:.3f} ms/job, "
                               f"server {r['server_cpu_per_job_ms']:.3f} ms/job, done {r['done']}/{n}, "
                               f"speed probe {speed:.1f} ms")
                     except Exception as exc:
                         C.log(f"  FAILED: {exc}")
-                        r = {"backend": backend, "mode": mode, "concurrency": conc, "ok": False,
+                        r = {"backend": backend, "mode": mode, "concurrency": conc, "workers": workers, "ok": False,
                              "error": str(exc)[:2000]}
                     r["rep"], r["speed_probe_ms"] = rep, speed
-                    runs.setdefault((backend, conc, mode), []).append(r)
+                    runs.setdefault((backend, conc, workers, mode), []).append(r)
                     results["runs"].append(r)
-            local = summarize(runs[backend, conc, "local"])
-            remote = summarize(runs[backend, conc, "remote"])
+            local = summarize(runs[backend, conc, workers, "local"])
+            remote = summarize(runs[backend, conc, workers, "remote"])
             ratio = remote["rate"] / local["rate"] if remote["rate"] and local["rate"] else None
-            results["configs"][f"{backend} c{conc}"] = {"local": local, "remote": remote,
+            results["configs"][f"{backend} {shape}"] = {"local": local, "remote": remote,
                                                         "remote_over_local": ratio}
-            C.log(f"remote {backend} c{conc}: remote/local = {ratio or 0:.2f}")
+            C.log(f"remote {backend} {shape}: remote/local = {ratio or 0:.2f}")
     if "postgresql" in backends:
         C.drop_db(DB)
-    C.save_raw("remote", results)
-    return results
 
 
 if __name__ == "__main__":
