@@ -71,7 +71,7 @@ PREFETCH_HOLD_MAX = 0.5
 #: weight of the newest handler duration in that running average
 PREFETCH_ALPHA = 0.2
 # While prefetching, a claim may take the store's ``prefetch_factor`` times
-# the claim batch (up to MAX_CLAIM_BATCH; 2, and 4 through a tether server):
+# the claim batch (up to MAX_CLAIM_BATCH; 4 on PostgreSQL and through a server):
 # handlers that short empty the extra in a wave or two.
 
 
