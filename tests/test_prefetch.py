@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -115,6 +116,48 @@ def test_short_handlers_pipeline_claims_and_each_job_runs_once(make_app: Callabl
         job = app.get_job(job_id)
         assert job is not None and job.state is JobState.SUCCEEDED and job.result == n * 2
         assert [a.outcome for a in job.attempts] == [Outcome.SUCCEEDED]
+
+
+def _claim_limits(app: Tether, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The limit of every claim the worker sends from now on (each sent as ever)."""
+    limits: list[int] = []
+    store = app.store
+    for name in ("claim_async", "complete_and_claim_async"):
+        real = getattr(store, name)
+
+        def record(*args: Any, _real: Callable[..., Any] = real, **kwargs: Any) -> Any:
+            limits.append(args[-2])  # (..., limit, lease_ttl), as the claimer passes them
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(store, name, record)
+    return limits
+
+
+@ON_PG
+@pytest.mark.parametrize("handler_s", [0.0, 0.02])
+def test_claims_ahead_are_as_deep_as_the_handlers_empty_quickly(
+    make_app: Callable[..., Tether], monkeypatch: pytest.MonkeyPatch, handler_s: float,
+) -> None:
+    """No-op handlers: claims ahead of the store's prefetch_factor batches (4,
+    40 jobs at c10). Handlers of 20 ms (prefetching still: under 25 ms): two
+    batches, so that the buffer drains within about PREFETCH_DRAIN and no job
+    waits out PREFETCH_HOLD_MAX to be handed back (a retry the next claim
+    counts as attempt 2). Four batches of them took 80 ms to drain."""
+    app = make_app(**FAST)
+
+    @app.task
+    def work(ctx: JobContext, n: int) -> None:
+        time.sleep(handler_s)
+
+    ids = work.enqueue_many([{"n": n} for n in range(400 if handler_s == 0 else 150)])
+    limits = _claim_limits(app, monkeypatch)
+    with running(app, concurrency=10) as w:
+        for job_id in ids:
+            wait_job(app, job_id, is_final, timeout=30)
+    assert w.counts["claims_ahead"] > 0
+    if handler_s == 0:
+        assert max(limits) == app.store.prefetch_factor * 10 == 40
+    else:
+        assert max(limits) == 20, limits
 
 
 @pytest.mark.parametrize(("backend", "prefetch"), [("postgresql", False), ("sqlite", True)], indirect=["backend"])

@@ -188,7 +188,7 @@ class Claimer:
                     if ahead:
                         s.counts["claims_ahead_of_another"] += 1
                     by_fetch = fetched and self._via_transport()
-                    ahead.append((self._fetch_ahead if by_fetch else self.send)(min(room, ex.ahead_batch)))
+                    ahead.append((self._fetch_ahead if by_fetch else self.send)(min(room, ex.ahead())))
                     room -= ahead[-1].want
                     sent = True
                     if by_fetch:

@@ -70,9 +70,10 @@ PREFETCH_BELOW = 0.025
 PREFETCH_HOLD_MAX = 0.5
 #: weight of the newest handler duration in that running average
 PREFETCH_ALPHA = 0.2
-# While prefetching, a claim may take the store's ``prefetch_factor`` times
-# the claim batch (up to MAX_CLAIM_BATCH; 4 on PostgreSQL and through a server):
-# handlers that short empty the extra in a wave or two.
+#: while prefetching, a claim ahead takes the store's ``prefetch_factor`` claim
+#: batches (4 on PostgreSQL and through a server; at most MAX_CLAIM_BATCH), but
+#: no more than the handlers' running average empties in about this (2 at least)
+PREFETCH_DRAIN = 0.05
 
 
 class Executor:
@@ -89,7 +90,7 @@ class Executor:
         self.max_payload_bytes = max_payload_bytes
         #: how many jobs one claim takes when not prefetching
         self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
-        #: how many while prefetching (the store's prefetch_factor batches)
+        #: the most a claim ahead takes (the store's prefetch_factor batches)
         self.ahead_batch = min(state.store.prefetch_factor * self.claim_batch, MAX_CLAIM_BATCH)
         #: prefetch only where the store gains from it (not SQLite); with a
         #: delivering transport too, where the next round (a fetch, then a claim
@@ -115,24 +116,25 @@ class Executor:
 
     # -- how much to claim ----------------------------------------------------------------
     def room(self) -> int:
-        """How many jobs the next claim may take: free handler slots, plus a
-        prefetch batch while prefetching, less what already waits in the buffer.
-        Bounded so that leases held (running handlers, the buffer, and finished
-        ones whose reports are still being written) stay under twice the
-        concurrency (plus the prefetch) when the database is slow to take
-        reports."""
-        ahead = self.ahead_batch * self.state.store.claims_in_flight if self.prefetching() else 0
+        """How many jobs the next claim may take: free slots, plus the claims
+        ahead while prefetching, less the buffer; leases held (running, buffered,
+        reports in flight) stay under twice the concurrency plus the prefetch."""
+        ahead = self.ahead() * self.state.store.claims_in_flight if self.prefetching() else 0
         return min(self.concurrency + ahead - self.busy - len(self.ready),
                    LEASES_PER_SLOT * self.concurrency + ahead - len(self.state.inflight))
 
     def batch(self) -> int:
         """How many jobs one claim may take: more while prefetching."""
-        return self.ahead_batch if self.prefetching() else self.claim_batch
+        return self.ahead() if self.prefetching() else self.claim_batch
+
+    def ahead(self) -> int:
+        """How many jobs a claim ahead may take (PREFETCH_DRAIN)."""
+        batches = min(self.state.store.prefetch_factor, max(2, int(PREFETCH_DRAIN / max(self.avg_run, 1e-6))))
+        return min(batches * self.claim_batch, self.ahead_batch)
 
     def prefetching(self) -> bool:
-        """Claim ahead only while handlers are short: a prefetched job's lease
-        and timeout start at its claim, and other workers cannot take it, so it
-        must not wait long for a slot."""
+        """Claim ahead only while handlers are short: a prefetched job's lease and
+        timeout start at its claim, and no other worker can take it meanwhile."""
         return self.prefetch and self.avg_run < PREFETCH_BELOW and not self.state.stopping
 
     # -- taking jobs on -------------------------------------------------------------------
