@@ -71,8 +71,8 @@ PREFETCH_HOLD_MAX = 0.5
 #: weight of the newest handler duration in that running average
 PREFETCH_ALPHA = 0.2
 #: while prefetching, a claim ahead takes the store's ``prefetch_factor`` claim
-#: batches (4 on PostgreSQL and through a server; at most MAX_CLAIM_BATCH), but
-#: no more than the handlers' running average empties in about this (2 at least)
+#: batches (4 on PostgreSQL, 8 through a server; at most MAX_CLAIM_BATCH), but no
+#: more than the handlers' running average empties in about this (2 at least)
 PREFETCH_DRAIN = 0.05
 
 
@@ -128,9 +128,9 @@ class Executor:
         return self.ahead() if self.prefetching() else self.claim_batch
 
     def ahead(self) -> int:
-        """How many jobs a claim ahead may take (PREFETCH_DRAIN)."""
-        batches = min(self.state.store.prefetch_factor, max(2, int(PREFETCH_DRAIN / max(self.avg_run, 1e-6))))
-        return min(batches * self.claim_batch, self.ahead_batch)
+        """How many jobs a claim ahead may take (PREFETCH_DRAIN; each claim in flight buffers one)."""
+        drain = int(PREFETCH_DRAIN / max(self.avg_run * self.state.store.claims_in_flight, 1e-6))
+        return min(min(self.state.store.prefetch_factor, max(2, drain)) * self.claim_batch, self.ahead_batch)
 
     def prefetching(self) -> bool:
         """Claim ahead only while handlers are short: a prefetched job's lease and
