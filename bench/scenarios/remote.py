@@ -72,17 +72,28 @@ def start_server(system: C.System, token: str, tag: str) -> tuple[subprocess.Pop
                             env=system.environ({"TETHER_SERVER_TOKENS": f"{token} worker"}), stdout=log,
                             stderr=subprocess.STDOUT, cwd=str(C.scratch()), start_new_session=True)
     log.close()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    try:
+        _wait_accepting(proc, port, 60, f"tether server (see {C.scratch() / 'logs'})")
+    except RuntimeError:
+        proc.kill()
+        raise
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _wait_accepting(proc: subprocess.Popen[bytes], port: int, timeout: float, what: str) -> None:
+    """Until ``proc`` accepts connections on the loopback ``port``; RuntimeError
+    if it exits first or does not within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"tether server exited ({proc.returncode}); see {C.scratch() / 'logs'}")
+            raise RuntimeError(f"{what} exited ({proc.returncode})")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, f"http://127.0.0.1:{port}"
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
         except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start listening within {timeout:g} s") from None
             time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("tether server did not start listening within 60 s")
 
 
 def _pending(system: C.System) -> Any:
@@ -208,15 +219,7 @@ def delayed_db(delay_ms: float) -> Iterator[None]:
                               "--listen", str(port), "--target", f"{C.PG_HOST}:{saved}", "--delay-ms", str(delay_ms)],
                              start_new_session=True)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proxy.poll() is not None:
-                    raise RuntimeError("the delay proxy did not start") from None
-                time.sleep(0.05)
+        _wait_accepting(proxy, port, 10, "the delay proxy")
         C.PG_PORT = port
         C.log(f"PostgreSQL through a proxy that delays each direction {delay_ms:g} ms")
         yield
