@@ -199,12 +199,12 @@ def test_a_worker_restarting_beside_another_tokens_dead_worker_starts_and_the_re
     assert "not ending the leases of" in remote.log(b)
 
 
-def test_a_remote_worker_keeps_two_claims_in_flight_and_runs_each_job_once(server: ServerProcess, store: Store) -> None:
+def test_a_remote_worker_keeps_claims_in_flight_and_runs_each_job_once(server: ServerProcess, store: Store) -> None:
     """Through a tether server a round passes through three processes in turn
-    (worker, server, database): with short handlers the worker keeps two
+    (worker, server, database): with short handlers the worker keeps three
     claims in flight (HttpStore.claims_in_flight), so one is on the server or
-    the database while the other travels. Every job still runs once, and a
-    graceful stop answers both before the worker ends."""
+    the database while another travels. Every job still runs once, and a
+    graceful stop answers them all before the worker ends."""
     app = Tether(server.url, token=TOKEN, **FAST)
     ran: list[int] = []
 

@@ -70,9 +70,12 @@ class HttpStore(HttpClient, Store):
     prefetch_factor = 8
     always_carry = True
     # A round is a request: the worker encodes, the server decodes and encodes,
-    # the database runs the statement, each in turn. With two claims in flight
-    # the server and the database work on one while the other is on its way.
-    claims_in_flight = 2
+    # the database runs the statement, each in turn. With claims in flight the
+    # server and the database work on one while another is on its way. Three
+    # rather than two (remote scenario, 2026-11-27, with the lease bound that
+    # counts successes riding on claims): 1 x 50 from 25,573 to 33,296 jobs/s
+    # on PostgreSQL (remote/local 0.67 -> 0.79), 36,494 to 46,643 on SQLite.
+    claims_in_flight = 3
 
     def __init__(self, dsn: DatabaseURL, *, token: str | None = None) -> None:
         super().__init__(dsn, token=token)
