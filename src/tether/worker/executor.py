@@ -58,8 +58,8 @@ __all__ = [
 
 #: the most jobs one claim may take, whatever the concurrency
 MAX_CLAIM_BATCH = 200
-#: leases a worker may hold per unit of concurrency (the surplus covers finished
-#: jobs whose reports are in flight, so claiming overlaps reporting)
+#: leases a worker may hold per slot and per job claimed ahead (the surplus: finished
+#: jobs whose reports are in flight, riding on claims, so claiming overlaps reporting)
 LEASES_PER_SLOT = 2
 #: prefetch: while handlers finish within this (a running average, seconds),
 #: the claimer claims one batch ahead of its free slots, so that the next
@@ -118,10 +118,10 @@ class Executor:
     def room(self) -> int:
         """How many jobs the next claim may take: free slots, plus the claims
         ahead while prefetching, less the buffer; leases held (running, buffered,
-        reports in flight) stay under twice the concurrency plus the prefetch."""
+        reports in flight) stay under LEASES_PER_SLOT times both."""
         ahead = self.ahead() * self.state.store.claims_in_flight if self.prefetching() else 0
         return min(self.concurrency + ahead - self.busy - len(self.ready),
-                   LEASES_PER_SLOT * self.concurrency + ahead - len(self.state.inflight))
+                   LEASES_PER_SLOT * (self.concurrency + ahead) - len(self.state.inflight))
 
     def batch(self) -> int:
         """How many jobs one claim may take: more while prefetching."""
