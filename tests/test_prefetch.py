@@ -140,14 +140,14 @@ def _claim_limits(app: Tether, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_claims_ahead_are_as_deep_as_the_handlers_empty_quickly(
     make_app: Callable[..., Tether], db_url: str, monkeypatch: pytest.MonkeyPatch, handler_s: float, through: str,
 ) -> None:
-    """No-op handlers: claims ahead of the store's prefetch_factor batches (4
-    on PostgreSQL, 40 jobs at c10; 8 through a server, 80). Handlers of 20 ms
+    """No-op handlers: claims ahead of the store's prefetch_factor batches (8,
+    80 jobs at c10, on PostgreSQL and through a server). Handlers of 20 ms
     (prefetching still: under 25 ms): two batches, so that the buffer drains
     within about PREFETCH_DRAIN and no job waits out PREFETCH_HOLD_MAX to be
     handed back (a retry the next claim counts as attempt 2). Four batches of
-    them took 80 ms to drain. Through a server two claims are in flight, each
-    buffering its claim ahead: handlers of 10 ms get two batches there, four
-    (or three, slowed) from the database."""
+    them took 80 ms to drain. Through a server three claims are in flight, each
+    buffering its claim ahead: handlers of 10 ms get two batches there, five
+    (or three or four, slowed) from the database."""
     with contextlib.ExitStack() as stack:
         if through == "server":
             make_app()  # (migrates)
@@ -167,11 +167,11 @@ def test_claims_ahead_are_as_deep_as_the_handlers_empty_quickly(
                 wait_job(app, job_id, is_final, timeout=30)
     assert w.counts["claims_ahead"] > 0
     if handler_s == 0 and through == "database":
-        assert max(limits) == app.store.prefetch_factor * 10 == 40
-    elif handler_s == 0:  # more than four: up to 80 while the average stays under about 3 ms
+        assert max(limits) == app.store.prefetch_factor * 10 == 80
+    elif handler_s == 0:  # more than four: up to 80 while the average stays under about 2 ms
         assert app.store.prefetch_factor == 8 and 40 < max(limits) <= 80, limits
     elif handler_s == 0.01 and through == "database":
-        assert 30 <= max(limits) <= 40, limits
+        assert 30 <= max(limits) <= 50, limits
     else:
         assert max(limits) == 20, limits
 

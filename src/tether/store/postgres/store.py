@@ -80,8 +80,8 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0
-    # claims four batches ahead: each round costs a round trip and a commit (docs/performance.md)
-    prefetch_factor = 4
+    # claims eight batches ahead: each round costs a round trip and a commit (docs/performance.md)
+    prefetch_factor = 8
 
     def __init__(self, dsn: DatabaseURL, *, pool_size: int = 8) -> None:
         self.dsn = dsn
