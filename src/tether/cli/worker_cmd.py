@@ -37,8 +37,9 @@ _OPTIONS: list[Callable[[F], F]] = [
     click.option("--reaper-interval", type=Seconds(), help="Override the app's reaper interval (seconds)."),
     click.option("--poll-interval", type=Seconds(), help="Idle poll interval (default: the backend's)."),
     click.option("--prefetch/--no-prefetch", default=True, show_default=True, envvar="TETHER_PREFETCH",
-                 help="While handlers finish within 25 ms on average, claim ahead (up to twice the concurrency a "
-                      "claim) so the next claim runs while this batch does (env TETHER_PREFETCH)."),
+                 help="While handlers finish within 25 ms on average, claim ahead (up to eight times the concurrency "
+                      "a claim, at most 200, less for slower handlers) so the next claim runs while this batch "
+                      "does (env TETHER_PREFETCH)."),
     click.option("--burst", is_flag=True,
                  help="Run until no job is due and none is running, then exit 0 (CI jobs, cron-style batches); "
                       "jobs due later (delay, run_at, a retry's backoff) are left for later."),
