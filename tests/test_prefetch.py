@@ -317,7 +317,6 @@ def test_a_chain_of_full_transport_rounds_still_makes_the_fallback_claim(make_ap
         assert w.counts["claims_ahead"] > 0 and w.counts["db_claims"] >= 2
 
 
-
 @ON_PG
 def test_successes_riding_on_claims_leave_the_claims_ahead_whole(
     make_app: Callable[..., Tether], db_url: str, monkeypatch: pytest.MonkeyPatch,
