@@ -71,7 +71,7 @@ PREFETCH_HOLD_MAX = 0.5
 #: weight of the newest handler duration in that running average
 PREFETCH_ALPHA = 0.2
 #: while prefetching, a claim ahead takes the store's ``prefetch_factor`` claim
-#: batches (4 on PostgreSQL, 8 through a server; at most MAX_CLAIM_BATCH), but no
+#: batches (8 on PostgreSQL and through a server; at most MAX_CLAIM_BATCH), but no
 #: more than the handlers' running average empties in about this (2 at least)
 PREFETCH_DRAIN = 0.05
 
