@@ -164,9 +164,9 @@ def postmaster_pid() -> int:
     """The server's postmaster: the parent of one of our own backends."""
     global _POSTMASTER
     if _POSTMASTER is None:
-        with connect() as c:
+        with connect() as c:  # read while the backend lives: it exits when the connection closes
             (backend,) = c.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
-        st = _stat(int(backend))
+            st = _stat(int(backend))
         if st is None:
             raise RuntimeError("cannot read the PostgreSQL backend's /proc entry: is the server on this machine?")
         _POSTMASTER = int(st[3])
