@@ -62,6 +62,8 @@ log = logging.getLogger("tether.server")
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 #: while a claim long-polls, how often it looks again without a wake-up
 LONG_POLL_TICK = 0.2
+#: a claiming request's argument: whether its answer carries the jobs as rows (``wire.ROWS_HEADER``)
+ROWS = "answer_rows"
 
 
 class _Wakeups:
@@ -184,7 +186,12 @@ async def _claim_ids(s: _Server, a: Args) -> Args:
     queues = [validate_queue(q) for q in a["queues"]]
     jobs = await s.store.claim_ids_async(a["worker"], a["ids"], queues, a["lease_ttl"], now=a["now"],
                                          tasks=a.get("tasks"))
-    return {"jobs": wire.encode_claimed_all(jobs)}
+    return _claimed(a, jobs)
+
+
+def _claimed(a: Args, jobs: list[ClaimedJob]) -> Args:
+    """A claim's jobs, as the request asked (``wire.ROWS_HEADER``: rows) or as records."""
+    return wire.encode_claimed_rows(jobs) if a.get(ROWS) else {"jobs": wire.encode_claimed_all(jobs)}
 
 
 def _due_unclaimed(s: _Server, a: Args) -> Args:
@@ -369,6 +376,8 @@ def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
             args = await arguments(request, op, client_clock=s.client_clock, max_body=s.max_body,
                                    max_wait=s.max_wait)
             await _authorize_workers(s, op, caller, args)
+            if op.name in wire.CLAIMING:
+                args[ROWS] = request.headers.get(wire.ROWS_HEADER) == "rows"
             if first is not None:
                 result: Args = await _long_poll(s, request, args, first)
             elif round_ is not None:
@@ -414,7 +423,7 @@ async def _long_poll(s: _Server, request: Request, args: Args,
             break
         await s.wakeups.wait(min(LONG_POLL_TICK, left))
         jobs = await _claim_once(s, args)
-    return {**answer, "jobs": wire.encode_claimed_all(jobs)}
+    return {**answer, **_claimed(args, jobs)}
 
 
 def create_app(

@@ -108,6 +108,8 @@ class HttpClient:
             target += "?" + urlencode({k: (str(v).lower() if isinstance(v, bool) else v)
                                        for k, v in query.items() if v is not None})
         headers = {"Authorization": self._auth, "Accept": "application/json"}
+        if name in wire.CLAIMING:
+            headers[wire.ROWS_HEADER] = "rows"
         payload: bytes | None = None
         if op.body is not None:
             data = dict(body or {})

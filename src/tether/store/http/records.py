@@ -12,8 +12,10 @@ from ...model import Attempt, ClaimedJob, DueJob, Job, JobState, Outcome, Reaped
 from .wire_unknown import decode_unknown, encode_unknown
 
 __all__ = [
+    "CLAIMED_FIELDS",
     "decode_attempt",
     "decode_claimed",
+    "decode_claimed_answer",
     "decode_due",
     "decode_job",
     "decode_reaped",
@@ -23,6 +25,7 @@ __all__ = [
     "encode_attempt",
     "encode_claimed",
     "encode_claimed_all",
+    "encode_claimed_rows",
     "encode_due",
     "encode_job",
     "encode_reaped",
@@ -92,9 +95,9 @@ def encode_claimed(c: ClaimedJob, dt: Callable[[datetime | None], str | None] = 
             "scheduled_for": dt(c.scheduled_for)}
 
 
-def encode_claimed_all(jobs: Sequence[ClaimedJob]) -> list[dict[str, Any]]:
-    """``encode_claimed`` for a claim's jobs, each distinct time written once:
-    they share their claimed_at, and jobs enqueued together their run_at."""
+def _times() -> Callable[[datetime | None], str | None]:
+    """``_dt`` that writes each distinct time once: a claim's jobs share their
+    claimed_at, and jobs enqueued together their run_at."""
     seen: dict[tuple[datetime, timedelta | None], str] = {}
 
     def dt(value: datetime | None) -> str | None:
@@ -106,7 +109,54 @@ def encode_claimed_all(jobs: Sequence[ClaimedJob]) -> list[dict[str, Any]]:
             text = seen[key] = value.isoformat()
         return text
 
+    return dt
+
+
+def encode_claimed_all(jobs: Sequence[ClaimedJob]) -> list[dict[str, Any]]:
+    """``encode_claimed`` for a claim's jobs, each distinct time written once."""
+    dt = _times()
     return [encode_claimed(c, dt) for c in jobs]
+
+
+#: a claimed job's fields in the order ``encode_claimed_rows`` writes them
+CLAIMED_FIELDS = ("id", "attempt", "task", "args", "queue", "priority", "max_attempts", "lease_ttl", "timeout",
+                  "claimed_at", "meta", "run_at", "scheduled_for")
+
+
+def encode_claimed_rows(jobs: Sequence[ClaimedJob]) -> dict[str, Any]:
+    """A claim's jobs as ``{"fields": [...], "rows": [[...], ...]}``, the form
+    a client asks for with ``ROWS_HEADER``: no key repeated per job, so about
+    half the bytes of the records and half the time to write and to parse."""
+    dt = _times()
+    return {"fields": list(CLAIMED_FIELDS),
+            "rows": [[c.id, c.attempt, c.task, c.args, c.queue, c.priority, c.max_attempts, c.lease_ttl, c.timeout,
+                      dt(c.claimed_at), c.meta, dt(c.run_at), dt(c.scheduled_for)] for c in jobs]}
+
+
+def decode_claimed_answer(found: dict[str, Any]) -> list[ClaimedJob]:
+    """A claim's jobs from its answer: rows (a server that knows ``ROWS_HEADER``)
+    or records (an older one). Rows are read by the names in ``fields``, so a
+    server that writes more fields, or in another order, is read all the same."""
+    rows: list[list[Any]] | None = found.get("rows")
+    if rows is None:
+        return [decode_claimed(d) for d in found["jobs"]]
+    fields = found["fields"]
+    if tuple(fields) != CLAIMED_FIELDS:
+        return [decode_claimed(dict(zip(fields, r, strict=True))) for r in rows]
+    parsed: dict[str, datetime] = {}  # each distinct time parsed once
+
+    def req(text: str) -> datetime:
+        value = parsed.get(text)
+        if value is None:
+            value = parsed[text] = datetime.fromisoformat(text)
+        return value
+
+    def opt(text: str | None) -> datetime | None:
+        return None if text is None else req(text)
+
+    return [ClaimedJob(id=i, attempt=a, task=t, args=args, queue=q, priority=p, max_attempts=m, lease_ttl=ttl,
+                       timeout=to, claimed_at=req(c), meta=meta, run_at=opt(r), scheduled_for=opt(sf))
+            for i, a, t, args, q, p, m, ttl, to, c, meta, r, sf in rows]
 
 
 def decode_claimed(d: dict[str, Any]) -> ClaimedJob:

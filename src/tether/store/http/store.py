@@ -400,7 +400,7 @@ class HttpStore(HttpClient, Store):
 
 
 def _jobs(found: dict[str, Any]) -> list[ClaimedJob]:
-    return [wire.decode_claimed(j) for j in found["jobs"]]
+    return wire.decode_claimed_answer(found)
 
 
 def _encode_new(j: NewJob) -> dict[str, Any]:

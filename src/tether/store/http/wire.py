@@ -33,8 +33,10 @@ from ...model import (
 from ...payload import MAX_ERROR_CHARS, MAX_KEY_BYTES, MAX_TRACEBACK_CHARS
 from ..buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
 from .records import (
+    CLAIMED_FIELDS,
     decode_attempt,
     decode_claimed,
+    decode_claimed_answer,
     decode_due,
     decode_job,
     decode_reaped,
@@ -44,6 +46,7 @@ from .records import (
     encode_attempt,
     encode_claimed,
     encode_claimed_all,
+    encode_claimed_rows,
     encode_due,
     encode_job,
     encode_reaped,
@@ -67,12 +70,16 @@ from .schema import (
 from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
 
 __all__ = [
+    "CLAIMED_FIELDS",
+    "CLAIMING",
     "ERRORS",
     "OPS",
+    "ROWS_HEADER",
     "SCOPES",
     "Op",
     "decode_attempt",
     "decode_claimed",
+    "decode_claimed_answer",
     "decode_due",
     "decode_job",
     "decode_reaped",
@@ -82,6 +89,7 @@ __all__ = [
     "encode_attempt",
     "encode_claimed",
     "encode_claimed_all",
+    "encode_claimed_rows",
     "encode_due",
     "encode_job",
     "encode_reaped",
@@ -136,6 +144,15 @@ CLAIMED_RECORD = obj({
 }, optional=("scheduled_for",))  # optional: servers older than schedules do not send it
 REAPED_RECORD = obj({"id": JOB_ID, "attempt": ATTEMPT, "worker": string(1000), "outcome": OUTCOME,
                      "state": STATE, "queue": string(1000), "lease_until": nullable(DATETIME)})
+#: a request header: with the value ``rows``, an answer carrying claimed jobs
+#: writes them as ``fields`` and ``rows`` (``encode_claimed_rows``), not as
+#: ``jobs`` records. A header, not a body field: an older server ignores it
+#: (and answers records), where it would refuse an unknown field.
+ROWS_HEADER = "X-Tether-Claims"
+#: the operations whose answers carry claimed jobs in either form
+CLAIMED_ANSWER = {"jobs": array(CLAIMED_RECORD, 1000), "fields": array(string(100), 100),
+                  "rows": array(array(ANY_JSON, 100), 1000)}
+CLAIMED_FORMS = ("jobs", "fields", "rows")
 DUE_RECORD = obj({"id": JOB_ID, "queue": string(1000), "attempt": ATTEMPT, "run_at": DATETIME})
 _ONE_OUTCOME = "(" + "|".join(str(o) for o in Outcome) + ")"
 OUTCOME_LIST = string(1000, 1, f"^{_ONE_OUTCOME}(,{_ONE_OUTCOME})*$")
@@ -256,14 +273,16 @@ OPS: list[Op] = [
        STATS_RECORD),
     # workers: claim, heartbeat, report (all fenced)
     Op("claim", "POST", "/v1/claim", W,
-       "Claim up to limit due jobs; with wait > 0, hold the request until jobs arrive or wait seconds pass",
-       obj({"jobs": array(CLAIMED_RECORD, 1000)}),
+       "Claim up to limit due jobs; with wait > 0, hold the request until jobs arrive or wait seconds pass. "
+       f"The jobs come as records (jobs), or as fields and rows when the request carries {ROWS_HEADER}: rows",
+       obj(CLAIMED_ANSWER, optional=CLAIMED_FORMS),
        body=obj({"worker": WORKER_ID, "queues": array(QUEUE, 100, 1), "limit": integer(1, 1000), "lease_ttl": TTL,
                  "wait": number(0, MAX_CLAIM_WAIT), "tasks": TASKS}, optional=("wait", "tasks")),
        takes_now=True, errors=(422,), acts_for="worker"),
     Op("claim_ids", "POST", "/v1/claim-ids", W,
-       "Claim these jobs (ids a transport delivered), each only while it is queued, due and on one of queues",
-       obj({"jobs": array(CLAIMED_RECORD, 1000)}),
+       "Claim these jobs (ids a transport delivered), each only while it is queued, due and on one of queues; "
+       "the jobs in either form, as /v1/claim",
+       obj(CLAIMED_ANSWER, optional=CLAIMED_FORMS),
        body=obj({"worker": WORKER_ID, "ids": array(JOB_ID, 1000), "queues": array(QUEUE, 100, 1),
                  "lease_ttl": TTL, "tasks": TASKS}, optional=("tasks",)),
        takes_now=True, errors=(422,), acts_for="worker"),
@@ -292,8 +311,8 @@ OPS: list[Op] = [
     Op("complete_and_claim", "POST", "/v1/complete-and-claim", W,
        "A worker's round in one request: complete (fenced per row, as /v1/complete; ids missing from accepted "
        "failed their fence), then claim (as /v1/claim, long-polling with wait); the claim runs even when "
-       "completions are refused",
-       obj({"accepted": array(JOB_ID, 10_000), "jobs": array(CLAIMED_RECORD, 1000)}),
+       "completions are refused; the jobs in either form, as /v1/claim",
+       obj({"accepted": array(JOB_ID, 10_000), **CLAIMED_ANSWER}, optional=CLAIMED_FORMS),
        body=obj({"worker": WORKER_ID, "done": DONE, "queues": array(QUEUE, 100, 1), "limit": integer(1, 1000),
                  "lease_ttl": TTL, "wait": number(0, MAX_CLAIM_WAIT), "tasks": TASKS}, optional=("wait", "tasks")),
        takes_now=True, errors=(422,), acts_for="worker"),
@@ -382,6 +401,8 @@ OPS: list[Op] = [
        body=obj({"confirm": {"type": "string", "enum": ["destroy"]}})),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}
+#: the operations whose answers carry claimed jobs, in the form ROWS_HEADER picks
+CLAIMING = frozenset(op.name for op in OPS if "rows" in op.response.get("properties", {}))
 
 
 def request_schema(op: Op, *, client_clock: bool, max_wait: float = MAX_CLAIM_WAIT) -> Schema | None:
