@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from tether.model import ClaimedJob
 from tether.store import open_store
@@ -101,3 +102,21 @@ def test_rows_are_read_by_their_field_names() -> None:
     fields: list[Any] = [*reversed(answer["fields"]), "later_field"]
     moved = {"fields": fields, "rows": [[*reversed(r), "ignored"] for r in answer["rows"]]}
     assert wire.decode_claimed_answer(moved) == jobs
+
+
+def test_times_in_a_repeated_hour_keep_their_offsets() -> None:
+    """Each distinct time is written once, the one just written looked at
+    first: 01:30 before and after a clock goes back compare equal in their
+    zone, yet are an hour apart."""
+    zone = ZoneInfo("America/New_York")
+    first = datetime(2026, 11, 1, 1, 30, tzinfo=zone)
+    again = first.replace(fold=1)
+    at = datetime(2026, 11, 27, 9, 30, tzinfo=UTC)
+    jobs = [_claimed(k, at)._replace(run_at=t, scheduled_for=t) for k, t in enumerate([first, again, again, first])]
+    answer = wire.encode_claimed_rows(jobs)
+    assert [r[11] for r in answer["rows"]] == ["2026-11-01T01:30:00-04:00", "2026-11-01T01:30:00-05:00",
+                                               "2026-11-01T01:30:00-05:00", "2026-11-01T01:30:00-04:00"]
+    # (as instants: an ambiguous time never equals one in another zone, PEP 495)
+    decoded = wire.decode_claimed_answer(answer)
+    assert [j.run_at.timestamp() for j in decoded if j.run_at] == [t.timestamp() for t in (first, again, again, first)]
+    assert [r["run_at"] for r in wire.encode_claimed_all(jobs)] == [r[11] for r in answer["rows"]]

@@ -97,16 +97,22 @@ def encode_claimed(c: ClaimedJob, dt: Callable[[datetime | None], str | None] = 
 
 def _times() -> Callable[[datetime | None], str | None]:
     """``_dt`` that writes each distinct time once: a claim's jobs share their
-    claimed_at, and jobs enqueued together their run_at."""
+    claimed_at, and jobs enqueued together their run_at. The time just written
+    is looked at first: two times with one tzinfo and one fold that compare
+    equal have the same fields, so the same text (no offset to work out)."""
     seen: dict[tuple[datetime, timedelta | None], str] = {}
+    last: list[Any] = [None, None]  # the time last written, and its text
 
     def dt(value: datetime | None) -> str | None:
         if value is None:
             return None
+        prev = last[0]
+        if prev is not None and value.tzinfo is prev.tzinfo and value.fold == prev.fold and value == prev:
+            text: str = last[1]
+            return text
         key = (value, value.utcoffset())  # equal instants in other offsets are written otherwise
-        text = seen.get(key)
-        if text is None:
-            text = seen[key] = value.isoformat()
+        text = seen.get(key) or seen.setdefault(key, value.isoformat())
+        last[0], last[1] = value, text
         return text
 
     return dt
@@ -127,10 +133,10 @@ def encode_claimed_rows(jobs: Sequence[ClaimedJob]) -> dict[str, Any]:
     """A claim's jobs as ``{"fields": [...], "rows": [[...], ...]}``, the form
     a client asks for with ``ROWS_HEADER``: no key repeated per job, so about
     half the bytes of the records and half the time to write and to parse."""
-    dt = _times()
+    claimed, run, scheduled = _times(), _times(), _times()  # each field's times repeat in turn
     return {"fields": list(CLAIMED_FIELDS),
             "rows": [[c.id, c.attempt, c.task, c.args, c.queue, c.priority, c.max_attempts, c.lease_ttl, c.timeout,
-                      dt(c.claimed_at), c.meta, dt(c.run_at), dt(c.scheduled_for)] for c in jobs]}
+                      claimed(c.claimed_at), c.meta, run(c.run_at), scheduled(c.scheduled_for)] for c in jobs]}
 
 
 def decode_claimed_answer(found: dict[str, Any]) -> list[ClaimedJob]:
