@@ -49,8 +49,9 @@ DEFAULT_QUEUE = "default"
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 DEFAULT_REAP_LIMIT = 1000  # rows per reaper tick, oldest lease first
 #: a tether server's database connections for every remote worker's rounds
-#: (claims and their reports), opened as rounds overlap. A worker keeps two in
-#: flight, so this serves 8 at once without a wait. A worker's own default
+#: (claims and their reports), opened as rounds overlap. A worker keeps up to
+#: three in flight (two when this was measured), so this serves 5 to 8 at once
+#: without a wait. A worker's own default
 #: (2) made every remote worker's round queue for the same two: with a
 #: database 10 ms away, 8 remote workers x 10 ran 1,774-2,064 jobs/s, 0.4x as
 #: many local ones; with 16, 6,786-8,003 (bench/scenarios/remote.py

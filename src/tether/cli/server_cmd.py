@@ -68,7 +68,7 @@ class RetentionParam(_RetentionType):
 @click.option("--round-connections", type=click.IntRange(min=1), default=DEFAULT_SERVER_ROUND_CONNECTIONS,
               show_default=True,
               help="PostgreSQL connections for the workers' rounds (claims and their reports), opened as "
-                   "rounds overlap: each remote worker keeps up to two in flight.")
+                   "rounds overlap: each remote worker keeps up to three in flight.")
 @click.option("--unsafe-client-clock", is_flag=True,
               help="UNSAFE, for conformance tests only: honour a client-supplied 'now', so any worker "
                    "token can move the clock that leases are judged by.")
