@@ -149,10 +149,11 @@ REAPED_RECORD = obj({"id": JOB_ID, "attempt": ATTEMPT, "worker": string(1000), "
 #: ``jobs`` records. A header, not a body field: an older server ignores it
 #: (and answers records), where it would refuse an unknown field.
 ROWS_HEADER = "X-Tether-Claims"
-#: the operations whose answers carry claimed jobs in either form
+#: the fields of an answer carrying claimed jobs: ``jobs`` (records), or
+#: ``fields`` and ``rows`` (ROWS_HEADER); all optional, as either form is
 CLAIMED_ANSWER = {"jobs": array(CLAIMED_RECORD, 1000), "fields": array(string(100), 100),
                   "rows": array(array(ANY_JSON, 100), 1000)}
-CLAIMED_FORMS = ("jobs", "fields", "rows")
+CLAIMED_FORMS = tuple(CLAIMED_ANSWER)
 DUE_RECORD = obj({"id": JOB_ID, "queue": string(1000), "attempt": ATTEMPT, "run_at": DATETIME})
 _ONE_OUTCOME = "(" + "|".join(str(o) for o in Outcome) + ")"
 OUTCOME_LIST = string(1000, 1, f"^{_ONE_OUTCOME}(,{_ONE_OUTCOME})*$")
