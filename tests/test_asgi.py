@@ -63,7 +63,10 @@ def test_sigterm_to_uvicorn_releases_the_embedded_workers_job(db_url: str, tmp_p
         server = subprocess.Popen([sys.executable, "-m", "uvicorn", "asgi_app:api", "--host", "127.0.0.1",
                                    "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        _wait(lambda: "Application startup complete" in log.read_text() or server.poll() is not None, 30,
+        # "Uvicorn running on", not "Application startup complete": uvicorn
+        # logs the latter when the lifespan has started, before it binds its
+        # socket, and a request sent between the two was refused
+        _wait(lambda: "Uvicorn running on" in log.read_text() or server.poll() is not None, 30,
               "uvicorn to start")
         assert server.poll() is None, log.read_text()
 
