@@ -184,7 +184,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    C.add_common_args(p, default_n=20000)
+    C.add_common_args(p, default_n=60000)
     p.add_argument("--backend", action="append", choices=BACKENDS, help="default: both")
     p.add_argument("--concurrency", type=int, action="append", help="default: 10 and 50")
     p.add_argument("--db-delay-ms", type=float, default=0.0,
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="worker processes (through one server when remote); default: 1, and 4 at c10")
     args = p.parse_args(argv)
     C.set_out_dir(args.out, quick=args.quick)
-    n = args.n or (3000 if args.quick else 20000)
+    n = args.n or (3000 if args.quick else 60000)  # 20,000 ran under a second: start-up weighed in
     C.available(["tether"]) or sys.exit("tether's bench venv is missing")
     (C.scratch() / "logs").mkdir(parents=True, exist_ok=True)
     backends = args.backend or BACKENDS

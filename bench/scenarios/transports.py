@@ -37,7 +37,7 @@ can reach in Python. (The throughput's backlog is bulk-enqueued, so its
 messages carry up to ten jobs each and the ratio can go below that.)
 
     python bench/scenarios/transports.py --quick
-    python bench/scenarios/transports.py --samples 300 --n 5000
+    python bench/scenarios/transports.py --samples 300 --n 40000
 """
 
 from __future__ import annotations
@@ -149,14 +149,14 @@ def _floor(url: str) -> float | None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    C.add_common_args(p, default_n=5000)
+    C.add_common_args(p, default_n=40000)
     p.add_argument("--samples", type=int, default=None, help="latency samples per run (default 300; --quick 40)")
     p.add_argument("--gap", type=float, default=0.1, help="mean idle seconds between latency samples")
     p.add_argument("--transport", action="append", choices=TRANSPORTS, help="default: all")
     args = p.parse_args(argv)
     C.set_out_dir(args.out, quick=args.quick)
     (C.scratch() / "logs").mkdir(parents=True, exist_ok=True)
-    n = args.n or (3000 if args.quick else 5000)
+    n = args.n or (3000 if args.quick else 40000)  # 5,000 ran a quarter second: too short for CPU per job
     samples = args.samples or (40 if args.quick else 300)
     kinds = args.transport or TRANSPORTS
     with nats_server() if "nats" in kinds else contextlib.nullcontext(NATS_URL) as url:
