@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import operator
 import re
+import traceback
 from typing import Any, overload
 
 from .errors import ConfigError, PayloadError
 
 __all__ = [
-    "MAX_ERROR_CHARS", "MAX_KEY_BYTES", "MAX_TRACEBACK_CHARS", "check_job_id", "check_key", "dump_json",
-    "is_storable", "storable_text",
+    "MAX_ERROR_CHARS", "MAX_KEY_BYTES", "MAX_TRACEBACK_CHARS", "check_job_id", "check_key", "describe", "dump_json",
+    "is_storable", "safe_str", "storable_text", "traceback_text",
 ]
 
 
@@ -163,3 +164,25 @@ def storable_text(text: str | None, limit: int | None = None) -> str | None:
         head = keep // 2
         text = f"{text[:head]}\n[... {len(text) - keep} characters cut ...]\n{text[len(text) - (keep - head):]}"
     return text
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The traceback an attempt records (an exception whose ``str()`` raises
+    is shown as ``<exception str() failed>``, not raised)."""
+    return "".join(traceback.format_exception(exc))
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``; a note in its place when that raises: the attempt's
+    outcome must be written whatever the handler raised (a typo in an
+    exception's ``__str__`` once left its job running under a live lease)."""
+    try:
+        return str(value)
+    except Exception as exc:
+        return f"<str() raised {type(exc).__name__}>"
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` (``Type`` alone without one), the error an attempt records."""
+    text = safe_str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

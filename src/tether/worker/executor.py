@@ -25,7 +25,6 @@ import contextlib
 import math
 import sys
 import time
-import traceback
 from collections import deque
 from collections.abc import Coroutine, Mapping
 from functools import partial
@@ -36,7 +35,7 @@ from ..errors import ConfigError, PayloadError, StaleAttempt
 from ..events import Event
 from ..logs import job_fields
 from ..model import ClaimedJob, JobState, Outcome
-from ..payload import dump_json, storable_text
+from ..payload import dump_json, storable_text, traceback_text
 from ..transport import Delivery
 from . import failpoints
 from .appview import TaskView
@@ -283,17 +282,19 @@ class Executor:
 
     async def _drive(self, running: Running, coro: Coroutine[Any, Any, Any]) -> None:
         """An async handler's task: the handler, then its outcome, in the same
-        step. A cancellation (and KeyboardInterrupt, SystemExit) goes on up
-        once reported, so the task ends cancelled as the handler did; any
-        other exception is the attempt's outcome, reported and not raised."""
+        step. A cancellation goes on up once reported, so the task ends
+        cancelled as the handler did; anything else it raises, SystemExit and
+        KeyboardInterrupt included, is the attempt's outcome, as from a def
+        handler: raised on, it would stop the loop before the outcome is
+        written, and every worker that claimed the job again would stop too."""
         try:
             result = await coro
-        except Exception as exc:
-            self._handler_ended(running, None, exc)
-            return
-        except BaseException as exc:
+        except asyncio.CancelledError as exc:
             self._handler_ended(running, None, exc)
             raise
+        except BaseException as exc:
+            self._handler_ended(running, None, exc)
+            return
         self._handler_ended(running, result, None)
 
     def _finished(self, running: Running, fut: asyncio.Future[Any]) -> None:
@@ -367,7 +368,7 @@ class Executor:
             elif reason == CancelReason.LOST:
                 reporter.forget(running)
             else:
-                reporter.fail(running, Outcome.FAILED, "handler was cancelled", _tb(exc), True)
+                reporter.fail(running, Outcome.FAILED, "handler was cancelled", traceback_text(exc), True)
             return
         if isinstance(exc, StaleAttempt):
             self.lost(running, str(exc))
@@ -492,9 +493,3 @@ def _committing_thread(running: Running) -> bool:
 
 def _call_sync(task: TaskView, ctx: JobContext, args: dict[str, Any]) -> Any:
     return task.fn(ctx, **args)
-
-
-def _tb(exc: BaseException | None) -> str | None:
-    if exc is None:
-        return None
-    return "".join(traceback.format_exception(exc))

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import math
-import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..config import MAX_DELAY
 from ..context import Discard, Retry
 from ..model import ClaimedJob, Outcome
+from ..payload import describe, safe_str, traceback_text
 
 __all__ = ["Failure", "on_error"]
 
@@ -41,24 +41,20 @@ class Failure(NamedTuple):
     delay: float | None = None
 
 
-def _tb(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(exc))
-
-
 def on_error(options: Any, job: ClaimedJob, exc: BaseException) -> Failure:
     """What to record for ``exc``, raised by ``job``'s handler; ``options`` are
     the task's (``retry_on``, ``retry_backoff``; None: the defaults)."""
     if isinstance(exc, Retry):
         return Failure(Outcome.SNOOZED, f"snoozed for {exc.delay:g}s", None, True, exc.delay)
     if isinstance(exc, Discard):
-        return Failure(Outcome.DISCARDED, f"discarded: {exc.reason}", None, False)
-    error = f"{type(exc).__name__}: {exc}"
+        return Failure(Outcome.DISCARDED, f"discarded: {safe_str(exc.reason)}", None, False)
+    error = describe(exc)
     retry_on: tuple[type[BaseException], ...] | None = getattr(options, "retry_on", None)
     if retry_on is not None and not isinstance(exc, retry_on):
         names = ", ".join(t.__name__ for t in retry_on) or "nothing"
-        return Failure(Outcome.FAILED, f"{error} (not retried: retry_on is {names})", _tb(exc), False)
+        return Failure(Outcome.FAILED, f"{error} (not retried: retry_on is {names})", traceback_text(exc), False)
     backoff = getattr(options, "retry_backoff", None)
-    return Failure(Outcome.FAILED, error, _tb(exc), True, _delay(backoff, job) if callable(backoff) else None)
+    return Failure(Outcome.FAILED, error, traceback_text(exc), True, _delay(backoff, job) if callable(backoff) else None)
 
 
 def _delay(backoff: Callable[[int], float], job: ClaimedJob) -> float | None:

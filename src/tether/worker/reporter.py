@@ -31,7 +31,7 @@ from ..errors import PayloadError, StaleAttempt
 from ..events import after_attempt
 from ..logs import job_fields
 from ..model import JobState, Outcome, Reaped
-from ..payload import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, storable_text
+from ..payload import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, describe, storable_text
 from ..transport import Delivery
 from .inflight import Running
 from .state import WorkerState, wait_event
@@ -306,7 +306,7 @@ class Reporter:
         and the reaper sends the job down the lapsed lease's path (retried while
         its budget lasts, else dead). The new arguments, or None when given up."""
         s, job = self.state, running.job
-        why = f"{type(exc).__name__}: {exc}"
+        why = describe(exc)
         if fn == self._fail and args[4] is not None:
             _, error, tb, retry, delay = args
             s.log.warning("job %s attempt %s: its failure's delay of %gs was refused (%s); writing it with the "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -24,7 +23,7 @@ from ...config import DEFAULT_MAX_PAYLOAD_BYTES
 from ...context import CancelReason, Discard, JobCancelled, JobContext, Retry
 from ...errors import PayloadError
 from ...model import Attempt, Job, Outcome
-from ...payload import dump_json
+from ...payload import describe, dump_json, traceback_text
 from .results import task_error, task_result
 from .task import TetherTaskContext
 
@@ -167,7 +166,7 @@ def _cancelled(source: Source, started: Started, ctx: JobContext, exc: BaseExcep
         CancelReason.TIMED_OUT: (Outcome.TIMED_OUT, f"attempt timed out after {started.job.timeout or 0:g}s"),
         CancelReason.LOST: (Outcome.LEASE_EXPIRED, f"worker lease expired (worker {ctx.worker_id})"),
     }.get(reason or "", (Outcome.FAILED, "handler was cancelled"))
-    tb = "".join(traceback.format_exception(exc)) if exc is not None and outcome is Outcome.FAILED else None
+    tb = traceback_text(exc) if exc is not None and outcome is Outcome.FAILED else None
     attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
                       finished_at=None, outcome=outcome, error=error, traceback=tb)
     ends = reason == CancelReason.REQUESTED or started.job.attempts_used >= ctx.max_attempts
@@ -203,5 +202,5 @@ def _failed(source: Source, started: Started, ctx: JobContext, exc: BaseExceptio
             or started.job.attempts_used >= ctx.max_attempts)
     attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="", claimed_at=result.last_attempted_at,
                       finished_at=None, outcome=Outcome.DISCARDED if isinstance(exc, Discard) else Outcome.FAILED,
-                      error=f"{type(exc).__name__}: {exc}", traceback="".join(traceback.format_exception(exc)))
+                      error=describe(exc), traceback=traceback_text(exc))
     _ended(source, result, attempt, ends=ends)
