@@ -455,10 +455,16 @@ class Tether:
             configure_worker_logging()
         asyncio.run(self.worker(**options).run(install_signal_handlers=True))
 
-    async def run_worker_async(self, **options: Unpack[WorkerOptions]) -> None:
+    async def run_worker_async(self, *, signals: bool = False, **options: Unpack[WorkerOptions]) -> None:
         """Run a worker inside a running event loop; stop it by cancelling this
-        coroutine (running jobs are released at once) or with ``worker.stop()``."""
-        await self.worker(**options).run(install_signal_handlers=False)
+        coroutine (running jobs are released at once) or with ``worker.stop()``.
+        ``signals``: while it runs, SIGTERM and SIGINT stop it as they stop
+        ``run_worker`` (the main thread's loop; the signals' default handlers
+        are back once it returns). Without it the program's own handling of
+        signals stands, and a SIGTERM nothing handles ends the process at once."""
+        if signals and threading.current_thread() is not threading.main_thread():
+            raise ConfigError("run_worker_async(signals=True) must run on the main thread: only it receives signals")
+        await self.worker(**options).run(install_signal_handlers=signals)
 
     # -- running jobs here (tests, scripts) -----------------------------------------------
     def drain(self, queues: Iterable[str] | None = None, max_jobs: int | None = None) -> list[Drained]:
