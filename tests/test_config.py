@@ -519,3 +519,22 @@ def test_a_database_that_does_not_answer_is_a_connection_error_and_a_wrong_url_i
         open_store(PG_URL.rsplit("/", 1)[0] + "/no_such_database_here").stats()
     assert not isinstance(wrong.value, ConnectionError)
     assert "no_such_database_here" in str(wrong.value)
+
+
+def test_a_nats_url_without_the_nats_extra_names_the_extra() -> None:
+    """Without nats-py (here: made unimportable in a fresh interpreter) a NATS
+    transport is a ConfigError naming ``pip install 'tether[nats]'``, not a bare
+    ModuleNotFoundError."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['nats'] = None\n"
+            "from tether.transport import open_transport\n"
+            "from tether.errors import ConfigError\n"
+            "try:\n"
+            "    open_transport('nats://127.0.0.1:4222')\n"
+            "except ConfigError as exc:\n"
+            "    print('ConfigError:', exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "ConfigError: the NATS transport needs its extra: pip install 'tether[nats]'" in out.stdout

@@ -24,8 +24,13 @@ def open_transport(spec: str | Transport | None) -> Transport:
     if spec == "poll":
         return DatabaseTransport(listen=False)
     if isinstance(spec, str) and spec.split("://", 1)[0].lower() in ("nats", "tls"):
-        from .nats import NatsTransport
-
+        try:
+            from .nats import NatsTransport
+        except ModuleNotFoundError as exc:
+            if exc.name != "nats" and not (exc.name or "").startswith("nats."):
+                raise
+            raise ConfigError("the NATS transport needs its extra: pip install 'tether[nats]' "
+                              f"(importing nats-py failed: {exc})") from None
         return NatsTransport.from_url(spec)
     shown = redact_url(spec) if isinstance(spec, str) else spec  # nats://user:password@... mistyped
     raise ConfigError(
