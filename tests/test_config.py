@@ -308,6 +308,30 @@ def test_args_that_do_not_fit_the_handler_are_a_payload_error(make_app: AppFacto
     assert no_jobs(app)
 
 
+@pytest.mark.parametrize("many", [[("x", 1)], ["x"], [{"x": 1}, None], {"x": 1}, "x"],
+                         ids=["tuple", "str", "none", "one-mapping", "a-str"])
+def test_enqueue_many_of_what_is_not_args_mappings_is_a_payload_error(make_app: AppFactory, many: Any) -> None:
+    app = make_app()
+    task = register(app)
+    with pytest.raises(PayloadError, match="enqueue_many"):
+        task.enqueue_many(many)
+    assert no_jobs(app)
+
+
+def test_a_handler_that_forgot_its_ctx_is_refused_at_registration(make_app: AppFactory) -> None:
+    """``def work(x: int)``: enqueue(x=1) would fail with bind's "multiple
+    values for argument 'x'"; registration says what is wrong instead."""
+    app = make_app()
+    with pytest.raises(ConfigError, match=r"first parameter \(x: int\) takes the JobContext"):
+        @app.task(name="work")
+        def work(x: int) -> int:
+            return x
+
+    @app.task(name="fine")  # an unannotated or Any first parameter is the ctx
+    def fine(ctx, x: int) -> int:  # type: ignore[no-untyped-def]
+        return x
+
+
 def test_unknown_task_name_is_refused(make_app: AppFactory) -> None:
     app = make_app()
     register(app)

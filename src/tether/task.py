@@ -133,10 +133,27 @@ class TaskCall(Generic[P]):
         return await self.task.app._enqueue_async(self._many(many), self.connection)
 
     def _many(self, many: Iterable[Mapping[str, Any]]) -> list[NewJob]:
-        jobs = [self.task._new_job(dict(kw), self.options) for kw in many]
+        if isinstance(many, Mapping | str | bytes):
+            raise PayloadError(f"enqueue_many takes a list of args mappings, one per job, not a {type(many).__name__}")
+        jobs = []
+        for i, kw in enumerate(many):
+            if not isinstance(kw, Mapping):
+                raise PayloadError(f"enqueue_many: job {i}'s args are a {type(kw).__name__}, not a mapping of "
+                                   "argument names to values (nothing was enqueued)")
+            jobs.append(self.task._new_job(dict(kw), self.options))
         if self.options.dedup_key is not None and len(jobs) > 1:
             raise ConfigError("one dedup_key for many jobs would collapse them into one; give each job its own")
         return jobs
+
+
+#: annotations that name a job arg's type, never the JobContext
+_PLAIN_TYPES = (int, str, float, bool, bytes, list, dict, tuple, set)
+
+
+def _names_a_plain_type(annotation: object) -> bool:
+    if isinstance(annotation, str):  # from __future__ import annotations
+        return annotation.split("[", 1)[0].strip() in {t.__name__ for t in _PLAIN_TYPES}
+    return annotation in _PLAIN_TYPES or getattr(annotation, "__origin__", None) in _PLAIN_TYPES
 
 
 def _positional(task: Task[Any, Any], args: tuple[Any, ...]) -> NoReturn:
@@ -158,6 +175,11 @@ class Task(Generic[P, R]):
         params = list(self._signature.parameters.values())
         if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
             raise ConfigError(f"task {name!r}: the handler's first parameter must take the JobContext")
+        first = params[0]
+        if _names_a_plain_type(first.annotation):  # def work(x: int): the ctx forgotten
+            shown = first.annotation if isinstance(first.annotation, str) else inspect.formatannotation(first.annotation)
+            raise ConfigError(f"task {name!r}: the handler's first parameter ({first.name}: {shown}) takes the "
+                              f"JobContext, not a job arg: def {getattr(fn, '__name__', 'handler')}(ctx: JobContext, ...)")
         # What check_args accepts without Signature.bind (a tenth of its cost,
         # on every enqueue): the names args may use, and those they must.
         by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
