@@ -213,3 +213,48 @@ def test_an_unimportable_script_name_refuses(tmp_path: Path) -> None:
     assert done.returncode != 0, done.stderr
     assert "ConfigError: task 'add' is defined in the script" in done.stderr
     assert "is not an importable module name" in done.stderr
+
+
+TWICE_APP = '''
+import sys
+from tether import JobContext, Tether
+
+app = Tether(sys.argv[1])
+
+@app.task
+def first(ctx: JobContext) -> int:
+    return 1
+
+if sys.argv[2] == "cycle":
+    import extra  # extra.py does `from app import app`: Python runs this file again, as module app
+
+if __name__ == "__main__":
+    app.migrate()
+    app.run_worker(burst=True)
+'''
+
+TWICE_EXTRA = '''
+from tether import JobContext
+from app import app
+
+@app.task
+def third(ctx: JobContext) -> int:
+    return 3
+'''
+
+
+@pytest.mark.parametrize("layout", ["cycle", "plain"])
+def test_a_script_imported_again_by_its_module_name_is_warned_of(tmp_path: Path, layout: str) -> None:
+    """``python app.py`` where a module it imports does ``from app import app``
+    makes two apps; the worker's lacks extra.third and would leave its jobs
+    queued without a word. The worker names the lost tasks and the fix."""
+    (tmp_path / "app.py").write_text(TWICE_APP)
+    (tmp_path / "extra.py").write_text(TWICE_EXTRA)
+    done = subprocess.run([sys.executable, "app.py", f"sqlite:///{tmp_path / 't.db'}", layout], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    warned = "was also imported as the module 'app'" in done.stderr
+    assert warned is (layout == "cycle"), done.stderr
+    if warned:
+        assert "(extra.third) are not this worker's" in done.stderr
+        assert "tether worker --app app:app" in done.stderr

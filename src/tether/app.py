@@ -29,7 +29,7 @@ from .errors import ConfigError, JobFailed, UnknownTask
 from .events import Event, EventHook, Events
 from .logs import configure_worker_logging
 from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
-from .naming import default_task_name, validate_task_name
+from .naming import default_task_name, script_loaded_twice, validate_task_name
 from .payload import check_job_id
 from .periodic import DEFAULT_CATCH_UP, check_schedule, check_stacked, merge_declared, schedule_spec
 from .scratch import scratch_database
@@ -442,6 +442,8 @@ class Tether:
         the claim batch a claim), ``burst`` (False: True stops the worker
         once no job is due and none is running) and ``unknown_task_grace`` (an
         hour: jobs of a task no worker has known that long end dead; None: never)."""
+        if (twice := script_loaded_twice(self)) is not None:
+            logging.getLogger("tether.worker").warning("%s", twice)
         return Worker(self, **options)
 
     def run_worker(self, **options: Unpack[WorkerOptions]) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = ["C0_CONTROLS", "MAX_TASK_NAME", "OTHER_CONTROLS", "TASK_NAME_PATTERN", "default_task_name",
-           "validate_task_name"]
+           "script_loaded_twice", "validate_task_name"]
 
 #: characters that steer a terminal or reorder what it shows rather than print
 #: (regex class ranges, read alike by Python and by JSON Schema's ECMA-262): the
@@ -119,3 +119,36 @@ def module_name_of(file: Path, path: Sequence[str] | None = None) -> str | None:
     on_path = [p for base, p in names if base in entries]
     chosen = on_path[-1] if on_path else names[-1][1]
     return ".".join(chosen) if all(p.isidentifier() for p in chosen) else None
+
+
+def script_loaded_twice(app: object) -> str | None:
+    """When ``app`` was made by a script (``python app.py``, ``__main__``)
+    that a module then imported by its name (``from app import app``), Python
+    ran the file twice and made two apps: the tasks registered on the
+    module's copy are not ``app``'s, and a worker of ``app`` never runs them.
+    A warning that names them and the way out; None otherwise."""
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    attr = next((k for k, v in vars(main).items() if v is app), None) if main_file else None
+    if not isinstance(main_file, str) or attr is None:
+        return None
+    try:
+        here = Path(main_file).resolve()
+        files = [(name, m, f) for name, m in list(sys.modules.items())
+                 if m is not None and m is not main and isinstance(f := getattr(m, "__file__", None), str)
+                 and Path(f).name == here.name]  # the cheap test first: resolve() reads the disk
+        copies = [(name, m) for name, m, f in files if Path(f).resolve() == here]
+    except (OSError, ValueError):
+        return None
+    for name, module in copies:
+        others = [v for v in vars(module).values() if type(v) is type(app) and v is not app]
+        mine = set(getattr(app, "tasks", ()))
+        missing = sorted({t for o in others for t in getattr(o, "tasks", ())} - mine)
+        if others:
+            lost = (f"the tasks registered on the module's ({', '.join(missing)}) are not this worker's, and "
+                    "it never runs them" if missing else "tasks registered on the module's later are not this "
+                    "worker's")
+            return (f"{here.name} runs as the script (__main__) and was also imported as the module {name!r} "
+                    f"(something imported it by name), so it made two apps: {lost}. Start the worker with "
+                    f"`tether worker --app {name}:{attr}`, or from a script of its own that imports {name}")
+    return None
