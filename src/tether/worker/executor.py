@@ -35,10 +35,11 @@ from ..errors import ConfigError, PayloadError, StaleAttempt
 from ..events import Event
 from ..logs import job_fields
 from ..model import ClaimedJob, JobState, Outcome
-from ..payload import dump_json, storable_text, traceback_text
+from ..payload import dump_json, traceback_text
 from ..transport import Delivery
 from . import failpoints
 from .appview import TaskView
+from .heartbeat import report_progress
 from .inflight import Running
 from .policy import on_error
 from .pool import HandlerThreads, ThreadCall
@@ -395,16 +396,9 @@ class Executor:
     # -- progress, timeouts, cancellation ----------------------------------------------------
     def progress(self, job: ClaimedJob, fraction: float | None, message: str | None) -> bool:
         """A handler's progress report (its thread or the loop): a heartbeat for its job."""
-        s = self.state
-        if s.store.backend == "sqlite":
-            refuse_progress_in_block(s, job.id)
-        sent_at = time.monotonic()
-        # the handler's text: NUL and lone surrogates escaped, never refused
-        cancel = s.store.progress(s.id, job.id, job.attempt, fraction, storable_text(message), s.timers.lease_ttl)
-        s.inflight.renewed(job.id, job.attempt, sent_at)
-        if s.history is not None:  # a progress report renews the lease as a heartbeat does
-            s.history.record("hb", job=job.id, attempt=job.attempt, beat="renewed", sent=sent_at, via="progress")
-        return cancel
+        if self.state.store.backend == "sqlite":
+            refuse_progress_in_block(self.state, job.id)
+        return report_progress(self.state, job, fraction, message)
 
     def _timed_out(self, running: Running) -> None:
         if running.handler is not None and not running.handler.done():

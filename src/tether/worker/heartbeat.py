@@ -15,14 +15,18 @@ from collections.abc import Callable
 
 from ..config import MIN_BEATS_PER_TTL
 from ..context import CancelReason
+from ..errors import StaleAttempt
 from ..events import Event, Events
-from ..model import Beat
+from ..logs import job_fields
+from ..model import Beat, ClaimedJob
+from ..payload import describe, storable_text
 from ..store import Store
 from . import failpoints
 from .history import HistoryRecorder
 from .inflight import InFlight, Running
+from .state import WorkerState
 
-__all__ = ["Heartbeater"]
+__all__ = ["Heartbeater", "report_progress"]
 
 log = logging.getLogger("tether.heartbeat")
 
@@ -192,3 +196,29 @@ class Heartbeater:
             wake = min(deadlines, default=time.monotonic() + FENCE_IDLE_CHECK)
             # Claims may add earlier deadlines while we sleep: never sleep long.
             self._stop.wait(max(0.01, min(wake - time.monotonic(), FENCE_IDLE_CHECK)))
+
+
+def report_progress(state: WorkerState, job: ClaimedJob, fraction: float | None, message: str | None) -> bool:
+    """``ctx.progress()``: record it and renew the job's lease, as a heartbeat
+    does; True when a cancel was requested. A report the store refuses for
+    ownership (``StaleAttempt``) goes to the handler. One the store cannot
+    take (an outage: the database, or a tether server, unreachable or
+    restarting) is a missed heartbeat, not the handler's failure: the
+    heartbeat keeps trying, and should the lease's local deadline pass first,
+    the handler is cancelled as lost, as it would be without the report. (It
+    used to raise into the handler, so a 2 s server restart failed every job
+    that reported progress, an attempt spent each time.)"""
+    sent_at = time.monotonic()
+    try:  # the handler's text: NUL and lone surrogates escaped, never refused
+        cancel = state.store.progress(state.id, job.id, job.attempt, fraction, storable_text(message),
+                                      state.timers.lease_ttl)
+    except StaleAttempt:
+        raise
+    except Exception as exc:
+        state.log.warning("job %s attempt %s: progress not recorded (%s); its lease is renewed by the heartbeat "
+                          "once the store answers", job.id, job.attempt, describe(exc), extra=job_fields(job, state.id))
+        return False
+    state.inflight.renewed(job.id, job.attempt, sent_at)
+    if state.history is not None:  # a progress report renews the lease as a heartbeat does
+        state.history.record("hb", job=job.id, attempt=job.attempt, beat="renewed", sent=sent_at, via="progress")
+    return cancel

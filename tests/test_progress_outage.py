@@ -1,0 +1,68 @@
+"""A progress report the store cannot take (its connection cut) is a missed
+heartbeat, not the handler's failure. Found by a new user's walkthrough: a
+2 s restart of the database's path (or of a tether server) failed every
+running job that reported progress, an attempt spent each time. A real
+worker against a real PostgreSQL through a TCP proxy that resets every
+connection mid-job."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import pytest
+
+from tether import JobContext, JobState, Tether
+from tether.chaos.proxy import TCPProxy
+
+from .test_worker import is_final, running, wait_job
+
+PG_ONLY = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+STEPS = 30
+
+
+@PG_ONLY
+@pytest.mark.parametrize("kind", ["def", "async"])
+def test_a_cut_connection_under_progress_costs_the_job_nothing(
+    backend: str, db_url: str, make_app: Callable[..., Tether], kind: str,
+) -> None:
+    direct = make_app()  # migrates this test's schema; reads the job past the proxy
+    parts = urlsplit(db_url)
+    proxy = TCPProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    try:
+        url = db_url.replace(parts.netloc, f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}")
+        app = Tether(url)  # the default timers: a 30 s lease outlives the cut by far
+        halfway = threading.Event()
+
+        if kind == "def":
+            @app.task(name="long", max_attempts=3)
+            def long(ctx: JobContext) -> int:
+                for i in range(STEPS):
+                    ctx.progress(i / STEPS, f"step {i}")
+                    if i == STEPS // 2:
+                        halfway.set()
+                    time.sleep(0.05)
+                return ctx.attempt
+        else:
+            @app.task(name="long", max_attempts=3)
+            async def long(ctx: JobContext) -> int:  # type: ignore[misc]
+                for i in range(STEPS):
+                    ctx.progress(i / STEPS, f"step {i}")
+                    if i == STEPS // 2:
+                        halfway.set()
+                    await asyncio.sleep(0.05)
+                return ctx.attempt
+
+        job_id = app.get_task("long").enqueue()  # (before the cut)
+        with running(app):
+            assert halfway.wait(20)
+            proxy.reset()  # every connection the worker holds is cut; new ones go through
+            job = wait_job(direct, job_id, is_final, timeout=30)
+        assert job.state is JobState.SUCCEEDED, job
+        assert job.result == 1 and job.attempts_used == 1, job  # the first attempt, unharmed
+        app.close()
+    finally:
+        proxy.close()
