@@ -31,6 +31,7 @@ from psycopg_pool import ConnectionPool
 from ...config import DatabaseURL, redact_text, redact_url
 from ...errors import DatabaseUnavailable, InvalidDSN
 from .loop_connections import LoopConnections
+from .outage import TetherPool
 from .timezones import ADAPTERS, utc_times
 
 __all__ = [
@@ -170,12 +171,12 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
     except psycopg.Error as exc:
         reason = _hint(redact_text(str(exc).strip(), dsn.url))
         raise _refused(reason)(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {reason}") from None
-    pool: Pool = ConnectionPool(
+    pool: Pool = TetherPool(
         dsn.url, min_size=1, max_size=pool_size, timeout=POOL_TIMEOUT, reconnect_timeout=RECONNECT_TIMEOUT,
         kwargs=kwargs, open=False, name=f"tether-{dsn.schema}", configure=utc_times,
     )
     # connected on first use (only workers claim)
-    round_pool: Pool = ConnectionPool(
+    round_pool: Pool = TetherPool(
         dsn.url, min_size=0, max_size=ROUND_CONNECTIONS, timeout=POOL_TIMEOUT,
         reconnect_timeout=RECONNECT_TIMEOUT, kwargs=rounds, open=False, name=f"tether-{dsn.schema}-rounds",
         configure=utc_times,

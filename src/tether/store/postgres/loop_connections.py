@@ -29,12 +29,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, OperationalError
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import PoolClosed
 
 from ..per_loop import PerLoop
+from .outage import lost
 from .timezones import utc_times
 
 __all__ = ["LoopConnections"]
@@ -92,9 +93,16 @@ class LoopConnections:
         """A connection of the running loop's, for one statement."""
         mine = self._loops.mine()
         async with mine.slots:
-            conn = mine.take() or await self._connect()
+            try:
+                conn = mine.take() or await self._connect()
+            except OperationalError as exc:
+                raise lost(exc, self._conninfo) from exc
             try:
                 yield conn
+            except OperationalError as exc:
+                if conn.broken or conn.closed:  # an outage (outage.py); give_back drops the connection
+                    raise lost(exc, self._conninfo) from exc
+                raise
             finally:
                 mine.give_back(conn)
 

@@ -1,9 +1,15 @@
-"""A progress report the store cannot take (its connection cut) is a missed
+"""Outages met mid-life, against a real PostgreSQL through a TCP proxy that
+resets every connection.
+
+A progress report the store cannot take (its connection cut) is a missed
 heartbeat, not the handler's failure. Found by a new user's walkthrough: a
 2 s restart of the database's path (or of a tether server) failed every
 running job that reported progress, an attempt spent each time. A real
-worker against a real PostgreSQL through a TCP proxy that resets every
-connection mid-job."""
+worker, its connections reset mid-job.
+
+A producer's call on a connection the outage cut raises DatabaseUnavailable,
+a ConnectionError as the README promises (it raised psycopg's
+OperationalError), and the next call gets a new connection."""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tether import JobContext, JobState, Tether
+from tether import DatabaseUnavailable, JobContext, JobState, Tether
 from tether.chaos.proxy import TCPProxy
 
 from .test_worker import is_final, running, wait_job
@@ -63,6 +69,48 @@ def test_a_cut_connection_under_progress_costs_the_job_nothing(
             job = wait_job(direct, job_id, is_final, timeout=30)
         assert job.state is JobState.SUCCEEDED, job
         assert job.result == 1 and job.attempts_used == 1, job  # the first attempt, unharmed
+        app.close()
+    finally:
+        proxy.close()
+
+
+@PG_ONLY
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_producer_meets_a_cut_connection_as_a_connection_error(
+    backend: str, db_url: str, make_app: Callable[..., Tether], kind: str,
+) -> None:
+    make_app()  # migrate this test's schema
+    parts = urlsplit(db_url)
+    proxy = TCPProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    try:
+        app = Tether(db_url.replace(parts.netloc, f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}"))
+
+        @app.task(name="noop")
+        def noop(ctx: JobContext, i: int) -> None: ...
+
+        caught: BaseException | None = None
+        if kind == "sync":
+            first = noop.enqueue(i=1)
+            proxy.reset()
+            try:
+                noop.enqueue(i=2)
+            except BaseException as exc:  # checked below
+                caught = exc
+            again = noop.enqueue(i=3)
+        else:  # one loop throughout: its own connections are the ones cut
+            async def run() -> tuple[int, BaseException, int]:
+                first = await noop.enqueue_async(i=1)
+                proxy.reset()
+                try:
+                    await noop.enqueue_async(i=2)
+                except BaseException as exc:  # checked below
+                    return first, exc, await noop.enqueue_async(i=3)
+                raise AssertionError("the enqueue on a cut connection did not raise")
+
+            first, caught, again = asyncio.run(run())
+        assert isinstance(caught, ConnectionError) and isinstance(caught, DatabaseUnavailable), repr(caught)
+        assert "lost PostgreSQL at" in str(caught) and "closed the connection" in str(caught.__cause__)
+        assert again > first  # the next call got a new connection
         app.close()
     finally:
         proxy.close()
