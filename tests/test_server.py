@@ -116,6 +116,26 @@ def test_scopes_are_enforced(client: Client) -> None:
     assert client.request("GET", "/v1/stats", token=ADMIN)[0] == 200  # admin may call everything
 
 
+def test_a_worker_tokens_metrics_leave_the_stats_gauges_out_and_say_so_once(
+    server_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A remote worker's --metrics-port with its worker token: the stats it may
+    not read are left out, with one warning, not one per scrape (found by a
+    new user's walkthrough); the worker's own series stay."""
+    from prometheus_client import generate_latest
+
+    from tether.metrics import Metrics
+
+    store = open_store(server_url, token=WORKER)
+    metrics = Metrics().watch_store(store)
+    with caplog.at_level(logging.WARNING, logger="tether.metrics"):
+        pages = [generate_latest(metrics.registry).decode() for _ in range(3)]
+    assert all("tether_queue_depth" not in p and "tether_jobs_in_flight" in p for p in pages)
+    warned = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(warned) == 1 and "scope" in warned[0], warned
+    store.close()
+
+
 def test_http_store_maps_refusals_to_access_denied(server_url: str) -> None:
     producer = open_store(server_url, token=PRODUCER)
     with pytest.raises(AccessDenied, match="scope worker"):
