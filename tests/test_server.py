@@ -136,6 +136,40 @@ def test_a_worker_tokens_metrics_leave_the_stats_gauges_out_and_say_so_once(
     store.close()
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_keep_alive_connection_the_server_closed_is_not_reused(server_url: str, client: Client, kind: str) -> None:
+    """After a server restart (here: a proxy resetting every connection), the
+    client's idle keep-alive connection is dead. It used to be written into,
+    and the call failed with ServerUnavailable (BrokenPipeError), a progress
+    report included (a new user's walkthrough); now it is seen closed before
+    reuse, and the call goes out on a new connection."""
+    import asyncio
+
+    from tether.chaos.proxy import TCPProxy
+
+    parts = urlsplit(server_url)
+    proxy = TCPProxy(parts.hostname or "127.0.0.1", parts.port or 80)
+    store = open_store(f"http://127.0.0.1:{proxy.port}", token=WORKER)
+    try:
+        if kind == "sync":
+            store.db_now()
+            proxy.reset()
+            time.sleep(0.2)  # the reset reaches the client's socket
+            store.db_now()  # raised ServerUnavailable before
+        else:
+            assert register(client, "w1")[0] == 200
+            async def twice() -> None:  # one loop: its idle connection is the one reset
+                await store.claim_async("w1", ["default"], 1, 30.0)
+                proxy.reset()
+                await asyncio.sleep(0.2)
+                await store.claim_async("w1", ["default"], 1, 30.0)
+
+            asyncio.run(twice())
+    finally:
+        store.close()
+        proxy.close()
+
+
 def test_http_store_maps_refusals_to_access_denied(server_url: str) -> None:
     producer = open_store(server_url, token=PRODUCER)
     with pytest.raises(AccessDenied, match="scope worker"):

@@ -31,7 +31,7 @@ from ...errors import (
     TetherError,
 )
 from . import wire
-from .aio import LoopHttp
+from .aio import LoopHttp, peer_closed
 
 __all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_TIMEOUT", "REUSE_IDLE", "HttpClient", "UnknownOperation", "done_rows",
            "tasks_field"]
@@ -79,7 +79,8 @@ class HttpClient:
     # -- from a thread -----------------------------------------------------------------
     def _connection(self) -> _Conn:
         c: _Conn | None = getattr(self._local, "conn", None)
-        if c is not None and time.monotonic() - c.last_used < REUSE_IDLE:
+        if (c is not None and time.monotonic() - c.last_used < REUSE_IDLE
+                and (c.conn.sock is None or not peer_closed(c.conn.sock))):
             return c
         if c is not None:
             self._drop(c)
