@@ -24,35 +24,20 @@ is then closed, never reused.
 from __future__ import annotations
 
 import asyncio
-import select
 import socket
 import threading
 import time
 
+from ..idle import ready_to_read
 from ..per_loop import PerLoop
 
-__all__ = ["LoopHttp", "peer_closed"]
+__all__ = ["LoopHttp"]
 
 #: the most a response's status line and headers may take
 MAX_HEAD = 64 * 1024
 #: idle connections kept per loop (a worker's rounds use one or two at once)
 MAX_IDLE = 4
 _RECV = 256 * 1024
-
-
-def peer_closed(sock: socket.socket) -> bool:
-    """Whether the server has closed this idle keep-alive connection (a restart,
-    a proxy's reset): it reads as ready, EOF or a reset, though no answer is
-    owed. Checked before each reuse, so that no request is written into it: a
-    write there fails, or is lost with no way to tell whether it arrived."""
-    try:
-        if hasattr(select, "poll"):
-            p = select.poll()
-            p.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
-            return bool(p.poll(0))
-        return bool(select.select([sock], [], [], 0)[0])
-    except (OSError, ValueError):  # closed already, or past select's fd limit
-        return True
 
 
 class _Conn:
@@ -83,7 +68,7 @@ class _Loop:
         with self.lock:
             while self.idle:
                 c = self.idle.pop()
-                if now - c.last_used < reuse_idle and not peer_closed(c.sock):
+                if now - c.last_used < reuse_idle and not ready_to_read(c.sock):  # (idle.py)
                     found = c
                     break
                 stale.append(c)

@@ -30,8 +30,9 @@ from ...errors import (
     StaleAttempt,
     TetherError,
 )
+from ..idle import ready_to_read
 from . import wire
-from .aio import LoopHttp, peer_closed
+from .aio import LoopHttp
 
 __all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_TIMEOUT", "REUSE_IDLE", "HttpClient", "UnknownOperation", "done_rows",
            "tasks_field"]
@@ -80,7 +81,7 @@ class HttpClient:
     def _connection(self) -> _Conn:
         c: _Conn | None = getattr(self._local, "conn", None)
         if (c is not None and time.monotonic() - c.last_used < REUSE_IDLE
-                and (c.conn.sock is None or not peer_closed(c.conn.sock))):
+                and (c.conn.sock is None or not ready_to_read(c.conn.sock))):  # (idle.py)
             return c
         if c is not None:
             self._drop(c)

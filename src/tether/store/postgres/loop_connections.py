@@ -35,7 +35,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import PoolClosed
 
 from ..per_loop import PerLoop
-from .outage import lost
+from .outage import ended, lost
 from .timezones import utc_times
 
 __all__ = ["LoopConnections"]
@@ -57,8 +57,14 @@ class _Loop:
         self.asked = 0
 
     def take(self) -> Conn | None:
-        with self.lock:
-            return self.idle.pop() if self.idle else None
+        """The most recently used idle connection still good (one the server
+        or the network ended while it waited closes: outage.py)."""
+        while True:
+            with self.lock:
+                conn = self.idle.pop() if self.idle else None
+            if conn is None or not ended(conn):
+                return conn
+            _finish(conn)
 
     def give_back(self, conn: Conn) -> None:
         # Autocommit, one statement a use: anything but idle means the use was

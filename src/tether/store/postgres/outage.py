@@ -10,21 +10,49 @@ for sync calls, ``LoopConnections`` for async ones) translate them here, with
 the driver's error as the cause. An ``OperationalError`` on a connection that
 is still good (a statement timeout, a lock timeout) is the statement's and
 stays as it is.
+
+Before that, a pooled connection the outage ended while it sat idle is
+dropped before use (``ended``, ``../idle.py``), so the first call after the
+database comes back gets a good one rather than that error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
+from psycopg.pq import ConnStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...config import redact_text, redact_url
 from ...errors import DatabaseUnavailable
+from ..idle import ready_to_read
 
-__all__ = ["TetherPool", "lost"]
+__all__ = ["TetherPool", "ended", "lost"]
+
+
+def ended(conn: psycopg.Connection[TupleRow] | psycopg.AsyncConnection[TupleRow]) -> bool:
+    """Whether the server or the network ended this idle connection: its
+    socket reads as ready and what came (an EOF, a reset, a FATAL) leaves it
+    bad. (A notice that came meanwhile is read and the connection kept.)"""
+    if conn.closed or conn.broken:
+        return True
+    try:
+        if not ready_to_read(conn.pgconn.socket):
+            return False
+        conn.pgconn.consume_input()
+    except psycopg.OperationalError:
+        return True
+    return conn.pgconn.status != ConnStatus.OK
+
+
+def _check(conn: psycopg.Connection[TupleRow]) -> None:
+    """psycopg_pool's ``check``: raising has the pool drop it and hand another."""
+    if ended(conn):
+        raise psycopg.OperationalError("the server ended this idle connection")
 
 
 def lost(exc: BaseException, conninfo: str) -> DatabaseUnavailable:
@@ -34,7 +62,11 @@ def lost(exc: BaseException, conninfo: str) -> DatabaseUnavailable:
 
 
 class TetherPool(ConnectionPool[psycopg.Connection[TupleRow]]):
-    """psycopg_pool's pool, whose outages are ``DatabaseUnavailable``."""
+    """psycopg_pool's pool, whose outages are ``DatabaseUnavailable``, and
+    which drops a connection ended while idle before handing it out."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, check=_check, **kwargs)
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[TupleRow]]:
