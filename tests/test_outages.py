@@ -7,16 +7,17 @@ heartbeat, not the handler's failure. Found by a new user's walkthrough: a
 running job that reported progress, an attempt spent each time. A real
 worker, its connections reset mid-job.
 
-A producer's call on a connection the outage cut raises DatabaseUnavailable,
-a ConnectionError as the README promises (it raised psycopg's
-OperationalError), and the next call gets a new connection."""
+A pooled connection the outage ended while idle is dropped before use, so
+the next call after it succeeds; one cut in use raises DatabaseUnavailable, a
+ConnectionError as the README promises (it raised psycopg's
+OperationalError)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,122 +32,116 @@ PG_ONLY = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 STEPS = 30
 
 
+@pytest.fixture
+def proxied(db_url: str, make_app: Callable[..., Tether]) -> Iterator[tuple[Tether, TCPProxy]]:
+    """An app whose every connection goes through a TCP proxy (the schema
+    migrated by a direct one, ``make_app``'s)."""
+    make_app()
+    parts = urlsplit(db_url)
+    proxy = TCPProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    app = Tether(db_url.replace(parts.netloc, f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}"))
+    try:
+        yield app, proxy
+    finally:
+        app.close()
+        proxy.close()
+
+
 @PG_ONLY
 @pytest.mark.parametrize("kind", ["def", "async"])
 def test_a_cut_connection_under_progress_costs_the_job_nothing(
-    backend: str, db_url: str, make_app: Callable[..., Tether], kind: str,
+    backend: str, make_app: Callable[..., Tether], proxied: tuple[Tether, TCPProxy], kind: str,
 ) -> None:
-    direct = make_app()  # migrates this test's schema; reads the job past the proxy
-    parts = urlsplit(db_url)
-    proxy = TCPProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
-    try:
-        url = db_url.replace(parts.netloc, f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}")
-        app = Tether(url)  # the default timers: a 30 s lease outlives the cut by far
-        halfway = threading.Event()
+    direct = make_app()  # reads the job past the proxy
+    app, proxy = proxied  # the default timers: a 30 s lease outlives the cut by far
+    halfway = threading.Event()
 
-        if kind == "def":
-            @app.task(name="long", max_attempts=3)
-            def long(ctx: JobContext) -> int:
-                for i in range(STEPS):
-                    ctx.progress(i / STEPS, f"step {i}")
-                    if i == STEPS // 2:
-                        halfway.set()
-                    time.sleep(0.05)
-                return ctx.attempt
-        else:
-            @app.task(name="long", max_attempts=3)
-            async def long(ctx: JobContext) -> int:  # type: ignore[misc]
-                for i in range(STEPS):
-                    ctx.progress(i / STEPS, f"step {i}")
-                    if i == STEPS // 2:
-                        halfway.set()
-                    await asyncio.sleep(0.05)
-                return ctx.attempt
+    if kind == "def":
+        @app.task(name="long", max_attempts=3)
+        def long(ctx: JobContext) -> int:
+            for i in range(STEPS):
+                ctx.progress(i / STEPS, f"step {i}")
+                if i == STEPS // 2:
+                    halfway.set()
+                time.sleep(0.05)
+            return ctx.attempt
+    else:
+        @app.task(name="long", max_attempts=3)
+        async def long(ctx: JobContext) -> int:  # type: ignore[misc]
+            for i in range(STEPS):
+                ctx.progress(i / STEPS, f"step {i}")
+                if i == STEPS // 2:
+                    halfway.set()
+                await asyncio.sleep(0.05)
+            return ctx.attempt
 
-        job_id = app.get_task("long").enqueue()  # (before the cut)
-        with running(app):
-            assert halfway.wait(20)
-            proxy.reset()  # every connection the worker holds is cut; new ones go through
-            job = wait_job(direct, job_id, is_final, timeout=30)
-        assert job.state is JobState.SUCCEEDED, job
-        assert job.result == 1 and job.attempts_used == 1, job  # the first attempt, unharmed
-        app.close()
-    finally:
-        proxy.close()
+    job_id = app.get_task("long").enqueue()  # (before the cut)
+    with running(app):
+        assert halfway.wait(20)
+        proxy.reset()  # every connection the worker holds is cut; new ones go through
+        job = wait_job(direct, job_id, is_final, timeout=30)
+    assert job.state is JobState.SUCCEEDED, job
+    assert job.result == 1 and job.attempts_used == 1, job  # the first attempt, unharmed
 
 
 @PG_ONLY
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_producer_after_an_outage_gets_a_good_connection(
-    backend: str, db_url: str, make_app: Callable[..., Tether], kind: str,
+    backend: str, proxied: tuple[Tether, TCPProxy], kind: str,
 ) -> None:
     """Every pooled connection is cut while idle (a database restart, a
     network reset): the next call gets a good one, not the cut one's error."""
-    make_app()  # migrate this test's schema
-    parts = urlsplit(db_url)
-    proxy = TCPProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
-    try:
-        app = Tether(db_url.replace(parts.netloc, f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}"))
+    app, proxy = proxied
 
-        @app.task(name="noop")
-        def noop(ctx: JobContext, i: int) -> None: ...
+    @app.task(name="noop")
+    def noop(ctx: JobContext, i: int) -> None: ...
 
-        if kind == "sync":
-            ids = [noop.enqueue(i=1)]
+    if kind == "sync":
+        ids = [noop.enqueue(i=1)]
+        proxy.reset()
+        time.sleep(0.2)  # the resets reach the pool's sockets
+        ids += [noop.enqueue(i=2), noop.enqueue(i=3)]
+    else:  # one loop throughout: its own idle connections are the ones cut
+        async def run() -> list[int]:
+            first = await noop.enqueue_async(i=1)
             proxy.reset()
-            time.sleep(0.2)  # the resets reach the pool's sockets
-            ids += [noop.enqueue(i=2), noop.enqueue(i=3)]
-        else:  # one loop throughout: its own idle connections are the ones cut
-            async def run() -> list[int]:
-                first = await noop.enqueue_async(i=1)
-                proxy.reset()
-                await asyncio.sleep(0.2)
-                return [first, await noop.enqueue_async(i=2), await noop.enqueue_async(i=3)]
+            await asyncio.sleep(0.2)
+            return [first, await noop.enqueue_async(i=2), await noop.enqueue_async(i=3)]
 
-            ids = asyncio.run(run())
-        assert ids == sorted(set(ids))
-        app.close()
-    finally:
-        proxy.close()
+        ids = asyncio.run(run())
+    assert ids == sorted(set(ids))
 
 
 @PG_ONLY
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_connection_cut_mid_use_is_a_connection_error(
-    backend: str, db_url: str, make_app: Callable[..., Tether], kind: str,
+    backend: str, proxied: tuple[Tether, TCPProxy], kind: str,
 ) -> None:
     """The README: catch ConnectionError to retry an outage. A connection lost
     in use raises DatabaseUnavailable (one), the driver's error its cause;
     it raised psycopg's OperationalError, which is not one."""
-    make_app()  # migrate this test's schema
-    parts = urlsplit(db_url)
-    proxy = TCPProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
-    try:
-        app = Tether(db_url.replace(parts.netloc, f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}"))
-        store: Any = app.store
-        caught: BaseException | None = None
-        if kind == "sync":
+    app, proxy = proxied
+    store: Any = app.store
+    caught: BaseException | None = None
+    if kind == "sync":
+        try:
+            with store.pool.connection() as conn:  # what every sync call runs in
+                proxy.reset()
+                time.sleep(0.2)
+                conn.execute("SELECT 1")
+        except BaseException as exc:  # checked below
+            caught = exc
+    else:
+        async def run() -> BaseException | None:
             try:
-                with store.pool.connection() as conn:  # what every sync call runs in
+                async with store.async_connections.connection() as conn:  # every async call's
                     proxy.reset()
-                    time.sleep(0.2)
-                    conn.execute("SELECT 1")
+                    await asyncio.sleep(0.2)
+                    await conn.execute("SELECT 1")
             except BaseException as exc:  # checked below
-                caught = exc
-        else:
-            async def run() -> BaseException | None:
-                try:
-                    async with store.async_connections.connection() as conn:  # every async call's
-                        proxy.reset()
-                        await asyncio.sleep(0.2)
-                        await conn.execute("SELECT 1")
-                except BaseException as exc:  # checked below
-                    return exc
-                return None
+                return exc
+            return None
 
-            caught = asyncio.run(run())
-        assert isinstance(caught, ConnectionError) and isinstance(caught, DatabaseUnavailable), repr(caught)
-        assert "lost PostgreSQL at" in str(caught) and caught.__cause__ is not None
-        app.close()
-    finally:
-        proxy.close()
+        caught = asyncio.run(run())
+    assert isinstance(caught, ConnectionError) and isinstance(caught, DatabaseUnavailable), repr(caught)
+    assert "lost PostgreSQL at" in str(caught) and caught.__cause__ is not None
