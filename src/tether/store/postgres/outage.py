@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import psycopg
 from psycopg.pq import ConnStatus
@@ -49,10 +48,8 @@ def ended(conn: psycopg.Connection[TupleRow] | psycopg.AsyncConnection[TupleRow]
     return conn.pgconn.status != ConnStatus.OK
 
 
-def _check(conn: psycopg.Connection[TupleRow]) -> None:
-    """psycopg_pool's ``check``: raising has the pool drop it and hand another."""
-    if ended(conn):
-        raise psycopg.OperationalError("the server ended this idle connection")
+class _Ended(Exception):
+    """A pooled connection found ended before use: the pool drops it (closed)."""
 
 
 def lost(exc: BaseException, conninfo: str) -> DatabaseUnavailable:
@@ -63,21 +60,29 @@ def lost(exc: BaseException, conninfo: str) -> DatabaseUnavailable:
 
 class TetherPool(ConnectionPool[psycopg.Connection[TupleRow]]):
     """psycopg_pool's pool, whose outages are ``DatabaseUnavailable``, and
-    which drops a connection ended while idle before handing it out."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, check=_check, **kwargs)
+    which drops a connection ended while idle before handing it out. (Not
+    psycopg_pool's ``check``: from the second connection that fails it on,
+    that sleeps a backoff of 1 s, then 2 s, ..., so the first call after a
+    blip that ended several pooled connections would wait seconds.)"""
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[TupleRow]]:
         conninfo = self.conninfo if isinstance(self.conninfo, str) else ""
-        try:
-            with super().connection(timeout) as conn:
-                try:
-                    yield conn
-                except psycopg.OperationalError as exc:
-                    if conn.broken or conn.closed:  # (the pool drops it on the way out)
-                        raise lost(exc, conninfo) from exc
-                    raise
-        except PoolTimeout as exc:
-            raise lost(exc, conninfo) from exc
+        for _ in range(self.max_size + 1):  # each ended one is dropped; the pool opens new ones
+            try:
+                with super().connection(timeout) as conn:
+                    if ended(conn):
+                        conn.close()
+                        raise _Ended
+                    try:
+                        yield conn
+                    except psycopg.OperationalError as exc:
+                        if conn.broken or conn.closed:  # (the pool drops it on the way out)
+                            raise lost(exc, conninfo) from exc
+                        raise
+                    return
+            except _Ended:
+                continue
+            except PoolTimeout as exc:
+                raise lost(exc, conninfo) from exc
+        raise DatabaseUnavailable(f"lost PostgreSQL at {redact_url(conninfo)}: every pooled connection had ended")
