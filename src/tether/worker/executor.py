@@ -396,6 +396,9 @@ class Executor:
     # -- progress, timeouts, cancellation ----------------------------------------------------
     def progress(self, job: ClaimedJob, fraction: float | None, message: str | None) -> bool:
         """A handler's progress report (its thread or the loop): a heartbeat for its job."""
+        running = self.state.inflight.get(job.id)
+        if running is not None and running.settled is not None:
+            return False  # its ctx.transaction() committed the success: no lease left to renew, nothing to say
         if self.state.store.backend == "sqlite":
             refuse_progress_in_block(self.state, job.id)
         return report_progress(self.state, job, fraction, message)

@@ -8,10 +8,12 @@ before its local deadline is treated as lost and its handler is cancelled.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from ..config import MIN_BEATS_PER_TTL
 from ..context import CancelReason
@@ -209,9 +211,17 @@ def report_progress(state: WorkerState, job: ClaimedJob, fraction: float | None,
     used to raise into the handler, so a 2 s server restart failed every job
     that reported progress, an attempt spent each time.)"""
     sent_at = time.monotonic()
-    try:  # the handler's text: NUL and lone surrogates escaped, never refused
-        cancel = state.store.progress(state.id, job.id, job.attempt, fraction, storable_text(message),
-                                      state.timers.lease_ttl)
+    text = storable_text(message)  # the handler's text: NUL and lone surrogates escaped, never refused
+    try:
+        store = state.store
+        if isinstance(store, NoWaitProgress) and _on_a_loop():  # (SQLite, from an async def handler)
+            got = store.progress_nowait(state.id, job.id, job.attempt, fraction, text, state.timers.lease_ttl)
+            if got is None:  # another connection writes now: a missed beat, not worth a wait on the loop
+                log.debug("job %s attempt %s: progress not recorded (the write lock is busy)", job.id, job.attempt)
+                return False
+            cancel = got
+        else:
+            cancel = store.progress(state.id, job.id, job.attempt, fraction, text, state.timers.lease_ttl)
     except StaleAttempt:
         raise
     except Exception as exc:
@@ -222,3 +232,21 @@ def report_progress(state: WorkerState, job: ClaimedJob, fraction: float | None,
     if state.history is not None:  # a progress report renews the lease as a heartbeat does
         state.history.record("hb", job=job.id, attempt=job.attempt, beat="renewed", sent=sent_at, via="progress")
     return cancel
+
+
+@runtime_checkable
+class NoWaitProgress(Protocol):
+    """A store whose progress write may wait for a lock its own event loop
+    must free (SQLite: ``store/sqlite/rounds.py``); from a loop it writes
+    only if it need not wait (None: it would have)."""
+
+    def progress_nowait(self, worker: str, job_id: int, attempt: int, fraction: float | None,
+                        message: str | None, lease_ttl: float) -> bool | None: ...
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -86,6 +86,10 @@ class InlineRounds:
         def _use(self) -> AbstractContextManager[sqlite3.Connection]:
             ...
 
+        def progress(self, worker: str, job_id: int, attempt: int, fraction: float | None, message: str | None,
+                     lease_ttl: float) -> bool:
+            ...
+
     def _init_rounds(self, open_nowait: Callable[[], sqlite3.Connection], *, inline: bool) -> None:
         self._nowait_conns = ThreadConnections(open_nowait)
         self._mode = _Mode()
@@ -150,3 +154,14 @@ class InlineRounds:
             if got is not _BUSY:
                 return got
         return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+    def progress_nowait(self, worker: str, job_id: int, attempt: int, fraction: float | None,
+                        message: str | None, lease_ttl: float) -> bool | None:
+        """``progress`` from an event loop, on its no-wait connection; None
+        when another connection holds the write lock. Waiting would block the
+        loop, and the holder may be an ``async def`` handler's
+        ``ctx.transaction()`` block on this very loop, which cannot finish
+        while it is blocked: both stood until ``busy_timeout`` (30 s), and
+        every worker on the file with them (a new user's walkthrough)."""
+        got = self._now_or_busy(lambda: self.progress(worker, job_id, attempt, fraction, message, lease_ttl), None)
+        return None if got is _BUSY else bool(got)
