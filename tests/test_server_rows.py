@@ -120,3 +120,33 @@ def test_times_in_a_repeated_hour_keep_their_offsets() -> None:
     decoded = wire.decode_claimed_answer(answer)
     assert [j.run_at.timestamp() for j in decoded if j.run_at] == [t.timestamp() for t in (first, again, again, first)]
     assert [r["run_at"] for r in wire.encode_claimed_all(jobs)] == [r[11] for r in answer["rows"]]
+
+
+def test_a_result_over_the_servers_cap_ends_the_job_dead_at_once(db_url: str) -> None:
+    """A remote worker's result over the server's payload cap is refused the
+    same way every time. It was retried as a failed attempt, so the handler
+    ran once per attempt left (a new user's walkthrough: three runs, then
+    dead); a local worker over its own cap ends the job dead at once."""
+    from tether import JobContext, JobState, Tether
+
+    from .test_worker import is_final, running, wait_job
+
+    runs: list[int] = []
+    with served(db_url, client_clock=False, tokens=TOKENS, max_payload_bytes=1000) as url:
+        app = Tether(url, token=WORKER)
+
+        @app.task(name="big", max_attempts=3)
+        def big(ctx: JobContext) -> str:
+            runs.append(ctx.attempt)
+            return "x" * 5000
+
+        producer = Tether(url, token=PRODUCER)
+        producer.task(name="big")(lambda ctx: None)
+        job_id = producer.enqueue("big")
+        with running(app):
+            job = wait_job(producer, job_id, is_final)
+        assert job.state is JobState.DEAD, job
+        assert runs == [1], runs
+        assert job.last_error is not None and "its success could not be written" in job.last_error, job
+        app.close()
+        producer.close()

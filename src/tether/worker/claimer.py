@@ -40,7 +40,7 @@ from ..errors import ConfigError
 from ..model import ClaimedJob
 from ..transport import Delivery
 from .executor import Executor
-from .reporter import Done, Reporter, rows_of
+from .reporter import Done, Reporter, data_error, rows_of
 from .state import WorkerState, wait_event
 
 __all__ = ["COALESCE_WAIT", "FETCH_IDLE", "FETCH_WAIT", "STOP_GRACE", "Claimer"]
@@ -160,7 +160,8 @@ class Claimer:
                     continue  # stopping: any claims still ahead are answered in turn, then the loop ends
             except Exception as exc:
                 failures += 1
-                s.log.warning("claim failed (%s); retrying", exc)
+                s.log.warning("claim failed (%s); retrying%s", exc, " (the successes it carried are written apart)"
+                              if data_error(exc) else "")
                 await asyncio.sleep(min(CLAIM_RETRY_MAX, CLAIM_RETRY_BASE * 2**failures))
                 continue
             failures = 0

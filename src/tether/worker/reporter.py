@@ -165,8 +165,11 @@ class Reporter:
                 await self.complete([done], retried=True)
             return
         running = batch[0][0]
+        # A tether server's payload cap (PayloadError) refuses the same result
+        # every time: the job ends dead at once, as over a local worker's own
+        # cap, rather than run its handler again for each attempt left.
         self.fail(running, Outcome.FAILED, f"its success could not be written: the database refused its result "
-                                           f"({type(exc).__name__}: {exc})", None, True)
+                                           f"({describe(exc)})", None, not isinstance(exc, PayloadError))
 
     def completed(self, batch: list[Done], accepted: set[int], sent_at: float) -> None:
         """The answer to a write of these successes: ``accepted`` passed their fence."""
