@@ -543,6 +543,12 @@ def test_a_database_that_does_not_answer_is_a_connection_error_and_a_wrong_url_i
         open_store(PG_URL.rsplit("/", 1)[0] + "/no_such_database_here").stats()
     assert not isinstance(wrong.value, ConnectionError)
     assert "no_such_database_here" in str(wrong.value)
+    # A bad value of a libpq option is the URL's to fix too. It was taken for
+    # an outage, after the pool's 10 s (the probe's own connect_timeout hid it).
+    with pytest.raises(InvalidDSN) as bad:
+        open_store(PG_URL + ("&" if "?" in PG_URL else "?") + "connect_timeout=abc").stats()
+    assert not isinstance(bad.value, ConnectionError)
+    assert "bad value for connect_timeout" in str(bad.value)
 
 
 def test_a_nats_url_without_the_nats_extra_names_the_extra() -> None:

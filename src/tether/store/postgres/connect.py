@@ -167,7 +167,9 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
     if session:
         rounds["options"] = net_defaults(dsn.url, options=_GENERIC_OPTIONS)["options"]
     try:
-        psycopg.connect(dsn.url, connect_timeout=5, **{k: v for k, v in net.items() if k != "connect_timeout"}).close()
+        # (the URL's own connect_timeout, if it sets one: a bad one, connect_timeout=abc, is refused
+        # here rather than by the pool, after its 10 s, as an outage)
+        psycopg.connect(dsn.url, **net).close()
     except psycopg.Error as exc:
         reason = _hint(redact_text(str(exc).strip(), dsn.url))
         raise _refused(reason)(f"cannot connect to PostgreSQL at {redact_url(dsn.url)}: {reason}") from None
@@ -201,7 +203,7 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
 #: what PostgreSQL (libpq) says when it was reached and refused this URL: the
 #: URL must change; anything else (refused, timed out, unroutable) is an outage
 _REFUSALS = ("authentication failed", "does not exist", "pg_hba.conf", "could not translate host name",
-             "unsupported startup parameter", "invalid", "permission denied", "SSL", "ssl")
+             "unsupported startup parameter", "invalid", "permission denied", "SSL", "ssl", "bad value")
 
 
 def _refused(message: str) -> type[InvalidDSN]:
