@@ -181,3 +181,22 @@ def test_through_the_pooler_jit_left_on_is_named_once_with_what_to_run(
         assert not [r for r in caplog.records if "JIT" in r.getMessage()]
     finally:
         direct.close()
+
+@pytest.mark.parametrize("where", ["the-pooler", "another-database"])
+def test_a_listen_url_that_could_never_hear_is_refused_when_listening(db_url: str, where: str) -> None:
+    """Two listen_urls that connect, or seem to, and would never hear an
+    enqueue: the pooled URL itself (a transaction pooler refuses LISTEN's
+    startup options: the listener warned every second, for ever) and another
+    database of the same server (silent: every wake-up lost). Both went
+    unnoticed (a new user's walkthrough); both are refused at start."""
+    pooled_url = db_url.split("?", 1)[0]
+    listen = pooled_url if where == "the-pooler" else PG_URL.rsplit("/", 1)[0] + "/postgres"
+    store = open_store(db_url + "&listen_url=" + quote(listen, safe=""))
+    try:
+        with pytest.raises(InvalidDSN) as info:
+            store.listen(lambda queue: None)
+        assert "listen_url" in str(info.value)
+        if where == "another-database":
+            assert "another database" in str(info.value)
+    finally:
+        store.close()

@@ -42,6 +42,7 @@ __all__ = [
     "RECONNECT_TIMEOUT",
     "ROUND_CONNECTIONS",
     "Connections",
+    "check_listen_url",
     "literal",
     "net_defaults",
     "open_connections",
@@ -198,6 +199,34 @@ def open_connections(dsn: DatabaseURL, *, pool_size: int) -> Connections:
         async_connections=LoopConnections(dsn.url, size=ASYNC_CONNECTIONS, **kwargs),
         round_async=LoopConnections(dsn.url, size=ROUND_CONNECTIONS, **rounds),
     )
+
+
+#: what tells two connections' databases apart: two databases of one server
+#: differ in name, two servers (or one restarted) in their start time
+_SAME_DATABASE = "SELECT current_database(), pg_postmaster_start_time()"
+
+
+def check_listen_url(listen_url: str, pool: Pool) -> None:
+    """A ``listen_url`` given beside a pooled URL: find a mistake in it when
+    the worker starts, not as a listener's warnings, every second, while
+    workers fall back on polling. InvalidDSN when it does not connect
+    (through a transaction pooler itself, say, which refuses its startup
+    options) or reaches another database than ``pool``'s, whose
+    notifications would never come (both went unnoticed: a new user's
+    walkthrough)."""
+    shown = redact_url(listen_url)
+    try:
+        with psycopg.connect(listen_url, **net_defaults(listen_url)) as conn:
+            there = conn.execute(_SAME_DATABASE).fetchone()
+    except psycopg.Error as exc:
+        raise InvalidDSN(f"cannot connect to listen_url {shown}: "
+                         f"{redact_text(str(exc).strip(), listen_url)}") from None
+    with pool.connection() as conn:
+        here = conn.execute(_SAME_DATABASE).fetchone()
+    if there != here:
+        raise InvalidDSN(f"listen_url {shown} reaches another database ({there[0] if there else '?'}) than the "
+                         f"database URL does ({here[0] if here else '?'}): LISTEN there would never hear this "
+                         "database's enqueues. Point it at the same database, directly (not through the pooler)")
 
 
 #: what PostgreSQL (libpq) says when it was reached and refused this URL: the

@@ -20,13 +20,14 @@ from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
 from ... import model
-from ...config import DatabaseURL, redact_text, redact_url
-from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
+from ...config import DatabaseURL, redact_url
+from ...errors import InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
 from ..rows import attempt_from_row, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
+from . import connect
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote, warn_if_jit
 from .control import PostgresControl
 from .ids import ClaimIdsMixin
@@ -480,16 +481,8 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
         (every POOLED_POLL_INTERVAL) instead."""
         if self.listen_url is None:
             return None
-        if self.listen_url != self.dsn.url:
-            # a separate URL: find a mistake in it now, not as warnings from
-            # a listener that never connects while workers fall back on polling
-            try:
-                psycopg.connect(self.listen_url, **net_defaults(self.listen_url)).close()
-            except psycopg.Error as exc:
-                raise InvalidDSN(
-                    f"cannot connect to listen_url {redact_url(self.listen_url)}: "
-                    f"{redact_text(str(exc).strip(), self.listen_url)}"
-                ) from None
+        if "listen_url" in self.dsn.options:  # a URL of its own: connect.py's check_listen_url
+            connect.check_listen_url(self.listen_url, self.pool)
         return NotifyListener(self.listen_url, self.channel, on_enqueue)
 
     def listen_finished(self, on_finished: Callable[[str], None]) -> Listener | None:
