@@ -708,12 +708,17 @@ class PrivateNats:
         self.log = tmp / "nats.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, *, jetstream: bool = True) -> None:
+        js = ["-js", "-sd", str(self.store_dir)] if jetstream else []
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)],
-                stdout=out, stderr=out)
-        wait_for(lambda: _answers(self.url) is None, 15, "the private nats-server")
+            self.proc = subprocess.Popen([self.binary, "-a", "127.0.0.1", "-p", str(self.port), *js],
+                                         stdout=out, stderr=out)
+
+        def up() -> bool:  # (without JetStream: it answers, and refuses JetStream's calls)
+            problem = _answers(self.url)
+            return problem is None or (not jetstream and problem.startswith("ServiceUnavailableError"))
+
+        wait_for(up, 15, "the private nats-server")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -1161,3 +1166,27 @@ def test_an_app_made_without_a_transport_takes_TETHER_TRANSPORT(
     job_id = job.enqueue()
     assert stream_messages(nats_url, prefix) == [{"job_id": job_id, "queue": "default", "retry": False}]
     assert not make_app(transport="poll").transport.delivers
+
+
+def test_a_server_without_jetstream_is_named_once_not_every_retry(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A nats-server started without -js answers every stream set-up with a
+    503 (ServiceUnavailableError): the keeper logged the same bare warning
+    four times a second, for ever (a new user's walkthrough). Now once, with
+    what to check."""
+    from tether.transport.nats import NatsTransport
+
+    server = PrivateNats(tmp_path)
+    server.start(jetstream=False)
+    transport = NatsTransport.from_url(f"{server.url}?prefix=nojs")
+    try:
+        with caplog.at_level(logging.WARNING, logger="tether.nats"):
+            transport.start(["default"])
+            assert not transport.ready(2.0)  # eight set-ups or so, all refused
+        warned = [r.getMessage() for r in caplog.records if "setting up stream" in r.getMessage()]
+        assert len(warned) == 1, warned
+        assert "is JetStream enabled on the server (nats-server -js)?" in warned[0]
+    finally:
+        transport.close()
+        server.stop()

@@ -57,7 +57,7 @@ from ..config import Timers, validate_queue
 from ..errors import ConfigError
 from ..model import DueJob
 from .base import Delivery, Transport
-from .nats_link import Ending, backlog, end, on_loop, own_loop
+from .nats_link import Ending, OnceEach, backlog, end, on_loop, own_loop
 from .nats_names import (
     _seconds,
     ack_wait_for,
@@ -204,17 +204,16 @@ class NatsTransport(Transport):
             await self._keep()
         finally:
             if self._keeper is not None and self._loop is _current_loop():
-                # cancelled while still the link's keeper (stop and close forget
-                # the link first): the worker's loop is ending without stop()
-                # (asyncio.run cancels every task left), so the client is closed
-                # here, or its socket would outlive the loop
+                # cancelled while still the link's keeper (stop and close forget the link first): the
+                # worker's loop ends without stop() (asyncio.run cancels every task left), so the
+                # client is closed here, or its socket would outlive the loop
                 self._ready.clear()
                 if (nc := self._nc) is not None and not nc.is_closed:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(nc.close(), 2.0)
 
     async def _keep(self) -> None:
-        reported = False
+        reported, set_up = False, OnceEach(log)
         while not self._closed:
             nc = self._nc
             if nc is None or nc.is_closed:
@@ -240,8 +239,9 @@ class NatsTransport(Transport):
                 try:
                     covered = await self._set_up()
                 except Exception as exc:
-                    log.warning("NATS at %s: setting up stream %s failed (%s); retrying", self.name, self.stream, exc)
+                    set_up.failed(f"NATS at {self.name}: setting up stream {self.stream}", exc)
                 else:
+                    set_up.passed()
                     with self._lock:  # ready only if no worker added queues meanwhile (start())
                         if set(self._queues) <= covered:
                             self._ready.set()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from .nats_pull import Puller
 from .nats_settle import Settler, _current_loop, _settle_all
 from .nats_wire import PUBLISH_TIMEOUT
 
-__all__ = ["Ending", "backlog", "end", "on_loop", "own_loop"]
+__all__ = ["Ending", "OnceEach", "backlog", "end", "on_loop", "own_loop"]
 
 T = TypeVar("T")
 
@@ -113,3 +114,24 @@ async def backlog(js: JetStreamContext, stream: str, prefix: str, queues: list[s
             info = await js.consumer_info(stream, consumer_name(prefix, queue), timeout=PUBLISH_TIMEOUT)
             out[queue] = info.num_pending or 0
     return out
+
+
+class OnceEach:
+    """A retried step's failure, logged once for each distinct error rather
+    than at every retry (a NATS server without JetStream answered every
+    stream set-up, four times a second, with the same unhelpful warning)."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self.last: str | None = None
+
+    def failed(self, what: str, exc: Exception) -> None:
+        text = f"{what} failed ({exc})"
+        if type(exc).__name__ == "ServiceUnavailableError":  # 503: no JetStream there
+            text += ": is JetStream enabled on the server (nats-server -js)?"
+        if text != self.last:
+            self.last = text
+            self.log.warning("%s; retrying (quietly while it fails so)", text)
+
+    def passed(self) -> None:
+        self.last = None
