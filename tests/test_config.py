@@ -486,6 +486,17 @@ def test_a_job_id_that_is_not_an_int_is_refused(make_app: AppFactory, bad: Any) 
     assert job is not None and job.state is JobState.QUEUED
 
 
+@pytest.mark.parametrize("huge", [2**63, -(2**63) - 1, 10**20])
+def test_a_job_id_past_64_bits_is_refused_alike_on_every_backend(make_app: AppFactory, huge: int) -> None:
+    """``tether job 99999999999999999999``: SQLite's driver raised
+    OverflowError, PostgreSQL found no job (a new user's walkthrough)."""
+    app = make_app()
+    for call in (app.get_job, app.cancel, app.retry):
+        with pytest.raises(ConfigError, match="out of range: a job id is a 64-bit int"):
+            call(huge)
+    assert app.get_job(2**63 - 1) is None  # the largest is a job id, one that does not exist
+
+
 def test_one_dedup_key_for_many_jobs_is_refused(make_app: AppFactory) -> None:
     app = make_app()
     task = register(app)

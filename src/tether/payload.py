@@ -95,9 +95,13 @@ def check_job_id(job_id: object) -> int:
     driver's error."""
     if not isinstance(job_id, bool):
         try:
-            return operator.index(job_id)  # type: ignore[arg-type]
+            value = operator.index(job_id)  # type: ignore[arg-type]
         except TypeError:
             pass
+        else:  # past a 64-bit int: SQLite's driver raised OverflowError, where PostgreSQL found no job
+            if -(2**63) <= value < 2**63:
+                return value
+            raise ConfigError(f"job id {value} is out of range: a job id is a 64-bit int")
     raise ConfigError(f"a job id is an int, got {type(job_id).__name__} {job_id!r}")
 
 

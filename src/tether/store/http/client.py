@@ -57,8 +57,8 @@ class HttpClient:
     def __init__(self, dsn: DatabaseURL, *, token: str | None = None) -> None:
         token = token or os.environ.get("TETHER_TOKEN")
         if not token:
-            raise ConfigError(f"the tether server at {dsn.url} needs a token: pass token=..., --token, "
-                              "or set TETHER_TOKEN")
+            raise ConfigError(f"the tether server at {dsn.url} needs a token: set TETHER_TOKEN (every command), "
+                              "pass token=... (Python) or --token (tether worker)")
         parts = urlsplit(dsn.url)
         self.url = dsn.url
         self._https = parts.scheme == "https"
