@@ -579,3 +579,16 @@ def test_a_nats_url_without_the_nats_extra_names_the_extra() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "ConfigError: the NATS transport needs its extra: pip install 'tether[nats]'" in out.stdout
+
+
+def test_priority_takes_every_32_bit_int(make_app: AppFactory) -> None:
+    """The README's "any 32-bit int": -2147483648 was refused by the Python
+    API though the server and the column take it (a new user's walkthrough)."""
+    app = make_app()
+    task = register(app)
+    for priority in (-(2**31), 2**31 - 1):
+        job = app.get_job(task.using(priority=priority).enqueue(x=1))
+        assert job is not None and job.priority == priority
+    for priority in (-(2**31) - 1, 2**31):
+        with pytest.raises(ConfigError, match="priority must be an int from -2147483648 to 2147483647"):
+            task.using(priority=priority).enqueue(x=1)

@@ -85,8 +85,9 @@ class TaskOptions:
 
     def checked(self, timers: Timers, where: str) -> TaskOptions:
         validate_queue(self.queue)
-        if not isinstance(self.priority, int) or isinstance(self.priority, bool) or abs(self.priority) > 2**31 - 1:
-            raise ConfigError(f"{where}: priority must be an int from -2147483647 to 2147483647, got {self.priority!r}")
+        if (not isinstance(self.priority, int) or isinstance(self.priority, bool)
+                or not -(2**31) <= self.priority <= 2**31 - 1):  # a 32-bit int, as the column and the server take
+            raise ConfigError(f"{where}: priority must be an int from -2147483648 to 2147483647, got {self.priority!r}")
         if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
             raise ConfigError(f"{where}: max_attempts must be an int >= 1, got {self.max_attempts!r}")
         timers.check_job_ttl(self.lease_ttl, where)
