@@ -352,6 +352,8 @@ def test_enqueue_errors(
     one_line_error(run("enqueue", "nope", "--app", ref), 2, "no task named 'nope'", "greet")
     one_line_error(run("enqueue", "greet", "--app", ref, "--args", "[1, 2]"), 2, "JSON object", "list")
     one_line_error(run("enqueue", "greet", "--app", ref, "--args", "{name"), 2, "not valid JSON")
+    one_line_error(run("enqueue", "greet", "--app", ref, "--args", '{"name": "a", "name": "b"}'), 2,
+                   "the key 'name' is given twice")  # was collapsed to "b"
     one_line_error(run("enqueue", "greet", "--app", ref, "--args", '{"nam": 1}'), 2, "do not fit task 'greet'")
     one_line_error(run("enqueue", "greet", "--app", ref, "--args", '{"name": "x"}', "--queue", "bad queue!"),
                    2, "queue name")

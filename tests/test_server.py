@@ -219,6 +219,8 @@ def test_oversized_bodies_get_413_with_a_clear_message(client: Client, server_ur
     (b'[' * 100_000 + b']' * 100_000, "nests JSON too deeply"),
     (b'\xff\xfe', "not UTF-8"),
     (b"null", "must be object"),  # found by schemathesis: a JSON null once passed as "no body"
+    (b'{"jobs": [{"task": "t", "args": {"x": 1, "x": 2}}]}', "the key 'x' is given twice"),  # was collapsed
+    (b'{"jobs": [{"task": "t", "args": {"x": 1e400}}]}', "out of range for a float"),  # was a 422
 ])
 def test_malformed_bodies_get_400_with_a_clear_message(client: Client, raw: bytes, fragment: str) -> None:
     status, body = client.request("POST", "/v1/jobs", raw, token=PRODUCER,

@@ -13,7 +13,7 @@ from .errors import ConfigError, PayloadError
 
 __all__ = [
     "MAX_ERROR_CHARS", "MAX_KEY_BYTES", "MAX_TRACEBACK_CHARS", "check_job_id", "check_key", "describe", "dump_json",
-    "is_storable", "safe_str", "storable_text", "traceback_text",
+    "is_storable", "safe_str", "storable_text", "traceback_text", "unique_keys",
 ]
 
 
@@ -190,3 +190,18 @@ def describe(exc: BaseException) -> str:
     """``Type: message`` (``Type`` alone without one), the error an attempt records."""
     text = safe_str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook`` for JSON that comes from outside
+    (a tether server's request bodies, ``tether enqueue --args``): an object
+    that names a key twice is refused, not collapsed to its last value, as
+    ``dump_json`` refuses keys that would merge."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} is given twice in one JSON object")
+            seen.add(key)
+    return value

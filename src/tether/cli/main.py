@@ -26,6 +26,7 @@ from ..config import DEFAULT_DATABASE_URL, redact_url
 from ..display import visible
 from ..errors import JobNotFound, PayloadError
 from ..model import TERMINAL_STATES, Job, JobState
+from ..payload import unique_keys
 from . import render
 from .common import (
     EXIT_FAILURE,
@@ -178,9 +179,11 @@ def enqueue(
 
 def _json_object(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise BadUsage(f"--args is not valid JSON: {exc}") from None
+    except ValueError as exc:  # a key given twice
+        raise PayloadError(f"--args: {exc}") from None
     if not isinstance(value, dict):
         raise PayloadError(
             f"--args must be a JSON object of keyword arguments (like '{{\"x\": 1}}'), got {type(value).__name__}"
