@@ -15,6 +15,8 @@ handler's result was lost with it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,10 +29,12 @@ from .test_worker import is_final, running, wait_job
 
 
 def test_progress_beside_an_open_block_does_not_stall_the_worker(tmp_path: Path) -> None:
-    app = Tether(f"sqlite:///{tmp_path / 'jobs.db'}")
+    path = tmp_path / "jobs.db"
+    app = Tether(f"sqlite:///{path}")
     app.migrate()
-    with app.store._use() as conn:  # type: ignore[attr-defined]
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # the app's own table, beside tether's
         conn.execute("CREATE TABLE effects (job_id INTEGER)")
+        conn.commit()
 
     @app.task(name="holds")
     async def holds(ctx: JobContext) -> int:
@@ -53,7 +57,7 @@ def test_progress_beside_an_open_block_does_not_stall_the_worker(tmp_path: Path)
     took = time.monotonic() - started
     assert [j.state for j in jobs] == [JobState.SUCCEEDED] * len(ids), jobs
     assert all(j.attempts_used == 1 for j in jobs), jobs
-    with app.store._use() as conn:  # type: ignore[attr-defined]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT count(*) FROM effects").fetchone()[0] == len(ids) // 2
     assert took < 25
     app.close()

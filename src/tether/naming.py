@@ -140,9 +140,9 @@ def script_loaded_twice(app: object) -> str | None:
         copies = [(name, m) for name, m, f in files if Path(f).resolve() == here]
     except (OSError, ValueError):
         return None
+    mine = set(getattr(app, "tasks", ()))
     for name, module in copies:
         others = [v for v in vars(module).values() if type(v) is type(app) and v is not app]
-        mine = set(getattr(app, "tasks", ()))
         missing = sorted({t for o in others for t in getattr(o, "tasks", ())} - mine)
         if others:
             lost = (f"the tasks registered on the module's ({', '.join(missing)}) are not this worker's, and "
