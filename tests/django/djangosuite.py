@@ -26,10 +26,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import django
 from django.tasks import TaskResult
 from django.test.utils import override_settings
 
+import django
 from tether.contrib.django import TetherBackend
 from tether.contrib.django.testing import clear_jobs
 

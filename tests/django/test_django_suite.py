@@ -28,12 +28,12 @@ except Exception as exc:  # no package index: CI must run the suite, a developer
         raise
     pytest.skip(f"Django's tests/tasks suite is not here and could not be fetched: {exc}", allow_module_level=True)
 
-from django.tasks import Task, task_backends  # noqa: E402
-from tasks import tasks as suite_tasks  # noqa: E402
-from tasks import test_dummy_backend, test_immediate_backend, test_tasks  # noqa: E402
+from django.tasks import Task, task_backends
+from tasks import tasks as suite_tasks
+from tasks import test_dummy_backend, test_immediate_backend, test_tasks
 
-from tether.contrib.django import TetherBackend  # noqa: E402
-from tether.contrib.django.testing import clear_jobs  # noqa: E402
+from tether.contrib.django import TetherBackend
+from tether.contrib.django.testing import clear_jobs
 
 #: one attempt for every task of the suite on the immediate backend, as Django's runs a task once
 ONCE = {t.module_path: {"max_attempts": 1} for t in vars(suite_tasks).values() if isinstance(t, Task)}
