@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from django.db import connections
 from django.tasks import TaskResult
 from django.test.utils import override_settings
 
@@ -95,8 +96,9 @@ class ImmediateSuiteBackend(SuiteBackend):
 
     def enqueue(self, task: Any, args: Any, kwargs: dict[str, Any]) -> TaskResult:
         result = super().enqueue(task, args, kwargs)
-        self.app.drain([task.queue_name])
-        result.refresh()
+        if not connections[self.database].in_atomic_block:  # else the worker cannot see the job yet
+            self.app.drain([task.queue_name])
+            result.refresh()
         return result
 
 

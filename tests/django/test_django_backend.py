@@ -104,6 +104,8 @@ def test_get_result_inside_atomic_sees_the_task_it_enqueued(backend: str) -> Non
         result = tasks.add.using(backend=backend).enqueue(1, 2)
         found = task_backends[backend].get_result(result.id)
         assert found.status == TaskResultStatus.READY and found.args == [1, 2]
+        assert found == result  # enqueue() returned the row, as get_result() reads it
+        assert found.task.backend == backend  # not the backend the task was defined with: refresh() reads it
         result.refresh()
         assert result.status == TaskResultStatus.READY
         1 / 0  # noqa: B018

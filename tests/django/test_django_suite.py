@@ -118,6 +118,7 @@ for _db in DATABASES:
     for _module, _name, _default, _queues in SUITES:
         _case = _suite(_module, _name, _default, _queues, _db)
         globals()[_case.__name__] = _case
+del _db, _module, _name, _default, _queues, _case  # else pytest would collect _case's tests again
 
 
 def test_the_written_down_tests_are_in_djangos_suite() -> None:

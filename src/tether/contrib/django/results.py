@@ -84,7 +84,8 @@ def task_result(task: Any, job: Job, alias: str) -> TaskResult:
     """``job`` as a result of ``task`` (a Django ``Task``), on the backend ``alias``."""
     args = job.args
     run_after = args.get("run_after")
-    shown = task.using(queue_name=job.queue, priority=job.priority,
+    # backend: this one's, not that of the Task first defined with the path (result.refresh() reads it)
+    shown = task.using(queue_name=job.queue, priority=job.priority, backend=alias,
                        run_after=_local(datetime.fromisoformat(run_after)) if run_after else None)
     attempts = job.attempts
     result = TaskResult(
