@@ -228,7 +228,8 @@ class TetherBackend(BaseTaskBackend):
     def cancel(self, result_id: str) -> TaskResultStatus:
         """Cancel a task: a READY one fails at once, a RUNNING one is told at its
         worker's next heartbeat (an ``async def`` task is cancelled, a ``def``
-        one sees ``context.job.cancelled``). Returns the status now."""
+        one sees ``context.job.cancelled``). Returns the status now;
+        TaskResultDoesNotExist for an id that names no result here."""
         job_id, token = parse_result_id(result_id)
         self.read_job(job_id, token, result_id)  # this result's job, not another's given its id again
         return STATUS[self.app.cancel(job_id)]
