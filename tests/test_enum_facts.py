@@ -48,27 +48,27 @@ def test_the_faces_fill_from_the_facts() -> None:
 
 
 def test_an_outcome_this_release_does_not_know_is_read_and_shown_plainly() -> None:
-    new = Outcome.read("expired")
-    assert str(new) == "expired" and new == "expired" and new not in list(Outcome)
-    assert Outcome.read("expired") is new and Outcome.read("failed") is Outcome.FAILED
+    new = Outcome.read("vanished")
+    assert str(new) == "vanished" and new == "vanished" and new not in list(Outcome)
+    assert Outcome.read("vanished") is new and Outcome.read("failed") is Outcome.FAILED
     assert not new.failure and not new.error and new.counts and new.style == ""
-    assert outcome_text(new).plain == "expired"
+    assert outcome_text(new).plain == "vanished"
 
 
 def test_records_with_an_unknown_outcome_decode() -> None:
     attempt = {"job_id": 1, "attempt": 1, "worker": "w", "claimed_at": T0.isoformat(),
-               "finished_at": T0.isoformat(), "outcome": "expired", "error": None, "traceback": None}
-    assert wire.decode_attempt(attempt).outcome == "expired"
-    reaped = wire.decode_reaped({"id": 1, "attempt": 1, "worker": "w", "outcome": "expired", "state": "dead",
+               "finished_at": T0.isoformat(), "outcome": "vanished", "error": None, "traceback": None}
+    assert wire.decode_attempt(attempt).outcome == "vanished"
+    reaped = wire.decode_reaped({"id": 1, "attempt": 1, "worker": "w", "outcome": "vanished", "state": "dead",
                                  "queue": "q", "lease_until": None})
-    assert reaped.outcome == "expired" and reaped.state is JobState.DEAD
+    assert reaped.outcome == "vanished" and reaped.state is JobState.DEAD
     # a newer server's count of a new outcome, and an older server's lack of one this release knows
-    counts = {str(o): 1 for o in Outcome if o is not Outcome.SNOOZED} | {"expired": 4}
+    counts = {str(o): 1 for o in Outcome if o is not Outcome.SNOOZED} | {"vanished": 4}
     t = wire.decode_throughput({"start": T0.isoformat(), "seconds": 60, "counts": counts})
-    assert t.counts[Outcome.SNOOZED] == 0 and t.counts[Outcome.FAILED] == 1 and t.counts[Outcome.read("expired")] == 4
+    assert t.counts[Outcome.SNOOZED] == 0 and t.counts[Outcome.FAILED] == 1 and t.counts[Outcome.read("vanished")] == 4
     # and the job record that carries such an attempt
     job = wire.decode_job({**_job_record(), "attempts": [attempt]})
-    assert [a.outcome for a in job.attempts] == ["expired"]
+    assert [a.outcome for a in job.attempts] == ["vanished"]
 
 
 def _job_record() -> dict[str, object]:
