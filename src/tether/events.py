@@ -123,5 +123,4 @@ def _check_name(name: str) -> None:
 
 def after_attempt(state: JobState) -> str | None:
     """The event that says where a job went after an attempt ended badly."""
-    return {JobState.QUEUED: "job.retried", JobState.DEAD: "job.dead",
-            JobState.CANCELLED: "job.cancelled"}.get(state)
+    return None if state is JobState.SUCCEEDED else state.event

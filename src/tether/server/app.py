@@ -39,13 +39,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS, check_when, validate_queue
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, QueueLimits, WorkerInfo
-from ..payload import check_key, dump_json
+from ..model import LIVE_WITHIN, ClaimedJob, JobState, Outcome, QueueLimits, WorkerInfo
+from ..payload import dump_json
 from ..store import Listener, Store
 from ..store.http import wire, wire_unknown
-from ..store.http.schema import parse_datetime
 from ..transport import Transport, announce, due_now
 from ..worker.service import PeriodicService
 from . import schedules
@@ -110,23 +109,8 @@ class _Server:
 
 
 # -- the operations ----------------------------------------------------------------------
-def _new_job(j: Args, cap: int) -> NewJob:
-    run_at = None if j.get("run_at") is None else parse_datetime(j["run_at"])
-    check_when(f"task {j['task']!r}", j.get("delay", 0.0), run_at)
-    meta = j.get("meta")
-    for name in ("dedup_key", "exclusive_key"):
-        check_key(f"task {j['task']!r}", name, j.get(name))
-    return NewJob(
-        task=j["task"], args_json=dump_json(j["args"], f"args of task {j['task']!r}", cap),
-        queue=validate_queue(j.get("queue", "default")), priority=j.get("priority", 0), run_at=run_at,
-        delay=float(j.get("delay", 0.0)), max_attempts=j.get("max_attempts", 3), lease_ttl=j.get("lease_ttl"),
-        timeout=j.get("timeout"), backoff_base=float(j.get("backoff_base", 2.0)), dedup_key=j.get("dedup_key"),
-        meta_json=None if meta is None else dump_json(meta, "meta", cap), exclusive_key=j.get("exclusive_key"),
-    )
-
-
 def _enqueue(s: _Server, a: Args) -> Args:
-    jobs = [_new_job(j, s.max_payload) for j in a["jobs"]]
+    jobs = [wire.decode_new_job(j, s.max_payload) for j in a["jobs"]]
     ids = s.store.enqueue(jobs, now=a["now"])
     if s.transport is not None and s.transport.delivers:  # committed: announce it (never raises)
         announce(s.transport, due_now(jobs, ids))

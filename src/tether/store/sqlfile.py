@@ -3,7 +3,8 @@
 A file holds several queries, each introduced by a ``-- name: NAME`` line; the
 comments between belong to the query and say why its WHERE clause is shaped as
 it is. Macros in braces (``{schema}``, ``{now}``) are filled once, at load time,
-with values the backend has validated; parameters stay driver placeholders.
+with values the backend has validated or derived (the job's column lists:
+store/columns.py); parameters stay driver placeholders.
 A query whose name starts with ``_`` is a fragment: other queries include it
 as ``{_name}`` (two statements that must grant a lease the same way share it),
 and so may other fragments (a fragment that includes itself, directly or not,
@@ -36,7 +37,9 @@ def load_queries(package: str, filename: str, macros: dict[str, str]) -> dict[st
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in raw:
             raise RuntimeError(f"{filename}: query {name!r} defined twice")
-        raw[name] = body.strip()
+        # macros first (without the check: fragments are still to come), so
+        # that a macro's value may name a fragment ({job_select}: {_live_owner})
+        raw[name] = _fill(body.strip(), macros, check=False)
     fragments = {name: body for name, body in raw.items() if name.startswith("_")}
     filled: dict[str, str] = {}
 

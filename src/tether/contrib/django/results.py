@@ -36,16 +36,11 @@ TOKEN = "django_result_token"
 
 #: tether's job states as Django's statuses: a job waiting for its next
 #: attempt (a retry) is READY again; dead and cancelled jobs have FAILED
-STATUS = {
-    JobState.QUEUED: TaskResultStatus.READY,
-    JobState.RUNNING: TaskResultStatus.RUNNING,
-    JobState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
-    JobState.DEAD: TaskResultStatus.FAILED,
-    JobState.CANCELLED: TaskResultStatus.FAILED,
-}
+STATUS = {s: TaskResultStatus.SUCCESSFUL if s is JobState.SUCCEEDED else TaskResultStatus.FAILED if s.terminal
+          else TaskResultStatus.RUNNING if s is JobState.RUNNING else TaskResultStatus.READY for s in JobState}
 
 #: attempts that end in an error (a released or snoozed attempt is no error)
-_ERRORS = {Outcome.FAILED, Outcome.LEASE_EXPIRED, Outcome.TIMED_OUT, Outcome.CANCELLED, Outcome.DISCARDED}
+_ERRORS = {o for o in Outcome if o.error}
 
 #: the exception of an attempt that ended without one of its handler's
 _NO_EXCEPTION = {
