@@ -39,12 +39,14 @@ def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth:
 
         from ..dashboard import create_app
         from ..metrics import Metrics
+        from ..server.auth import MIN_TOKEN_LENGTH
     except ImportError as exc:
         raise BadUsage(f"the dashboard needs its extra: pip install 'tether[dashboard]' ({exc})") from None
     if no_auth and token:
         raise BadUsage("give either --token or --no-auth, not both")
-    if token is not None and len(token) < 8:
-        raise BadUsage("--token must be at least 8 characters")
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise BadUsage(f"--token must be at least {MIN_TOKEN_LENGTH} characters, as a server token must (e.g. "
+                       "from `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
     names = host_allow_list(host, allowed_hosts, auth=not no_auth)
     if not no_auth and token is None:
         token = secrets.token_urlsafe(24)
