@@ -193,7 +193,7 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-#: the shortest --metrics-token taken (the dashboard's --token has the same floor)
+#: the shortest --metrics-token taken (the dashboard's --token and the server's tokens need 16)
 MIN_TOKEN_LENGTH = 8
 
 
