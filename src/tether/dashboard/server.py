@@ -39,6 +39,7 @@ from ..display import (
 )
 from ..errors import ConfigError, TetherError
 from ..model import JobState, Outcome
+from ..numbers import BadNumber, parse_int, parse_job_id
 from .chart import chart
 from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
 
@@ -108,6 +109,11 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
         return checked
 
+    def no_job(request: Request, session: Session) -> Response:
+        """A job path whose id is not a job id (not ASCII digits, or past 64 bits): no such job."""
+        return render(request, session, "error.html", status=404,
+                      message=f"no job {request.path_params['job_id'][:40]!r}: a job id is a whole number")
+
     # -- pages ---------------------------------------------------------------------------
     async def overview(request: Request, session: Session) -> Response:
         stats, recoveries, throughput, paused, limits = await run_in_threadpool(lambda: (
@@ -124,9 +130,10 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         q = request.query_params
         wanted = q.get("id", "").strip().lstrip("#")
         if wanted:
-            if wanted.isdigit() and await run_in_threadpool(tether.get_job, int(wanted)) is not None:
-                return RedirectResponse(f"/jobs/{int(wanted)}", 303)
-            return RedirectResponse("/jobs?" + noticed(f"no job with id {wanted}"), 303)
+            wanted_id = _job_id(wanted)
+            if wanted_id is not None and await run_in_threadpool(tether.get_job, wanted_id) is not None:
+                return RedirectResponse(f"/jobs/{wanted_id}", 303)
+            return RedirectResponse("/jobs?" + noticed(f"no job with id {wanted[:40]}"), 303)
         state = q.get("state") or None
         if state is not None and state not in {str(s) for s in JobState}:
             state = None
@@ -138,7 +145,9 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
                       f_state=state or "", f_queue=queue or "", f_task=task or "", limit=JOBS_LIMIT)
 
     async def job(request: Request, session: Session) -> Response:
-        job_id = int(request.path_params["job_id"])
+        job_id = _job_id(request.path_params["job_id"])
+        if job_id is None:
+            return no_job(request, session)
         found, now = await run_in_threadpool(lambda: (tether.get_job(job_id), store.db_now()))
         if found is None:
             return render(request, session, "error.html", status=404, message=f"no job {job_id}")
@@ -162,7 +171,9 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
     # -- actions -----------------------------------------------------------------------------
     async def do_cancel(request: Request, session: Session, form: dict[str, str]) -> Response:
-        job_id = int(request.path_params["job_id"])
+        job_id = _job_id(request.path_params["job_id"])
+        if job_id is None:
+            return no_job(request, session)
         try:
             state = await run_in_threadpool(tether.cancel, job_id)
             notice = (f"job {job_id}: cancel requested; its worker stops it at the next heartbeat"
@@ -172,7 +183,9 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         return RedirectResponse(f"/jobs/{job_id}?" + noticed(notice), 303)
 
     async def do_retry(request: Request, session: Session, form: dict[str, str]) -> Response:
-        job_id = int(request.path_params["job_id"])
+        job_id = _job_id(request.path_params["job_id"])
+        if job_id is None:
+            return no_job(request, session)
         try:
             await run_in_threadpool(tether.retry, job_id)
             notice = f"job {job_id}: queued again"
@@ -205,7 +218,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         return RedirectResponse("/?" + noticed(notice), 303)
 
     async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
-        ids = [int(i) for i in form.get("ids", "").split(",") if i.strip().isdigit()]
+        ids = [i for i in (_job_id(text.strip()) for text in form.get("ids", "").split(",")) if i is not None]
         done, problems = 0, []
         for job_id in ids:
             try:
@@ -261,9 +274,9 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/", page(overview)),
         Route("/jobs", page(jobs)),
         Route("/jobs/retry-dead", page(action(do_retry_dead)), methods=["POST"]),
-        Route("/jobs/{job_id:int}", page(job)),
-        Route("/jobs/{job_id:int}/cancel", page(action(do_cancel)), methods=["POST"]),
-        Route("/jobs/{job_id:int}/retry", page(action(do_retry)), methods=["POST"]),
+        Route("/jobs/{job_id}", page(job)),
+        Route("/jobs/{job_id}/cancel", page(action(do_cancel)), methods=["POST"]),
+        Route("/jobs/{job_id}/retry", page(action(do_retry)), methods=["POST"]),
         Route("/queues/{queue}/pause", page(action(do_pause)), methods=["POST"]),
         Route("/queues/{queue}/resume", page(action(do_pause)), methods=["POST"]),
         Route("/queues/{queue}/limits", page(action(do_limits)), methods=["POST"]),
@@ -293,14 +306,23 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
 
 
+def _job_id(text: str) -> int | None:
+    """A job id from a path, a query or a form; None when it is not one."""
+    try:
+        return parse_job_id(text)
+    except BadNumber:
+        return None
+
+
 def _concurrency(text: str) -> int | None:
     """The limits form's concurrency field: empty lifts the limit."""
     text = text.strip()
     if not text:
         return None
-    if not text.isascii() or not text.isdigit() or len(text) > 12:
-        raise ConfigError(f"concurrency must be a whole number >= 1 (or empty: no limit), got {text!r}")
-    return int(text)
+    try:
+        return parse_int(text, "concurrency", lo=1, hi=10**12 - 1)
+    except BadNumber as exc:
+        raise ConfigError(f"{exc} (or leave it empty: no limit)") from None
 
 
 def _path(request: Request) -> str:
