@@ -27,6 +27,7 @@ from ..worker.pruner import (
     retention_from_text,
 )
 from ..worker.service import PeriodicService
+from ..worker.unknown import DEFAULT_UNKNOWN_TASK_GRACE
 from .common import PUBLISH_OPTION, BadUsage, CLIState, Seconds, opened, quiet_driver_logs
 
 __all__ = ["RETENTION_ENV", "RetentionParam", "server"]
@@ -81,16 +82,20 @@ class RetentionParam(_RetentionType):
                    f"remote workers run no pruner (env {RETENTION_ENV}).")
 @click.option("--prune-interval", type=Seconds(), default=DEFAULT_PRUNE_INTERVAL, show_default=True,
               help="Seconds between the pruner's ticks.")
+@click.option("--min-bury-grace", type=Seconds(allow_zero=True), default=DEFAULT_UNKNOWN_TASK_GRACE,
+              show_default=True,
+              help="The shortest grace a worker token may bury jobs of unknown tasks with (its workers' "
+                   "--unknown-task-grace); below it only an admin token may.")
 @PUBLISH_OPTION
 @click.pass_obj
 def server(state: CLIState, host: str, port: int, token_file: Path | None, max_body: int, max_payload: int,
            round_connections: int, unsafe_client_clock: bool, log_level: str, retention: dict[JobState, float],
-           prune_interval: float, transport: str | None) -> None:
+           prune_interval: float, min_bury_grace: float, transport: str | None) -> None:
     """Serve the database (--database) over HTTP to workers and producers that hold
     no database credentials: `tether worker --server http://HOST:PORT --token T`.
     It prunes the database too (--retention): its remote workers do not."""
     try:
-        from ..server import create_app, parse_tokens
+        from ..server import WorkerPolicy, create_app, parse_tokens
         from ..server.run import serve
     except ImportError as exc:
         raise BadUsage(f"tether server needs the server extra: pip install 'tether[server]' ({exc})") from None
@@ -123,5 +128,6 @@ def server(state: CLIState, host: str, port: int, token_file: Path | None, max_b
         services: list[PeriodicService] = [Pruner(store, retention, interval=prune_interval)] if retention else []
         serve(create_app(store, tokens, client_clock=unsafe_client_clock, max_body=max_body,
                          max_payload_bytes=max_payload, transport=app.transport, services=services,
-                         round_connections=round_connections), host, port,
+                         round_connections=round_connections,
+                         worker_policy=WorkerPolicy(min_bury_grace=min_bury_grace)), host, port,
               log_level=log_level.lower())

@@ -48,6 +48,7 @@ from ...model import (
     Stats,
     WorkerInfo,
 )
+from ...naming import check_worker_identity
 from ..base import Store, check_prune
 from ..buckets import Buckets, check_sizes
 from . import wire, wire_schedules, wire_unknown
@@ -336,6 +337,7 @@ class HttpStore(HttpClient, Store):
         return 0
 
     def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
+        check_worker_identity(info.id, info.host)
         if owner is not None:
             raise ConfigError("a tether server records a worker's owner itself, from the token that registers it")
         self._call("register_worker", {"id": info.id, "host": info.host, "pid": info.pid,

@@ -23,6 +23,7 @@ from ... import model
 from ...config import DatabaseURL, redact_url
 from ...errors import InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ...naming import check_worker_identity
 from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
 from ..rows import attempt_from_row, job_from_row, worker_from_row
@@ -453,6 +454,7 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
         return len(self._all("expire_leases", {"workers": list(worker_ids), "now": now}))
 
     def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
+        check_worker_identity(info.id, info.host)
         self._all(
             "register_worker",
             {

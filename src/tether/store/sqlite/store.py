@@ -18,6 +18,7 @@ from ... import model
 from ...config import DatabaseURL
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ...naming import check_worker_identity
 from ..base import Store
 from ..buckets import Buckets, fill, window
 from ..rows import (
@@ -424,6 +425,7 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         return len(self._all("expire_leases", {"workers": json.dumps(list(worker_ids)), "now": _ts(now)}))
 
     def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
+        check_worker_identity(info.id, info.host)
         self._all(
             "register_worker",
             {"id": info.id, "host": info.host, "pid": info.pid, "proc_start": info.proc_start,
