@@ -40,6 +40,7 @@ from ..display import (
 from ..errors import ConfigError, TetherError
 from ..model import JobState, Outcome
 from ..numbers import BadNumber, parse_int, parse_job_id
+from ..store.worker_rows import WORKERS_PAGE
 from .chart import chart
 from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
 
@@ -57,6 +58,10 @@ SECURITY_HEADERS = {
 }
 STATIC = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
 JOBS_LIMIT = 100
+#: the most characters of one value (args, result, meta) a job's page shows
+PRETTY_CHARS = 20_000
+#: the furthest a workers page may start
+MAX_OFFSET = 10**9
 #: the overview's throughput chart: the last hour, a bar a minute
 CHART_BUCKETS, CHART_SECONDS = 60, 60
 
@@ -87,6 +92,10 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             request=request, csrf=guard.csrf_token(session), auth=guard.auth_required, in_=session.authenticated,
             notice=guard.notice(request), rel=fmt_rel, backend=tether.dsn.backend, **ctx)
         return _finish(HTMLResponse(html, status_code=status), guard, session)
+
+    async def render_off(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
+        """``render`` on a worker thread, for pages whose values may be large."""
+        return await run_in_threadpool(lambda: render(request, session, name, status, **ctx))
 
     def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -151,14 +160,23 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         found, now = await run_in_threadpool(lambda: (tether.get_job(job_id), store.db_now()))
         if found is None:
             return render(request, session, "error.html", status=404, message=f"no job {job_id}")
-        return render(request, session, "job.html", job=found, now=now,
-                      can_cancel=found.state in (JobState.QUEUED, JobState.RUNNING),
-                      can_retry=found.state in (JobState.DEAD, JobState.CANCELLED))
+        # off the event loop: its values are pretty-printed (_pretty), which
+        # took seconds for a deep one while every other request waited
+        return await render_off(request, session, "job.html", job=found, now=now,
+                                can_cancel=found.state in (JobState.QUEUED, JobState.RUNNING),
+                                can_retry=found.state in (JobState.DEAD, JobState.CANCELLED))
 
     async def workers(request: Request, session: Session) -> Response:
-        found, now = await run_in_threadpool(lambda: (store.list_workers(), store.db_now()))
-        found.sort(key=lambda w: (w.stopped_at is not None, -w.last_seen.timestamp()))
-        return render(request, session, "workers.html", workers=found, now=now, silent=silent)
+        try:  # a page of them (issue 41: 10,000 rows froze this page)
+            offset = parse_int(request.query_params.get("offset", "0"), "offset", hi=MAX_OFFSET)
+        except BadNumber as exc:
+            return render(request, session, "error.html", status=400, message=str(exc))
+        found, stats = await run_in_threadpool(lambda: (
+            store.workers_page(limit=WORKERS_PAGE + 1, offset=offset), store.stats()))
+        total = len(stats.workers) if stats.workers_total is None else stats.workers_total
+        return await render_off(request, session, "workers.html", workers=found[:WORKERS_PAGE], now=stats.now,
+                                silent=silent, offset=offset, page=WORKERS_PAGE, more=len(found) > WORKERS_PAGE,
+                                total=total)
 
     async def recoveries(request: Request, session: Session) -> Response:
         found, now = await run_in_threadpool(
@@ -330,7 +348,25 @@ def _path(request: Request) -> str:
 
 
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    """``value`` as indented JSON, cut after ``PRETTY_CHARS`` characters: the
+    encoder is a generator, so a value that would print as hundreds of
+    megabytes (deep nesting multiplies the indentation) costs no more than
+    the cut (a deeper one than Python's stack allows is cut where it fails)."""
+    encoder = json.JSONEncoder(indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    out: list[str] = []
+    size = 0
+    try:
+        for chunk in encoder.iterencode(value):
+            out.append(chunk)
+            size += len(chunk)
+            if size > PRETTY_CHARS:
+                break
+    except (RecursionError, ValueError):
+        return "".join(out)[:PRETTY_CHARS] + "\n... (too deeply nested to show in full)"
+    text = "".join(out)
+    if size > PRETTY_CHARS:
+        return text[:PRETTY_CHARS] + f"\n... (cut at {PRETTY_CHARS} characters)"
+    return text
 
 
 def _zoned(dt: datetime, zone: str) -> str:

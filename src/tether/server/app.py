@@ -46,6 +46,7 @@ from ..payload import check_key, dump_json
 from ..store import Listener, Store
 from ..store.http import wire, wire_unknown
 from ..store.http.schema import parse_datetime
+from ..store.worker_rows import WORKERS_PAGE
 from ..transport import Transport, announce, due_now
 from ..worker.service import PeriodicService
 from . import schedules, workers
@@ -273,6 +274,9 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "stop_worker": lambda s, a: s.store.stop_worker(a["worker"], now=a["now"]) or {},
     "list_workers": lambda s, a: {"workers": [wire.encode_worker(w) for w in s.store.list_workers(
         host=a.get("host"), live_only=a.get("live_only", False))]},
+    "workers_page": lambda s, a: {"workers": [wire.encode_worker(w) for w in s.store.workers_page(
+        limit=a.get("limit", WORKERS_PAGE), offset=a.get("offset", 0), live_only=a.get("live_only", False),
+        host=a.get("host"))]},
     "db_now": lambda s, a: {"now": s.store.db_now().isoformat()},
     "check_schema": lambda s, a: s.store.check_schema() or {},
     "prune": lambda s, a: {"pruned": _counts(s.store.prune(_ages(a), a["limit"], now=a["now"]))},

@@ -16,11 +16,20 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
-from ..model import Attempt, ClaimedJob, Job, JobState, NewJob, Outcome, WorkerInfo
+from ..model import MAX_ATTEMPTS_SHOWN, Attempt, ClaimedJob, Job, JobState, NewJob, Outcome, WorkerInfo
 
 __all__ = [
-    "DATETIME_MAX", "DATETIME_MIN", "assign_ids", "attempt_from_row", "claimed_from_rows", "epoch_to_dt", "job_from_row", "json_text",
-    "missing_keys", "worker_from_row",
+    "DATETIME_MAX",
+    "DATETIME_MIN",
+    "assign_ids",
+    "attempt_from_row",
+    "claimed_from_rows",
+    "epoch_to_dt",
+    "job_from_row",
+    "job_with_newest",
+    "json_text",
+    "missing_keys",
+    "worker_from_row",
 ]
 
 Row = Sequence[Any]
@@ -36,7 +45,8 @@ def json_text(value: Any) -> Any:
 
 
 def job_from_row(
-    r: Row, attempts: list[Attempt], ts: Callable[[Any], Any] = _same, js: Callable[[Any], Any] = _same
+    r: Row, attempts: list[Attempt], ts: Callable[[Any], Any] = _same, js: Callable[[Any], Any] = _same,
+    older_attempts: int = 0,
 ) -> Job:
     return Job(
         id=r[0], queue=r[1], task=r[2], args=js(r[3]), state=JobState(r[4]), priority=r[5],
@@ -45,8 +55,21 @@ def job_from_row(
         cancel_requested=bool(r[16]), progress=r[17], progress_message=r[18], result=js(r[19]),
         last_error=r[20], created_at=ts(r[21]), finished_at=ts(r[22]), meta=js(r[23]),
         schedule=r[24], scheduled_for=ts(r[25]), attempts=_with_running(r, attempts, ts),
-        exclusive_key=r[26],
+        exclusive_key=r[26], older_attempts=older_attempts,
     )
+
+
+def job_with_newest(
+    r: Row, history: Sequence[Row], ts: Callable[[Any], Any] = _same, js: Callable[[Any], Any] = _same
+) -> Job:
+    """``get_job``'s row with ``get_attempts_newest``'s rows (newest first,
+    each with the job's count of attempts last): the attempts oldest first,
+    and how many older ones were left out."""
+    attempts = [attempt_from_row(h, ts) for h in reversed(history)]
+    older = (int(history[0][8]) - len(history)) if history else 0
+    if r[4] == JobState.RUNNING.value and r[13] is not None and len(attempts) >= MAX_ATTEMPTS_SHOWN:
+        attempts, older = attempts[1:], older + 1  # room for the running attempt (_with_running)
+    return job_from_row(r, attempts, ts, js, older)
 
 
 def _with_running(r: Row, attempts: list[Attempt], ts: Callable[[Any], Any]) -> list[Attempt]:

@@ -71,6 +71,7 @@ def encode_job(j: Job) -> dict[str, Any]:
         "last_error": j.last_error, "created_at": _dt(j.created_at), "finished_at": _dt(j.finished_at),
         "meta": j.meta, "attempts": [encode_attempt(a) for a in j.attempts],
         "schedule": j.schedule, "scheduled_for": _dt(j.scheduled_for), "exclusive_key": j.exclusive_key,
+        "older_attempts": j.older_attempts,
     }
 
 
@@ -85,6 +86,7 @@ def decode_job(d: dict[str, Any]) -> Job:
         finished_at=_parse_dt(d["finished_at"]), meta=d["meta"],
         schedule=d.get("schedule"), scheduled_for=_parse_dt(d.get("scheduled_for")),
         attempts=[decode_attempt(a) for a in d["attempts"]], exclusive_key=d.get("exclusive_key"),
+        older_attempts=d.get("older_attempts", 0),
     )
 
 
@@ -219,6 +221,7 @@ def encode_stats(s: Stats) -> dict[str, Any]:
         "workers": [encode_worker(w) for w in s.workers],
         "now": _dt(s.now),
         "unknown": [encode_unknown(u) for u in s.unknown],
+        "workers_total": len(s.workers) if s.workers_total is None else s.workers_total,
     }
 
 
@@ -229,4 +232,5 @@ def decode_stats(d: dict[str, Any]) -> Stats:
         workers=[decode_worker(w) for w in d["workers"]],
         now=_req_dt(d["now"]),
         unknown=[decode_unknown(u) for u in d.get("unknown", [])],
+        workers_total=d.get("workers_total"),
     )

@@ -51,6 +51,7 @@ from ...model import (
 from ...naming import check_worker_identity
 from ..base import Store, check_prune
 from ..buckets import Buckets, check_sizes
+from ..worker_rows import WORKERS_PAGE
 from . import wire, wire_schedules, wire_unknown
 from .client import HttpClient, UnknownOperation, done_rows, tasks_field
 
@@ -371,6 +372,20 @@ class HttpStore(HttpClient, Store):
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
         found = self._call("list_workers", query={"host": host, "live_only": live_only})
         return [wire.decode_worker(w) for w in found["workers"]]
+
+    def workers_page(self, *, limit: int = WORKERS_PAGE, offset: int = 0, live_only: bool = False,
+                     host: str | None = None) -> list[WorkerInfo]:
+        found = self._call("workers_page", query={"limit": limit, "offset": offset, "live_only": live_only,
+                                                  "host": host})
+        return [wire.decode_worker(w) for w in found["workers"]]
+
+    def count_workers(self, *, owner: str | None = None, queue: str | None = None, live_only: bool = False,
+                      since: float = model.LIVE_WITHIN, now: datetime | None = None) -> int:
+        raise ConfigError("counting workers is a tether server's own check; its API shows stats and pages")
+
+    def prune_workers(self, age: float, limit: int, *, owner: str | None = None,
+                      now: datetime | None = None) -> list[str]:
+        raise ConfigError("a tether server prunes its workers' rows itself (tether server --worker-retention)")
 
     # -- schedules (I6) ---------------------------------------------------------------------
     def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:
