@@ -134,3 +134,23 @@ def test_a_deep_job_page_is_cut_and_rendered_off_the_event_loop(tmp_path: Path) 
         assert ticks != 0, "the page held the event loop for all of its rendering"
     finally:
         app.close()
+
+
+def test_tether_job_says_how_many_older_attempts_it_leaves_out(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tether.cli.main import cli
+    from tether.model import MAX_ATTEMPTS_SHOWN, Outcome
+
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    app = Tether(db)
+    app.migrate()
+    store = app.store
+    (job_id,) = store.enqueue([NewJob("t", "{}")])
+    for _ in range(MAX_ATTEMPTS_SHOWN + 5):
+        (c,) = store.claim("w", ["default"], 1, 30)
+        store.fail("w", c.id, c.attempt, outcome=Outcome.SNOOZED, error="later", delay=0)
+    app.close()
+    result = CliRunner().invoke(cli, ["-d", db, "job", str(job_id)])
+    assert result.exit_code == 0, result.output
+    assert f"5 older attempt(s) not shown: the newest {MAX_ATTEMPTS_SHOWN} are" in result.output
