@@ -184,3 +184,20 @@ def test_the_cli_refuses_crafted_job_ids(tmp_path: Path, given: str) -> None:
         result = CliRunner().invoke(cli, ["-d", db, *command[:1], "--", *command[1:]])
         assert result.exit_code == 2 and "job id" in result.output, (command, result.output)
         assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_the_workers_page_is_paged_and_its_offset_checked(dashboard: tuple[Tether, TestClient]) -> None:
+    """Issue 41 item 3: 10,000 workers' rows froze this page; it shows 100 at a time."""
+    from tether.model import WorkerInfo
+
+    app, client = dashboard
+    for i in range(120):
+        app.store.register_worker(WorkerInfo(id=f"w-{i:03}", host="h", pid=i, proc_start=None, started_at=None,  # type: ignore[arg-type]
+                                             last_seen=None, queues=["default"], concurrency=1))  # type: ignore[arg-type]
+    first = client.get("/workers")
+    assert first.status_code == 200 and first.text.count("<code>w-") == 100 and "120 not stopped" in first.text
+    assert 'href="/workers?offset=100"' in first.text
+    rest = client.get("/workers?offset=100")
+    assert rest.status_code == 200 and rest.text.count("<code>w-") == 20
+    for bad in ("%C2%B2", "--5", "99999999999999999999999", "-1"):
+        assert client.get(f"/workers?offset={bad}").status_code == 400, bad
