@@ -50,11 +50,11 @@ from ..model import (
     ScheduleSpec,
     Stats,
     UnknownTaskJobs,
-    WorkerInfo,
 )
 from .buckets import Buckets
 from .pruning import check_prune
 from .push import Listener, PushChannels
+from .worker_rows import WorkerRows
 
 T = TypeVar("T")
 
@@ -68,7 +68,7 @@ _NO_SHARED_TX = (
 )
 
 
-class Store(PushChannels, abc.ABC):
+class Store(PushChannels, WorkerRows, abc.ABC):
     backend: str
     #: how often an idle worker polls when no push channel wakes it (seconds)
     default_poll_interval: float
@@ -433,25 +433,6 @@ class Store(PushChannels, abc.ABC):
     def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         """End the leases held by these (provably dead) workers now, so the next
         ``reap`` recovers their jobs at once."""
-
-    @abc.abstractmethod
-    def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
-        """Register (or re-register) a worker. ``owner``: a tether server's
-        fingerprint of the token registering it, recorded with a new worker;
-        an id already registered is refreshed only for the same owner (or for
-        ``owner=None``, a trusted caller) and is otherwise left as it is:
-        ``worker_owners`` tells the server which happened."""
-
-    @abc.abstractmethod
-    def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
-        """The owner recorded for each of these workers that is registered
-        (None: registered without one); unregistered ids are missing."""
-
-    @abc.abstractmethod
-    def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None: ...
-
-    @abc.abstractmethod
-    def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]: ...
 
     # -- schedules (I6: the (schedule, tick) key of the ticks table admits one insert) --
     def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:
