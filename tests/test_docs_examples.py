@@ -102,7 +102,7 @@ def test_reference_pages_cover_the_code() -> None:
     for command in cli.list_commands(ctx):
         assert f"## `tether {command}`" in pages["reference/cli.md"], command
     for op in wire.OPS:
-        assert f"operation `{op.name}`" in pages["reference/http.md"], op.name
+        assert f"Operation `{op.name}`." in pages["reference/http.md"], op.name
     for event in EVENT_NAMES:
         assert f"| `{event}` |" in pages["reference/events.md"], event
     for timer in ("lease_ttl", "heartbeat_interval", "reaper_interval", "max_payload_bytes", "retention"):

@@ -174,12 +174,15 @@ def http_page(document: dict[str, Any]) -> str:
            "the machine-readable document is [openapi.json](openapi.json), as the server's own "
            "`GET /openapi.json` returns it (with a bearer token of any scope).", "",
            info["description"], "",
-           "Every request carries `Authorization: Bearer TOKEN`; an error is a JSON object in the shape below, "
-           "with the HTTP status each operation lists.", ""]
+           "Every request carries `Authorization: Bearer TOKEN`; an error is a JSON object in this shape, "
+           "with the HTTP status each operation lists:", ""]
+    errors = [r for methods in document["paths"].values() for op in methods.values()
+              for st, r in op["responses"].items() if st != "200"]
+    out += ["```json", json.dumps(errors[0]["content"]["application/json"]["schema"], indent=2), "```", ""]
     for path, methods in document["paths"].items():
         for method, op in methods.items():
-            out += [f"## {op['summary']}", "", f"`{method.upper()} {path}` · operation `{op['operationId']}` · "
-                    f"{op.get('description', '')}", ""]
+            out += [f"## `{method.upper()} {path}`", "", f"{op['summary']}.", "",
+                    f"Operation `{op['operationId']}`. {op.get('description', '')}", ""]
             params = op.get("parameters", [])
             if params:
                 out += ["| parameter | in | required | schema |", "|---|---|---|---|"]
