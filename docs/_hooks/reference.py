@@ -204,9 +204,25 @@ def http_page(document: dict[str, Any]) -> str:
 
 # -- settings -----------------------------------------------------------------------------------------------------
 
+def _comment(lines: list[str], node: ast.stmt, *, plain_above: bool) -> str:
+    """A definition's comment: its ``#:`` lines above (or, with
+    ``plain_above``, a plain ``#`` block right above), else a ``#`` after it."""
+    above: list[str] = []
+    n = node.lineno - 2
+    while n >= 0 and lines[n].lstrip().startswith("#:"):
+        above.insert(0, lines[n].lstrip()[2:].strip())
+        n -= 1
+    if not above and plain_above:
+        while n >= 0 and lines[n].startswith("#") and not lines[n].startswith("# --"):
+            above.insert(0, lines[n][1:].strip())
+            n -= 1
+    line = lines[node.lineno - 1]
+    code, _, after = line.partition("#")
+    return " ".join(above) or (after.strip() if "=" in code else "")
+
+
 def _module_constants(path: Path) -> list[tuple[str, str]]:
-    """(NAME, comment) for each upper-case module-level assignment, the
-    comment from its ``#:`` lines above or a ``#`` after it."""
+    """(NAME, comment) for each upper-case module-level assignment."""
     source = path.read_text()
     lines = source.splitlines()
     found: list[tuple[str, str]] = []
@@ -214,21 +230,53 @@ def _module_constants(path: Path) -> list[tuple[str, str]]:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
             continue
         name = node.targets[0].id
-        if not name.isupper() or name.startswith("_"):
-            continue
-        above: list[str] = []
-        n = node.lineno - 2
-        while n >= 0 and lines[n].lstrip().startswith("#:"):
-            above.insert(0, lines[n].lstrip()[2:].strip())
-            n -= 1
-        if not above and n >= 0:  # a plain comment block right above (a definition's own, not a section's)
-            while n >= 0 and lines[n].startswith("#") and not lines[n].startswith("# --"):
-                above.insert(0, lines[n][1:].strip())
-                n -= 1
-        line = lines[node.lineno - 1]
-        after = line.split("#", 1)[1].strip() if "#" in line and "=" in line.split("#", 1)[0] else ""
-        found.append((name, " ".join(above) or after))
+        if name.isupper() and not name.startswith("_"):
+            found.append((name, _comment(lines, node, plain_above=True)))
     return found
+
+
+def _class_fields(path: Path, cls: str) -> dict[str, str]:
+    """A dataclass's fields in ``path``, each with its comment."""
+    source = path.read_text()
+    lines = source.splitlines()
+    (node,) = (n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return {f.target.id: _comment(lines, f, plain_above=False) for f in node.body
+            if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)}
+
+
+#: what ``TaskOptions.checked`` (tether/task.py) accepts, field by field
+#: (tests/test_docs_examples.py fails on a field missing here)
+TASK_BOUNDS = {
+    "queue": "letters, digits, `_`, `-` and `.`, at most 63 characters",
+    "priority": "an int from -2147483648 to 2147483647",
+    "max_attempts": "an int >= 1",
+    "lease_ttl": "seconds, at least two of the app's `heartbeat_interval`",
+    "timeout": "seconds, positive",
+    "retry_backoff": "seconds >= 0, or a callable `(attempt) -> seconds` (at `@app.task` only)",
+    "delay": "seconds from 0 to `MAX_DELAY` (100 years)",
+    "run_at": "a timezone-aware datetime within 100 years of now; not with `delay`",
+    "dedup_key": "a non-empty string of at most `MAX_KEY_BYTES` bytes of UTF-8",
+    "retry_on": "an exception class or a tuple of them (at `@app.task` only)",
+    "exclusive_key": "a non-empty string of at most `MAX_KEY_BYTES` bytes of UTF-8",
+}
+
+
+def _task_options() -> list[str]:
+    from tether import payload
+    from tether.task import TaskOptions
+
+    out = ["## `@app.task(...)` and `task.using(...)`", "",
+           "A task's options, set where it is registered (`@app.task(name=..., ...)`) and, but for `retry_on` "
+           "and a callable `retry_backoff`, per call (`task.using(...).enqueue(...)`); `delay`, `run_at`, "
+           "`dedup_key` and `exclusive_key` are per call only. "
+           f"`MAX_KEY_BYTES` is {payload.MAX_KEY_BYTES}.", "",
+           "| option | default | bounds | what it is |", "|---|---|---|---|"]
+    defaults = TaskOptions()
+    for name, comment in _class_fields(SRC / "task.py", "TaskOptions").items():
+        out.append(f"| `{name}` | {_code(repr(getattr(defaults, name)))} | {TASK_BOUNDS.get(name, '')} "
+                   f"| {_cell(comment)} |")
+    out.append("")
+    return out
 
 
 def settings_page() -> str:
@@ -266,6 +314,7 @@ def settings_page() -> str:
             "(`@app.task(lease_ttl=...)`, `.using(lease_ttl=...)`) is checked against the app's "
             "`heartbeat_interval` the same way. A dead worker's job is claimable again within "
             "`lease_ttl + reaper_interval` (`Timers.recovery_bound`).", "",
+            *_task_options(),
             "## Database URLs", "", _first_paragraph(config.parse_database_url.__doc__), "",
             f"- SQLite options (`sqlite:///tether.db?NAME=VALUE`): "
             f"{', '.join(_code(o) for o in sorted(config.SQLITE_OPTIONS))}.",
@@ -336,6 +385,28 @@ def metrics_page() -> str:
     return "\n".join(out)
 
 
+# -- schema -------------------------------------------------------------------------------------------------------
+
+def schema_page() -> str:
+    """Each backend's migrations, in order: what each says of itself (its
+    leading comment) and its SQL, as ``tether migrate`` applies it."""
+    out = ["# Database schema and migrations", "",
+           "tether's tables are made and changed only by numbered migrations, one set per backend, applied in "
+           "order by `tether migrate` (or `app.migrate()`); each runs once, recorded in the `migrations` table. "
+           "On PostgreSQL they go in the URL's schema (`?schema=`, default `tether`), written `{schema}` below.",
+           ""]
+    for title, backend in (("PostgreSQL", "postgres"), ("SQLite", "sqlite")):
+        out += [f"## {title}", ""]
+        for path in sorted((SRC / "store" / backend / "migrations").glob("*.sql")):
+            text = path.read_text()
+            head = [ln[2:].strip() for ln in text.splitlines()[:40] if ln.startswith("--")]
+            lead = " ".join(head[: head.index("") if "" in head else len(head)])
+            out += [f"### `{path.name}` ({title})", "", lead, "",
+                    f'??? note "The SQL of {path.name}"', "", "    ```sql",
+                    *[f"    {ln}" if ln else "" for ln in text.rstrip().splitlines()], "    ```", ""]
+    return "\n".join(out)
+
+
 # -- the hook -----------------------------------------------------------------------------------------------------
 
 def pages() -> dict[str, str]:
@@ -349,6 +420,7 @@ def pages() -> dict[str, str]:
         "reference/settings.md": settings_page(),
         "reference/events.md": events_page(),
         "reference/metrics.md": metrics_page(),
+        "reference/schema.md": schema_page(),
     }
 
 
