@@ -49,7 +49,7 @@ DEFAULT_ARGS: dict[str, list[str]] = {
     "enqueue": ["--system", "tether", "--mode", "sync", "--n-single", "2000", "--warmup", "100"],
     "throughput": ["--system", "tether", "--config", "1x10", "--n", "20000"],
     "latency": ["--system", "tether", "--samples", "200"],
-    "startup": ["--samples", "10"],
+    "startup": ["--samples", "5"],
 }
 #: keys of a scenario's summary that are not figures
 NOT_FIGURES = {"n", "reps", "ok_reps", "rep", "samples", "n_bulk", "n_single", "batch", "backlog"}
