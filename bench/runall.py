@@ -31,6 +31,8 @@ SCENARIOS += ["sync", "workers"]
 SIDE_BY_SIDE = {"throughput", "enqueue", "latency"}
 #: issue 22 items 4-6: remote workers, NATS against NOTIFY, the huey anchor (tether only, in bench/run)
 SCENARIOS += ["remote", "transports", "huey"]
+#: issue 47: spawn to the first finished job, tether --help, tether jobs
+SCENARIOS += ["startup"]
 
 
 def main() -> None:

@@ -509,3 +509,27 @@ def test_demo_runs_to_the_end_and_prints_its_summary(tmp_path: Path) -> None:
     again = _tether("demo", "--keep", str(folder), cwd=tmp_path)
     assert again.returncode == 2 and "already holds a demo database" in again.stderr
 
+
+
+def test_help_lists_the_lazy_commands_as_they_describe_themselves_without_importing_them() -> None:
+    """`tether --help` shows each lazily imported command by LAZY_HELP (issue 47:
+    listing them imported the server's and dashboard's modules); the text must be
+    what the command itself would show, at any width click shortens it to."""
+    import click
+
+    from tether.cli.main import LAZY_COMMANDS, LAZY_HELP
+
+    assert set(LAZY_HELP) == set(LAZY_COMMANDS)
+    code = ("import sys; from tether.cli.main import cli\n"
+            "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('rich', 'starlette', 'uvicorn', 'tether.chaos', "
+            "'tether.cli.server_cmd', 'tether.cli.dashboard_cmd', 'tether.cli.control_cmd'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+    ctx = click.Context(cli)
+    for name in LAZY_COMMANDS:
+        real = cli.get_command(ctx, name)
+        assert real is not None
+        listed = click.Command(name, help=LAZY_HELP[name])
+        for width in (20, 45, 80, 200):
+            assert listed.get_short_help_str(width) == real.get_short_help_str(width), name

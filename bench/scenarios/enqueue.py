@@ -26,13 +26,14 @@ import common as C
 MODES = ["bulk", "sync", "async"]
 
 
-def run_one(system: C.System, mode: str, n: int, tag: str) -> dict[str, Any]:
+def run_one(system: C.System, mode: str, n: int, tag: str, warmup: int = 0) -> dict[str, Any]:
     C.recreate_db(system.db)
     C.run_client(system, ["setup"], log_to=C.scratch() / "logs" / f"{tag}-setup.log")
     C.settle_db(system.db)
     with C.connect() as admin:
         s0 = C.snapshot(system.db, admin)
-        r = C.run_client(system, ["enqueue", "--mode", mode, "--n", str(n), "--batch", "1000"],
+        warm = ["--warmup", str(warmup)] if warmup and system.name == "tether" else []
+        r = C.run_client(system, ["enqueue", "--mode", mode, "--n", str(n), "--batch", "1000", *warm],
                          log_to=C.scratch() / "logs" / f"{tag}.log")
         C.wait_no_backends(system.db)
         s1 = C.snapshot(system.db, admin)
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--mode", action="append", choices=MODES, help="default: all three")
     p.add_argument("--n-bulk", type=int, default=None, help="jobs per bulk run (default 50,000; --quick 5,000)")
     p.add_argument("--n-single", type=int, default=None, help="jobs per single run (default 5,000; --quick 1,000)")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="tether: calls made before the clock starts (the same mode, not counted)")
     args = p.parse_args(argv)
     C.set_out_dir(args.out, quick=args.quick)
     n_bulk = args.n_bulk or (5000 if args.quick else 50000)
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 C.log(f"enqueue {name} {mode} n={n} rep {rep + 1}")
                 speed = C.speed_probe()
                 try:
-                    r = run_one(system, mode, n, f"enq-{name}-{mode}-r{rep}")
+                    r = run_one(system, mode, n, f"enq-{name}-{mode}-r{rep}", args.warmup)
                     C.log(f"  {r['rate']:.0f} jobs/s, client {r['client_cpu_per_job_ms']:.3f} ms/job, "
                           f"pg {r['pg_cpu_per_job_ms']:.3f} ms/job, {r['commits_per_job']:.3f} commits/job, "
                           f"speed probe {speed:.1f} ms")

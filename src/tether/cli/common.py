@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
 from ..app import Tether
 from ..config import Timers, parse_database_url
@@ -100,7 +99,11 @@ class CLIState:
 
 def make_console(*, stderr: bool = False) -> Console:
     """A rich console that stays readable when stdout is not a terminal: no
-    colour codes, and a fixed generous width instead of rich's 80 columns."""
+    colour codes, and a fixed generous width instead of rich's 80 columns.
+    (rich is imported here, by the commands that print with it: a worker's
+    start and ``tether --help`` never load its fifty modules.)"""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     width = None
     if not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS"):
@@ -252,6 +255,8 @@ def configure_app(
 
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     _FloatParam = click.ParamType[float, Any]
     _IntParam = click.ParamType[int, Any]
 else:  # click < 8.2 has no generic ParamType

@@ -13,13 +13,10 @@ import contextlib
 import importlib
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
-from rich.console import Group, RenderableType
-from rich.live import Live
-from rich.text import Text
 
 from .. import __version__
 from ..config import DEFAULT_DATABASE_URL, redact_url
@@ -27,7 +24,6 @@ from ..display import visible
 from ..errors import JobNotFound, PayloadError
 from ..model import TERMINAL_STATES, Job, JobState
 from ..payload import unique_keys
-from . import render
 from .common import (
     EXIT_FAILURE,
     PUBLISH_OPTION,
@@ -46,20 +42,46 @@ from .common import (
 )
 from .worker_cmd import run_worker, worker_options
 
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+# rich (about fifty modules) and the renderings are imported by the commands
+# that print with them: `tether worker` and `tether --help` never load them
+
 __all__ = ["cli", "main"]
 
 
-#: commands defined in modules of their own, imported only when run (or listed
-#: by --help): ``tether worker`` starts without the chaos harness, the server
-#: or the dashboard (about a tenth of a second of CPU per worker start)
+#: commands defined in modules of their own, imported only when run: ``tether
+#: worker`` starts without the chaos harness, the server or the dashboard
+#: (about a tenth of a second of CPU per worker start)
 LAZY_COMMANDS = {
     "chaos": "chaos_cmd", "prune": "control_cmd", "pause": "control_cmd", "resume": "control_cmd",
     "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd",
+}
+#: what ``tether --help`` lists for them (the first paragraph of each one's
+#: docstring, which click shortens the same way), so that the listing imports
+#: none of them: the server's and the dashboard's modules bring starlette and
+#: uvicorn. tests/test_cli.py checks each against its command.
+LAZY_HELP = {
+    "chaos": "Run workers under faults and check the contract (I1-I8) held.",
+    "dashboard": "Serve the dashboard: queues, jobs, attempts, workers, recoveries; cancel and retry.",
+    "limit": "Set QUEUE's limits, enforced in the claim for every worker: both at once, as app.configure_queue "
+             "does (an option left out lifts that limit; neither given lifts both).",
+    "pause": "Pause QUEUE: from their next claim round on, no worker claims its jobs; running jobs finish. Undo "
+             "with `tether resume QUEUE`.",
+    "prune": "Delete finished jobs (and their attempts) older than their retention, oldest first, in batches that "
+             "never block running workers. Queued and running jobs are never touched.",
+    "resume": "Resume a paused QUEUE.",
+    "server": "Serve the database (--database) over HTTP to workers and producers that hold no database "
+              "credentials: `tether worker --server http://HOST:PORT --token T`. It prunes the database too "
+              "(--retention): its remote workers do not.",
 }
 
 
 class TetherGroup(click.Group):
     """Turns tether's own errors, and anything unexpected, into one clean line."""
+
+    _listing = False
 
     def invoke(self, ctx: click.Context) -> Any:
         with one_line_errors(lambda: _state(ctx).debug, "tether --debug ..."):
@@ -68,9 +90,18 @@ class TetherGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True  # the lazy commands as their LAZY_HELP, not imported
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self._listing = False
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = LAZY_COMMANDS.get(cmd_name)
         if module is not None and cmd_name not in self.commands:
+            if self._listing:
+                return click.Command(cmd_name, help=LAZY_HELP[cmd_name])
             found = getattr(importlib.import_module(f"{__package__}.{module}"), cmd_name)
             assert isinstance(found, click.Command)
             self.add_command(found, cmd_name)
@@ -201,6 +232,7 @@ def _json_object(text: str) -> dict[str, Any]:
 @pass_state
 def jobs(state: CLIState, state_filter: str | None, queue: str | None, task: str | None, limit: int) -> None:
     """List jobs, newest first."""
+    from . import render
     with opened(state) as app:
         found = app.store.list_jobs(state=state_filter, queue=queue, task=task, limit=limit)
         now = app.store.db_now()
@@ -222,6 +254,9 @@ def jobs(state: CLIState, state_filter: str | None, queue: str | None, task: str
 @pass_state
 def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool, follow: bool, interval: float) -> None:
     """Show one job: its details, progress and attempts history."""
+    from rich.live import Live
+
+    from . import render
     with opened(state) as app:
         def view() -> tuple[Job, RenderableType]:
             found = app.get_job(job_id)
@@ -278,6 +313,7 @@ def retry(state: CLIState, job_id: int, transport: str | None) -> None:
 @pass_state
 def schedules(state: CLIState, as_json: bool) -> None:
     """Periodic schedules: cron, time zone, next tick, last tick fired and its job."""
+    from . import render
     with opened(state) as app:
         found = app.store.list_schedules()
         now = app.store.db_now()
@@ -302,6 +338,11 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
     """Jobs by queue and state, the oldest due job per queue, paused queues, queue
     limits and what counts against them, jobs whose task no live worker knows,
     and live workers."""
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from . import render
     with opened(state) as app:
         def view() -> RenderableType:
             stats = app.store.stats()

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import click
@@ -112,10 +112,24 @@ def run_worker(
                 metrics_server = serve_metrics(metrics, port=metrics_port, host=metrics_host, token=metrics_token,
                                        no_auth=metrics_no_auth)
                 stack.callback(metrics_server.close)
-            _settle_gc()
-            asyncio.run(w.run(install_signal_handlers=True))
+            asyncio.run(_run_settled(w.run(install_signal_handlers=True)))
     finally:
         app.close()
+
+
+#: seconds after the start before the worker settles its collector (below):
+#: its full collection of everything start-up imported took 15-50 ms, which
+#: stood between the spawn and the first claim (issue 47); a --burst worker
+#: that is done sooner never pays it
+SETTLE_GC_AFTER = 1.0
+
+
+async def _run_settled(run: Coroutine[Any, Any, None]) -> None:
+    handle = asyncio.get_running_loop().call_later(SETTLE_GC_AFTER, _settle_gc)
+    try:
+        await run
+    finally:
+        handle.cancel()
 
 
 def _settle_gc() -> None:

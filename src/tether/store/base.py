@@ -90,7 +90,7 @@ class Store(PushChannels, WorkerRows, abc.ABC):
 
     def round_connections(self, size: int) -> None:
         """On a worker's event loop: how many statements of its rounds may be
-        in flight at once (PostgreSQL: its round connections on this loop)."""
+        in flight at once (PostgreSQL: its round connections here, one opened now)."""
 
     # -- schema ---------------------------------------------------------------
     @abc.abstractmethod

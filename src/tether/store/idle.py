@@ -25,10 +25,15 @@ def ready_to_read(f: _FileLike | int) -> bool:
     """True when ``f`` has something to read now (or cannot be polled: closed,
     or past ``select``'s descriptor limit where ``poll`` does not exist)."""
     try:
-        if hasattr(select, "poll"):
-            p = select.poll()
-            p.register(f, select.POLLIN | select.POLLERR | select.POLLHUP)
+        if _poll is not None:
+            p = _poll()
+            p.register(f, _READABLE)
             return bool(p.poll(0))
         return bool(select.select([f], [], [], 0)[0])
     except (OSError, ValueError):
         return True
+
+
+# chosen once: every pooled connection's reuse asks (every single enqueue)
+_poll = getattr(select, "poll", None)
+_READABLE = select.POLLIN | select.POLLERR | select.POLLHUP if _poll is not None else 0

@@ -24,6 +24,7 @@ closed when the next loop opens its own, or by ``close()``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -111,6 +112,13 @@ class LoopConnections:
                 raise
             finally:
                 mine.give_back(conn)
+
+    async def warm(self) -> None:
+        """Open one of the running loop's connections now, ahead of its first
+        use; a failure is left for that use to meet and report."""
+        with contextlib.suppress(Exception):
+            async with self.connection():
+                pass
 
     async def _connect(self) -> Conn:
         conn = await AsyncConnection.connect(self._conninfo, **self._kwargs)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from time import monotonic
 
 import psycopg
 from psycopg.pq import ConnStatus
@@ -48,10 +49,6 @@ def ended(conn: psycopg.Connection[TupleRow] | psycopg.AsyncConnection[TupleRow]
     return conn.pgconn.status != ConnStatus.OK
 
 
-class _Ended(Exception):
-    """A pooled connection found ended before use: the pool drops it (closed)."""
-
-
 def lost(exc: BaseException, conninfo: str) -> DatabaseUnavailable:
     """The outage ``exc`` (raise it ``from exc``)."""
     reason = redact_text(str(exc).strip(), conninfo) or type(exc).__name__
@@ -67,22 +64,37 @@ class TetherPool(ConnectionPool[psycopg.Connection[TupleRow]]):
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[TupleRow]]:
-        conninfo = self.conninfo if isinstance(self.conninfo, str) else ""
-        for _ in range(self.max_size + 1):  # each ended one is dropped; the pool opens new ones
+        # psycopg_pool's connection(), written out (getconn, ``with conn``,
+        # putconn, the usage stat) rather than wrapped: every single enqueue
+        # passes here, and a context manager inside another cost it a second
+        # generator and frame per call
+        conn = self._usable(timeout)
+        t0 = monotonic()
+        try:
+            with conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            if conn.broken or conn.closed:  # (putconn drops it)
+                raise lost(exc, self._conninfo_text()) from exc
+            raise
+        finally:
+            self.putconn(conn)
+            self._stats[self._USAGE_MS] += int(1000.0 * (monotonic() - t0))
+
+    def _usable(self, timeout: float | None) -> psycopg.Connection[TupleRow]:
+        """A pooled connection that has not ended while idle; each ended one
+        is closed and given back, so the pool drops it and opens another."""
+        for _ in range(self.max_size + 1):
             try:
-                with super().connection(timeout) as conn:
-                    if ended(conn):
-                        conn.close()
-                        raise _Ended
-                    try:
-                        yield conn
-                    except psycopg.OperationalError as exc:
-                        if conn.broken or conn.closed:  # (the pool drops it on the way out)
-                            raise lost(exc, conninfo) from exc
-                        raise
-                    return
-            except _Ended:
-                continue
+                conn = self.getconn(timeout)
             except PoolTimeout as exc:
-                raise lost(exc, conninfo) from exc
-        raise DatabaseUnavailable(f"lost PostgreSQL at {redact_url(conninfo)}: every pooled connection had ended")
+                raise lost(exc, self._conninfo_text()) from exc
+            if not ended(conn):
+                return conn
+            conn.close()
+            self.putconn(conn)
+        raise DatabaseUnavailable(
+            f"lost PostgreSQL at {redact_url(self._conninfo_text())}: every pooled connection had ended")
+
+    def _conninfo_text(self) -> str:
+        return self.conninfo if isinstance(self.conninfo, str) else ""

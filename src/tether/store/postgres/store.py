@@ -9,6 +9,7 @@ is ``listener.py``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
@@ -147,6 +148,9 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresW
 
     def round_connections(self, size: int) -> None:
         self.round_async.limit(size)
+        # a worker asks before its start-up statements: its round connection
+        # opens meanwhile, not inside its first claim (issue 47: start-up)
+        self._warming = asyncio.get_running_loop().create_task(self.round_async.warm())
 
     def _no_tables(self) -> SchemaMissing:
         return SchemaMissing(f"tether's tables are missing from schema {self.schema!r} at {self._where()}, or are "
