@@ -11,8 +11,10 @@ import contextlib
 import dataclasses
 import enum
 import os
+import re
 import subprocess
 import sys
+import types
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
@@ -299,3 +301,17 @@ def test_mypy_still_catches_a_wrong_typed_argument_at_the_call_site(tmp_path: Pa
     lines = sorted({int(line.split(":")[1]) for line in proc.stdout.splitlines() if ": error:" in line})
     bad = [n for n, line in enumerate(TYPED_EXAMPLE.splitlines(), 1) if "# error:" in line]
     assert len(bad) == 2 and lines == bad, proc.stdout + proc.stderr
+
+
+def test_the_readmes_typed_arguments_example_runs() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Typed arguments"):readme.index("## Job control")]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    module = sys.modules["readme_typed"] = types.ModuleType("readme_typed")  # where dataclasses resolve names
+    try:
+        exec(compile(block, "README.md", "exec", dont_inherit=True), module.__dict__)
+        app = module.__dict__["app"]
+        assert isinstance(app, Tether)
+        app.close()
+    finally:
+        del sys.modules["readme_typed"]
