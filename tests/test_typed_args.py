@@ -315,3 +315,45 @@ def test_the_readmes_typed_arguments_example_runs() -> None:
         app.close()
     finally:
         del sys.modules["readme_typed"]
+
+
+class Colour(enum.Enum):  # what Size became in a later deploy: "l" is gone
+    SMALL = "s"
+    MEDIUM = "m"
+
+
+def test_an_async_handlers_stored_enum_that_no_longer_fits_fails_with_the_field_named(
+        app: Tether, new_app: Callable[[], Tether]) -> None:
+    register(app)
+    app.tasks["greet"].using(max_attempts=1).enqueue(customer=Customer(name="C", since=date(2020, 1, 1)),
+                                                     size=Size.LARGE)
+    redeployed = new_app()
+
+    @redeployed.task(name="greet")
+    async def greet(ctx: JobContext, customer: Customer, size: Colour) -> None:
+        raise AssertionError("never called with args that do not fit")
+
+    [done] = redeployed.drain()
+    assert done.state is JobState.DEAD and done.error is not None
+    assert done.error.startswith("ArgsMisfit: stored args do not fit task 'greet': size: not a Colour"), done.error
+
+
+def test_a_result_that_does_not_fit_its_annotation_fails_the_attempt_and_a_changed_one_fails_the_read() -> None:
+    with contextlib.closing(Tether(MEMORY_URL)) as app:
+        @app.task(max_attempts=1)
+        def wrong(ctx: JobContext) -> Receipt:
+            return {"order": 1}  # type: ignore[return-value]
+
+        @app.task
+        def right(ctx: JobContext) -> Receipt:
+            return Receipt(1, Decimal("2"), {"a": date(2026, 1, 1)})
+
+        wrong_id, right_id = wrong.enqueue(), right.enqueue()
+        by_id = {d.job_id: d for d in app.drain()}
+        assert by_id[wrong_id].state is JobState.DEAD
+        assert "the result of task" in (by_id[wrong_id].error or "")
+        assert "result: expected Receipt, got dict" in (by_id[wrong_id].error or "")
+        assert by_id[right_id].result == Receipt(1, Decimal("2"), {"a": date(2026, 1, 1)})
+        right._returns = dict[str, uuid.UUID]  # what a deploy changed the return type to
+        with pytest.raises(PayloadError, match=r"stored result of task .*result\['order'\]: expected a UUID string"):
+            app.get_job(right_id)
