@@ -357,3 +357,46 @@ def test_a_result_that_does_not_fit_its_annotation_fails_the_attempt_and_a_chang
         right._returns = dict[str, uuid.UUID]  # what a deploy changed the return type to
         with pytest.raises(PayloadError, match=r"stored result of task .*result\['order'\]: expected a UUID string"):
             app.get_job(right_id)
+
+
+CLI_APP = """
+import uuid
+from datetime import date
+
+from tether import JobContext, Tether
+
+app = Tether({url!r})
+
+
+@app.task(name="visit")
+def visit(ctx: JobContext, who: uuid.UUID, day: date, note: str = "") -> str:
+    return f"{{type(who).__name__}} {{type(day).__name__}}"
+"""
+
+
+def test_tether_enqueue_takes_typed_args_as_their_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from tether.cli.main import cli
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    module = f"typed_cli_{os.getpid()}"
+    (tmp_path / f"{module}.py").write_text(CLI_APP.format(url=url))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.delenv("TETHER_DATABASE_URL", raising=False)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["-d", url, "migrate"], catch_exceptions=False).exit_code == 0
+    args = f'{{"who": "{uuid.UUID(int=4)}", "day": "2026-02-03"}}'
+    ok = runner.invoke(cli, ["enqueue", "visit", "--app", f"{module}:app", "--args", args], catch_exceptions=False)
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(cli, ["enqueue", "visit", "--app", f"{module}:app", "--args",
+                              '{"who": "nobody", "day": "2026-02-03"}'], catch_exceptions=False)
+    assert bad.exit_code == 2 and "who: not a UUID" in bad.output, bad.output
+    app = sys.modules[module].app
+    try:
+        [done] = app.drain()
+        assert done.result == "UUID date"
+    finally:
+        app.close()
+        del sys.modules[module]

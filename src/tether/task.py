@@ -296,10 +296,22 @@ class Task(Generic[P, R]):
         """A job's stored args with each typed one rebuilt; an ArgsMisfit names
         the field a changed class no longer takes."""
         try:
-            return {k: convert.load(v, self._typed[k], k) if k in self._typed else v for k, v in args.items()}
+            return self._load_args(args)
         except convert.Misfit as exc:
             raise ArgsMisfit(f"stored args do not fit task {self.name!r}: {exc}; did a deploy change the "
                              "type after the job was enqueued? (add new fields with defaults)") from None
+
+    def parse_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Args given as JSON (``tether enqueue --args``) with each typed one
+        rebuilt, to enqueue as a Python caller would; an ArgumentsError names
+        the field that does not fit."""
+        try:
+            return self._load_args(args)
+        except convert.Misfit as exc:
+            raise ArgumentsError(f"args do not fit task {self.name!r}: {exc}") from None
+
+    def _load_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: convert.load(v, self._typed[k], k) if k in self._typed else v for k, v in args.items()}
 
     def dump_result(self, result: Any) -> Any:
         """The handler's result as JSON-ready data (a typed return annotation's value converted)."""
