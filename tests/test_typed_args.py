@@ -400,3 +400,34 @@ def test_tether_enqueue_takes_typed_args_as_their_json(tmp_path: Path, monkeypat
     finally:
         app.close()
         del sys.modules[module]
+
+
+@dataclasses.dataclass
+class Node:
+    children: list[Node]
+
+
+def test_a_cycle_in_a_typed_arg_is_refused_at_enqueue() -> None:
+    with contextlib.closing(Tether(MEMORY_URL)) as app:
+        @app.task
+        def walk(ctx: JobContext, root: Node) -> None: ...
+
+        root = Node([])
+        root.children.append(root)
+        with pytest.raises(ArgumentsError, match="nest too deep"):
+            walk.enqueue(root=root)
+        walk.enqueue(root=Node([Node([])]))
+        [done] = app.drain()
+        assert done.succeeded, done.error
+
+
+def test_an_annotation_that_cannot_be_resolved_leaves_its_arg_plain_json() -> None:
+    def handler(ctx: JobContext, when: date, x: int) -> None: ...
+
+    handler.__annotations__["x"] = "OnlyUnderTypeChecking"  # a name imported under TYPE_CHECKING
+    with contextlib.closing(Tether(MEMORY_URL)) as app:
+        task = app.task(name="h")(handler)
+        assert set(task._typed) == {"when"}  # the rest still typed
+        task.enqueue(when=date(2026, 1, 1), x={"any": "json"})  # type: ignore[arg-type]
+        [done] = app.drain()
+        assert done.succeeded, done.error

@@ -291,6 +291,8 @@ class Task(Generic[P, R]):
             return {k: convert.dump(v, self._typed[k], k) if k in self._typed else v for k, v in kwargs.items()}
         except convert.Misfit as exc:
             raise ArgumentsError(f"args do not fit task {self.name!r}: {exc}") from None
+        except RecursionError:  # a cycle, or nesting far past what dump_json would take
+            raise ArgumentsError(f"args of task {self.name!r} nest too deep (or hold a cycle) to store") from None
 
     def load_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """A job's stored args with each typed one rebuilt; an ArgsMisfit names
