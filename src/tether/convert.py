@@ -39,6 +39,8 @@ class Misfit(Exception):
         self.path = path
 
 
+#: containers annotated bare (``tuple``, no item type): a tuple or set comes back as one
+_BARE = (list, tuple, set, frozenset, dict)
 _SCALARS: dict[type, str] = {datetime: "an ISO datetime", date: "an ISO date", uuid.UUID: "a UUID",
                              Decimal: "a decimal string"}
 
@@ -122,7 +124,7 @@ def dump(value: Any, tp: Any, path: str) -> Any:
         if value is None and type(None) in members:
             return None
         return _first_fit(dump, value, [m for m in members if m is not type(None)], path)
-    origin = typing.get_origin(tp)
+    origin = typing.get_origin(tp) or (tp if tp in _BARE else None)
     if origin is not None:
         return _dump_generic(value, tp, origin, path)
     if not isinstance(tp, type):  # Literal, a TypedDict's parts, ...: passed as given
@@ -201,7 +203,7 @@ def load(data: Any, tp: Any, path: str) -> Any:
         if data is None and type(None) in members:
             return None
         return _first_fit(load, data, [m for m in members if m is not type(None)], path)
-    origin = typing.get_origin(tp)
+    origin = typing.get_origin(tp) or (tp if tp in _BARE else None)
     if origin is not None:
         return _load_generic(data, tp, origin, path)
     if not isinstance(tp, type):
