@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
@@ -351,14 +352,20 @@ class Tether:
         ``JobNotFound``. Woken by a notification on PostgreSQL; elsewhere it
         polls, 50 ms apart at first, up to 1 s. Enqueue, then wait:
         ``app.wait(task.enqueue(...), timeout=30)``."""
-        return _ended(self._watch().wait(check_job_id(job_id), timeout))
+        return self._typed(_ended(self._watch().wait(check_job_id(job_id), timeout)))
 
     async def wait_async(self, job_id: int, timeout: float | None = None) -> Job:
         """``wait`` for a coroutine (its event loop is never blocked)."""
         watch = self._finish_watch
         if watch is None:  # opening the store connects: not on the event loop
             watch = await asyncio.to_thread(self._watch)
-        return _ended(await watch.wait_async(check_job_id(job_id), timeout))
+        return self._typed(_ended(await watch.wait_async(check_job_id(job_id), timeout)))
+
+    def _typed(self, job: Job) -> Job:
+        """``job`` with its result rebuilt as its task's annotated return type
+        (a dataclass, a model, ...: convert.py), when this app knows the task."""
+        task = self.tasks.get(job.task) if job.result is not None else None
+        return job if task is None else replace(job, result=task.load_result(job.result))
 
     def _watch(self) -> FinishWatch:
         with self._store_lock:
@@ -410,8 +417,10 @@ class Tether:
         writes: a job that transaction enqueued is found before the commit."""
         job_id = check_job_id(job_id)
         if connection is None:
-            return self.store.get_job(job_id)
-        return self.store.get_job_on(driver_connection(connection), job_id)
+            job = self.store.get_job(job_id)
+        else:
+            job = self.store.get_job_on(driver_connection(connection), job_id)
+        return None if job is None else self._typed(job)
 
     def cancel(self, job_id: int) -> JobState:
         """Cancel a job; a queued one ends cancelled at once (``job.cancelled`` fires

@@ -7,6 +7,7 @@ not the reverse."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -14,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypedDict, TypeVar
 
+from . import convert
 from .config import DEFAULT_BACKOFF_BASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, Timers, check_when, validate_queue
 from .context import JobContext
 from .errors import ArgsMisfit, ArgumentsError, ConfigError, PayloadError
@@ -191,6 +193,14 @@ class Task(Generic[P, R]):
         self._ctx_name = params[0].name
         # a required positional-only parameter can never be given by name: bind says so
         self._fast = not any(p.kind is p.POSITIONAL_ONLY and p.default is p.empty for p in rest)
+        # typed args and result (convert.py): converted at enqueue, rebuilt in the worker
+        hints = convert.type_hints(fn)
+        self._typed = {n: t for n, t in hints.items() if n in self._arg_names and convert.is_typed(t)}
+        returns = hints.get("return")
+        self._returns = returns if returns is not None and convert.is_typed(returns) else None
+        #: what a worker calls with ``(ctx, **args)``: ``fn``, or ``fn`` between
+        #: rebuilding typed args and turning a typed result into JSON
+        self.run: Callable[..., Any] = fn if not (self._typed or self._returns) else self._typed_runner()
 
     def __call__(self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the handler directly, in-process (in a unit test, with
@@ -259,8 +269,74 @@ class Task(Generic[P, R]):
             return misfit.with_traceback(exc.__traceback__)
         return exc
 
+    def _typed_runner(self) -> Callable[..., Any]:
+        fn, load_args, dump_result = self.fn, self.load_args, self.dump_result
+        if self.is_async:
+            @functools.wraps(fn)
+            async def run_async(ctx: JobContext, /, **args: Any) -> Any:
+                return dump_result(await fn(ctx, **load_args(args)))
+            return run_async
+
+        @functools.wraps(fn)
+        def run(ctx: JobContext, /, **args: Any) -> Any:
+            return dump_result(fn(ctx, **load_args(args)))
+        return run
+
+    def dump_args(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with each typed arg as JSON-ready data; an ArgumentsError
+        names the field that does not fit its annotation."""
+        if not self._typed:
+            return kwargs
+        try:
+            return {k: convert.dump(v, self._typed[k], k) if k in self._typed else v for k, v in kwargs.items()}
+        except convert.Misfit as exc:
+            raise ArgumentsError(f"args do not fit task {self.name!r}: {exc}") from None
+        except RecursionError:  # a cycle, or nesting far past what dump_json would take
+            raise ArgumentsError(f"args of task {self.name!r} nest too deep (or hold a cycle) to store") from None
+
+    def load_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """A job's stored args with each typed one rebuilt; an ArgsMisfit names
+        the field a changed class no longer takes."""
+        try:
+            return self._load_args(args)
+        except convert.Misfit as exc:
+            raise ArgsMisfit(f"stored args do not fit task {self.name!r}: {exc}; did a deploy change the "
+                             "type after the job was enqueued? (add new fields with defaults)") from None
+
+    def parse_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Args given as JSON (``tether enqueue --args``) with each typed one
+        rebuilt, to enqueue as a Python caller would; an ArgumentsError names
+        the field that does not fit."""
+        try:
+            return self._load_args(args)
+        except convert.Misfit as exc:
+            raise ArgumentsError(f"args do not fit task {self.name!r}: {exc}") from None
+
+    def _load_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: convert.load(v, self._typed[k], k) if k in self._typed else v for k, v in args.items()}
+
+    def dump_result(self, result: Any) -> Any:
+        """The handler's result as JSON-ready data (a typed return annotation's value converted)."""
+        if self._returns is None:
+            return result
+        try:
+            return convert.dump(result, self._returns, "result")
+        except convert.Misfit as exc:
+            raise PayloadError(f"the result of task {self.name!r} does not fit its annotation: {exc}") from None
+
+    def load_result(self, result: Any) -> Any:
+        """A stored result as the handler's annotated return type (as stored, untyped)."""
+        if self._returns is None or result is None:
+            return result
+        try:
+            return convert.load(result, self._returns, "result")
+        except convert.Misfit as exc:
+            raise PayloadError(f"the stored result of task {self.name!r} does not fit its annotation "
+                               f"(was the type changed since?): {exc}") from None
+
     def _new_job(self, kwargs: dict[str, Any], o: TaskOptions) -> NewJob:
         self.check_args(kwargs)
+        kwargs = self.dump_args(kwargs)
         args = dump_json(kwargs, f"args of task {self.name!r}", self.app.max_payload_bytes)
         return NewJob(
             task=self.name, args_json=args, queue=o.queue, priority=o.priority, run_at=o.run_at,

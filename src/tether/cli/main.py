@@ -202,7 +202,7 @@ def enqueue(
         require_database(app)
         options = {k: v for k, v in {"queue": queue, "priority": priority, "delay": delay,
                                      "max_attempts": max_attempts, "dedup_key": dedup_key}.items() if v is not None}
-        job_id = task.using(**options).enqueue(**args)
+        job_id = task.using(**options).enqueue(**task.parse_args(args))  # typed args from their JSON
     finally:
         app.close()
     click.echo(f"enqueued {task.name} on queue {options.get('queue', task.options.queue)}: job {job_id}", err=True)

@@ -86,7 +86,9 @@ def context(job_id: int = 1, attempt: int = 1, *, task: str = "test", queue: str
 
 # -- assertions on what was enqueued ----------------------------------------------------------
 def enqueued(task: Task[Any, Any], /, **args: Any) -> list[Job]:
-    """The task's queued jobs (due now or later) whose args include ``args``, oldest first."""
+    """The task's queued jobs (due now or later) whose args include ``args``,
+    oldest first (a typed arg, a dataclass or a ``UUID``, is matched as stored)."""
+    args = task.dump_args(args)
     jobs = task.app.store.list_jobs(state=JobState.QUEUED.value, task=task.name, limit=SCAN_LIMIT)
     return sorted((j for j in jobs if _matches(j.args, args)), key=lambda j: j.id)
 

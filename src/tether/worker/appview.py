@@ -33,6 +33,12 @@ class TaskView(Protocol):
     def fn(self) -> Callable[..., Any]: ...
 
     @property
+    def run(self) -> Callable[..., Any]:
+        """What a worker calls, ``run(ctx, **args)``: ``fn``, or ``fn`` between
+        rebuilding typed args and turning a typed result into JSON (convert.py)."""
+        ...
+
+    @property
     def is_async(self) -> bool: ...
 
     @property
@@ -40,6 +46,9 @@ class TaskView(Protocol):
 
     def misfit(self, args: Mapping[str, Any], exc: TypeError) -> BaseException:
         """``exc``, or an ArgsMisfit when ``args`` do not fit the handler."""
+
+    def load_result(self, result: Any) -> Any:
+        """A stored result as the handler's annotated return type (untyped: as stored)."""
 
 
 class AppView(Protocol):

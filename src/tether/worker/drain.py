@@ -37,7 +37,8 @@ class Drained:
     outcome: Outcome | None
     #: where the job is now: succeeded, queued (a retry is due later), dead, cancelled
     state: JobState
-    #: the handler's return value (as JSON brought it back) when the attempt succeeded
+    #: the handler's return value when the attempt succeeded: as JSON brought it
+    #: back, rebuilt as its annotated type (a dataclass, a model, ...) when typed
     result: Any = None
     #: ``"ValueError: bad input"`` when the attempt failed
     error: str | None = None
@@ -90,8 +91,10 @@ async def drain_async(app: AppView, queues: Iterable[str] | None = None,
         assert job is not None
         row = next((a for a in job.attempts if a.attempt == attempt), None)
         outcome = row.outcome if row is not None else None
+        handler = app.tasks.get(task)
+        result = job.result if outcome is Outcome.SUCCEEDED else None
         out.append(Drained(job_id=job_id, attempt=attempt, task=task, outcome=outcome, state=job.state,
-                           result=job.result if outcome is Outcome.SUCCEEDED else None,
+                           result=result if handler is None else handler.load_result(result),
                            error=row.error if row is not None else None,
                            traceback=row.traceback if row is not None else None))
     return out

@@ -260,8 +260,8 @@ class Executor:
             # attempt as a raise inside would.
             fut: asyncio.Future[Any]
             try:
-                coro = (task.fn(ctx, **job.args) if tracing is None else  # the span is current while it runs
-                        tracing.call_async(running.span, task.fn, ctx, job.args))
+                coro = (task.run(ctx, **job.args) if tracing is None else  # the span is current while it runs
+                        tracing.call_async(running.span, task.run, ctx, job.args))
             except Exception as exc:
                 fut = loop.create_future()
                 fut.set_exception(exc)
@@ -274,7 +274,7 @@ class Executor:
             # comes back in a batch with the others that finished meanwhile
             # (_thread_done), on a later turn of this loop.
             call = (ThreadCall(self.handlers, running, _call_sync, (task, ctx, job.args)) if tracing is None else
-                    ThreadCall(self.handlers, running, tracing.call_sync, (running.span, task.fn, ctx, job.args)))
+                    ThreadCall(self.handlers, running, tracing.call_sync, (running.span, task.run, ctx, job.args)))
             running.handler = call
             self.handlers.submit(call)
         hard = running.hard_deadline  # from the claim: a prefetched job's wait counts against it
@@ -489,4 +489,4 @@ def _committing_thread(running: Running) -> bool:
 
 
 def _call_sync(task: TaskView, ctx: JobContext, args: dict[str, Any]) -> Any:
-    return task.fn(ctx, **args)
+    return task.run(ctx, **args)
