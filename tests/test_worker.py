@@ -24,6 +24,7 @@ import pytest
 from tether import CancelReason, JobContext, JobState, Outcome, Tether
 from tether.chaos.proxy import TCPProxy
 from tether.model import Beat, Job, NewJob
+from tether.payload import STORED_ERROR_CHARS
 from tether.worker.heartbeat import Heartbeater
 from tether.worker.inflight import InFlight, Running
 from tether.worker.reporter import CARRY_MAX
@@ -725,22 +726,26 @@ def test_app_run_worker_logs_as_tether_worker_does_when_the_process_configured_n
     assert own.returncode == 0 and "started: queues" not in own.stderr, own.stderr
 
 
-def test_a_long_error_is_kept_whole_on_the_job_and_shortened_in_the_log(
+def test_a_long_error_is_cut_on_the_job_and_shortened_in_the_log(
     make_app: Callable[..., Tether], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A handler that raised with 50,000 characters of text wrote them all
     into one log line (2 MB in a user's walkthrough). The job keeps the text
-    (up to its own cap); the log line says where to read it."""
+    up to its own cap (``STORED_ERROR_CHARS``: every attempt keeps a row, and
+    300 attempts of 100,000 characters made one job weigh 60 MB), cut in the
+    middle so that its head and tail survive; the log line says where to read it."""
     app = make_app()
 
     @app.task(name="loud", max_attempts=1)
     def loud(ctx: JobContext) -> None:
-        raise ValueError("e" * 50_000)
+        raise ValueError("head " + "e" * 50_000 + " tail")
 
     job_id = loud.enqueue()
     with caplog.at_level(logging.INFO, logger="tether"):
         [ran] = app.drain()
-    assert ran.job_id == job_id and len(ran.error or "") > 50_000
+    assert ran.job_id == job_id and ran.error is not None
+    assert len(ran.error) <= STORED_ERROR_CHARS and ran.error.startswith("ValueError: head")
+    assert ran.error.endswith(" tail")
     [line] = [r.getMessage() for r in caplog.records if f"job {job_id} attempt 1 failed" in r.getMessage()]
     assert len(line) < 3000 and f"`tether job {job_id}`" in line
 
