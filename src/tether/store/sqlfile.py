@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-__all__ = ["load_migrations", "load_queries"]
+__all__ = ["load_migrations", "load_queries", "parse_queries", "split_queries"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{(_[a-z0-9_]+)\}")
@@ -30,6 +30,12 @@ _INCLUDE = re.compile(r"\{(_[a-z0-9_]+)\}")
 
 def load_queries(package: str, filename: str, macros: dict[str, str]) -> dict[str, str]:
     text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    return parse_queries(text, filename, macros)
+
+
+def split_queries(text: str, filename: str) -> dict[str, str]:
+    """Each ``-- name:`` section of ``text`` as written: its comments, its
+    fragments not yet included, its macros not yet filled."""
     parts = _NAME.split(text)
     raw: dict[str, str] = {}
     # parts = [preamble, name1, body1, name2, body2, ...]
@@ -37,6 +43,12 @@ def load_queries(package: str, filename: str, macros: dict[str, str]) -> dict[st
         if name in raw:
             raise RuntimeError(f"{filename}: query {name!r} defined twice")
         raw[name] = body.strip()
+    return raw
+
+
+def parse_queries(text: str, filename: str, macros: dict[str, str]) -> dict[str, str]:
+    """``load_queries`` of a file's text."""
+    raw = split_queries(text, filename)
     fragments = {name: body for name, body in raw.items() if name.startswith("_")}
     filled: dict[str, str] = {}
 
