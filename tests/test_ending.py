@@ -29,7 +29,7 @@ from tether.model import WorkerInfo
 from tether.store import Store
 from tether.store import sqlite as sqlite_backend
 from tether.store.postgres.store import PostgresStore
-from tether.store.sqlfile import parse_queries, split_queries
+from tether.store.sqlfile import included, parse_queries, split_queries
 from tether.store.sqlite.ending import ENDINGS
 
 from .conftest import STORE_BACKENDS, backend_param
@@ -91,18 +91,6 @@ def queries(package: str) -> tuple[dict[str, str], dict[str, str]]:
     """``(raw sections, loaded queries)`` of a backend's queries.sql."""
     text = resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8")
     return split_queries(text, "queries.sql"), parse_queries(text, "queries.sql", MACROS[package])
-
-
-def included(raw: dict[str, str], name: str) -> set[str]:
-    """The fragments ``name`` includes, directly or not."""
-    seen: set[str] = set()
-    todo = [name]
-    while todo:
-        for f in re.findall(r"\{(_[a-z0-9_]+)\}", raw[todo.pop()]):
-            if f not in seen:
-                seen.add(f)
-                todo.append(f)
-    return seen
 
 
 def test_the_parser_finds_terminal_states_only_where_they_are_set() -> None:

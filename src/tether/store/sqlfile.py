@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-__all__ = ["load_migrations", "load_queries", "parse_queries", "split_queries"]
+__all__ = ["included", "load_migrations", "load_queries", "parse_queries", "split_queries"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{(_[a-z0-9_]+)\}")
@@ -44,6 +44,19 @@ def split_queries(text: str, filename: str) -> dict[str, str]:
             raise RuntimeError(f"{filename}: query {name!r} defined twice")
         raw[name] = body.strip()
     return raw
+
+
+def included(raw: dict[str, str], name: str) -> set[str]:
+    """The fragments query ``name`` of ``split_queries``'s ``raw`` includes,
+    directly or not (tests check that the queries that must share a fragment do)."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for fragment in _INCLUDE.findall(raw[todo.pop()]):
+            if fragment not in seen:
+                seen.add(fragment)
+                todo.append(fragment)
+    return seen
 
 
 def parse_queries(text: str, filename: str, macros: dict[str, str]) -> dict[str, str]:

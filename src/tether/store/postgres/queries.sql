@@ -119,6 +119,33 @@ CASE WHEN jobs.exclusive_key IS NULL THEN true
                       ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1) THEN false
      ELSE {schema}.key_free(jobs.exclusive_key, %(done)s::jsonb, %(worker)s) END
 
+-- name: _open_queues
+-- The worker's queues that a claim may take jobs from: those of %(queues)s
+-- not paused (the queues table: app.pause), a FROM item (alias it) of one
+-- column, name. Every claim and the transport sweep read their jobs through
+-- it, so "claimable" means the same everywhere: queued, due (run_at <= now),
+-- on one of these queues. Paused queues are left out of the list before any
+-- of their rows is read or locked: one read of that tiny table per statement
+-- (an InitPlan). The state test stays in each query, spelled as that query's
+-- index needs it (state = 'queued', or coalesce/nullif to keep the planner
+-- off an index whose predicate it would otherwise match: each query says why).
+(SELECT u.name FROM unnest(%(queues)s::text[]) AS u(name)
+ WHERE u.name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused)))
+
+-- name: _limits
+-- (A CTE for the claims' WITH lists: limits.) The room of each limited queue
+-- of the claim (claim_room: migration 0007 says why a function), as (limited,
+-- room) rows; a queue without limits has none. The function is not even
+-- called, nor any lock taken, unless one of the worker's queues has a limit
+-- (a one-time filter). %(done)s: the successes the same statement records
+-- (NULL for a claim alone), which claim_room counts as finished.
+limits AS (
+    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
+    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
+                  WHERE l.queue = ANY(%(queues)s::text[])
+                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
+)
+
 -- name: _claim_picked
 -- The choice of jobs that claim and complete_and_claim share (two CTEs,
 -- candidates and picked, for a WITH list).
@@ -130,21 +157,12 @@ CASE WHEN jobs.exclusive_key IS NULL THEN true
 -- instead of queueing behind it. With several queues each may lock up to
 -- `limit` rows; only the best `limit` are taken, the rest are unlocked when the
 -- statement ends.
--- Paused queues (the queues table: app.pause) are left out of the list before
--- any of its rows is read or locked: one read of that tiny table per claim.
-limits AS (
-    -- the room of each limited queue of the claim (claim_room: migration 0007
-    -- says why a function); the function is not even called, nor any lock
-    -- taken, unless one of the worker's queues has a limit (a one-time filter)
-    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
-    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
-                  WHERE l.queue = ANY(%(queues)s::text[])
-                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
-), candidates AS (
+-- Paused queues are left out of the list (_open_queues) and limited queues
+-- give no more than their room (_limits).
+{_limits}, candidates AS (
     SELECT c.ctid, c.id, c.priority, c.run_at, c.exclusive_key
-    FROM (SELECT u.name, coalesce((SELECT room FROM limits WHERE limited = u.name), %(limit)s) AS room
-          FROM unnest(%(queues)s::text[]) AS u(name)
-          WHERE u.name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
+    FROM (SELECT o.name, coalesce((SELECT room FROM limits WHERE limited = o.name), %(limit)s) AS room
+          FROM {_open_queues} AS o) AS q
     CROSS JOIN LATERAL (
         SELECT ctid, id, priority, run_at, exclusive_key FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
@@ -182,19 +200,10 @@ limits AS (
 -- and not jobs_claim_idx's, so the planner cannot walk the queue's index and
 -- filter by task instead (it did, on a table without statistics; migration
 -- 0006 says more). Paused queues are left out of the list, as in _claim_picked.
-limits AS (
-    -- the room of each limited queue of the claim (claim_room: migration 0007
-    -- says why a function); the function is not even called, nor any lock
-    -- taken, unless one of the worker's queues has a limit (a one-time filter)
-    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
-    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
-                  WHERE l.queue = ANY(%(queues)s::text[])
-                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
-), candidates AS (
+{_limits}, candidates AS (
     SELECT c.ctid, c.id, c.priority, c.run_at, c.exclusive_key
-    FROM (SELECT u.name, coalesce((SELECT room FROM limits WHERE limited = u.name), %(limit)s) AS room
-          FROM unnest(%(queues)s::text[]) AS u(name)
-          WHERE u.name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
+    FROM (SELECT o.name, coalesce((SELECT room FROM limits WHERE limited = o.name), %(limit)s) AS room
+          FROM {_open_queues} AS o) AS q
     CROSS JOIN LATERAL (
         -- a queue's pairs together take no more than its room
         SELECT p.ctid, p.id, p.priority, p.run_at, p.exclusive_key
@@ -275,19 +284,10 @@ SELECT * FROM claimed
 -- autovacuum's ANALYZE) walked jobs_claim_idx and filtered every queued job
 -- of the queue for the few delivered ones; made once per connection, that
 -- plan stayed: 41 ms a claim against a backlog of 60,000 instead of 1.
-limits AS (
-    -- the room of each limited queue of the claim (claim_room: migration 0007
-    -- says why a function); the function is not even called, nor any lock
-    -- taken, unless one of the worker's queues has a limit (a one-time filter)
-    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
-    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
-                  WHERE l.queue = ANY(%(queues)s::text[])
-                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
-), locked AS (
+{_limits}, locked AS (
     SELECT ctid, id, queue, exclusive_key FROM {schema}.jobs
     WHERE id = ANY(%(delivered)s::bigint[]) AND nullif(state, '') = 'queued'
-      AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
-      AND queue <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))
+      AND queue = ANY(ARRAY(SELECT name FROM {_open_queues} AS o)) AND run_at <= {now}
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
       AND {_key_free}
     ORDER BY id
@@ -336,8 +336,7 @@ WITH {_end_successes}, {_claim_ids_picked}, claimed AS (
 -- transaction). One queue at a time over jobs_claim_idx, as claim does, bounded.
 -- Paused queues are skipped: no claim would take their jobs.
 SELECT c.id, c.queue, c.attempt, c.run_at
-FROM (SELECT name FROM unnest(%(queues)s::text[]) AS u(name)
-      WHERE name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
+FROM {_open_queues} AS q
 CROSS JOIN LATERAL (
     SELECT id, queue, attempt, run_at, priority FROM {schema}.jobs
     WHERE state = 'queued' AND queue = q.name AND run_at <= {now}

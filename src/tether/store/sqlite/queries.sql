@@ -47,25 +47,33 @@ SET state = 'running',
 RETURNING id, attempt, task, args, queue, priority, max_attempts,
           coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at, scheduled_for
 
+-- name: _open_queues
+-- The worker's queues that a claim may take jobs from: those of :queues not
+-- paused (tether_queues: app.pause), a FROM item (alias it) of one column,
+-- name. Every claim and the transport sweep read their jobs through it, so
+-- "claimable" means the same everywhere: queued, due (run_at <= now), on one
+-- of these queues (as on PostgreSQL).
+(SELECT m.value AS name FROM json_each(:queues) AS m
+ WHERE m.value NOT IN (SELECT queue FROM tether_queues WHERE paused))
+
 -- name: _rooms
--- (A CTE for the claims.) The worker's queues that are not paused, each with
--- its room: how many more jobs it may start now under its limits
+-- (A CTE for the claims.) The worker's queues that are not paused
+-- (_open_queues), each with its room: how many more jobs it may start now under its limits
 -- (app.configure_queue), or NULL for a queue without limits. The running
 -- count and the starts in the rate window are read inside the claim's own
 -- statement; SQLite's one writer means no other claim commits in between, so
 -- the counts are exact. A dead worker's jobs stay running, and count, until
 -- the reaper ends them.
 rooms AS (
-    SELECT m.value AS name, (
+    SELECT o.name, (
         SELECT min(coalesce(l.concurrency - (SELECT count(*) FROM tether_jobs AS r
                                              WHERE r.state = 'running' AND r.queue = l.queue), 2147483647),
                    coalesce(l.rate_limit - (SELECT count(*) FROM tether_queue_starts AS s
                                             WHERE s.queue = l.queue AND s.started_at > {now} - l.rate_period),
                             2147483647))
         FROM tether_queues AS l
-        WHERE l.queue = m.value AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL)) AS room
-    FROM json_each(:queues) AS m
-    WHERE m.value NOT IN (SELECT queue FROM tether_queues WHERE paused)
+        WHERE l.queue = o.name AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL)) AS room
+    FROM {_open_queues} AS o
 )
 
 -- name: _key_free
@@ -203,8 +211,7 @@ WITH RECURSIVE {_queued_tasks}
 SELECT id, queue, attempt, run_at
 FROM tether_jobs
 WHERE state = 'queued' AND run_at <= {now}
-  AND queue IN (SELECT value FROM json_each(:queues)
-                WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
+  AND queue IN (SELECT name FROM {_open_queues} AS o)
   AND task IN (SELECT name FROM tasks)
   AND (run_at <= {now} - :grace OR run_at > created_at)
 ORDER BY priority DESC, run_at, id
