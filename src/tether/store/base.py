@@ -332,7 +332,8 @@ class Store(PushChannels, SharedTransactions, JobControl, WorkerRegistry, Schedu
 
     @abc.abstractmethod
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
-        """Fenced graceful hand-back to queued, without spending the budget."""
+        """Fenced graceful hand-back to queued, without spending the budget; or,
+        when a cancel is pending, the job's ending: cancelled (the answer says which)."""
 
     # -- maintenance --------------------------------------------------------------
     @abc.abstractmethod

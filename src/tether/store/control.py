@@ -55,7 +55,7 @@ class WorkerRegistry(abc.ABC):
     """The workers table: who runs, where, serving what; and the leases of the dead."""
 
     @abc.abstractmethod
-    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+    def lapse_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         """End the leases held by these (provably dead) workers now, so the next
         ``reap`` recovers their jobs at once."""
 

@@ -636,7 +636,7 @@ WITH lapsed AS (
 ), {_attempt_ending}
 SELECT id, attempt, worker, timed_out, state, queue, lease_until FROM {_ended}
 
--- name: expire_leases
+-- name: lapse_leases
 -- Start-up reconciliation: the listed workers are provably dead (same host,
 -- process gone), so their leases end now instead of at lease_until; the reap
 -- that follows recovers the jobs through the normal path. RETURNING lets the

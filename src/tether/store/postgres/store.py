@@ -447,10 +447,10 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
             for r in rows
         ]
 
-    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+    def lapse_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         if not worker_ids:
             return 0
-        return len(self._all("expire_leases", {"workers": list(worker_ids), "now": now}))
+        return len(self._all("lapse_leases", {"workers": list(worker_ids), "now": now}))
 
     def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
         self._all(

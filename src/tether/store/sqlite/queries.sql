@@ -361,7 +361,7 @@ WHERE id = :id AND attempt = :attempt AND state = 'running'
 RETURNING id, state, CASE WHEN :timed_out THEN 'timed_out' ELSE 'lease_expired' END, attempt, :worker,
           :claimed_at, {now}, last_error, NULL
 
--- name: expire_leases
+-- name: lapse_leases
 -- Start-up reconciliation: these workers are provably dead, so their leases end
 -- now; the reap that follows recovers their jobs through the normal path.
 -- RETURNING lets the caller count the rows through the usual error mapping.

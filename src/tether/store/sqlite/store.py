@@ -406,10 +406,10 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
                                   state=JobState(rows[0][1]), queue=queue, lease_until=epoch_to_dt(lease_until)))
         return out
 
-    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+    def lapse_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         if not worker_ids:
             return 0
-        return len(self._all("expire_leases", {"workers": json.dumps(list(worker_ids)), "now": _ts(now)}))
+        return len(self._all("lapse_leases", {"workers": json.dumps(list(worker_ids)), "now": _ts(now)}))
 
     def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
         self._all(
