@@ -6,7 +6,7 @@ Issue 48, item 2 (DESIGN.md section 2): every statement that ends a job must
 pass through one shared piece (today: the waiters' wake-up; soon: issue 42's
 release of dependents). Four variants, each on its own schema, timed interleaved:
 
-- old:  main's queries (before the shared ending): the successes' own
+- old:  the queries before the shared ending (OLD_REF): the successes' own
         `woken` CTE;
 - cte:  this tree's queries: the ending's work is CTEs of the ending statement
         itself (_ending), which a test proves every ending includes;
@@ -49,8 +49,8 @@ from tether.store.postgres.store import NOW, PostgresStore
 from tether.store.sqlfile import parse_queries
 
 BASE = "postgresql://postgres@127.0.0.1:5432/test?schema="
-#: the queries before the shared ending (variant "old")
-OLD_REF = "main"
+#: the queries before the shared ending (variant "old"): the commit this work started from
+OLD_REF = "084b501"
 W, TTL = "bench-worker", 60.0
 TERMINAL = "('succeeded', 'dead', 'cancelled')"
 
