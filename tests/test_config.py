@@ -13,7 +13,7 @@ import pytest
 
 from tether import JobState, Task, Tether
 from tether.config import parse_database_url
-from tether.errors import ConfigError, InvalidDSN, PayloadError, UnknownTask
+from tether.errors import ArgumentsError, ConfigError, InvalidDSN, PayloadError, UnknownTask
 from tether.payload import MAX_KEY_BYTES
 from tether.store import open_store
 
@@ -298,10 +298,13 @@ def test_oversized_args_are_a_payload_error_and_insert_nothing(make_app: AppFact
     ids=["missing", "unknown", "extra", "missing-required"],
 )
 def test_args_that_do_not_fit_the_handler_are_a_payload_error(make_app: AppFactory, kwargs: dict[str, Any]) -> None:
+    """An ArgumentsError: a PayloadError (a ValueError), as every refused args
+    are, and a TypeError, as calling the function with them would raise."""
     app = make_app()
     task = register(app)
     with pytest.raises(PayloadError) as info:
         task.enqueue(**kwargs)
+    assert isinstance(info.value, ArgumentsError) and isinstance(info.value, TypeError)
     assert "tests.handler" in str(info.value)
     for name in set(kwargs) - {"x", "label"}:  # a stray name is named, not only the missing one
         assert repr(name) in str(info.value)

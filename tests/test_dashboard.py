@@ -19,7 +19,7 @@ from tether.model import NewJob, Outcome, Throughput
 
 from .dashboard_seed import XSS, Seeded, seed
 
-TOKEN = "test-token-123"
+TOKEN = "test-token-1234567"
 ORIGIN = {"Origin": "http://testserver"}
 #: the Host a TestClient sends: the name the dashboards under test answer to,
 #: as a deployment names its domain with --allowed-host

@@ -35,12 +35,10 @@ from tether.store.sqlite.ending import ENDINGS
 from .conftest import STORE_BACKENDS, backend_param
 from .test_conformance import TTL, W, get, new_job, sec
 from .test_results import Heard, push_only
+from .test_sqlfile import BACKENDS
 
 TERMINAL = ("succeeded", "dead", "cancelled")
-MACROS = {
-    "tether.store.postgres": {"schema": "s", "now": "now()", "channel": "'c'", "done_channel": "'d'"},
-    "tether.store.sqlite": {"now": "unixepoch()"},
-}
+MACROS = BACKENDS  # each backend's macros, as its store fills them
 #: the statements that end jobs today, so that the parser below is checked too
 POSTGRES_ENDINGS = {"complete", "complete_and_claim", "complete_and_claim_known", "complete_and_claim_ids",
                     "fail", "release", "reap", "cancel", "bury_unknown"}
@@ -116,7 +114,7 @@ def test_every_postgres_statement_that_ends_a_job_goes_through_the_shared_ending
             assert "_attempt_ending" in fragments, f"{name} ends attempts without _attempt_ending's audit row"
     for name, sql in loaded.items():  # nothing else writes attempts rows or wakes waiters on its own
         if name not in endings:
-            assert "INSERT INTO s.attempts" not in sql and "'d'" not in sql, name
+            assert 'INSERT INTO "tether".attempts' not in sql and "tether_done_tether" not in sql, name
 
 
 def test_every_sqlite_statement_that_ends_a_job_runs_through_end() -> None:

@@ -19,7 +19,8 @@ ROOT = SRC / "tether"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.payload", "tether.logs",
                 "tether.naming", "tether.display", "tether.cron", "tether.scratch")),
-    ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.rows", "tether.store.sqlfile",
+    ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.columns", "tether.store.rows",
+                     "tether.store.sqlfile",
                      "tether.store.pruning", "tether.store.push", "tether.store.control", "tether.store.shared_tx",
                      "tether.store.per_loop", "tether.store.idle",
                      "tether.store.http.schema", "tether.store.http.wire", "tether.store.http.wire_unknown",

@@ -20,14 +20,10 @@ from tether.config import parse_database_url
 from tether.errors import SchemaMissing
 from tether.model import NewJob, Outcome, WorkerInfo
 from tether.store import Store, open_store
+from tether.store.columns import JOB_COLUMNS
 
 EXPECTED_COLUMNS: dict[str, set[str]] = {
-    "jobs": {
-        "id", "queue", "task", "args", "state", "priority", "run_at", "attempt", "released", "max_attempts",
-        "lease_ttl", "timeout", "backoff_base", "dedup_key", "locked_by", "claimed_at", "lease_until",
-        "deadline", "cancel_requested", "progress", "progress_message", "result", "last_error", "meta",
-        "created_at", "finished_at", "schedule", "scheduled_for", "exclusive_key",
-    },
+    "jobs": {c.name for c in JOB_COLUMNS},  # the declaration: test_columns.py checks it
     "attempts": {"job_id", "attempt", "worker", "claimed_at", "finished_at", "outcome", "error", "traceback"},
     "workers": {
         "id", "host", "pid", "proc_start", "started_at", "last_seen", "queues", "concurrency", "stopped_at", "owner",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from tether.errors import StaleAttempt
 from tether.model import NewJob
 from tether.store import Store, open_store
 
+from .http_raw import free_port, stop
 from .test_processes import (
     ROOT,
     SLACK,
@@ -50,12 +50,6 @@ pytestmark = pytest.mark.processes
 TOKEN = secrets.token_urlsafe(24)
 #: another deployment's worker token on the same server
 OTHER = secrets.token_urlsafe(24)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerProcess:
@@ -88,13 +82,7 @@ class ServerProcess:
             return False
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop(self.proc)
 
 
 @pytest.fixture

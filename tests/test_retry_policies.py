@@ -95,6 +95,30 @@ def test_discard_ends_the_job_dead_at_once_with_its_reason(make_app: Callable[..
         job = wait_job(app, job_id, is_final)
     assert job.state is JobState.DEAD and outcomes(job) == [Outcome.DISCARDED]
     assert job.last_error == "discarded: customer deleted"
+    assert job.attempts[-1].traceback is None
+
+
+def test_discard_from_an_error_records_that_errors_traceback(make_app: Callable[..., Tether]) -> None:
+    """``raise Discard(reason) from exc``: dead at once, and the attempt keeps
+    what went wrong, ``exc``'s traceback (the Django backend records a
+    return value that is not JSON so, as Django's TypeError)."""
+    app = make_app(**FAST)
+
+    @app.task(name="bad_value", max_attempts=5)
+    def bad_value(ctx: JobContext) -> None:
+        try:
+            int("x")
+        except ValueError as exc:
+            raise tether.Discard("cannot parse") from exc
+
+    job_id = bad_value.enqueue()
+    with running(app):
+        job = wait_job(app, job_id, is_final)
+    assert job.state is JobState.DEAD and outcomes(job) == [Outcome.DISCARDED]
+    assert job.last_error == "discarded: cannot parse"
+    tb = job.attempts[-1].traceback
+    assert tb is not None and tb.endswith("ValueError: invalid literal for int() with base 10: 'x'\n"), tb
+    assert "Discard" not in tb
 
 
 def test_a_callable_retry_backoff_chooses_each_delay(make_app: Callable[..., Tether]) -> None:

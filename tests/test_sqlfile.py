@@ -7,15 +7,17 @@ from pathlib import Path
 import pytest
 from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
+from tether.store.columns import pg_macros, sqlite_macros
 from tether.store.postgres.store import NOW as PG_NOW
 from tether.store.sqlfile import included as sqlfile_included
 from tether.store.sqlfile import load_queries, strip_comments
+from tether.store.sqlite.control import finished_states_sql
 from tether.store.sqlite.store import NOW as SQLITE_NOW
 
 BACKENDS = {
     "tether.store.postgres": {"schema": '"tether"', "now": PG_NOW, "channel": "'tether_tether'",
-                              "done_channel": "'tether_done_tether'"},
-    "tether.store.sqlite": {"now": SQLITE_NOW},
+                              "done_channel": "'tether_done_tether'"} | pg_macros(),
+    "tether.store.sqlite": {"now": SQLITE_NOW, "finished_states": finished_states_sql()} | sqlite_macros(),
 }
 
 

@@ -14,6 +14,7 @@ from .config import Timers
 from .context import CancelReason, Discard, JobCancelled, JobContext, Retry
 from .errors import (
     ArgsMisfit,
+    ArgumentsError,
     ConfigError,
     DatabaseUnavailable,
     InvalidDSN,
@@ -30,6 +31,7 @@ from .model import Attempt, Job, JobState, Outcome, QueueLimits
 
 __all__ = [
     "ArgsMisfit",
+    "ArgumentsError",
     "Attempt",
     "CancelReason",
     "ConfigError",

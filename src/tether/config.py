@@ -58,6 +58,20 @@ DEFAULT_REAP_LIMIT = 1000  # rows per reaper tick, oldest lease first
 #: --db-delay-ms 5 --workers 8 --concurrency 10).
 DEFAULT_SERVER_ROUND_CONNECTIONS = 16
 
+# What one client may make `tether server` and `tether dashboard` hold
+# (tether.server.connections enforces them; here so the CLI reads them
+# without the extras).
+#: the largest request line plus headers, in bytes
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+#: the most header lines in one request
+DEFAULT_MAX_HEADERS = 100
+#: seconds a request may take to arrive whole (line, headers and body)
+DEFAULT_REQUEST_TIMEOUT = 30.0
+#: open connections at most; under the process's file limit (ulimit -n 1024) with room for the database's
+DEFAULT_MAX_CONNECTIONS = 768
+#: open connections from one client address at most (behind a reverse proxy, all are the proxy's)
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 256
+
 #: the longest a job may wait: ``delay``, ``run_at`` (either way of now),
 #: ``tether.Retry(delay=...)`` and a callable ``retry_backoff``'s answer. 100
 #: years: far past any real use, far inside what both databases and Python's

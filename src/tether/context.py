@@ -262,7 +262,8 @@ class Retry(Exception):
 
 class Discard(Exception):
     """Raise in a handler to end the job ``dead`` at once, whatever attempts
-    are left; ``reason`` is recorded as the attempt's error and the job's."""
+    are left; ``reason`` is recorded as the attempt's error and the job's.
+    ``raise Discard(reason) from exc`` records ``exc``'s traceback too."""
 
     def __init__(self, reason: str = "discarded") -> None:
         self.reason = str(reason)

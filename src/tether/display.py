@@ -13,7 +13,8 @@ from .naming import C0_CONTROLS, OTHER_CONTROLS
 __all__ = ["STATE_ORDER", "fmt_age", "fmt_clock", "fmt_concurrency", "fmt_limits", "fmt_rate", "fmt_rel",
            "fmt_seconds", "fmt_time", "json_visible", "visible"]
 
-STATE_ORDER = [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED]
+#: the states in the order every listing shows them (JobState's own)
+STATE_ORDER = list(JobState)
 
 
 def fmt_time(dt: datetime | None) -> str:

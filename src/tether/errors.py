@@ -8,6 +8,7 @@ The hierarchy::
     │   └── AccessDenied       a tether server refused the token (missing, unknown, wrong scope)
     │       └── NotYourWorker  ... or the worker id: another token registered it, or none did
     ├── PayloadError           args or a result that is not JSON, or too large
+    │   └── ArgumentsError     args that do not fit the task's parameters (also a TypeError)
     ├── ArgsMisfit             a job's args do not fit its handler (a deploy changed the signature)
     ├── UnknownTask            a task name no registered handler carries
     ├── SchemaMissing          the database has no (or an older) tether schema
@@ -17,7 +18,8 @@ The hierarchy::
     └── StaleAttempt           a fenced write whose (id, attempt, worker) no longer
                                owns the job: the lease was reaped and the job moved on
 
-``PayloadError`` is also a ``ValueError``, ``ArgsMisfit`` a ``TypeError`` (what
+``PayloadError`` is also a ``ValueError``, ``ArgumentsError`` a ``PayloadError`` and a
+``TypeError`` (what calling the function with those args would raise), ``ArgsMisfit`` a ``TypeError`` (what
 calling the handler raised: ``retry_on=TypeError`` still matches), ``UnknownTask`` a ``LookupError`` and
 ``ServerUnavailable`` a ``ConnectionError`` so
 that callers who catch the builtin families keep working.
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AccessDenied",
     "ArgsMisfit",
+    "ArgumentsError",
     "ConfigError",
     "DatabaseUnavailable",
     "InvalidDSN",
@@ -88,6 +91,13 @@ class ServerUnavailable(TetherError, ConnectionError):
 
 class PayloadError(TetherError, ValueError):
     """Args or a result that are not JSON, or are larger than the configured cap."""
+
+
+class ArgumentsError(PayloadError, TypeError):
+    """Args that do not fit the task's parameters (one missing, one it does
+    not take), refused at enqueue: a ``TypeError``, as calling the function
+    with them would raise, and a ``PayloadError``, as every refused args are
+    (``except PayloadError`` and ``except ValueError`` still catch it)."""
 
 
 class ArgsMisfit(TetherError, TypeError):

@@ -43,8 +43,8 @@ __all__ = ["Metrics", "MetricsServer", "serve_metrics"]
 log = logging.getLogger("tether.metrics")
 
 #: job events counted in tether_jobs_total, by the outcome label they get
-_OUTCOMES = {"job.succeeded": "succeeded", "job.failed": "failed", "job.retried": "retried",
-             "job.dead": "dead", "job.cancelled": "cancelled"}
+_OUTCOMES = {"job.failed": "failed",
+             **{s.event: s.event.removeprefix("job.") for s in JobState if s.event is not None}}
 _ATTEMPT_ENDS = frozenset({"job.succeeded", "job.failed", "job.cancelled"})
 #: seconds; jobs from milliseconds to an hour
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -193,7 +193,7 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-#: the shortest --metrics-token taken (the dashboard's --token has the same floor)
+#: the shortest --metrics-token taken (the dashboard's --token and the server's tokens need 16)
 MIN_TOKEN_LENGTH = 8
 
 

@@ -11,7 +11,10 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "ACTIVE_STATES",
+    "FINISHED_STATES",
     "LIVE_WITHIN",
+    "OUTCOME_FACTS",
+    "STATE_FACTS",
     "TERMINAL_STATES",
     "Attempt",
     "Beat",
@@ -22,9 +25,11 @@ __all__ = [
     "JobState",
     "NewJob",
     "Outcome",
+    "OutcomeFacts",
     "Reaped",
     "ScheduleInfo",
     "ScheduleSpec",
+    "StateFacts",
     "Stats",
     "Throughput",
     "UnknownTaskJobs",
@@ -44,9 +49,50 @@ class JobState(enum.StrEnum):
     DEAD = "dead"
     CANCELLED = "cancelled"
 
+    @property
+    def terminal(self) -> bool:
+        """Finished: the job never runs again unless an operator retries it (and a pruner may delete it)."""
+        return STATE_FACTS[self].terminal
 
-ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
-TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
+    @property
+    def style(self) -> str:
+        """How a terminal shows it (a rich style); the dashboard's class is ``s-<state>``."""
+        return STATE_FACTS[self].style
+
+    @property
+    def retention(self) -> str | None:
+        """A finished state's default retention (``7d``: a pruner deletes such jobs a week after they
+        finished; None: kept); None for a state that is not finished."""
+        return STATE_FACTS[self].retention
+
+    @property
+    def event(self) -> str | None:
+        """The event an attempt's end sends when it leaves the job in this state (None: none)."""
+        return STATE_FACTS[self].event
+
+
+@dataclass(frozen=True, slots=True)
+class StateFacts:
+    terminal: bool
+    style: str
+    retention: str | None = None
+    event: str | None = None
+
+
+#: what each state means, for every face and the SQL that fills from it. The
+#: finished states come in the order operators read them (retention settings,
+#: prune summaries: FINISHED_STATES); JobState's own order is the display's.
+STATE_FACTS: dict[JobState, StateFacts] = {
+    JobState.QUEUED: StateFacts(terminal=False, style="cyan", event="job.retried"),
+    JobState.RUNNING: StateFacts(terminal=False, style="yellow"),
+    JobState.SUCCEEDED: StateFacts(terminal=True, style="green", retention="7d", event="job.succeeded"),
+    JobState.CANCELLED: StateFacts(terminal=True, style="magenta", retention="30d", event="job.cancelled"),
+    JobState.DEAD: StateFacts(terminal=True, style="bold red", retention="30d", event="job.dead"),
+}
+#: the finished states, in the order operators read them (retention, prune summaries)
+FINISHED_STATES = tuple(s for s in STATE_FACTS if STATE_FACTS[s].terminal)
+ACTIVE_STATES = frozenset(s for s in JobState if not s.terminal)
+TERMINAL_STATES = frozenset(FINISHED_STATES)
 
 
 class Outcome(enum.StrEnum):
@@ -62,6 +108,80 @@ class Outcome(enum.StrEnum):
     SNOOZED = "snoozed"
     #: the handler raised ``tether.Discard(reason)``: dead at once
     DISCARDED = "discarded"
+
+    @property
+    def failure(self) -> bool:
+        """The attempt failed (raised, timed out, was lost with its worker, or discarded)."""
+        return _outcome_facts(self).failure
+
+    @property
+    def error(self) -> bool:
+        """The attempt ended in an error its job's result shows (a failure, or a cancellation)."""
+        return _outcome_facts(self).error
+
+    @property
+    def counts(self) -> bool:
+        """The attempt counts against the job's ``max_attempts`` (a release or a snooze does not)."""
+        return _outcome_facts(self).counts
+
+    @property
+    def style(self) -> str:
+        """How a terminal shows it (a rich style); the dashboard's class is ``o-<outcome>``."""
+        return _outcome_facts(self).style
+
+    @property
+    def label(self) -> str:
+        """The outcome in words: ``timed out``."""
+        return self.value.replace("_", " ")
+
+    @classmethod
+    def read(cls, value: str) -> Outcome:
+        """An outcome as a store or a server wrote it. One this release does not
+        know (a newer release's) is kept as it is, a value beside the members
+        (not in ``list(Outcome)``) with no facts: shown plainly, neither a
+        success nor a failure, so that an older client still reads the record."""
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+        found = _UNKNOWN_OUTCOMES.get(value)
+        if found is None:
+            found = str.__new__(cls, value)
+            found._value_ = value
+            found._name_ = value.upper()
+            found = _UNKNOWN_OUTCOMES.setdefault(value, found)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeFacts:
+    style: str
+    #: the attempt failed (chart: the failed part of a bar)
+    failure: bool = False
+    #: the job's result shows it as an error (a failure or a cancellation)
+    error: bool = False
+    #: it counts against the job's max_attempts
+    counts: bool = True
+
+
+#: what each outcome means
+OUTCOME_FACTS: dict[Outcome, OutcomeFacts] = {
+    Outcome.SUCCEEDED: OutcomeFacts(style="green"),
+    Outcome.FAILED: OutcomeFacts(style="red", failure=True, error=True),
+    Outcome.LEASE_EXPIRED: OutcomeFacts(style="bold red", failure=True, error=True),
+    Outcome.TIMED_OUT: OutcomeFacts(style="red", failure=True, error=True),
+    Outcome.CANCELLED: OutcomeFacts(style="magenta", error=True),
+    Outcome.RELEASED: OutcomeFacts(style="dim", counts=False),
+    Outcome.SNOOZED: OutcomeFacts(style="cyan", counts=False),
+    Outcome.DISCARDED: OutcomeFacts(style="bold red", failure=True, error=True),
+}
+#: the facts of an outcome this release does not know (Outcome.read)
+_NO_FACTS = OutcomeFacts(style="")
+_UNKNOWN_OUTCOMES: dict[str, Outcome] = {}
+
+
+def _outcome_facts(outcome: Outcome) -> OutcomeFacts:
+    return OUTCOME_FACTS.get(outcome, _NO_FACTS)
 
 
 class Beat(enum.StrEnum):

@@ -16,7 +16,7 @@ from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypedDict, TypeV
 
 from .config import DEFAULT_BACKOFF_BASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, Timers, check_when, validate_queue
 from .context import JobContext
-from .errors import ArgsMisfit, ConfigError, PayloadError
+from .errors import ArgsMisfit, ArgumentsError, ConfigError, PayloadError
 from .model import NewJob
 from .payload import check_key, dump_json
 from .store import Store
@@ -242,7 +242,7 @@ class Task(Generic[P, R]):
             stray = [] if self._takes_any else sorted(set(kwargs) - self._arg_names)
             also = (f" (not parameters of it: {', '.join(map(repr, stray))})"
                     if stray and not all(repr(s) in str(exc) for s in stray) else "")
-            raise PayloadError(f"args do not fit task {self.name!r}{self._signature}: {exc}{also}") from None
+            raise ArgumentsError(f"args do not fit task {self.name!r}{self._signature}: {exc}{also}") from None
 
     def misfit(self, args: Mapping[str, Any], exc: TypeError) -> BaseException:
         """What calling the handler with a job's ``args`` raised: ``exc``, or,

@@ -24,7 +24,7 @@ from shop import tasks
 from shop.models import Order
 
 from conftest import manage, start_worker, stop, wait_for
-from tether import ConfigError
+from tether import ArgumentsError, ConfigError
 from tether.contrib.django import TetherBackend
 
 
@@ -70,6 +70,32 @@ def test_enqueue_joins_atomic_and_autocommit(backend: str) -> None:
     assert connections[db(backend)].get_autocommit()
 
 
+def test_a_rolled_back_result_id_never_names_another_job(backend: str) -> None:
+    """A result id captured inside a rolled-back atomic() names no result,
+    ever: on SQLite the next job is given the same job id (AUTOINCREMENT
+    rolls back with the transaction), and its result is not the rolled-back
+    one's; get_result and cancel refuse the old id, and a job id alone."""
+    with pytest.raises(ZeroDivisionError), transaction.atomic(using=db(backend)):
+        gone = tasks.add.using(backend=backend, queue_name="later").enqueue(1, 2)
+        1 / 0  # noqa: B018
+    kept = tasks.send_receipt.using(backend=backend).enqueue(order_id=1, email="x@example.com")
+    b = task_backends[backend]
+    job_id = int(kept.id.split("-")[0])
+    if backend == "default":  # SQLite: the same job id again (PostgreSQL's sequences never roll back)
+        assert int(gone.id.split("-")[0]) == job_id
+    for stale in (gone.id, str(job_id)):
+        with pytest.raises(TaskResultDoesNotExist):
+            b.get_result(stale)
+        with pytest.raises(TaskResultDoesNotExist):
+            tasks.add.using(backend=backend).get_result(stale)
+        with pytest.raises(TaskResultDoesNotExist):
+            b.cancel(stale)
+    assert b.get_result(kept.id).status == TaskResultStatus.READY  # the stale cancels left it alone
+    for wrong in ("", "-", "1-", "+1", "\u0661", "1_0", "1-x y", "99999999999999999999", "1-2-3"):
+        with pytest.raises(TaskResultDoesNotExist):
+            b.get_result(wrong)
+
+
 def test_get_result_inside_atomic_sees_the_task_it_enqueued(backend: str) -> None:
     """Inside atomic(), results are read through Django's connection, as
     Django's own database backend reads them: the transaction's task is
@@ -78,6 +104,8 @@ def test_get_result_inside_atomic_sees_the_task_it_enqueued(backend: str) -> Non
         result = tasks.add.using(backend=backend).enqueue(1, 2)
         found = task_backends[backend].get_result(result.id)
         assert found.status == TaskResultStatus.READY and found.args == [1, 2]
+        assert found == result  # enqueue() returned the row, as get_result() reads it
+        assert found.task.backend == backend  # not the backend the task was defined with: refresh() reads it
         result.refresh()
         assert result.status == TaskResultStatus.READY
         1 / 0  # noqa: B018
@@ -179,8 +207,8 @@ def test_task_finished_tells_what_becomes_of_the_job(backend: str, burst, tmp_pa
 
 def test_task_finished_for_a_result_that_is_not_json(backend: str, burst, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A task whose return value is not JSON (a datetime) ends FAILED, and
-    task_finished says so (it said SUCCESSFUL, sent before tether stored the
+    """A task whose return value is not JSON (a datetime) ends FAILED at
+    once, with Django's TypeError, and task_finished says so (it said SUCCESSFUL, sent before tether stored the
     result); unless its context.transaction() had committed its success: then
     it stays SUCCESSFUL, as when it raises after that commit."""
     log = tmp_path / "signals.log"
@@ -195,7 +223,9 @@ def test_task_finished_for_a_result_that_is_not_json(backend: str, burst, tmp_pa
     final = {how: task_backends[backend].get_result(i) for how, i in ids.items()}
     assert said[ids["result"]] == ["FAILED"]
     assert final["result"].status == TaskResultStatus.FAILED and final["result"].attempts == 1
-    assert "result of task 'shop.tasks.bad_result' must be JSON" in final["result"].errors[-1].traceback
+    error = final["result"].errors[-1]  # as Django's backends record it: its TypeError, and no retry
+    assert error.exception_class is TypeError, error
+    assert error.traceback.endswith("TypeError: Unsupported type: <class 'datetime.datetime'>\n"), error
     for how in ("commit-result", "commit-raise"):
         assert said[ids[how]] == ["SUCCESSFUL"], how
         assert final[how].status == TaskResultStatus.SUCCESSFUL and final[how].return_value is None
@@ -214,7 +244,8 @@ def test_takes_context(backend: str, burst) -> None:
     burst(backend, "default")
     result.refresh()
     value = result.return_value
-    assert value["attempt"] == 1 and value["result_id"] == result.id and value["job_id"] == int(result.id)
+    assert value["attempt"] == 1 and value["result_id"] == result.id
+    assert value["job_id"] == task_backends[backend].job_id(result.id) and result.id.startswith(f"{value['job_id']}-")
     assert value["worker_ids"] == result.worker_ids
 
 
@@ -256,8 +287,11 @@ def test_async_task_and_aenqueue(backend: str, burst) -> None:
 def test_queue_names_are_validated_and_args_checked(backend: str) -> None:
     with pytest.raises(InvalidTask, match="Queue 'nope' is not valid"):
         tasks.add.using(backend=backend, queue_name="nope")
-    with pytest.raises(ValueError, match="arguments do not fit"):
+    with pytest.raises(ValueError, match="arguments do not fit"):  # a PayloadError, as it was
         tasks.add.using(backend=backend).enqueue(a=1)
+    with pytest.raises(TypeError, match="arguments do not fit") as info:  # as calling add(a=1) raises
+        tasks.add.using(backend=backend).enqueue(1, 2, 3)
+    assert isinstance(info.value, ArgumentsError)
 
 
 def test_cancel_a_ready_task(backend: str) -> None:
@@ -336,6 +370,8 @@ def test_docs_task_context(backend: str, burst) -> None:
 def test_docs_transactions_on_commit(backend: str) -> None:
     from functools import partial
 
+    from tether.contrib.django.results import result_id
+
     store = task_backends[backend].app.store
 
     def jobs() -> set[int]:  # earlier tests of the session leave jobs of this task behind
@@ -347,13 +383,14 @@ def test_docs_transactions_on_commit(backend: str) -> None:
         transaction.on_commit(partial(tasks.add.using(backend=backend).enqueue, a=1, b=2), using=db(backend))
         assert jobs() == before  # not before the commit
     (new,) = jobs() - before
-    assert task_backends[backend].get_result(str(new)).kwargs == {"a": 1, "b": 2}
+    job = store.get_job(new)
+    assert job is not None and task_backends[backend].get_result(result_id(job)).kwargs == {"a": 1, "b": 2}
 
 
 def test_docs_arguments_must_be_json(backend: str, burst) -> None:
     from datetime import datetime
 
-    with pytest.raises(TypeError, match="not JSON serializable"):
+    with pytest.raises(TypeError, match="Unsupported type"):  # Django's own words (django.utils.json)
         tasks.process_data.using(backend=backend).enqueue(datetime.now())
     # a tuple becomes a list on the way through JSON: the docs' example fails in the worker, as documented
     # (max_attempts=1: tether would retry it, where Django's ImmediateBackend fails once)

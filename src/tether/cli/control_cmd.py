@@ -10,13 +10,13 @@ from ..app import Tether
 from ..config import parse_rate
 from ..display import fmt_limits, visible
 from ..errors import ConfigError
-from ..model import TERMINAL_STATES, JobState
+from ..model import FINISHED_STATES, TERMINAL_STATES, JobState
 from ..worker.pruner import DEFAULT_PRUNE_LIMIT, RETENTION_DEFAULTS, parse_age
 from .common import BadUsage, CLIState, make_console, opened
 
 __all__ = ["limit", "pause", "prune", "resume"]
 
-_FINISHED = [str(s) for s in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.DEAD)]
+_FINISHED = [str(s) for s in FINISHED_STATES]
 
 
 def _ages(states: tuple[str, ...], older_than: str | None) -> dict[JobState, float]:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+from typing import TYPE_CHECKING
 
 import click
 
 from ..config import redact_url
 from .common import PUBLISH_OPTION, BadUsage, CLIState, opened
+from .http_options import configure_logging, limit_options
+
+if TYPE_CHECKING:
+    from ..server.connections import Limits
 
 __all__ = ["dashboard", "host_allow_list"]
 
@@ -29,22 +34,27 @@ WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", ""})
                    "(against DNS rebinding). Default: the --host address (with localhost, 127.0.0.1 and [::1] "
                    "on a loopback one); on 0.0.0.0 or ::, any name when a login is required, and none, so "
                    "give them, with --no-auth.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              default="info", show_default=True,
+              help="Of tether's lines: failed logins, refused connections and requests.")
 @PUBLISH_OPTION
+@limit_options
 @click.pass_obj
 def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth: bool,
-              allowed_hosts: tuple[str, ...], transport: str | None) -> None:
+              allowed_hosts: tuple[str, ...], log_level: str, transport: str | None, limits: Limits) -> None:
     """Serve the dashboard: queues, jobs, attempts, workers, recoveries; cancel and retry."""
     try:
-        import uvicorn
-
         from ..dashboard import create_app
         from ..metrics import Metrics
+        from ..server.auth import MIN_TOKEN_LENGTH
+        from ..server.run import serve
     except ImportError as exc:
         raise BadUsage(f"the dashboard needs its extra: pip install 'tether[dashboard]' ({exc})") from None
     if no_auth and token:
         raise BadUsage("give either --token or --no-auth, not both")
-    if token is not None and len(token) < 8:
-        raise BadUsage("--token must be at least 8 characters")
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise BadUsage(f"--token must be at least {MIN_TOKEN_LENGTH} characters, as a server token must (e.g. "
+                       "from `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
     names = host_allow_list(host, allowed_hosts, auth=not no_auth)
     if not no_auth and token is None:
         token = secrets.token_urlsafe(24)
@@ -52,12 +62,13 @@ def dashboard(state: CLIState, host: str, port: int, token: str | None, no_auth:
     if no_auth and not _loopback(host):
         click.echo(f"warning: serving {host} without authentication: anyone who reaches it can cancel and "
                    "retry jobs", err=True)
+    configure_logging(log_level)
     with opened(state, transport=transport) as app:  # its retry actions publish there
         app.store.check_schema()
         metrics = Metrics().attach(app).watch_store(app.store)
         web = create_app(app, token=None if no_auth else token, metrics=metrics, allowed_hosts=names)
         click.echo(f"tether dashboard for {redact_url(state.database)} on http://{host}:{port}/", err=True)
-        uvicorn.run(web, host=host, port=port, log_level="warning")
+        serve(web, host, port, log_level="warning", limits=limits)
 
 
 def host_allow_list(host: str, given: tuple[str, ...], *, auth: bool) -> list[str]:

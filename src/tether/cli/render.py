@@ -46,23 +46,9 @@ __all__ = [
     "workers_table",
 ]
 
-STATE_STYLE = {
-    JobState.QUEUED: "cyan",
-    JobState.RUNNING: "yellow",
-    JobState.SUCCEEDED: "green",
-    JobState.DEAD: "bold red",
-    JobState.CANCELLED: "magenta",
-}
-OUTCOME_STYLE = {
-    Outcome.SUCCEEDED: "green",
-    Outcome.FAILED: "red",
-    Outcome.LEASE_EXPIRED: "bold red",
-    Outcome.TIMED_OUT: "red",
-    Outcome.CANCELLED: "magenta",
-    Outcome.RELEASED: "dim",
-    Outcome.SNOOZED: "cyan",
-    Outcome.DISCARDED: "bold red",
-}
+#: how a terminal shows each state and outcome (their facts: model.STATE_FACTS, OUTCOME_FACTS)
+STATE_STYLE = {s: s.style for s in JobState}
+OUTCOME_STYLE = {o: o.style for o in Outcome}
 #: a worker not seen for longer than the default lease TTL is probably gone
 SILENT_AFTER = 30.0
 
@@ -81,7 +67,7 @@ def state_text(state: JobState) -> Text:
 def outcome_text(outcome: Outcome | None) -> Text:
     if outcome is None:
         return Text("running", style="yellow")
-    return Text(str(outcome), style=OUTCOME_STYLE.get(outcome, ""))
+    return Text(str(outcome), style=outcome.style)
 
 
 def progress_text(fraction: float | None, message: str | None, width: int = 20) -> Text:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from ..worker.pruner import (
 )
 from ..worker.service import PeriodicService
 from .common import PUBLISH_OPTION, BadUsage, CLIState, Seconds, opened, quiet_driver_logs
+from .http_options import configure_logging, limit_options
 
 __all__ = ["RETENTION_ENV", "RetentionParam", "server"]
 
@@ -36,6 +36,8 @@ RETENTION_ENV = "TETHER_SERVER_RETENTION"
 
 
 if TYPE_CHECKING:
+    from ..server.connections import Limits
+
     _RetentionType = click.ParamType[dict[JobState, float], Any]
 else:  # click < 8.2 has no generic ParamType
     _RetentionType = click.ParamType
@@ -82,10 +84,11 @@ class RetentionParam(_RetentionType):
 @click.option("--prune-interval", type=Seconds(), default=DEFAULT_PRUNE_INTERVAL, show_default=True,
               help="Seconds between the pruner's ticks.")
 @PUBLISH_OPTION
+@limit_options
 @click.pass_obj
 def server(state: CLIState, host: str, port: int, token_file: Path | None, max_body: int, max_payload: int,
            round_connections: int, unsafe_client_clock: bool, log_level: str, retention: dict[JobState, float],
-           prune_interval: float, transport: str | None) -> None:
+           prune_interval: float, transport: str | None, limits: Limits) -> None:
     """Serve the database (--database) over HTTP to workers and producers that hold
     no database credentials: `tether worker --server http://HOST:PORT --token T`.
     It prunes the database too (--retention): its remote workers do not."""
@@ -106,8 +109,7 @@ def server(state: CLIState, host: str, port: int, token_file: Path | None, max_b
     tokens = parse_tokens(text, where)
     if state.database.lower().startswith(("http://", "https://")):
         raise ConfigError("tether server serves a database: point --database at sqlite:/// or postgresql://")
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, force=True,
-                        format="%(asctime)s %(levelname)-7s %(name)s[%(process)d]: %(message)s")
+    configure_logging(log_level)
     with quiet_driver_logs(), opened(state) as app:
         app.store.check_schema()
     with opened(state, transport=transport) as app:
@@ -124,4 +126,4 @@ def server(state: CLIState, host: str, port: int, token_file: Path | None, max_b
         serve(create_app(store, tokens, client_clock=unsafe_client_clock, max_body=max_body,
                          max_payload_bytes=max_payload, transport=app.transport, services=services,
                          round_connections=round_connections), host, port,
-              log_level=log_level.lower())
+              log_level=log_level.lower(), limits=limits)

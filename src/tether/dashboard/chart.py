@@ -18,7 +18,8 @@ from ..model import Outcome, Throughput
 
 __all__ = ["BAR_GAP", "BAR_WIDTH", "FAILED", "HEIGHT", "Bar", "Chart", "chart"]
 
-FAILED = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LEASE_EXPIRED, Outcome.DISCARDED)
+#: the outcomes a bar's failed part counts (Outcome.failure)
+FAILED = tuple(o for o in Outcome if o.failure)
 #: drawing units of the SVG's viewBox (it scales to the page's width)
 BAR_WIDTH, BAR_GAP, HEIGHT = 8, 2, 100
 

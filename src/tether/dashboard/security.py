@@ -35,6 +35,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..errors import ConfigError
+from ..server.auth import MIN_TOKEN_LENGTH
+from ..server.throttle import Throttle
+
 __all__ = ["COOKIE", "LOOPBACK_HOSTS", "SESSION_TTL", "Guard", "HostCheck", "Session", "allowed_names", "host_name"]
 
 COOKIE = "tether_session"
@@ -54,12 +58,15 @@ class Session:
 
 
 class Guard:
-    def __init__(self, *, token: str | None, secret: bytes | None = None) -> None:
-        """``token`` None means no authentication (``--no-auth``)."""
-        if token is not None and len(token) < 8:
-            raise ValueError("the dashboard token must be at least 8 characters")
+    def __init__(self, *, token: str | None, secret: bytes | None = None, throttle: Throttle | None = None) -> None:
+        """``token`` None means no authentication (``--no-auth``). ``throttle``
+        holds back addresses whose tokens failed (a new one by default)."""
+        if token is not None and len(token) < MIN_TOKEN_LENGTH:
+            raise ConfigError(f"the dashboard token must be at least {MIN_TOKEN_LENGTH} characters, as a server "
+                              "token must (e.g. from `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
         self.token = token
         self._secret = secret or secrets.token_bytes(32)
+        self.throttle = throttle or Throttle()
         #: logged-out session ids, and until when (monotonic) to refuse them
         self._revoked: dict[str, float] = {}
 
@@ -108,19 +115,36 @@ class Guard:
             return None
         return text
 
-    def login(self, given: str) -> Session | None:
-        """A new authenticated session if ``given`` is the token."""
+    def retry_after(self, request: Request) -> int | None:
+        """Seconds the request's address must wait before a token of its is looked at, or None."""
+        return self.throttle.retry_after(_address(request))
+
+    def login(self, given: str, request: Request) -> Session | None:
+        """A new authenticated session if ``given`` is the token (a failure is
+        logged and counted against the request's address)."""
         if self.token is None:
             return Session(secrets.token_urlsafe(18), authenticated=True, fresh=True)
-        if hmac.compare_digest(given.encode(), self.token.encode()):
+        if self._checked(hmac.compare_digest(given.encode(), self.token.encode()), request, "the dashboard's login"):
             return Session(secrets.token_urlsafe(18), authenticated=True, fresh=True)
         return None
 
     def bearer_ok(self, request: Request) -> bool:
+        """An ``Authorization: Bearer`` header with the token (a wrong one is
+        counted as a failed login is; none at all is not a guess)."""
         if self.token is None:
             return True
         header = request.headers.get("authorization", "")
-        return hmac.compare_digest(header.encode(), f"Bearer {self.token}".encode())
+        if not header:
+            return False
+        return self._checked(hmac.compare_digest(header.encode(), f"Bearer {self.token}".encode()), request,
+                             "the dashboard's /metrics")
+
+    def _checked(self, ok: bool, request: Request, face: str) -> bool:
+        if ok:
+            self.throttle.succeeded(_address(request))
+        else:
+            self.throttle.failed(_address(request), face)
+        return ok
 
     # -- CSRF ----------------------------------------------------------------------------
     def csrf_token(self, session: Session) -> str:
@@ -140,6 +164,10 @@ class Guard:
         if not form_token or not hmac.compare_digest(form_token, self.csrf_token(session)):
             return "missing or wrong CSRF token"
         return None
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else "unknown"
 
 
 def _origin_of(url: str) -> str:

@@ -9,6 +9,7 @@ data), one small script for live refresh, no build step. Every page and
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from importlib import resources
@@ -20,7 +21,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
@@ -39,10 +40,14 @@ from ..display import (
 )
 from ..errors import ConfigError, TetherError
 from ..model import JobState, Outcome
+from ..server.requests import ApiError, client_gone, read_capped
+from ..server.throttle import Throttle
 from .chart import chart
 from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
 
-__all__ = ["create_app"]
+__all__ = ["MAX_FORM_BYTES", "create_app"]
+
+log = logging.getLogger("tether.dashboard")
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
 
@@ -56,19 +61,24 @@ SECURITY_HEADERS = {
 }
 STATIC = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
 JOBS_LIMIT = 100
+#: the largest form body read (the dashboard's forms are a few hundred bytes); larger ones get 413
+MAX_FORM_BYTES = 64 * 1024
 #: the overview's throughput chart: the last hour, a bar a minute
 CHART_BUCKETS, CHART_SECONDS = 60, 60
 
 
 def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret: bytes | None = None,
-               silent_after: float | None = None, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> Starlette:
+               silent_after: float | None = None, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
+               throttle: Throttle | None = None) -> Starlette:
     """The dashboard for ``tether``'s database. ``token=None`` serves without
     authentication; ``metrics`` (a ``tether.metrics.Metrics``) is served at
     ``/metrics``. A worker silent for ``silent_after`` seconds (default: the
     app's lease TTL) is shown as probably gone. Requests whose ``Host`` is not
     in ``allowed_hosts`` (host names, no port; ``*.example.com`` for its
-    subdomains, ``*`` for any) get a 400: that stops DNS rebinding."""
-    guard = Guard(token=token, secret=secret)
+    subdomains, ``*`` for any) get a 400: that stops DNS rebinding. Failed
+    logins (and /metrics bearer tokens) are held back per address and
+    globally by ``throttle`` (default: ``server.throttle``'s defaults)."""
+    guard = Guard(token=token, secret=secret, throttle=throttle)
     hosts = allowed_names(allowed_hosts)
     env = Environment(loader=PackageLoader("tether.dashboard", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
@@ -101,6 +111,8 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
     def action(handler: Callable[[Request, Session, dict[str, str]], Awaitable[Response]]) -> Handler:
         async def checked(request: Request, session: Session) -> Response:
             form = await _form(request)
+            if isinstance(form, Response):
+                return form
             problem = guard.csrf_problem(request, session, form.get("csrf"))
             if problem is not None:
                 return _finish(PlainTextResponse(f"refused: {problem}\n", status_code=403), guard, session)
@@ -225,10 +237,18 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         if request.method == "GET":
             return render(request, session, "login.html", next=target, failed=False)
         form = await _form(request)
+        if isinstance(form, Response):
+            return form
         problem = guard.csrf_problem(request, session, form.get("csrf"))
         if problem is not None:
             return _finish(PlainTextResponse(f"refused: {problem}\n", status_code=403), guard, session)
-        new = guard.login(form.get("token", ""))
+        wait = guard.retry_after(request)
+        if wait is not None:  # the token is not looked at
+            response = render(request, session, "login.html", status=429, next=safe_next(form.get("next")),
+                              failed=True, wait=wait)
+            response.headers["Retry-After"] = str(wait)
+            return response
+        new = guard.login(form.get("token", ""), request)
         if new is None:
             return render(request, session, "login.html", status=401, next=safe_next(form.get("next")), failed=True)
         return _finish(RedirectResponse(safe_next(form.get("next")), 303), guard, new)
@@ -240,6 +260,9 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         return response
 
     async def metrics_endpoint(request: Request) -> Response:
+        if not guard.session(request).authenticated and (wait := guard.retry_after(request)) is not None:
+            return PlainTextResponse(f"too many failed tokens from your address: try again in {wait}s\n", 429,
+                                     headers={"Retry-After": str(wait)})
         if not (guard.session(request).authenticated or guard.bearer_ok(request)):
             return PlainTextResponse("unauthorized: log in or send Authorization: Bearer <token>\n", 401,
                                      headers={"WWW-Authenticate": 'Bearer realm="tether"'})
@@ -285,11 +308,20 @@ def _finish(response: Response, guard: Guard, session: Session | None) -> Respon
     return response
 
 
-async def _form(request: Request) -> dict[str, str]:
-    """A urlencoded form (the only kind the dashboard sends); first value wins."""
+async def _form(request: Request) -> dict[str, str] | Response:
+    """A urlencoded form (the only kind the dashboard sends); first value wins.
+    Read capped while it streams (the API server's reader): a body over
+    MAX_FORM_BYTES gets its 413 (the response returned) before the rest arrives."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         return {}
-    body = (await request.body())[:65536].decode("utf-8", "replace")
+    try:
+        body = (await read_capped(request, MAX_FORM_BYTES)).decode("utf-8", "replace")
+    except ApiError as exc:
+        return PlainTextResponse(f"refused: {exc.message}\n", status_code=exc.status,
+                                 headers={**SECURITY_HEADERS, "Connection": "close"})
+    except ClientDisconnect:
+        client_gone(log, request, f"{request.method} {request.url.path}")
+        return Response(status_code=400)
     return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
 
 

@@ -35,25 +35,25 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS, check_when, validate_queue
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import LIVE_WITHIN, ClaimedJob, JobState, NewJob, Outcome, QueueLimits, WorkerInfo
-from ..payload import check_key, dump_json
+from ..model import LIVE_WITHIN, ClaimedJob, JobState, Outcome, QueueLimits, WorkerInfo
+from ..payload import dump_json
 from ..store import Listener, Store
 from ..store.http import wire, wire_unknown
-from ..store.http.schema import parse_datetime
 from ..transport import Transport, announce, due_now
 from ..worker.service import PeriodicService
 from . import schedules
-from .auth import Caller, TokenTable
+from .auth import Caller, TokenTable, identify
 from .duties import Duties
 from .openapi import build_document
 from .owners import WorkerOwners
-from .requests import ApiError, Args, arguments
+from .requests import ApiError, Args, arguments, client_gone
+from .throttle import Throttle
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -100,6 +100,8 @@ class _Server:
     max_wait: float
     #: announces what enqueue and retry committed (None: nothing to announce to)
     transport: Transport | None = None
+    #: failed bearer tokens, by client address
+    throttle: Throttle = field(default_factory=Throttle)
     wakeups: _Wakeups = field(default_factory=_Wakeups)
     owners: WorkerOwners = field(init=False)
 
@@ -110,23 +112,8 @@ class _Server:
 
 
 # -- the operations ----------------------------------------------------------------------
-def _new_job(j: Args, cap: int) -> NewJob:
-    run_at = None if j.get("run_at") is None else parse_datetime(j["run_at"])
-    check_when(f"task {j['task']!r}", j.get("delay", 0.0), run_at)
-    meta = j.get("meta")
-    for name in ("dedup_key", "exclusive_key"):
-        check_key(f"task {j['task']!r}", name, j.get(name))
-    return NewJob(
-        task=j["task"], args_json=dump_json(j["args"], f"args of task {j['task']!r}", cap),
-        queue=validate_queue(j.get("queue", "default")), priority=j.get("priority", 0), run_at=run_at,
-        delay=float(j.get("delay", 0.0)), max_attempts=j.get("max_attempts", 3), lease_ttl=j.get("lease_ttl"),
-        timeout=j.get("timeout"), backoff_base=float(j.get("backoff_base", 2.0)), dedup_key=j.get("dedup_key"),
-        meta_json=None if meta is None else dump_json(meta, "meta", cap), exclusive_key=j.get("exclusive_key"),
-    )
-
-
 def _enqueue(s: _Server, a: Args) -> Args:
-    jobs = [_new_job(j, s.max_payload) for j in a["jobs"]]
+    jobs = [wire.decode_new_job(j, s.max_payload) for j in a["jobs"]]
     ids = s.store.enqueue(jobs, now=a["now"])
     if s.transport is not None and s.transport.delivers:  # committed: announce it (never raises)
         announce(s.transport, due_now(jobs, ids))
@@ -333,15 +320,7 @@ BINDS = frozenset({"register_worker"})
 
 # -- request handling -------------------------------------------------------------------------
 def _authorize(s: _Server, request: Request, op: wire.Op) -> Caller:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "unauthorized", "this server needs a bearer token: send 'Authorization: Bearer TOKEN'",
-                       {"WWW-Authenticate": "Bearer"})
-    caller = s.tokens.identify(token.strip())
-    if caller is None:
-        raise ApiError(401, "unauthorized", "the bearer token is not one this server knows",
-                       {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+    caller = identify(s.tokens, s.throttle, request)
     if not s.tokens.allows(caller.scopes, op.scopes):
         needed = [*op.scopes, *(() if "admin" in op.scopes else ("admin",))]  # admin grants everything
         raise ApiError(403, "forbidden", f"{op.name} needs a token with scope {' or '.join(needed)}; "
@@ -396,6 +375,9 @@ def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
         except TetherError as exc:
             code = wire.error_code(exc)
             return _error_response(wire.ERRORS[code][0], code, str(exc))
+        except ClientDisconnect:  # gone mid-upload: no one to answer, nothing failed here
+            client_gone(log, request, op.name)
+            return Response(status_code=400)
         except Exception as exc:
             unavailable = isinstance(exc, OSError) or type(exc).__name__ in ("OperationalError", "PoolTimeout")
             log.exception("%s failed", op.name)
@@ -437,6 +419,7 @@ def create_app(
     transport: Transport | None = None,
     services: Sequence[PeriodicService] = (),
     round_connections: int = DEFAULT_SERVER_ROUND_CONNECTIONS,
+    throttle: Throttle | None = None,
 ) -> Starlette:
     """The API over ``store``. ``client_clock`` honours a request's ``now``:
     for conformance tests only, never in production (any worker could move
@@ -445,23 +428,22 @@ def create_app(
     it (the caller owns it and closes it). ``services``: run on their timers
     while the app serves (the pruner), stopped at shutdown.
     ``round_connections``: the most database connections the workers' rounds
-    use at once (PostgreSQL; SQLite runs them on the loop, one at a time)."""
+    use at once (PostgreSQL; SQLite runs them on the loop, one at a time).
+    ``throttle``: how failed bearer tokens are held back (``server.throttle``;
+    default: its defaults)."""
     if max_body < 1024:
         raise ConfigError(f"max_body must be at least 1024 bytes, got {max_body}")
     if isinstance(round_connections, bool) or not isinstance(round_connections, int) or round_connections < 1:
         raise ConfigError(f"round_connections must be an int >= 1, got {round_connections!r}")
-    s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport)
+    s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport,
+                throttle=throttle or Throttle())
     document = build_document(client_clock=client_clock, max_body=max_body, max_wait=max_claim_wait)
 
     async def openapi(request: Request) -> Response:
         try:
-            header = request.headers.get("authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or s.tokens.scopes_of(token.strip()) is None:
-                raise ApiError(401, "unauthorized", "this server needs a bearer token: send "
-                                                    "'Authorization: Bearer TOKEN'", {"WWW-Authenticate": "Bearer"})
+            identify(s.tokens, s.throttle, request)
         except ApiError as exc:
-            return _error_response(exc.status, exc.code, exc.message, exc.headers)
+            return _error_response(exc.status, exc.code, exc.message, exc.headers, **exc.extra)
         return JSONResponse(document)
 
     async def http_error(request: Request, exc: Exception) -> Response:

@@ -8,6 +8,8 @@ are kept only as SHA-256 digests and compared in constant time.
 Each token also has a fingerprint, derived from its digest, that the server
 records as the owner of the workers the token registers (see ``server.owners``);
 it says which token, and nothing more: the token cannot be recovered from it.
+
+Failed tokens are throttled by client address (``throttle``): ``identify``.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from starlette.requests import Request
+
 from ..errors import ConfigError
 from ..store.http.wire import SCOPES
+from .requests import ApiError
+from .throttle import Throttle
 
-__all__ = ["MIN_TOKEN_LENGTH", "Caller", "TokenTable", "parse_tokens"]
+__all__ = ["MIN_TOKEN_LENGTH", "Caller", "TokenTable", "identify", "parse_tokens"]
 
 MIN_TOKEN_LENGTH = 16
 _TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]+")
@@ -103,3 +109,25 @@ def parse_tokens(text: str, where: str) -> TokenTable:
         raise ConfigError(f"{where}: no tokens configured; the server refuses to run without any "
                           "(every request needs one)")
     return TokenTable(tuple(entries))
+
+
+def identify(tokens: TokenTable, throttle: Throttle, request: Request) -> Caller:
+    """The caller a request's bearer token stands for: 401 without a known one,
+    429 (before the token is looked at) while its address must wait."""
+    address = request.client.host if request.client is not None else "unknown"
+    wait = throttle.retry_after(address)
+    if wait is not None:
+        raise ApiError(429, "too_many_failures", f"too many failed authentications from {address} (or from "
+                       f"everywhere): try again in {wait}s", {"Retry-After": str(wait)}, retry_after=wait)
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "unauthorized", "this server needs a bearer token: send 'Authorization: Bearer TOKEN'",
+                       {"WWW-Authenticate": "Bearer"})
+    caller = tokens.identify(token.strip())
+    if caller is None:
+        throttle.failed(address, "the API server")
+        raise ApiError(401, "unauthorized", "the bearer token is not one this server knows",
+                       {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+    throttle.succeeded(address)
+    return caller

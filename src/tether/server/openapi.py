@@ -20,10 +20,12 @@ _ERRORS = {
     413: "The request body is over the server's limit",
     415: "The body is not application/json",
     422: "A value the store refuses: bad queue name, payload not JSON or too large, misordered options",
+    429: ("Too many failed authentications from this address (or from everywhere): wait Retry-After seconds; "
+          "the token was not checked"),
     500: "An unexpected server error (details only in the server's log)",
     503: "The database did not answer",
 }
-_COMMON = (400, 401, 403, 500, 503)
+_COMMON = (400, 401, 403, 429, 500, 503)
 
 
 def _error_response(status: int) -> dict[str, Any]:

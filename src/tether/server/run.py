@@ -11,27 +11,26 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
-__all__ = ["ServerThread", "serve"]
+from .connections import HeaderLimits, Limits, uvicorn_options
 
-#: uvicorn closes idle keep-alive connections after this long; clients reuse
-#: a connection only while it has been idle for well under it
-KEEP_ALIVE = 5
+__all__ = ["Limits", "ServerThread", "serve"]
 
-
-def _config(app: Starlette, **kwargs: Any) -> uvicorn.Config:
-    return uvicorn.Config(app, lifespan="on", access_log=False, timeout_keep_alive=KEEP_ALIVE,
-                          timeout_graceful_shutdown=5, **kwargs)
+def _config(app: Starlette, limits: Limits | None = None, http: str = "auto", **kwargs: Any) -> uvicorn.Config:
+    limits = limits or Limits()
+    return uvicorn.Config(HeaderLimits(app, limits), lifespan="on", access_log=False,
+                          timeout_graceful_shutdown=5, **uvicorn_options(limits, http), **kwargs)
 
 
-def serve(app: Starlette, host: str, port: int, *, log_level: str = "info") -> None:
-    """Run until SIGTERM/SIGINT."""
-    uvicorn.Server(_config(app, host=host, port=port, log_level=log_level)).run()
+def serve(app: Starlette, host: str, port: int, *, log_level: str = "info", limits: Limits | None = None) -> None:
+    """Run until SIGTERM/SIGINT, within ``limits`` (``connections``; default: its defaults)."""
+    uvicorn.Server(_config(app, limits, host=host, port=port, log_level=log_level)).run()
 
 
 class ServerThread:
     """The API on a free loopback port, on a daemon thread; ``url`` once started."""
 
-    def __init__(self, app: Starlette, host: str = "127.0.0.1") -> None:
+    def __init__(self, app: Starlette, host: str = "127.0.0.1", *, limits: Limits | None = None,
+                 http: str = "auto") -> None:
         # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY on accepted
         # connections only when the socket says it is TCP (base_events._set_nodelay
         # checks sock.proto, which accepted sockets inherit from this one). Without
@@ -44,7 +43,7 @@ class ServerThread:
         self._sock.bind((host, 0))
         self.port: int = self._sock.getsockname()[1]
         self.url = f"http://{host}:{self.port}"
-        self._server = uvicorn.Server(_config(app, log_level="warning"))
+        self._server = uvicorn.Server(_config(app, limits, http, log_level="warning"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
                                         name="tether-server", daemon=True)
 

@@ -10,6 +10,10 @@ from ..model import TERMINAL_STATES, JobState
 __all__ = ["check_limit", "check_prune"]
 
 
+#: the finished states, as the error below lists them
+_FINISHED = ", ".join(s for s in JobState if s.terminal)
+
+
 def check_prune(ages: Mapping[JobState, float], limit: int | None = None) -> dict[JobState, float]:
     """``prune``'s arguments checked (ConfigError naming the bad one), as
     {finished state: age in seconds}."""
@@ -20,7 +24,7 @@ def check_prune(ages: Mapping[JobState, float], limit: int | None = None) -> dic
         except ValueError:
             st = None
         if st is None or st not in TERMINAL_STATES:
-            raise ConfigError(f"only finished jobs are pruned (succeeded, dead, cancelled), not {state!r}")
+            raise ConfigError(f"only finished jobs are pruned ({_FINISHED}), not {state!r}")
         if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < float("inf"):
             raise ConfigError(f"the age to prune {st} jobs at must be a finite number of seconds >= 0, got {age!r}")
         out[st] = float(age)

@@ -17,6 +17,7 @@ from operator import itemgetter
 from typing import Any
 
 from ..model import Attempt, ClaimedJob, Job, JobState, NewJob, Outcome, WorkerInfo
+from .columns import READ
 
 __all__ = [
     "DATETIME_MAX", "DATETIME_MIN", "assign_ids", "attempt_from_row", "claimed_from_rows", "epoch_to_dt", "job_from_row", "json_text",
@@ -38,22 +39,17 @@ def json_text(value: Any) -> Any:
 def job_from_row(
     r: Row, attempts: list[Attempt], ts: Callable[[Any], Any] = _same, js: Callable[[Any], Any] = _same
 ) -> Job:
-    return Job(
-        id=r[0], queue=r[1], task=r[2], args=js(r[3]), state=JobState(r[4]), priority=r[5],
-        run_at=ts(r[6]), attempt=r[7], released=r[8], max_attempts=r[9], lease_ttl=r[10],
-        timeout=r[11], dedup_key=r[12], locked_by=r[13], claimed_at=ts(r[14]), lease_until=ts(r[15]),
-        cancel_requested=bool(r[16]), progress=r[17], progress_message=r[18], result=js(r[19]),
-        last_error=r[20], created_at=ts(r[21]), finished_at=ts(r[22]), meta=js(r[23]),
-        schedule=r[24], scheduled_for=ts(r[25]), attempts=_with_running(r, attempts, ts),
-        exclusive_key=r[26],
-    )
+    """A get_job or list_jobs row (the columns of ``columns.READ``, in order) as a Job."""
+    read: dict[str, Callable[[Any], Any]] = {"plain": _same, "time": ts, "json": js, "flag": bool, "state": JobState}
+    fields = {c.name: read[c.kind](value) for c, value in zip(READ, r, strict=True)}
+    return Job(**fields, attempts=_with_running(fields, attempts))
 
 
-def _with_running(r: Row, attempts: list[Attempt], ts: Callable[[Any], Any]) -> list[Attempt]:
+def _with_running(job: dict[str, Any], attempts: list[Attempt]) -> list[Attempt]:
     """The attempts table holds finished attempts; the running one lives on the job row."""
-    if r[4] == JobState.RUNNING.value and r[13] is not None:
-        return [*attempts, Attempt(job_id=r[0], attempt=r[7], worker=r[13], claimed_at=ts(r[14]),
-                                   finished_at=None, outcome=None)]
+    if job["state"] is JobState.RUNNING and job["locked_by"] is not None:
+        return [*attempts, Attempt(job_id=job["id"], attempt=job["attempt"], worker=job["locked_by"],
+                                   claimed_at=job["claimed_at"], finished_at=None, outcome=None)]
     return attempts
 
 

@@ -3,7 +3,8 @@
 A file holds several queries, each introduced by a ``-- name: NAME`` line; the
 comments between belong to the query and say why its WHERE clause is shaped as
 it is. Macros in braces (``{schema}``, ``{now}``) are filled once, at load time,
-with values the backend has validated; parameters stay driver placeholders.
+with values the backend has validated or derived (the job's column lists:
+store/columns.py); parameters stay driver placeholders.
 A query whose name starts with ``_`` is a fragment: other queries include it
 as ``{_name}`` (two statements that must grant a lease the same way share it),
 and so may other fragments (a fragment that includes itself, directly or not,
@@ -61,7 +62,9 @@ def included(raw: dict[str, str], name: str) -> set[str]:
 
 def parse_queries(text: str, filename: str, macros: dict[str, str]) -> dict[str, str]:
     """``load_queries`` of a file's text."""
-    raw = split_queries(text, filename)
+    # macros first (without the check: fragments are still to come), so
+    # that a macro's value may name a fragment ({job_select}: {_live_owner})
+    raw = {name: _fill(body, macros, check=False) for name, body in split_queries(text, filename).items()}
     fragments = {name: body for name, body in raw.items() if name.startswith("_")}
     filled: dict[str, str] = {}
 

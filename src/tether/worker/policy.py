@@ -6,7 +6,9 @@ task's options and says what ``Store.fail`` records:
 
 - ``tether.Retry(delay)``: ``snoozed``, queued again after ``delay`` seconds,
   the budget not spent;
-- ``tether.Discard(reason)``: ``discarded``, dead at once;
+- ``tether.Discard(reason)``: ``discarded``, dead at once; raised ``from``
+  an error, with that error's traceback (what went wrong, not where it was
+  discarded);
 - an exception outside the task's ``retry_on``: ``failed``, dead at once;
 - any other: ``failed``, retried while the budget lasts, after the task's
   ``retry_backoff``: the exponential backoff the store computes from the
@@ -47,7 +49,9 @@ def on_error(options: Any, job: ClaimedJob, exc: BaseException) -> Failure:
     if isinstance(exc, Retry):
         return Failure(Outcome.SNOOZED, f"snoozed for {exc.delay:g}s", None, True, exc.delay)
     if isinstance(exc, Discard):
-        return Failure(Outcome.DISCARDED, f"discarded: {safe_str(exc.reason)}", None, False)
+        cause = exc.__cause__
+        return Failure(Outcome.DISCARDED, f"discarded: {safe_str(exc.reason)}",
+                       traceback_text(cause) if cause is not None else None, False)
     error = describe(exc)
     retry_on: tuple[type[BaseException], ...] | None = getattr(options, "retry_on", None)
     if retry_on is not None and not isinstance(exc, retry_on):

@@ -31,7 +31,7 @@ from datetime import timedelta
 from typing import ClassVar
 
 from ..errors import ConfigError
-from ..model import TERMINAL_STATES, JobState
+from ..model import FINISHED_STATES, TERMINAL_STATES, JobState
 from ..store import Store
 from ..store.schedules import TICK_KEEP
 from .service import PeriodicService
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 #: how long finished jobs are kept, by state, unless the app says otherwise
-RETENTION_DEFAULTS: dict[str, str | None] = {"succeeded": "7d", "cancelled": "30d", "dead": "30d"}
+RETENTION_DEFAULTS: dict[str, str | None] = {str(s): s.retention for s in FINISHED_STATES}
 #: seconds between ticks: retention is measured in days, so once a minute is plenty
 DEFAULT_PRUNE_INTERVAL = 60.0
 #: jobs per statement: each is one short transaction
@@ -86,7 +86,7 @@ def parse_retention(retention: RetentionSpec | None) -> dict[JobState, float]:
     finished = {str(s) for s in TERMINAL_STATES}
     unknown = sorted(str(k) for k in retention if k not in finished)
     if unknown:
-        raise ConfigError(f"retention applies to finished states only (succeeded, cancelled, dead), "
+        raise ConfigError(f"retention applies to finished states only ({', '.join(RETENTION_DEFAULTS)}), "
                           f"not {', '.join(repr(k) for k in unknown)}")
     merged = {**RETENTION_DEFAULTS, **retention}
     return {JobState(state): parse_age(age, f"retention[{state!r}]")
@@ -125,7 +125,7 @@ def describe_retention(ages: Mapping[JobState, float]) -> str:
     with these ages deletes, for a log line."""
     if not ages:
         return "none (finished jobs are kept forever)"
-    order = [JobState(st) for st in RETENTION_DEFAULTS]
+    order = FINISHED_STATES
     pruned = [f"{st} after {_age_text(ages[st])}" for st in order if st in ages]
     kept = [str(st) for st in order if st not in ages]
     return ", ".join(pruned) + (f"; {', '.join(kept)} kept forever" if kept else "")

@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from ..errors import PayloadError, StaleAttempt
-from ..events import ENDED, where_it_went
+from ..events import ending_event, where_it_went
 from ..logs import job_fields
 from ..model import JobState, Outcome, Reaped
 from ..payload import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, describe, storable_text
@@ -191,7 +191,7 @@ class Reporter:
                               "lost the job (at-least-once: it may run again or already has)", job.id, job.attempt,
                               extra=job_fields(job, s.id))
             elif emit:
-                s.emit(ENDED[JobState.SUCCEEDED], r, time.monotonic() - r.started, state=JobState.SUCCEEDED,
+                s.emit(ending_event(JobState.SUCCEEDED), r, time.monotonic() - r.started, state=JobState.SUCCEEDED,
                        outcome=Outcome.SUCCEEDED)
             self.let_go(r, acks)
         if acks:

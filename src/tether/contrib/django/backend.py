@@ -15,8 +15,11 @@ the backend that importing the apps' ``tasks`` modules defined.
 from __future__ import annotations
 
 import inspect
+import json
+import secrets
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 from importlib import import_module
 from typing import Any
@@ -29,15 +32,16 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
+from django.utils.json import normalize_json
 from django.utils.module_loading import autodiscover_modules
 
 from ...app import Tether
-from ...errors import ConfigError, PayloadError
+from ...errors import ArgumentsError, ConfigError, PayloadError
 from ...model import Job
 from ...task import Task as TetherHandlerTask
 from .dsn import database_url
 from .handler import make_handler
-from .results import STATUS, payload, task_result
+from .results import STATUS, TOKEN, parse_result_id, payload, task_result
 from .task import TETHER_OPTIONS, TetherTask, tether_options
 
 __all__ = ["TetherBackend", "migrate_database", "tether_backends"]
@@ -153,7 +157,9 @@ class TetherBackend(BaseTaskBackend):
             self.handler_task(task)
         return self.app
 
-    def read_job(self, job_id: int) -> Job:
+    def read_job(self, job_id: int, token: str | None = None, result_id: str | None = None) -> Job:
+        """The job ``job_id``, or TaskResultDoesNotExist; with ``result_id``,
+        only if it is the job that result id was given for (its ``token``)."""
         conn = connections[self.database]
         if conn.in_atomic_block:  # through the transaction: a job it enqueued is there before the commit
             conn.ensure_connection()
@@ -161,14 +167,29 @@ class TetherBackend(BaseTaskBackend):
         else:
             job = self.app.get_job(job_id)
         if job is None:
-            raise TaskResultDoesNotExist(f"no job {job_id}")
+            raise TaskResultDoesNotExist(f"no task result {result_id!r}" if result_id else f"no job {job_id}")
+        if result_id is not None:
+            kept = (job.meta or {}).get(TOKEN)
+            # another job's id, given again after a rollback (SQLite's AUTOINCREMENT rolls back with it)
+            if (kept is None) != (token is None) or not secrets.compare_digest(str(kept), token or ""):
+                raise TaskResultDoesNotExist(f"no task result {result_id!r} (job {job_id} is another task's)")
         return job
+
+    def job_id(self, result_id: str) -> int:
+        """tether's job id of the result ``result_id`` (as ``tether job ID`` and
+        the dashboard show it), or TaskResultDoesNotExist."""
+        return parse_result_id(result_id)[0]
 
     # -- producing ----------------------------------------------------------------------------
     def enqueue(self, task: Any, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
         self.validate_task(task)
-        args = list(args)
-        _check_signature(task, args, kwargs)
+        try:  # as Django's TaskResult checks them: its TypeError("Unsupported type: ..."), a tuple made a list
+            positional: list[Any] = normalize_json(list(args))
+            kwargs = normalize_json(dict(kwargs))
+        except (TypeError, ValueError) as exc:
+            raise TaskArgumentsError(f"{exc} (the arguments of task {task.module_path!r} must be "
+                                     "JSON: dicts, lists, str, int, float, bool, None)") from None
+        _check_signature(task, positional, kwargs)
         run_after = _aware(task.run_after)
         options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority, "run_at": run_after}
         for name in ("dedup_key", "max_attempts", "timeout"):
@@ -180,25 +201,24 @@ class TetherBackend(BaseTaskBackend):
         try:
             with transaction.atomic(using=self.database):
                 conn.ensure_connection()
-                job_id = handler.using(connection=conn.connection, **options).enqueue(
-                    **payload(args, kwargs, run_after))
+                call = handler.using(connection=conn.connection, **options)
+                # the result id's token, kept in the job's meta: a job id can be given again (SQLite's
+                # AUTOINCREMENT rolls back with a rolled-back enqueue), a token never is
+                new = replace(call.task._new_job(payload(positional, kwargs, run_after), call.options),
+                              meta_json=json.dumps({TOKEN: secrets.token_hex(8)}))
+                job_id = self.app._enqueue([new], call.connection)[0]
+                # the row as get_result() will read it (its created_at, the database's clock)
+                job = self.read_job(job_id)
         except PayloadError as exc:  # Django's contract: arguments that are not JSON raise TypeError
             raise TaskArgumentsError(str(exc)) from exc
-        result = TaskResult(
-            task=task, id=str(job_id), status=TaskResultStatus.READY, enqueued_at=timezone.now(),
-            started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
-            backend=self.alias, errors=[], worker_ids=[],
-        )
+        result = task_result(task, job, self.alias)
         task_enqueued.send(type(self), task_result=result)
         return result
 
     # -- results ----------------------------------------------------------------------------------
     def get_result(self, result_id: str) -> TaskResult:
-        try:
-            job_id = int(result_id)
-        except (TypeError, ValueError):
-            raise TaskResultDoesNotExist(f"no task result {result_id!r}: tether's ids are numbers") from None
-        job = self.read_job(job_id)
+        job_id, token = parse_result_id(result_id)
+        job = self.read_job(job_id, token, result_id)
         task = self.registered(job.task)
         if task is None:
             raise TaskResultDoesNotExist(f"job {job_id} is not a task of the backend {self.alias!r} "
@@ -208,13 +228,18 @@ class TetherBackend(BaseTaskBackend):
     def cancel(self, result_id: str) -> TaskResultStatus:
         """Cancel a task: a READY one fails at once, a RUNNING one is told at its
         worker's next heartbeat (an ``async def`` task is cancelled, a ``def``
-        one sees ``context.job.cancelled``). Returns the status now."""
-        return STATUS[self.app.cancel(int(result_id))]
+        one sees ``context.job.cancelled``). Returns the status now;
+        TaskResultDoesNotExist for an id that names no result here."""
+        job_id, token = parse_result_id(result_id)
+        self.read_job(job_id, token, result_id)  # this result's job, not another's given its id again
+        return STATUS[self.app.cancel(job_id)]
 
 
 class TaskArgumentsError(PayloadError, TypeError):
     """A task's arguments are not JSON (or too large): a ``TypeError``, as
-    Django's Tasks documentation says, and tether's ``PayloadError``."""
+    Django's Tasks documentation says, and tether's ``PayloadError``.
+    (Arguments that do not fit the task's signature: ``tether.ArgumentsError``,
+    a ``PayloadError`` and a ``TypeError`` too.)"""
 
 
 def _task_options(alias: str, given: Any) -> dict[str, dict[str, Any]]:
@@ -249,7 +274,7 @@ def _check_signature(task: Any, args: list[Any], kwargs: dict[str, Any]) -> None
     try:
         inspect.signature(task.func).bind(*leading, *args, **kwargs)
     except TypeError as exc:
-        raise PayloadError(f"arguments do not fit task {task.module_path!r}: {exc}") from None
+        raise ArgumentsError(f"arguments do not fit task {task.module_path!r}: {exc}") from None
 
 
 def _aware(moment: datetime | None) -> datetime | None:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol
 from django.db import close_old_connections
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
+from django.utils.json import normalize_json
 
 from ...config import DEFAULT_MAX_PAYLOAD_BYTES
 from ...context import CancelReason, Discard, JobCancelled, JobContext, Retry
@@ -54,6 +55,7 @@ def make_handler(source: Source, task: Any, retry_on: Any = None,
             except BaseException as exc:
                 _raised(source, started, ctx, context, exc, retry_on)
                 raise
+            value = _normalized(source, started, ctx, context, value)
             _returned(source, started, ctx, context, value, max_payload_bytes)
             return value
 
@@ -69,6 +71,7 @@ def make_handler(source: Source, task: Any, retry_on: Any = None,
             except BaseException as exc:
                 _raised(source, started, ctx, context, exc, retry_on)
                 raise
+            value = _normalized(source, started, ctx, context, value)
             _returned(source, started, ctx, context, value, max_payload_bytes)
             return value
         finally:
@@ -113,11 +116,34 @@ def _committed(context: TetherTaskContext | None) -> bool:
     return context is not None and context.committed
 
 
+def _normalized(source: Source, started: Started, ctx: JobContext, context: TetherTaskContext | None,
+                value: Any) -> Any:
+    """The return value as Django's backends store it (``normalize_json``: a
+    tuple becomes a list); one that is not JSON (a function, a datetime) ends
+    the task FAILED at once with Django's ``TypeError("Unsupported type:
+    ...")``, as Django records it: ``raise tether.Discard(...) from`` it, so
+    the attempt keeps that error's traceback and no retry runs the task again
+    for the same value. Unless the attempt's success was committed, or its
+    cancel signal ended it first (``_returned`` tells those)."""
+    if _committed(context) or ctx.cancel_reason not in (None, CancelReason.REQUESTED):
+        return value
+    try:
+        return normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        discard = Discard(f"the return value of task {ctx.task!r} is not JSON: {describe(exc)}")
+        attempt = Attempt(job_id=ctx.job_id, attempt=ctx.attempt, worker="",
+                          claimed_at=started.result.last_attempted_at, finished_at=None,
+                          outcome=Outcome.DISCARDED, error=f"discarded: {discard.reason}",
+                          traceback=traceback_text(exc))
+        _ended(source, started.result, attempt, ends=True)  # in the except block: Django's log has the error
+        raise discard from exc
+
+
 def _returned(source: Source, started: Started, ctx: JobContext, context: TetherTaskContext | None,
               value: Any, max_payload_bytes: int) -> None:
     """``task_finished`` for an attempt that returned ``value``: SUCCESSFUL
-    once tether can store it as the job's result; a value that is not JSON
-    (or is too large) ends the job dead, with the error the worker records
+    once tether can store it as the job's result; a value tether cannot store
+    (too large, a NaN, a NUL) ends the job dead, with the error the worker records
     (worker/executor.py), so FAILED; unless ``context.transaction()`` had
     committed the success: the job then stays succeeded, without a result
     (worker/transactions.py); and unless its cancel signal ended the attempt

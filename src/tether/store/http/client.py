@@ -203,7 +203,7 @@ def _error(status: int, answer: dict[str, Any], op: str, url: str) -> TetherErro
                              [str(w) for w in workers] if isinstance(workers, list) else [])
     if code in wire.ERRORS:
         return wire.ERRORS[code][1](message)
-    if status in (401, 403):
+    if status in (401, 403, 429):  # 429: this address failed too many tokens; wait Retry-After
         return AccessDenied(f"tether server {url} refused {op}: {message}")
     if status >= 500:
         return ServerUnavailable(f"tether server {url} failed {op} (HTTP {status}): {message}")

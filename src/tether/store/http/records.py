@@ -4,11 +4,17 @@ re-exports them beside the operations they travel in)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...model import Attempt, ClaimedJob, DueJob, Job, JobState, Outcome, Reaped, Stats, Throughput, WorkerInfo
+from ...config import check_when, validate_queue
+from ...errors import PayloadError
+from ...model import Attempt, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, Throughput, WorkerInfo
+from ...payload import check_key, dump_json
+from ..columns import INSERTED, READ, Column, Kind
+from .schema import parse_datetime
 from .wire_unknown import decode_unknown, encode_unknown
 
 __all__ = [
@@ -18,6 +24,7 @@ __all__ = [
     "decode_claimed_answer",
     "decode_due",
     "decode_job",
+    "decode_new_job",
     "decode_reaped",
     "decode_stats",
     "decode_throughput",
@@ -28,6 +35,7 @@ __all__ = [
     "encode_claimed_rows",
     "encode_due",
     "encode_job",
+    "encode_new_job",
     "encode_reaped",
     "encode_stats",
     "encode_throughput",
@@ -57,35 +65,89 @@ def encode_attempt(a: Attempt) -> dict[str, Any]:
 def decode_attempt(d: dict[str, Any]) -> Attempt:
     return Attempt(job_id=d["job_id"], attempt=d["attempt"], worker=d["worker"], claimed_at=_req_dt(d["claimed_at"]),
                    finished_at=_parse_dt(d["finished_at"]),
-                   outcome=None if d["outcome"] is None else Outcome(d["outcome"]),
+                   outcome=None if d["outcome"] is None else Outcome.read(d["outcome"]),
                    error=d["error"], traceback=d["traceback"])
 
 
+#: how each kind of column (store/columns.py) is written into a job record and read back
+_TO_WIRE: dict[Kind, Callable[[Any], Any]] = {"time": _dt, "state": str}
+_FROM_WIRE: dict[Kind, Callable[[Any], Any]] = {"time": _parse_dt, "state": JobState}
+#: (wire name, Job attribute, encoder or None) per column a Job is made of
+_JOB_OUT = [(c.wire, c.name, _TO_WIRE.get(c.kind)) for c in READ]
+#: (wire name, Job attribute, decoder or None, optional) likewise
+_JOB_IN = [(c.wire, c.name, _FROM_WIRE.get(c.kind), c.wire_optional) for c in READ]
+
+
 def encode_job(j: Job) -> dict[str, Any]:
-    return {
-        "id": j.id, "queue": j.queue, "task": j.task, "args": j.args, "state": str(j.state), "priority": j.priority,
-        "run_at": _dt(j.run_at), "attempt": j.attempt, "released": j.released, "max_attempts": j.max_attempts,
-        "lease_ttl": j.lease_ttl, "timeout": j.timeout, "dedup_key": j.dedup_key, "locked_by": j.locked_by,
-        "claimed_at": _dt(j.claimed_at), "lease_until": _dt(j.lease_until), "cancel_requested": j.cancel_requested,
-        "progress": j.progress, "progress_message": j.progress_message, "result": j.result,
-        "last_error": j.last_error, "created_at": _dt(j.created_at), "finished_at": _dt(j.finished_at),
-        "meta": j.meta, "attempts": [encode_attempt(a) for a in j.attempts],
-        "schedule": j.schedule, "scheduled_for": _dt(j.scheduled_for), "exclusive_key": j.exclusive_key,
-    }
+    """A Job as its record: the declared columns under their wire names, and its attempts."""
+    d: dict[str, Any] = {}
+    for key, name, out in _JOB_OUT:
+        value = getattr(j, name)
+        d[key] = value if out is None or value is None else out(value)
+    d["attempts"] = [encode_attempt(a) for a in j.attempts]
+    return d
 
 
 def decode_job(d: dict[str, Any]) -> Job:
-    return Job(
-        id=d["id"], queue=d["queue"], task=d["task"], args=d["args"], state=JobState(d["state"]),
-        priority=d["priority"], run_at=_req_dt(d["run_at"]), attempt=d["attempt"], released=d["released"],
-        max_attempts=d["max_attempts"], lease_ttl=d["lease_ttl"], timeout=d["timeout"], dedup_key=d["dedup_key"],
-        locked_by=d["locked_by"], claimed_at=_parse_dt(d["claimed_at"]), lease_until=_parse_dt(d["lease_until"]),
-        cancel_requested=d["cancel_requested"], progress=d["progress"], progress_message=d["progress_message"],
-        result=d["result"], last_error=d["last_error"], created_at=_req_dt(d["created_at"]),
-        finished_at=_parse_dt(d["finished_at"]), meta=d["meta"],
-        schedule=d.get("schedule"), scheduled_for=_parse_dt(d.get("scheduled_for")),
-        attempts=[decode_attempt(a) for a in d["attempts"]], exclusive_key=d.get("exclusive_key"),
-    )
+    """A job record as a Job; a column added after the API's first release
+    (``wire_optional``) may be missing, from an older server."""
+    fields: dict[str, Any] = {}
+    for key, name, read, optional in _JOB_IN:
+        value = d.get(key) if optional else d[key]
+        fields[name] = value if read is None or value is None else read(value)
+    return Job(**fields, attempts=[decode_attempt(a) for a in d["attempts"]])
+
+
+#: the columns an enqueue request names that are keys (bounded, indexable: payload.check_key)
+_KEYS = ("dedup_key", "exclusive_key")
+#: enqueue fields a JSON integer may arrive in but that are floats
+_FLOATS = ("delay", "backoff_base")
+
+
+def encode_new_job(j: NewJob) -> dict[str, Any]:
+    """A NewJob as an enqueue request's job: the INSERTED columns under their
+    wire names (args and meta as JSON values), run_at and delay. A column the
+    API's first release lacked (``wire_optional``) is left out when None, so
+    that an older server, which refuses a field it does not know, still takes
+    a job that does not use it."""
+    try:
+        values = {c.wire: _new_value(c, j) for c in INSERTED}
+    except ValueError as exc:
+        raise PayloadError(f"args of task {j.task!r} are not JSON: {exc}") from None
+    if not isinstance(values["args"], dict):
+        raise PayloadError(f"args of task {j.task!r} must be a JSON object of keyword arguments")
+    for c in INSERTED:
+        if c.wire_optional and values[c.wire] is None:
+            del values[c.wire]
+    return {**values, "run_at": _dt(j.run_at), "delay": j.delay}
+
+
+def _new_value(c: Column, j: NewJob) -> Any:
+    value = getattr(j, c.insert or c.name)
+    return json.loads(value) if c.kind == "json" and value is not None else value
+
+
+def decode_new_job(d: dict[str, Any], cap: int) -> NewJob:
+    """An enqueue request's job (schema-checked: NEW_JOB) as a NewJob; a field
+    left out takes NewJob's default. ConfigError or PayloadError names what
+    is wrong: a time out of range, a key or a JSON value that cannot be stored."""
+    where = f"task {d['task']!r}"
+    run_at = None if d.get("run_at") is None else parse_datetime(d["run_at"])
+    check_when(where, d.get("delay", 0.0), run_at)
+    for name in _KEYS:
+        check_key(where, name, d.get(name))
+    values: dict[str, Any] = {"run_at": run_at}
+    for c in INSERTED:
+        if c.wire in d:
+            value = d[c.wire]
+            if c.kind == "json" and value is not None:
+                value = dump_json(value, f"args of {where}" if c.name == "args" else c.wire, cap)
+            values[c.insert or c.name] = value
+    values["queue"] = validate_queue(values.get("queue", "default"))
+    for name in _FLOATS:
+        if name in d:
+            values[name] = float(d[name])
+    return NewJob(**values)
 
 
 def encode_claimed(c: ClaimedJob, dt: Callable[[datetime | None], str | None] = _dt) -> dict[str, Any]:
@@ -178,7 +240,7 @@ def encode_reaped(r: Reaped) -> dict[str, Any]:
 
 
 def decode_reaped(d: dict[str, Any]) -> Reaped:
-    return Reaped(id=d["id"], attempt=d["attempt"], worker=d["worker"], outcome=Outcome(d["outcome"]),
+    return Reaped(id=d["id"], attempt=d["attempt"], worker=d["worker"], outcome=Outcome.read(d["outcome"]),
                   state=JobState(d["state"]), queue=d["queue"], lease_until=_parse_dt(d["lease_until"]))
 
 
@@ -195,8 +257,10 @@ def encode_throughput(t: Throughput) -> dict[str, Any]:
 
 
 def decode_throughput(d: dict[str, Any]) -> Throughput:
+    """Every outcome this release knows is a key (zero when the server did not
+    send it: an older one); one it does not know (a newer server's) is kept."""
     return Throughput(start=_req_dt(d["start"]), seconds=d["seconds"],
-                      counts={Outcome(o): n for o, n in d["counts"].items()})
+                      counts={**dict.fromkeys(Outcome, 0), **{Outcome.read(o): n for o, n in d["counts"].items()}})
 
 
 def encode_worker(w: WorkerInfo) -> dict[str, Any]:

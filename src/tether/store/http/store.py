@@ -21,7 +21,6 @@ http the loop sends them itself, no thread hop, as the PostgreSQL store does.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
@@ -30,7 +29,7 @@ from typing import Any
 
 from ... import model
 from ...config import DatabaseURL, check_limits, validate_queue
-from ...errors import ConfigError, NotYourWorker, PayloadError
+from ...errors import ConfigError, NotYourWorker
 from ...model import (
     Attempt,
     Beat,
@@ -96,7 +95,7 @@ class HttpStore(HttpClient, Store):
     def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
         if not jobs:
             return []
-        return list(self._call("enqueue", {"jobs": [_encode_new(j) for j in jobs]}, now=now)["ids"])
+        return list(self._call("enqueue", {"jobs": [wire.encode_new_job(j) for j in jobs]}, now=now)["ids"])
 
     def get_job(self, job_id: int) -> Job | None:
         try:
@@ -401,18 +400,3 @@ class HttpStore(HttpClient, Store):
 
 def _jobs(found: dict[str, Any]) -> list[ClaimedJob]:
     return wire.decode_claimed_answer(found)
-
-
-def _encode_new(j: NewJob) -> dict[str, Any]:
-    try:
-        args = json.loads(j.args_json)
-        meta = None if j.meta_json is None else json.loads(j.meta_json)
-    except ValueError as exc:
-        raise PayloadError(f"args of task {j.task!r} are not JSON: {exc}") from None
-    if not isinstance(args, dict):
-        raise PayloadError(f"args of task {j.task!r} must be a JSON object of keyword arguments")
-    return {"task": j.task, "args": args, "queue": j.queue, "priority": j.priority,
-            "run_at": None if j.run_at is None else j.run_at.isoformat(), "delay": j.delay,
-            "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl, "timeout": j.timeout,
-            "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": meta,
-            **({} if j.exclusive_key is None else {"exclusive_key": j.exclusive_key})}

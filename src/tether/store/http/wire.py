@@ -32,6 +32,7 @@ from ...model import (
 )
 from ...payload import MAX_ERROR_CHARS, MAX_KEY_BYTES, MAX_TRACEBACK_CHARS
 from ..buckets import MAX_BUCKET_SECONDS, MAX_BUCKETS
+from ..columns import INSERTED, READ, Column
 from .records import (
     CLAIMED_FIELDS,
     decode_attempt,
@@ -39,6 +40,7 @@ from .records import (
     decode_claimed_answer,
     decode_due,
     decode_job,
+    decode_new_job,
     decode_reaped,
     decode_stats,
     decode_throughput,
@@ -49,6 +51,7 @@ from .records import (
     encode_claimed_rows,
     encode_due,
     encode_job,
+    encode_new_job,
     encode_reaped,
     encode_stats,
     encode_throughput,
@@ -82,6 +85,7 @@ __all__ = [
     "decode_claimed_answer",
     "decode_due",
     "decode_job",
+    "decode_new_job",
     "decode_reaped",
     "decode_stats",
     "decode_throughput",
@@ -92,6 +96,7 @@ __all__ = [
     "encode_claimed_rows",
     "encode_due",
     "encode_job",
+    "encode_new_job",
     "encode_reaped",
     "encode_stats",
     "encode_throughput",
@@ -113,18 +118,23 @@ TASK = TASK_NAME  # naming.validate_task_name
 TTL = number(0, 1e6, exclusive_min=True)
 STATE = {"type": "string", "enum": [str(s) for s in JobState]}
 OUTCOME = {"type": "string", "enum": [str(o) for o in Outcome]}
-FAIL_OUTCOME = {"type": "string", "enum": [str(o) for o in (Outcome.FAILED, Outcome.TIMED_OUT,
-                                                                Outcome.CANCELLED, Outcome.LEASE_EXPIRED,
-                                                                Outcome.SNOOZED, Outcome.DISCARDED)]}
+#: what a fail report may say: every outcome but the two with operations of their own (complete, release)
+FAIL_OUTCOME = {"type": "string", "enum": [str(o) for o in Outcome if o not in (Outcome.SUCCEEDED, Outcome.RELEASED)]}
+#: an outcome in a record the server sends: a newer server may know outcomes
+#: this client does not (records.py reads them with Outcome.read), so no enum
+OUTCOME_SENT = {"type": "string", "maxLength": 100, "description": "one of " + ", ".join(str(o) for o in Outcome)
+                + ", or one a newer server knows"}
 JSON_OBJECT: Schema = {"type": "object"}
 TEXT = string(MAX_ERROR_CHARS)
 
 ATTEMPT_RECORD = obj({
     "job_id": JOB_ID, "attempt": ATTEMPT, "worker": string(1000), "claimed_at": DATETIME,
-    "finished_at": nullable(DATETIME), "outcome": nullable(OUTCOME), "error": nullable(string(10**7)),
+    "finished_at": nullable(DATETIME), "outcome": nullable(OUTCOME_SENT), "error": nullable(string(10**7)),
     "traceback": nullable(string(10**7)),
 })
-JOB_RECORD = obj({
+#: the job record's fields with bounds of their own; a declared column not
+#: named here (store/columns.py: READ) gets its type's (_by_type)
+_JOB_FIELDS: dict[str, Schema] = {
     "id": JOB_ID, "queue": string(1000), "task": string(1000), "args": ANY_JSON, "state": STATE,
     "priority": integer(-(2**31), 2**31 - 1), "run_at": DATETIME, "attempt": ATTEMPT, "released": ATTEMPT,
     "max_attempts": ATTEMPT, "lease_ttl": nullable({"type": "number"}), "timeout": nullable({"type": "number"}),
@@ -132,17 +142,37 @@ JOB_RECORD = obj({
     "lease_until": nullable(DATETIME), "cancel_requested": boolean(), "progress": nullable({"type": "number"}),
     "progress_message": nullable(string(10**7)), "result": ANY_JSON, "last_error": nullable(string(10**7)),
     "created_at": DATETIME, "finished_at": nullable(DATETIME), "meta": ANY_JSON,
-    "attempts": array(ATTEMPT_RECORD, 10**6),
     "schedule": nullable(string(1000)), "scheduled_for": nullable(DATETIME),
     "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),
-}, optional=("schedule", "scheduled_for", "exclusive_key"))  # optional: older servers do not send them
+}
+
+
+def _by_type(c: Column) -> Schema:
+    """A declared column's schema when no bounds of its own are given: by its kind and type, None allowed."""
+    if c.kind == "json":
+        return ANY_JSON
+    if c.kind == "time":
+        return nullable(DATETIME)
+    if c.kind == "flag":
+        return nullable(boolean())
+    if c.pg in ("integer", "bigint"):
+        return nullable(integer(-(2**63), 2**63 - 1))
+    if c.pg == "double precision":
+        return nullable({"type": "number"})
+    return nullable(string(10**7))
+
+
+JOB_RECORD = obj(
+    {**{c.wire: _JOB_FIELDS.get(c.wire) or _by_type(c) for c in READ}, "attempts": array(ATTEMPT_RECORD, 10**6)},
+    optional=tuple(c.wire for c in READ if c.wire_optional),  # older servers do not send them
+)
 CLAIMED_RECORD = obj({
     "id": JOB_ID, "attempt": ATTEMPT, "task": string(1000), "args": ANY_JSON, "queue": string(1000),
     "priority": integer(-(2**31), 2**31 - 1), "max_attempts": ATTEMPT, "lease_ttl": {"type": "number"},
     "timeout": nullable({"type": "number"}), "claimed_at": DATETIME, "meta": ANY_JSON, "run_at": nullable(DATETIME),
     "scheduled_for": nullable(DATETIME),
 }, optional=("scheduled_for",))  # optional: servers older than schedules do not send it
-REAPED_RECORD = obj({"id": JOB_ID, "attempt": ATTEMPT, "worker": string(1000), "outcome": OUTCOME,
+REAPED_RECORD = obj({"id": JOB_ID, "attempt": ATTEMPT, "worker": string(1000), "outcome": OUTCOME_SENT,
                      "state": STATE, "queue": string(1000), "lease_until": nullable(DATETIME)})
 #: a request header: with the value ``rows``, an answer carrying claimed jobs
 #: writes them as ``fields`` and ``rows`` (``encode_claimed_rows``), not as
@@ -172,23 +202,28 @@ STATS_RECORD = obj({
 }, optional=("unknown",))
 THROUGHPUT_RECORD = obj({
     "start": DATETIME, "seconds": integer(1, MAX_BUCKET_SECONDS),
-    "counts": obj({str(o): integer(0, 2**63 - 1) for o in Outcome}),
+    # by outcome: this release's, and any a newer server adds (optional: an older server lacks some)
+    "counts": {**obj({str(o): integer(0, 2**63 - 1) for o in Outcome}, optional=tuple(str(o) for o in Outcome)),
+               "additionalProperties": integer(0, 2**63 - 1)},
 })
 LIMITS_RECORD = obj({
     "queue": string(1000), "concurrency": nullable(integer(1, 2**31 - 1)),
     "rate_limit": nullable(integer(1, 2**31 - 1)), "rate_period": nullable({"type": "number"}),
     "running": integer(0, 2**63 - 1), "started": integer(0, 2**63 - 1),
 })
+#: an enqueue request's fields with bounds of their own; a declared column an
+#: enqueue writes (store/columns.py: INSERTED) not named here gets its type's
+_NEW_JOB_FIELDS: dict[str, Schema] = {
+    "task": TASK, "args": JSON_OBJECT, "queue": QUEUE, "priority": integer(-(2**31) + 1, 2**31 - 1),
+    "run_at": nullable(DATETIME), "delay": number(0, MAX_DELAY), "max_attempts": integer(1),
+    "lease_ttl": nullable(TTL), "timeout": nullable(TTL), "backoff_base": number(0, 1e6),
+    "dedup_key": nullable(string(MAX_KEY_BYTES, 1)), "meta": nullable(JSON_OBJECT),
+    "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),  # bytes are checked by the server (check_key)
+}
 NEW_JOB = obj(
-    {
-        "task": TASK, "args": JSON_OBJECT, "queue": QUEUE, "priority": integer(-(2**31) + 1, 2**31 - 1),
-        "run_at": nullable(DATETIME), "delay": number(0, MAX_DELAY), "max_attempts": integer(1),
-        "lease_ttl": nullable(TTL), "timeout": nullable(TTL), "backoff_base": number(0, 1e6),
-        "dedup_key": nullable(string(MAX_KEY_BYTES, 1)), "meta": nullable(JSON_OBJECT),
-        "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),  # bytes are checked by the server (check_key)
-    },
-    optional=("queue", "priority", "run_at", "delay", "max_attempts", "lease_ttl", "timeout", "backoff_base",
-              "dedup_key", "meta", "exclusive_key"),
+    {**{c.wire: _NEW_JOB_FIELDS.get(c.wire) or _by_type(c) for c in INSERTED},
+     "run_at": _NEW_JOB_FIELDS["run_at"], "delay": _NEW_JOB_FIELDS["delay"]},
+    optional=tuple(k for k in (*(c.wire for c in INSERTED), "run_at", "delay") if k not in ("task", "args")),
 )
 # schedules (I6); records encoded by wire_schedules.py
 SCHEDULE_SPEC = obj({

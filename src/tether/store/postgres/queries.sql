@@ -11,19 +11,13 @@
 -- Many rows, one statement: the columns arrive as arrays and unnest into rows.
 -- ON CONFLICT names the partial dedup index, so a job whose key is already held
 -- by an active job inserts nothing; the caller looks that job's id up by key.
-INSERT INTO {schema}.jobs
-    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
-     backoff_base, dedup_key, meta, exclusive_key, created_at)
-SELECT n.queue, n.task, n.args::jsonb, n.priority,
-       coalesce(n.run_at, {now} + make_interval(secs => n.delay)),
-       n.max_attempts, n.lease_ttl, n.timeout, n.backoff_base, n.dedup_key,
-       n.meta::jsonb, n.exclusive_key, {now}
-FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(priority)s::int[],
-            %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
-            %(lease_ttl)s::float8[], %(timeout)s::float8[], %(backoff_base)s::float8[],
-            %(dedup_key)s::text[], %(meta)s::text[], %(exclusive_key)s::text[])
-     WITH ORDINALITY AS n(queue, task, args, priority, run_at, delay, max_attempts,
-                          lease_ttl, timeout, backoff_base, dedup_key, meta, exclusive_key, ord)
+-- job_insert_* are the columns a NewJob fills (store/columns.py: INSERTED),
+-- in one order in each list; run_at (the given time or now plus delay) and
+-- created_at are worked out here.
+INSERT INTO {schema}.jobs (run_at, created_at, {job_insert_columns})
+SELECT coalesce(n.run_at, {now} + make_interval(secs => n.delay)), {now}, {job_insert_unnested}
+FROM unnest(%(run_at)s::timestamptz[], %(delay)s::float8[], {job_insert_arrays})
+     WITH ORDINALITY AS n(run_at, delay, {job_insert_columns}, ord)
 ORDER BY n.ord
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
 DO NOTHING
@@ -31,15 +25,11 @@ RETURNING id, dedup_key
 
 -- name: enqueue_one
 -- The same insert for one job, with plain parameters: building and unnesting
--- twelve one-element arrays cost more than the insert itself, and one job per
+-- a dozen one-element arrays cost more than the insert itself, and one job per
 -- call is how most producers enqueue.
-INSERT INTO {schema}.jobs
-    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
-     backoff_base, dedup_key, meta, exclusive_key, created_at)
-VALUES (%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::int,
-        coalesce(%(run_at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)),
-        %(max_attempts)s::int, %(lease_ttl)s::float8, %(timeout)s::float8, %(backoff_base)s::float8,
-        %(dedup_key)s::text, %(meta)s::jsonb, %(exclusive_key)s::text, {now})
+INSERT INTO {schema}.jobs (run_at, created_at, {job_insert_columns})
+VALUES (coalesce(%(run_at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)), {now},
+        {job_insert_params})
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
 DO NOTHING
 RETURNING id, dedup_key
@@ -47,15 +37,12 @@ RETURNING id, dedup_key
 -- name: enqueue_uniform
 -- Many jobs that share every option and have no dedup key (what enqueue_many
 -- sends): the options go once, as plain parameters, and the args as one JSON
--- array, instead of twelve arrays whose elements the driver escapes one by one
+-- array, instead of a dozen arrays whose elements the driver escapes one by one
 -- (most of a bulk enqueue's client CPU). Ids follow the array's order.
-INSERT INTO {schema}.jobs
-    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
-     backoff_base, meta, exclusive_key, created_at)
-SELECT %(queue)s::text, %(task)s::text, a.value, %(priority)s::int,
-       coalesce(%(run_at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)),
-       %(max_attempts)s::int, %(lease_ttl)s::float8, %(timeout)s::float8, %(backoff_base)s::float8,
-       %(meta)s::jsonb, %(exclusive_key)s::text, {now}
+-- job_insert_shared is job_insert_params with each row's args (a.value).
+INSERT INTO {schema}.jobs (run_at, created_at, {job_insert_columns})
+SELECT coalesce(%(run_at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)), {now},
+       {job_insert_shared}
 FROM jsonb_array_elements(%(args)s::jsonb) WITH ORDINALITY AS a(value, ord)
 ORDER BY a.ord
 RETURNING id, dedup_key
@@ -680,10 +667,9 @@ RETURNING queue
 SELECT state FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: get_job
-SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
-       lease_ttl, timeout, dedup_key, {_live_owner}, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta,
-       schedule, scheduled_for, exclusive_key
+-- job_select: every column a Job is made of, in the declared order
+-- (store/columns.py: READ), which rows.job_from_row reads by name.
+SELECT {job_select}
 FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: _live_owner
@@ -759,10 +745,7 @@ FROM (
 GROUP BY 1, 2
 
 -- name: list_jobs
-SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
-       lease_ttl, timeout, dedup_key, {_live_owner}, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta,
-       schedule, scheduled_for, exclusive_key
+SELECT {job_select}
 FROM {schema}.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)

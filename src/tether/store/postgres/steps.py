@@ -15,6 +15,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 from ...model import Beat, ClaimedJob, NewJob
+from ..columns import pg_arrays, pg_params
 from ..rows import assign_ids, claimed_from_rows, missing_keys
 
 __all__ = [
@@ -76,43 +77,17 @@ def enqueue_steps(jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[in
 
 
 def _enqueue_plan(jobs: Sequence[NewJob], now: datetime | None) -> tuple[str, dict[str, Any]]:
-    """The insert for these jobs: one job, many sharing their options, or any mix."""
+    """The insert for these jobs: one job, many sharing their options, or any
+    mix. The parameters of the columns a NewJob fills come from store/columns.py."""
     if len(jobs) == 1:
         (j,) = jobs
-        return "enqueue_one", {
-            "now": now, "queue": j.queue, "task": j.task, "args": j.args_json, "priority": j.priority,
-            "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts, "lease_ttl": j.lease_ttl,
-            "timeout": j.timeout, "backoff_base": j.backoff_base, "dedup_key": j.dedup_key, "meta": j.meta_json,
-            "exclusive_key": j.exclusive_key,
-        }
+        return "enqueue_one", {"now": now, "run_at": j.run_at, "delay": j.delay, **pg_params(j)}
     if _uniform(jobs):
         j = jobs[0]
-        return "enqueue_uniform", {
-            "now": now, "queue": j.queue, "task": j.task, "args": "[" + ",".join(x.args_json for x in jobs) + "]",
-            "priority": j.priority, "run_at": j.run_at, "delay": j.delay, "max_attempts": j.max_attempts,
-            "lease_ttl": j.lease_ttl, "timeout": j.timeout, "backoff_base": j.backoff_base, "meta": j.meta_json,
-            "exclusive_key": j.exclusive_key,
-        }
-    return "enqueue", _enqueue_arrays(jobs, now)
-
-
-def _enqueue_arrays(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
-    return {
-        "now": now,
-        "queue": [j.queue for j in jobs],
-        "task": [j.task for j in jobs],
-        "args": [j.args_json for j in jobs],
-        "priority": [j.priority for j in jobs],
-        "run_at": [j.run_at for j in jobs],
-        "delay": [j.delay for j in jobs],
-        "max_attempts": [j.max_attempts for j in jobs],
-        "lease_ttl": [j.lease_ttl for j in jobs],
-        "timeout": [j.timeout for j in jobs],
-        "backoff_base": [j.backoff_base for j in jobs],
-        "dedup_key": [j.dedup_key for j in jobs],
-        "meta": [j.meta_json for j in jobs],
-        "exclusive_key": [j.exclusive_key for j in jobs],
-    }
+        return "enqueue_uniform", {"now": now, "run_at": j.run_at, "delay": j.delay, **pg_params(j),
+                                   "args": "[" + ",".join(x.args_json for x in jobs) + "]"}
+    return "enqueue", {"now": now, "run_at": [j.run_at for j in jobs], "delay": [j.delay for j in jobs],
+                       **pg_arrays(jobs)}
 
 
 #: every field of a NewJob but its args (derived, so a new field cannot be missed)

@@ -25,6 +25,7 @@ from ...errors import InvalidTransition, JobNotFound, SchemaMissing, StaleAttemp
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
+from ..columns import pg_macros
 from ..rows import attempt_from_row, job_from_row, worker_from_row
 from ..sqlfile import load_migrations, load_queries
 from . import connect
@@ -93,7 +94,7 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
         self.done_channel = f"tether_done_{dsn.schema}"[:63]
         macros = {"schema": quote(dsn.schema), "now": NOW, "channel": literal(self.channel),
                   "done_channel": literal(self.done_channel)}
-        self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros)
+        self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros | pg_macros())
         self._migrations = load_migrations(f"{__package__}.migrations", macros)
         if pooled(dsn):
             # behind a transaction pooler: LISTEN only on a direct URL, if given

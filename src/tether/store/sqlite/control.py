@@ -12,18 +12,22 @@ from datetime import datetime
 from typing import Any
 
 from ...config import check_limits, validate_queue
-from ...model import TERMINAL_STATES, JobState, QueueLimits
+from ...model import FINISHED_STATES, JobState, QueueLimits
 from ..base import check_prune
 
-__all__ = ["SQLiteControl"]
+__all__ = ["SQLiteControl", "finished_states_sql"]
 
 
 def _ages(ages: Mapping[JobState, float], limit: int | None, now: datetime | None) -> dict[str, Any]:
+    """prune's and prunable's parameters: the states asked, with their ages, as one JSON object."""
     checked = check_prune(ages, limit)
-    params: dict[str, Any] = {str(s): checked.get(s) for s in TERMINAL_STATES}
-    params["now"] = None if now is None else now.timestamp()
-    params["limit"] = limit
-    return params
+    return {"ages": json.dumps({str(s): age for s, age in checked.items()}),
+            "now": None if now is None else now.timestamp(), "limit": limit}
+
+
+def finished_states_sql() -> str:
+    """The finished states as an SQL list, for queries.sql's {finished_states}."""
+    return ", ".join(f"'{s}'" for s in FINISHED_STATES)
 
 
 class SQLiteControl:
@@ -64,6 +68,4 @@ class SQLiteControl:
         return [QueueLimits(*r) for r in self._all("queue_limits", {"now": None if now is None else now.timestamp()})]
 
     def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
-        params = _ages(ages, None, now)
-        asked = set(check_prune(ages))
-        return {JobState(s): int(n) for s, n in self._all("prunable", params) if JobState(s) in asked}
+        return {JobState(s): int(n) for s, n in self._all("prunable", _ages(ages, None, now))}

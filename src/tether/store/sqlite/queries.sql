@@ -9,16 +9,13 @@
 -- Every fenced statement matches id AND attempt AND locked_by AND state = 'running'.
 
 -- name: enqueue
--- Many rows, one statement: the jobs arrive as one JSON array of arrays.
+-- Many rows, one statement: the jobs arrive as one JSON array of arrays, each
+-- [run_at, delay, then the columns a NewJob fills in their declared order]
+-- (store/columns.py: INSERTED; job_insert_json reads them from position 2).
 -- "WHERE true" is SQLite's required disambiguation before ON CONFLICT in an
 -- INSERT ... SELECT. A dedup hit inserts nothing; the caller looks it up.
-INSERT INTO tether_jobs
-    (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout,
-     backoff_base, dedup_key, meta, exclusive_key, created_at)
-SELECT n.value ->> 0, n.value ->> 1, n.value ->> 2, n.value ->> 3,
-       coalesce(n.value ->> 4, {now} + (n.value ->> 5)),
-       n.value ->> 6, n.value ->> 7, n.value ->> 8, n.value ->> 9, n.value ->> 10,
-       n.value ->> 11, n.value ->> 12, {now}
+INSERT INTO tether_jobs (run_at, created_at, {job_insert_columns})
+SELECT coalesce(n.value ->> 0, {now} + (n.value ->> 1)), {now}, {job_insert_json}
 FROM json_each(:jobs) AS n
 WHERE true
 ORDER BY n.key
@@ -398,10 +395,9 @@ RETURNING queue
 SELECT state FROM tether_jobs WHERE id = :id
 
 -- name: get_job
-SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
-       lease_ttl, timeout, dedup_key, {_live_owner}, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta,
-       schedule, scheduled_for, exclusive_key
+-- job_select: every column a Job is made of, in the declared order
+-- (store/columns.py: READ), which rows.job_from_row reads by name.
+SELECT {job_select}
 FROM tether_jobs WHERE id = :id
 
 -- name: _live_owner
@@ -471,10 +467,7 @@ FROM (
 GROUP BY bucket, outcome
 
 -- name: list_jobs
-SELECT id, queue, task, args, state, priority, run_at, attempt, released, max_attempts,
-       lease_ttl, timeout, dedup_key, {_live_owner}, claimed_at, lease_until, cancel_requested,
-       progress, progress_message, result, last_error, created_at, finished_at, meta,
-       schedule, scheduled_for, exclusive_key
+SELECT {job_select}
 FROM tether_jobs
 WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
@@ -735,28 +728,23 @@ WHERE (schedule, tick) IN (
 -- name: prune
 -- Retention (as on PostgreSQL): the oldest finished jobs past their state's
 -- age, up to :limit, inside the caller's BEGIN IMMEDIATE (prune_attempts
--- follows). One branch per state, each an equality on state plus
--- `finished_at < cutoff`, so each walks tether_jobs_finished_idx in finish
--- order and stops after :limit rows; the cutoff implies the index's predicate
--- (finished_at IS NOT NULL), which only finished rows satisfy. A state whose
--- age is NULL (not asked for) compares with NULL and matches nothing. The
--- outer state check keeps a live row out whatever sets finished_at one day.
+-- follows). :ages is a JSON object {state: age in seconds} of the states
+-- asked (finished ones: Store.prune checks them). Each state is read on its
+-- own, by a correlated subquery (SQLite's LATERAL), because only an equality
+-- on state plus `finished_at < cutoff` lets tether_jobs_finished_idx hand the
+-- rows over in finish order and stop after :limit of them; the cutoff
+-- implies the index's predicate (finished_at IS NOT NULL), which only
+-- finished rows satisfy. The outer state check ({finished_states}: the
+-- terminal states, model.STATE_FACTS) keeps a live row out whatever sets
+-- finished_at one day.
 DELETE FROM tether_jobs
-WHERE state IN ('succeeded', 'dead', 'cancelled') AND id IN (
-    SELECT id FROM (
-        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
-                       WHERE state = 'succeeded' AND finished_at < {now} - :succeeded
-                       ORDER BY finished_at LIMIT :limit)
-        UNION ALL
-        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
-                       WHERE state = 'dead' AND finished_at < {now} - :dead
-                       ORDER BY finished_at LIMIT :limit)
-        UNION ALL
-        SELECT * FROM (SELECT id, finished_at FROM tether_jobs
-                       WHERE state = 'cancelled' AND finished_at < {now} - :cancelled
-                       ORDER BY finished_at LIMIT :limit)
-    )
-    ORDER BY finished_at
+WHERE state IN ({finished_states}) AND id IN (
+    SELECT j.id
+    FROM json_each(:ages) AS r
+    JOIN tether_jobs AS j ON j.id IN (SELECT x.id FROM tether_jobs AS x
+                                      WHERE x.state = r.key AND x.finished_at < {now} - r.value
+                                      ORDER BY x.finished_at LIMIT :limit)
+    ORDER BY j.finished_at
     LIMIT :limit
 )
 RETURNING id, state
@@ -766,12 +754,9 @@ RETURNING id, state
 DELETE FROM tether_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
 
 -- name: prunable
--- What prune would delete, by state: the same WHERE, counted.
-SELECT 'succeeded', count(*) FROM tether_jobs WHERE state = 'succeeded' AND finished_at < {now} - :succeeded
-UNION ALL
-SELECT 'dead', count(*) FROM tether_jobs WHERE state = 'dead' AND finished_at < {now} - :dead
-UNION ALL
-SELECT 'cancelled', count(*) FROM tether_jobs WHERE state = 'cancelled' AND finished_at < {now} - :cancelled
+-- What prune would delete, by state asked: the same WHERE, counted.
+SELECT r.key, (SELECT count(*) FROM tether_jobs AS x WHERE x.state = r.key AND x.finished_at < {now} - r.value)
+FROM json_each(:ages) AS r
 
 -- ---------------------------------------------------------------------------
 -- Job control (issue 20): pause and resume.

@@ -20,6 +20,7 @@ from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing,
 from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
 from ..base import Store
 from ..buckets import Buckets, fill, window
+from ..columns import sqlite_macros, sqlite_row
 from ..rows import (
     assign_ids,
     attempt_from_row,
@@ -32,7 +33,7 @@ from ..rows import (
 )
 from ..sqlfile import load_migrations, load_queries
 from .conns import ThreadConnections
-from .control import SQLiteControl
+from .control import SQLiteControl, finished_states_sql
 from .ending import end
 from .rounds import InlineRounds
 from .schedules import SQLiteSchedules
@@ -68,8 +69,8 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         folder = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(folder):
             raise InvalidDSN(f"SQLite URL points into {folder!r}, which is not a directory")
-        macros = {"now": NOW}
-        self.q = load_queries(__package__ or "tether.store.sqlite", "queries.sql", macros)
+        macros = {"now": NOW, "finished_states": finished_states_sql()}
+        self.q = load_queries(__package__ or "tether.store.sqlite", "queries.sql", macros | sqlite_macros())
         self._migrations = load_migrations(f"{__package__}.migrations", macros)
         self._conns = ThreadConnections(self._open)
         self._init_rounds(self._open_nowait, inline=self.synchronous in ("OFF", "NORMAL"))
@@ -149,13 +150,7 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
                     now: datetime | None) -> list[int]:
         """The insert and its dedup lookups, inside a write transaction the
         caller holds, so no key's holder can finish in between."""
-        payload = json.dumps(
-            [
-                [j.queue, j.task, j.args_json, j.priority, _ts(j.run_at), j.delay, j.max_attempts,
-                 j.lease_ttl, j.timeout, j.backoff_base, j.dedup_key, j.meta_json, j.exclusive_key]
-                for j in jobs
-            ]
-        )
+        payload = json.dumps([sqlite_row(j, _ts(j.run_at)) for j in jobs])
         rows = sorted(conn.execute(self.q["enqueue"], {"jobs": payload, "now": _ts(now)}).fetchall())
         if len(rows) == len(jobs):
             return [r[0] for r in rows]
