@@ -197,6 +197,8 @@ def test_job_data_is_shown_as_text_not_as_markup_or_terminal_controls(
     run("-d", db_url, "migrate")
     s = f"{MARKUP} {ESCAPES}"
     store = open_store(db_url)
+    # a worker row an older release let in: shown escaped all the same
+    monkeypatch.setattr("tether.store.worker_rows.check_worker_identity", lambda *_: None)
     try:
         [job_id] = store.enqueue([NewJob(task="[red]rt[/red]", args_json=json.dumps({"s": s}), queue="q",
                                          dedup_key=s)])

@@ -44,7 +44,8 @@ def test_the_migrated_jobs_table_has_exactly_the_declared_columns(store: Store, 
 
 
 def test_a_job_is_the_read_columns_and_its_attempts() -> None:
-    assert {f.name for f in dataclasses.fields(Job)} == {c.name for c in READ} | {"attempts"}
+    # older_attempts: how many attempts get_job left out (MAX_ATTEMPTS_SHOWN), counted, not stored
+    assert {f.name for f in dataclasses.fields(Job)} == {c.name for c in READ} | {"attempts", "older_attempts"}
 
 
 def test_every_newjob_field_is_inserted_or_worked_out_in_sql() -> None:
@@ -53,6 +54,6 @@ def test_every_newjob_field_is_inserted_or_worked_out_in_sql() -> None:
 
 
 def test_the_http_records_carry_the_declared_wire_names() -> None:
-    assert set(JOB_RECORD["properties"]) == {c.wire for c in READ} | {"attempts"}
+    assert set(JOB_RECORD["properties"]) == {c.wire for c in READ} | {"attempts", "older_attempts"}
     assert set(JOB_RECORD["required"]) == {c.wire for c in READ if not c.wire_optional} | {"attempts"}
     assert set(NEW_JOB["properties"]) == {c.wire for c in INSERTED} | {"run_at", "delay"}

@@ -18,11 +18,11 @@ ROOT = SRC / "tether"
 #: first prefix that matches a module's dotted name decides its layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.payload", "tether.logs",
-                "tether.naming", "tether.display", "tether.cron", "tether.scratch")),
+                "tether.naming", "tether.display", "tether.cron", "tether.scratch", "tether.numbers")),
     ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.columns", "tether.store.rows",
                      "tether.store.sqlfile",
-                     "tether.store.pruning", "tether.store.push", "tether.store.control", "tether.store.shared_tx",
-                     "tether.store.per_loop", "tether.store.idle",
+                     "tether.store.pruning", "tether.store.push", "tether.store.worker_rows", "tether.store.control",
+                     "tether.store.shared_tx", "tether.store.per_loop", "tether.store.idle",
                      "tether.store.http.schema", "tether.store.http.wire", "tether.store.http.wire_unknown",
                      "tether.store.http.records",
                      "tether.store.schedules")),

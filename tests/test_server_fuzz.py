@@ -33,10 +33,12 @@ MAX_WAIT = 0.2
 #: refused "schema-valid" body is expected. Every other check still applies.
 #: A schedule's cron expression and time zone name are a grammar and a
 #: database that JSON Schema cannot describe either: a schema-valid sync with
-#: a bad one is refused with 422 (config_error), quoting it.
+#: a bad one is refused with 422 (config_error), quoting it. So is a worker
+#: id or host that would display as another's (issue 41: Unicode categories,
+#: NFKC, mixed scripts: naming.validate_identity), which no pattern says.
 EXCLUDED = {label: [positive_data_acceptance]
             for label in ("POST /v1/jobs", "POST /v1/complete", "POST /v1/complete-and-claim",
-                          "POST /v1/schedules/sync")}
+                          "POST /v1/schedules/sync", "POST /v1/workers")}
 
 
 @pytest.fixture

@@ -301,6 +301,11 @@ def _pooler_options(
 
 #: where a secret stands in a URL, each as ``head``, ``secret`` and ``tail``
 _SECRETS = (
+    # ``scheme://user:Pass With Spaces@host``: libpq refuses the URL and quotes
+    # the password; spaces allowed up to the last ``@`` before the path, the
+    # query, the fragment or the line's end (tried first: the next pattern
+    # stops at the first space)
+    re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@?#\"']*:)(?P<secret>(?:(?!://)[^\n/?#])*)(?P<tail>@)"),
     # ``scheme://user:PASSWORD@``, nested ones too (``?listen_url=postgresql://...``):
     # up to the last ``@`` before a space or another URL, as urlsplit reads an ``@``
     # in a password
@@ -310,6 +315,11 @@ _SECRETS = (
                re.I),
     # ``?password=...``, ``&sslpassword=...``, ``?token=...``
     re.compile(r"(?P<head>[?&](?:[A-Za-z_]*password|token|secret)=)(?P<secret>[^&#\s\"']*)(?P<tail>)", re.I),
+    # libpq's keyword/value form: ``host=db password=s3cret dbname=app``, or
+    # ``password = 'with spaces and \' quotes'`` (a quoted value runs to its
+    # closing quote, backslash escapes included)
+    re.compile(r"(?P<head>(?:^|(?<=[\s\"'(]))[A-Za-z_]*password\s*=\s*)"
+               r"(?P<secret>'(?:[^'\\]|\\.)*'?|[^\s'\"]+)(?P<tail>)", re.I),
 )
 #: a password this short is left in a driver's message: masking it would mangle the words
 _MIN_SECRET = 3
@@ -331,7 +341,8 @@ def redact_text(text: str, *urls: str) -> str:
     text = redact_url(text)
     for url in urls:
         for m in (m for pattern in _SECRETS for m in pattern.finditer(url)):
-            for secret in {m["secret"], unquote(m["secret"]), unquote(unquote(m["secret"]))}:
+            raw = m["secret"]
+            for secret in {raw, raw.strip("'"), unquote(raw), unquote(unquote(raw))}:
                 if len(secret) >= _MIN_SECRET:
                     text = text.replace(secret, "***")
     return text

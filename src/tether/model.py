@@ -13,8 +13,11 @@ __all__ = [
     "ACTIVE_STATES",
     "FINISHED_STATES",
     "LIVE_WITHIN",
+    "MAX_ATTEMPTS_SHOWN",
+    "MAX_HANDBACKS",
     "OUTCOME_FACTS",
     "STATE_FACTS",
+    "STATS_WORKERS",
     "TERMINAL_STATES",
     "Attempt",
     "Beat",
@@ -40,6 +43,16 @@ __all__ = [
 #: store judges which tasks a live worker knows (`Stats.unknown`): six missed
 #: beats at the default heartbeat interval (10 s)
 LIVE_WITHIN = 60.0
+#: the most attempts ``get_job`` returns with a job: the newest (the rest are
+#: counted in ``Job.older_attempts``), so that a job snoozed or failed a
+#: thousand times is not a megabytes-long read on every look at it
+MAX_ATTEMPTS_SHOWN = 50
+#: the hand-backs (snoozes, graceful releases) that leave a job's budget
+#: alone: past them a snooze (``tether.Retry``) spends the budget as a failure
+#: does (issue 41: one job was snoozed 300 times in 2 s)
+MAX_HANDBACKS = 1000
+#: the most workers ``Stats.workers`` lists (the most recently seen; the rest are counted)
+STATS_WORKERS = 100
 
 
 class JobState(enum.StrEnum):
@@ -285,6 +298,9 @@ class Job:
     attempts: list[Attempt] = field(default_factory=list)
     #: at most one job with this key runs at a time (``.using(exclusive_key=...)``)
     exclusive_key: str | None = None
+    #: attempts older than those in ``attempts``, which ``get_job`` leaves out:
+    #: it gives the newest ``MAX_ATTEMPTS_SHOWN`` (issue 41)
+    older_attempts: int = 0
 
     @property
     def attempts_used(self) -> int:
@@ -378,6 +394,10 @@ class Stats:
     now: datetime
     #: due jobs whose task no live worker knows, by (queue, task)
     unknown: list[UnknownTaskJobs] = field(default_factory=list)
+    #: how many workers are not stopped; ``workers`` holds the most recently
+    #: seen of them, at most ``STATS_WORKERS`` (None: a server of an older
+    #: release, which listed them all)
+    workers_total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

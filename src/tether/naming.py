@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import re
 import sys
+import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["C0_CONTROLS", "MAX_TASK_NAME", "OTHER_CONTROLS", "TASK_NAME_PATTERN", "default_task_name",
-           "script_loaded_twice", "validate_task_name"]
+__all__ = ["C0_CONTROLS", "MAX_HOST", "MAX_TASK_NAME", "MAX_WORKER_ID", "OTHER_CONTROLS", "TASK_NAME_PATTERN",
+           "check_worker_identity", "default_task_name", "script_loaded_twice", "validate_identity", "validate_task_name"]
 
 #: characters that steer a terminal or reorder what it shows rather than print
 #: (regex class ranges, read alike by Python and by JSON Schema's ECMA-262): the
@@ -63,6 +64,65 @@ def validate_task_name(name: str) -> str:
             "character (newline, tab, escape, a bidirectional override...)"
         )
     return name
+
+
+#: Unicode categories an identity may not contain: controls (Cc), format
+#: characters (Cf: zero-width spaces and joiners, the bidi marks and overrides,
+#: soft hyphens, the BOM), line and paragraph separators (Zl, Zp), surrogates
+#: (Cs), private use (Co) and unassigned code points (Cn)
+REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+#: scripts whose letters pass for one another (Latin "a", Cyrillic U+0430, Greek U+03B1):
+#: an identity may use letters of one of them, not a mix
+LOOKALIKE_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK")
+MAX_WORKER_ID, MAX_HOST = 200, 255
+
+
+def validate_identity(text: str, what: str, max_length: int) -> str:
+    """A worker id or host as a worker registers it: one that displays as
+    exactly one identity. 1 to ``max_length`` characters; unchanged by NFKC
+    normalisation (no full-width letters, ligatures, superscripts, no-break or
+    other odd spaces: compatibility forms of other characters); no character
+    of ``REFUSED_CATEGORIES`` (terminal escapes, zero-width characters, bidi
+    overrides); no whitespace but the plain space, none at either end; and no
+    letters from two of ``LOOKALIKE_SCRIPTS`` ("worker-1" with a Cyrillic
+    "o", U+043E). ConfigError otherwise, naming the first offending character."""
+    if not isinstance(text, str) or not 1 <= len(text) <= max_length:
+        shown = f"{len(text)} characters" if isinstance(text, str) else type(text).__name__
+        raise ConfigError(f"{what} must be 1 to {max_length} characters, got {shown}")
+    problem = _identity_problem(text)
+    if problem is not None:
+        raise ConfigError(f"{what} {text[:60]!r} is refused: {problem} (an identity must display as itself: "
+                          "printable, no invisible, reordering or look-alike characters)")
+    return text
+
+
+def check_worker_identity(worker_id: str, host: str) -> None:
+    """A registering worker's id and host (every store's ``register_worker``)."""
+    validate_identity(worker_id, "worker id", MAX_WORKER_ID)
+    validate_identity(host, "worker host", MAX_HOST)
+
+
+def _identity_problem(text: str) -> str | None:
+    if text.isascii():  # the usual case, cheaply: only controls can be wrong
+        bad = next((c for c in text if c < " " or c == "\x7f"), None)
+        if bad is not None:
+            return f"it contains the control character U+{ord(bad):04X}"
+        return "it starts or ends with a space" if text != text.strip() else None
+    for c in text:
+        category = unicodedata.category(c)
+        if category in REFUSED_CATEGORIES:
+            return f"it contains U+{ord(c):04X} ({unicodedata.name(c, 'unnamed')}, category {category})"
+        if c.isspace() and c != " ":
+            return f"it contains the space U+{ord(c):04X} ({unicodedata.name(c, 'unnamed')})"
+    if unicodedata.normalize("NFKC", text) != text:
+        c = next(c for c in text if unicodedata.normalize("NFKC", c) != c)
+        return (f"U+{ord(c):04X} ({unicodedata.name(c, 'unnamed')}) is a compatibility form of "
+                f"{unicodedata.normalize('NFKC', c)!r} (not NFKC-normalised)")
+    scripts = {name.split(" ")[0] for c in text if c.isalpha() and (name := unicodedata.name(c, "")).startswith(
+        LOOKALIKE_SCRIPTS)}
+    if len(scripts) > 1:
+        return f"it mixes letters of the {' and '.join(sorted(scripts))} scripts"
+    return "it starts or ends with a space" if text != text.strip() else None
 
 
 #: the names a module run as the program goes by (multiprocessing's spawned

@@ -12,8 +12,9 @@ from typing import Any, overload
 from .errors import ConfigError, PayloadError
 
 __all__ = [
-    "MAX_ERROR_CHARS", "MAX_KEY_BYTES", "MAX_TRACEBACK_CHARS", "check_job_id", "check_key", "describe", "dump_json",
-    "is_storable", "safe_str", "storable_text", "traceback_text", "unique_keys",
+    "MAX_ERROR_CHARS", "MAX_KEY_BYTES", "MAX_NESTING", "MAX_TRACEBACK_CHARS", "STORED_ERROR_CHARS",
+    "STORED_SNOOZE_CHARS", "STORED_TRACEBACK_CHARS", "check_job_id", "check_key", "describe", "dump_json",
+    "is_storable", "safe_str", "storable_text", "stored_failure", "traceback_text", "unique_keys",
 ]
 
 
@@ -37,6 +38,9 @@ def dump_json(value: Any, what: str, cap: int) -> str:
     # json.dumps escapes NUL as \u0000 even with ensure_ascii=False: a cheap
     # test first, the precise one only when it matches
     key = _non_text_key(value)
+    if key is _TOO_DEEP:
+        raise PayloadError(f"{what} nests more than {MAX_NESTING} levels of lists and dicts; flatten it (each "
+                           "reader of a deeper value pays for it: a page that pretty-prints it, a parser's stack)")
     if key is not _NO_KEY:
         as_text = json.dumps({key: 0})[1:-4]  # what JSON makes of it: 1 -> "1", None -> "null"
         raise PayloadError(f"{what} must be JSON: a dict key must be a string, got {type(key).__name__} "
@@ -57,29 +61,37 @@ def dump_json(value: Any, what: str, cap: int) -> str:
     return text
 
 
-_NO_KEY = object()
+#: the deepest args, meta or result may nest lists and dicts (``[[1]]`` is 2):
+#: far more than any job's data needs, far less than what Python's own
+#: recursion limit let through (~950 levels, which made a 242 KB value render
+#: as a 230 MB page)
+MAX_NESTING = 64
+_NO_KEY, _TOO_DEEP = object(), object()
 _NESTED = (dict, list, tuple)
 
 
 def _non_text_key(value: Any) -> Any:
-    """The first dict key in ``value`` that is not a string, or ``_NO_KEY``.
-    ``json.dumps`` writes an int, float, bool or None key as a string, so the
-    handler would get ``{"1": ...}`` for ``{1: ...}``, and one of ``{1: a,
-    "1": b}``'s values would be lost without a word. Only dicts and sequences
-    are walked: a payload of scalars costs one type test."""
+    """The first dict key in ``value`` that is not a string, ``_TOO_DEEP`` when
+    it nests past ``MAX_NESTING``, or ``_NO_KEY``. ``json.dumps`` writes an
+    int, float, bool or None key as a string, so the handler would get
+    ``{"1": ...}`` for ``{1: ...}``, and one of ``{1: a, "1": b}``'s values
+    would be lost without a word. Only dicts and sequences are walked: a
+    payload of scalars costs one type test."""
     if not isinstance(value, _NESTED):
         return _NO_KEY
-    stack = [value]
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return _TOO_DEEP
         if isinstance(item, dict):
             for key, inner in item.items():
                 if not isinstance(key, str):
                     return key
                 if isinstance(inner, _NESTED):
-                    stack.append(inner)
+                    stack.append((inner, depth + 1))
         else:
-            stack.extend(inner for inner in item if isinstance(inner, _NESTED))
+            stack.extend((inner, depth + 1) for inner in item if isinstance(inner, _NESTED))
     return _NO_KEY
 
 
@@ -87,6 +99,12 @@ def _non_text_key(value: Any) -> Any:
 #: (``storable_text``) and a tether server takes (``store/http/wire.py``: fail)
 MAX_ERROR_CHARS = 100_000
 MAX_TRACEBACK_CHARS = 1_000_000
+#: what a store keeps of them (``stored_failure``: the middle cut): every
+#: attempt keeps a row, and a job's page and ``get_job`` show them all
+STORED_ERROR_CHARS = 4_000
+STORED_TRACEBACK_CHARS = 32_000
+#: a snooze (``tether.Retry``) is no error: what it may say is kept this short, and no traceback
+STORED_SNOOZE_CHARS = 200
 
 
 def check_job_id(job_id: object) -> int:
@@ -164,10 +182,19 @@ def storable_text(text: str | None, limit: int | None = None) -> str | None:
     if not is_storable(text):
         text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
     if limit is not None and len(text) > limit:
-        keep = limit - 100  # room for the note of the cut
+        keep = max(limit - 100, limit // 2)  # room for the note of the cut
         head = keep // 2
         text = f"{text[:head]}\n[... {len(text) - keep} characters cut ...]\n{text[len(text) - (keep - head):]}"
     return text
+
+
+def stored_failure(snoozed: bool, error: str | None, traceback: str | None) -> tuple[str | None, str | None]:
+    """A failure's error and traceback as a store keeps them: storable, cut to
+    ``STORED_ERROR_CHARS`` and ``STORED_TRACEBACK_CHARS`` (a snooze to
+    ``STORED_SNOOZE_CHARS`` and no traceback), whoever reported it."""
+    if snoozed:
+        return storable_text(error, STORED_SNOOZE_CHARS), None
+    return storable_text(error, STORED_ERROR_CHARS), storable_text(traceback, STORED_TRACEBACK_CHARS)
 
 
 def traceback_text(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ from ..app import Tether
 from ..config import Timers, parse_database_url
 from ..errors import ConfigError, PayloadError, SchemaMissing, TetherError, UnknownTask
 from ..logs import DRIVER_LOGGER
+from ..numbers import BadNumber, parse_job_id
 from ..transport import open_transport
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "BadUsage",
     "CLIError",
     "CLIState",
+    "JobId",
     "Seconds",
     "configure_app",
     "exit_code_for",
@@ -251,8 +253,9 @@ def configure_app(
 
 if TYPE_CHECKING:
     _FloatParam = click.ParamType[float, Any]
+    _IntParam = click.ParamType[int, Any]
 else:  # click < 8.2 has no generic ParamType
-    _FloatParam = click.ParamType
+    _FloatParam = _IntParam = click.ParamType
 
 
 class Seconds(_FloatParam):
@@ -272,6 +275,21 @@ class Seconds(_FloatParam):
             self.fail(f"{value!r} must be a {'non-negative' if self.allow_zero else 'positive'} "
                       "finite number of seconds", param, ctx)
         return seconds
+
+
+class JobId(_IntParam):
+    """A job id: ASCII digits, 1 to 2**63-1 (``numbers.parse_job_id``; click's
+    INT would read "٣" as 3 and hand 2**70 to the database)."""
+
+    name = "job_id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        try:
+            return parse_job_id(value if isinstance(value, str) else repr(value))
+        except BadNumber as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def _where(exc: BaseException) -> str:

@@ -33,6 +33,7 @@ from .common import (
     PUBLISH_OPTION,
     BadUsage,
     CLIState,
+    JobId,
     Seconds,
     configure_app,
     load_app,
@@ -213,7 +214,7 @@ def jobs(state: CLIState, state_filter: str | None, queue: str | None, task: str
 
 
 @cli.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JobId())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--tracebacks", "-t", is_flag=True, help="Also print each failed attempt's traceback.")
 @click.option("--follow", "-f", is_flag=True, help="Keep the view live (progress bar, attempts) until the job ends.")
@@ -244,7 +245,7 @@ def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool, follow: b
 
 
 @cli.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JobId())
 @pass_state
 def cancel(state: CLIState, job_id: int) -> None:
     """Cancel a job: a queued job at once, a running one at its next heartbeat."""
@@ -258,7 +259,7 @@ def cancel(state: CLIState, job_id: int) -> None:
 
 
 @cli.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JobId())
 @PUBLISH_OPTION
 @pass_state
 def retry(state: CLIState, job_id: int, transport: str | None) -> None:

@@ -164,6 +164,9 @@ def job_details(job: Job, now: datetime, *, tracebacks: bool = False) -> Rendera
         grid.add_row("limits", f"lease_ttl={job.lease_ttl or 'worker default'} timeout={job.timeout or 'none'}")
     parts: list[RenderableType] = [grid, Text()]
     if job.attempts:
+        if job.older_attempts:
+            parts.append(Text(f"{job.older_attempts} older attempt(s) not shown: the newest {len(job.attempts)} are",
+                              style="dim"))
         parts.append(attempts_table(job.attempts, now))
     else:
         parts.append(Text("no attempts yet", style="dim"))

@@ -17,21 +17,26 @@ import click
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS, redact_url
 from ..errors import ConfigError
 from ..model import JobState
+from ..store.worker_rows import DEFAULT_LIVE_WORKERS_PER_QUEUE, DEFAULT_WORKERS_PER_TOKEN
 from ..worker.pruner import (
     DEFAULT_PRUNE_INTERVAL,
     RETENTION_DEFAULTS,
     Pruner,
     describe_retention,
+    parse_age,
     parse_retention,
     retention_from_text,
 )
 from ..worker.service import PeriodicService
+from ..worker.unknown import DEFAULT_UNKNOWN_TASK_GRACE
 from .common import PUBLISH_OPTION, BadUsage, CLIState, Seconds, opened, quiet_driver_logs
 from .http_options import configure_logging, limit_options
 
 __all__ = ["RETENTION_ENV", "RetentionParam", "server"]
 
 TOKENS_ENV = "TETHER_SERVER_TOKENS"
+#: the shortest --worker-retention: a worker's row outlives any server's cached binding of it
+MIN_WORKER_RETENTION = 3600.0
 RETENTION_ENV = "TETHER_SERVER_RETENTION"
 
 
@@ -83,17 +88,30 @@ class RetentionParam(_RetentionType):
                    f"remote workers run no pruner (env {RETENTION_ENV}).")
 @click.option("--prune-interval", type=Seconds(), default=DEFAULT_PRUNE_INTERVAL, show_default=True,
               help="Seconds between the pruner's ticks.")
+@click.option("--min-bury-grace", type=Seconds(allow_zero=True), default=DEFAULT_UNKNOWN_TASK_GRACE,
+              show_default=True,
+              help="The shortest grace a worker token may bury jobs of unknown tasks with (its workers' "
+                   "--unknown-task-grace); below it only an admin token may.")
+@click.option("--max-workers-per-token", type=click.IntRange(min=0), default=DEFAULT_WORKERS_PER_TOKEN,
+              show_default=True,
+              help="Workers' rows one worker token may have (at the cap its workers stopped or silent for a "
+                   "minute make room; 0: no cap).")
+@click.option("--max-live-workers-per-queue", type=click.IntRange(min=0), default=DEFAULT_LIVE_WORKERS_PER_QUEUE,
+              show_default=True, help="Live workers a worker token may add to a queue (0: no cap).")
+@click.option("--worker-retention", metavar="AGE|none", default="7d", show_default=True,
+              help="Delete the rows of workers stopped, or silent, for this long (the pruner's duty).")
 @PUBLISH_OPTION
 @limit_options
 @click.pass_obj
 def server(state: CLIState, host: str, port: int, token_file: Path | None, max_body: int, max_payload: int,
            round_connections: int, unsafe_client_clock: bool, log_level: str, retention: dict[JobState, float],
-           prune_interval: float, transport: str | None, limits: Limits) -> None:
+           prune_interval: float, min_bury_grace: float, max_workers_per_token: int,
+           max_live_workers_per_queue: int, worker_retention: str, transport: str | None, limits: Limits) -> None:
     """Serve the database (--database) over HTTP to workers and producers that hold
     no database credentials: `tether worker --server http://HOST:PORT --token T`.
     It prunes the database too (--retention): its remote workers do not."""
     try:
-        from ..server import create_app, parse_tokens
+        from ..server import WorkerPolicy, create_app, parse_tokens
         from ..server.run import serve
     except ImportError as exc:
         raise BadUsage(f"tether server needs the server extra: pip install 'tether[server]' ({exc})") from None
@@ -122,8 +140,17 @@ def server(state: CLIState, host: str, port: int, token_file: Path | None, max_b
             logging.getLogger("tether.server").info("publishing enqueued and retried jobs to %s", app.transport.name)
         logging.getLogger("tether.server").info("retention: %s%s", describe_retention(retention),
                                                 f"; pruning every {prune_interval:g}s" if retention else "")
-        services: list[PeriodicService] = [Pruner(store, retention, interval=prune_interval)] if retention else []
+        worker_age = None if worker_retention.strip().lower() == "none" else parse_age(worker_retention,
+                                                                                         "--worker-retention")
+        if worker_age is not None and worker_age < MIN_WORKER_RETENTION:  # far above owners.CACHE_TTL
+            raise BadUsage(f"--worker-retention must be at least {MIN_WORKER_RETENTION:g}s (or none), got "
+                           f"{worker_retention!r}: a server trusts a worker's binding to its token for minutes")
+        services: list[PeriodicService] = [Pruner(store, retention, interval=prune_interval, worker_age=worker_age)
+                                           ] if retention or worker_age is not None else []
         serve(create_app(store, tokens, client_clock=unsafe_client_clock, max_body=max_body,
                          max_payload_bytes=max_payload, transport=app.transport, services=services,
-                         round_connections=round_connections), host, port,
+                         round_connections=round_connections,
+                         worker_policy=WorkerPolicy(min_bury_grace=min_bury_grace,
+                                                    per_token=max_workers_per_token or None,
+                                                    live_per_queue=max_live_workers_per_queue or None)), host, port,
               log_level=log_level.lower(), limits=limits)

@@ -36,6 +36,7 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import ConfigError
+from ..numbers import BadNumber, parse_int
 from ..server.auth import MIN_TOKEN_LENGTH
 from ..server.throttle import Throttle
 
@@ -88,10 +89,10 @@ class Guard:
         none, or one that is expired, revoked or not signed by this dashboard."""
         raw = request.cookies.get(COOKIE, "")
         parts = raw.split(".")
-        if len(parts) == 4:
+        if len(parts) == 4:  # anything malformed (another app's cookie of that name, say) is no session
             kind, sid, issued, sig = parts
-            if (kind in ("a", "p") and issued.isdigit() and 0 <= time.time() - int(issued) < SESSION_TTL
-                    and hmac.compare_digest(sig, self._sign("session:" + kind, f"{sid}:{issued}"))
+            if (kind in ("a", "p") and 0 <= time.time() - _issued_at(issued) < SESSION_TTL
+                    and _same(sig, self._sign("session:" + kind, f"{sid}:{issued}"))
                     and sid not in self._revoked):
                 return Session(sid, authenticated=kind == "a" or not self.auth_required)
         return Session(secrets.token_urlsafe(18), authenticated=not self.auth_required, fresh=True)
@@ -111,7 +112,7 @@ class Guard:
     def notice(self, request: Request) -> str | None:
         """The page's ``?notice=`` if this dashboard wrote it (``&ns=`` signs it)."""
         text, sig = request.query_params.get("notice"), request.query_params.get("ns", "")
-        if text is None or not hmac.compare_digest(sig, self.notice_signature(text)):
+        if text is None or not _same(sig, self.notice_signature(text)):
             return None
         return text
 
@@ -161,13 +162,26 @@ class Guard:
             return f"cross-site request (from {source!r})"
         if session.fresh:
             return "no session"
-        if not form_token or not hmac.compare_digest(form_token, self.csrf_token(session)):
+        if not form_token or not _same(form_token, self.csrf_token(session)):
             return "missing or wrong CSRF token"
         return None
 
 
 def _address(request: Request) -> str:
     return request.client.host if request.client is not None else "unknown"
+def _same(given: str, expected: str) -> bool:
+    """Constant-time equality of a signature someone sent (as bytes: on str,
+    ``compare_digest`` raises TypeError for non-ASCII text, a 500 anyone
+    could cause with ``?ns=²`` or a cookie)."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
+
+
+def _issued_at(text: str) -> int:
+    """A cookie's issue time; -1 (never valid) when it is not ASCII digits."""
+    try:
+        return parse_int(text, "issue time")
+    except BadNumber:
+        return -1
 
 
 def _origin_of(url: str) -> str:

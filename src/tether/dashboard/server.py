@@ -40,8 +40,10 @@ from ..display import (
 )
 from ..errors import ConfigError, TetherError
 from ..model import JobState, Outcome
+from ..numbers import BadNumber, parse_int, parse_job_id
 from ..server.requests import ApiError, client_gone, read_capped
 from ..server.throttle import Throttle
+from ..store.worker_rows import WORKERS_PAGE
 from .chart import chart
 from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
 
@@ -63,6 +65,10 @@ STATIC = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/java
 JOBS_LIMIT = 100
 #: the largest form body read (the dashboard's forms are a few hundred bytes); larger ones get 413
 MAX_FORM_BYTES = 64 * 1024
+#: the most characters of one value (args, result, meta) a job's page shows
+PRETTY_CHARS = 20_000
+#: the furthest a workers page may start
+MAX_OFFSET = 10**9
 #: the overview's throughput chart: the last hour, a bar a minute
 CHART_BUCKETS, CHART_SECONDS = 60, 60
 
@@ -97,6 +103,10 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             notice=guard.notice(request), rel=fmt_rel, backend=tether.dsn.backend, **ctx)
         return _finish(HTMLResponse(html, status_code=status), guard, session)
 
+    async def render_off(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
+        """``render`` on a worker thread, for pages whose values may be large."""
+        return await run_in_threadpool(lambda: render(request, session, name, status, **ctx))
+
     def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             session = guard.session(request)
@@ -120,6 +130,11 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
         return checked
 
+    def no_job(request: Request, session: Session) -> Response:
+        """A job path whose id is not a job id (not ASCII digits, or past 64 bits): no such job."""
+        return render(request, session, "error.html", status=404,
+                      message=f"no job {request.path_params['job_id'][:40]!r}: a job id is a whole number")
+
     # -- pages ---------------------------------------------------------------------------
     async def overview(request: Request, session: Session) -> Response:
         stats, recoveries, throughput, paused, limits = await run_in_threadpool(lambda: (
@@ -136,9 +151,10 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         q = request.query_params
         wanted = q.get("id", "").strip().lstrip("#")
         if wanted:
-            if wanted.isdigit() and await run_in_threadpool(tether.get_job, int(wanted)) is not None:
-                return RedirectResponse(f"/jobs/{int(wanted)}", 303)
-            return RedirectResponse("/jobs?" + noticed(f"no job with id {wanted}"), 303)
+            wanted_id = _job_id(wanted)
+            if wanted_id is not None and await run_in_threadpool(tether.get_job, wanted_id) is not None:
+                return RedirectResponse(f"/jobs/{wanted_id}", 303)
+            return RedirectResponse("/jobs?" + noticed(f"no job with id {wanted[:40]}"), 303)
         state = q.get("state") or None
         if state is not None and state not in {str(s) for s in JobState}:
             state = None
@@ -150,18 +166,29 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
                       f_state=state or "", f_queue=queue or "", f_task=task or "", limit=JOBS_LIMIT)
 
     async def job(request: Request, session: Session) -> Response:
-        job_id = int(request.path_params["job_id"])
+        job_id = _job_id(request.path_params["job_id"])
+        if job_id is None:
+            return no_job(request, session)
         found, now = await run_in_threadpool(lambda: (tether.get_job(job_id), store.db_now()))
         if found is None:
             return render(request, session, "error.html", status=404, message=f"no job {job_id}")
-        return render(request, session, "job.html", job=found, now=now,
-                      can_cancel=found.state in (JobState.QUEUED, JobState.RUNNING),
-                      can_retry=found.state in (JobState.DEAD, JobState.CANCELLED))
+        # off the event loop: its values are pretty-printed (_pretty), which
+        # took seconds for a deep one while every other request waited
+        return await render_off(request, session, "job.html", job=found, now=now,
+                                can_cancel=found.state in (JobState.QUEUED, JobState.RUNNING),
+                                can_retry=found.state in (JobState.DEAD, JobState.CANCELLED))
 
     async def workers(request: Request, session: Session) -> Response:
-        found, now = await run_in_threadpool(lambda: (store.list_workers(), store.db_now()))
-        found.sort(key=lambda w: (w.stopped_at is not None, -w.last_seen.timestamp()))
-        return render(request, session, "workers.html", workers=found, now=now, silent=silent)
+        try:  # a page of them (issue 41: 10,000 rows froze this page)
+            offset = parse_int(request.query_params.get("offset", "0"), "offset", hi=MAX_OFFSET)
+        except BadNumber as exc:
+            return render(request, session, "error.html", status=400, message=str(exc))
+        found, stats = await run_in_threadpool(lambda: (
+            store.workers_page(limit=WORKERS_PAGE + 1, offset=offset), store.stats()))
+        total = len(stats.workers) if stats.workers_total is None else stats.workers_total
+        return await render_off(request, session, "workers.html", workers=found[:WORKERS_PAGE], now=stats.now,
+                                silent=silent, offset=offset, page=WORKERS_PAGE, more=len(found) > WORKERS_PAGE,
+                                total=total)
 
     async def recoveries(request: Request, session: Session) -> Response:
         found, now = await run_in_threadpool(
@@ -174,7 +201,9 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
     # -- actions -----------------------------------------------------------------------------
     async def do_cancel(request: Request, session: Session, form: dict[str, str]) -> Response:
-        job_id = int(request.path_params["job_id"])
+        job_id = _job_id(request.path_params["job_id"])
+        if job_id is None:
+            return no_job(request, session)
         try:
             state = await run_in_threadpool(tether.cancel, job_id)
             notice = (f"job {job_id}: cancel requested; its worker stops it at the next heartbeat"
@@ -184,7 +213,9 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         return RedirectResponse(f"/jobs/{job_id}?" + noticed(notice), 303)
 
     async def do_retry(request: Request, session: Session, form: dict[str, str]) -> Response:
-        job_id = int(request.path_params["job_id"])
+        job_id = _job_id(request.path_params["job_id"])
+        if job_id is None:
+            return no_job(request, session)
         try:
             await run_in_threadpool(tether.retry, job_id)
             notice = f"job {job_id}: queued again"
@@ -217,7 +248,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         return RedirectResponse("/?" + noticed(notice), 303)
 
     async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
-        ids = [int(i) for i in form.get("ids", "").split(",") if i.strip().isdigit()]
+        ids = [i for i in (_job_id(text.strip()) for text in form.get("ids", "").split(",")) if i is not None]
         done, problems = 0, []
         for job_id in ids:
             try:
@@ -284,9 +315,9 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/", page(overview)),
         Route("/jobs", page(jobs)),
         Route("/jobs/retry-dead", page(action(do_retry_dead)), methods=["POST"]),
-        Route("/jobs/{job_id:int}", page(job)),
-        Route("/jobs/{job_id:int}/cancel", page(action(do_cancel)), methods=["POST"]),
-        Route("/jobs/{job_id:int}/retry", page(action(do_retry)), methods=["POST"]),
+        Route("/jobs/{job_id}", page(job)),
+        Route("/jobs/{job_id}/cancel", page(action(do_cancel)), methods=["POST"]),
+        Route("/jobs/{job_id}/retry", page(action(do_retry)), methods=["POST"]),
         Route("/queues/{queue}/pause", page(action(do_pause)), methods=["POST"]),
         Route("/queues/{queue}/resume", page(action(do_pause)), methods=["POST"]),
         Route("/queues/{queue}/limits", page(action(do_limits)), methods=["POST"]),
@@ -325,14 +356,23 @@ async def _form(request: Request) -> dict[str, str] | Response:
     return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
 
 
+def _job_id(text: str) -> int | None:
+    """A job id from a path, a query or a form; None when it is not one."""
+    try:
+        return parse_job_id(text)
+    except BadNumber:
+        return None
+
+
 def _concurrency(text: str) -> int | None:
     """The limits form's concurrency field: empty lifts the limit."""
     text = text.strip()
     if not text:
         return None
-    if not text.isascii() or not text.isdigit() or len(text) > 12:
-        raise ConfigError(f"concurrency must be a whole number >= 1 (or empty: no limit), got {text!r}")
-    return int(text)
+    try:
+        return parse_int(text, "concurrency", lo=1, hi=10**12 - 1)
+    except BadNumber as exc:
+        raise ConfigError(f"{exc} (or leave it empty: no limit)") from None
 
 
 def _path(request: Request) -> str:
@@ -340,7 +380,25 @@ def _path(request: Request) -> str:
 
 
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    """``value`` as indented JSON, cut after ``PRETTY_CHARS`` characters: the
+    encoder is a generator, so a value that would print as hundreds of
+    megabytes (deep nesting multiplies the indentation) costs no more than
+    the cut (a deeper one than Python's stack allows is cut where it fails)."""
+    encoder = json.JSONEncoder(indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    out: list[str] = []
+    size = 0
+    try:
+        for chunk in encoder.iterencode(value):
+            out.append(chunk)
+            size += len(chunk)
+            if size > PRETTY_CHARS:
+                break
+    except (RecursionError, ValueError):
+        return "".join(out)[:PRETTY_CHARS] + "\n... (too deeply nested to show in full)"
+    text = "".join(out)
+    if size > PRETTY_CHARS:
+        return text[:PRETTY_CHARS] + f"\n... (cut at {PRETTY_CHARS} characters)"
+    return text
 
 
 def _zoned(dt: datetime, zone: str) -> str:

@@ -5,5 +5,6 @@ from __future__ import annotations
 
 from .app import DEFAULT_MAX_BODY, create_app
 from .auth import TokenTable, parse_tokens
+from .workers import WorkerPolicy
 
-__all__ = ["DEFAULT_MAX_BODY", "TokenTable", "create_app", "parse_tokens"]
+__all__ = ["DEFAULT_MAX_BODY", "TokenTable", "WorkerPolicy", "create_app", "parse_tokens"]

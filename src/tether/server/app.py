@@ -41,19 +41,21 @@ from starlette.routing import Route
 
 from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS, validate_queue
 from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import LIVE_WITHIN, ClaimedJob, JobState, Outcome, QueueLimits, WorkerInfo
+from ..model import LIVE_WITHIN, ClaimedJob, JobState, Outcome, QueueLimits
 from ..payload import dump_json
 from ..store import Listener, Store
 from ..store.http import wire, wire_unknown
+from ..store.worker_rows import WORKERS_PAGE
 from ..transport import Transport, announce, due_now
 from ..worker.service import PeriodicService
-from . import schedules
+from . import schedules, workers
 from .auth import Caller, TokenTable, identify
 from .duties import Duties
 from .openapi import build_document
 from .owners import WorkerOwners
 from .requests import ApiError, Args, arguments, client_gone
 from .throttle import Throttle
+from .workers import WorkerPolicy
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -102,6 +104,7 @@ class _Server:
     transport: Transport | None = None
     #: failed bearer tokens, by client address
     throttle: Throttle = field(default_factory=Throttle)
+    workers: WorkerPolicy = field(default_factory=WorkerPolicy)
     wakeups: _Wakeups = field(default_factory=_Wakeups)
     owners: WorkerOwners = field(init=False)
 
@@ -217,26 +220,6 @@ def _fail(s: _Server, a: Args) -> Args:
     return {"state": str(state)}
 
 
-def _register(s: _Server, a: Args) -> Args:
-    # A worker token's registration records it as the worker's owner, or, for
-    # an id someone else registered, changes nothing: reading the owner back
-    # tells which (one statement each; the binding is never updated).
-    s.store.register_worker(WorkerInfo(
-        id=a["id"], host=a["host"], pid=a["pid"], proc_start=a["proc_start"], started_at=None,  # type: ignore[arg-type]
-        last_seen=None, queues=[validate_queue(q) for q in a["queues"]], concurrency=a["concurrency"],  # type: ignore[arg-type]
-        tasks=a.get("tasks"),
-    ), owner=a["owner"])
-    if a["owner"] is not None:
-        _check_owner(s, a["owner"], [a["id"]])
-    return {}
-
-
-def _check_owner(s: _Server, owner: str, worker_ids: list[str]) -> None:
-    refusal = s.owners.check(owner, worker_ids)
-    if refusal is not None:
-        raise ApiError(403, "not_your_worker", refusal.message, workers=refusal.workers)
-
-
 def _destroy(s: _Server, a: Args) -> Args:
     s.store.destroy()
     s.owners.forget()
@@ -271,14 +254,16 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "release": lambda s, a: {"state": str(s.store.release(a["worker"], a["job_id"], a["attempt"], now=a["now"]))},
     "reap": lambda s, a: {"reaped": [wire.encode_reaped(r) for r in s.store.reap(a["limit"], now=a["now"])]},
     "expire_leases": lambda s, a: {"expired": s.store.lapse_leases(a["workers"], now=a["now"])},
-    "register_worker": _register,
+    "register_worker": lambda s, a: workers.register(s.store, s.owners, s.workers, a),
     "unknown_tasks": lambda s, a: {"unknown": [wire_unknown.encode_unknown(u) for u in s.store.unknown_tasks(
         since=a.get("since", LIVE_WITHIN), now=a["now"])]},
-    "bury_unknown": lambda s, a: {"buried": [wire_unknown.encode_buried(b) for b in s.store.bury_unknown(
-        a["queues"], grace=a["grace"], limit=a["limit"], now=a["now"])]},
+    "bury_unknown": lambda s, a: workers.bury_unknown(s.store, s.workers, a),
     "stop_worker": lambda s, a: s.store.stop_worker(a["worker"], now=a["now"]) or {},
     "list_workers": lambda s, a: {"workers": [wire.encode_worker(w) for w in s.store.list_workers(
         host=a.get("host"), live_only=a.get("live_only", False))]},
+    "workers_page": lambda s, a: {"workers": [wire.encode_worker(w) for w in s.store.workers_page(
+        limit=a.get("limit", WORKERS_PAGE), offset=a.get("offset", 0), live_only=a.get("live_only", False),
+        host=a.get("host"))]},
     "db_now": lambda s, a: {"now": s.store.db_now().isoformat()},
     "check_schema": lambda s, a: s.store.check_schema() or {},
     "prune": lambda s, a: {"pruned": _counts(s.store.prune(_ages(a), a["limit"], now=a["now"]))},
@@ -337,7 +322,7 @@ async def _authorize_workers(s: _Server, op: wire.Op, caller: Caller, args: Args
     named = args[op.acts_for]
     ids: list[str] = named if isinstance(named, list) else [named]
     if not s.owners.cached(caller.fingerprint, ids):  # a worker's first request: ask the database
-        await run_in_threadpool(_check_owner, s, caller.fingerprint, ids)
+        await run_in_threadpool(workers.check_owner, s.owners, caller.fingerprint, ids)
 
 
 def _error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
@@ -420,6 +405,7 @@ def create_app(
     services: Sequence[PeriodicService] = (),
     round_connections: int = DEFAULT_SERVER_ROUND_CONNECTIONS,
     throttle: Throttle | None = None,
+    worker_policy: WorkerPolicy | None = None,
 ) -> Starlette:
     """The API over ``store``. ``client_clock`` honours a request's ``now``:
     for conformance tests only, never in production (any worker could move
@@ -430,13 +416,14 @@ def create_app(
     ``round_connections``: the most database connections the workers' rounds
     use at once (PostgreSQL; SQLite runs them on the loop, one at a time).
     ``throttle``: how failed bearer tokens are held back (``server.throttle``;
-    default: its defaults)."""
+    default: its defaults).
+    ``worker_policy``: what worker tokens may do with workers (``workers.py``)."""
     if max_body < 1024:
         raise ConfigError(f"max_body must be at least 1024 bytes, got {max_body}")
     if isinstance(round_connections, bool) or not isinstance(round_connections, int) or round_connections < 1:
         raise ConfigError(f"round_connections must be an int >= 1, got {round_connections!r}")
     s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport,
-                throttle=throttle or Throttle())
+                throttle=throttle or Throttle(), workers=worker_policy or WorkerPolicy())
     document = build_document(client_clock=client_clock, max_body=max_body, max_wait=max_claim_wait)
 
     async def openapi(request: Request) -> Response:

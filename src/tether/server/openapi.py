@@ -14,7 +14,7 @@ _ERRORS = {
     400: "Malformed JSON, a body or parameter outside the schema, or a refused client clock",
     401: "No bearer token, or one this server does not know",
     403: ("The token's scopes do not cover this operation, or (not_your_worker) a worker token names a worker "
-          "id it did not register"),
+          "id it did not register, or (too_many_workers) a registration over the token's or the queue's cap"),
     404: "No such job",
     409: "Refused by the job's state: a stale attempt (fence failed), an invalid transition, or a missing schema",
     413: "The request body is over the server's limit",

@@ -13,25 +13,33 @@ act for any worker.
 
 The binding is in the database, not in this process, so it holds across a
 server restart and for every server process behind a load balancer. Once
-written it never changes (the store sets it on insert only, and tether never
-deletes a worker row short of ``destroy``), so each process caches what it
-has read: after a worker's first request, checking it is a dict lookup, not a
-query. Ids not registered yet are not cached (another server process may
-register them next).
+written it never changes while the row lives (the store sets it on insert
+only), so each process caches what it has read, for ``CACHE_TTL`` seconds:
+after a worker's first request, checking it is a dict lookup, not a query.
+A row does end: the pruner deletes those of workers stopped or silent for
+the worker retention (issue 41), after which another token may register the
+same id. The cache's entries are read again after ``CACHE_TTL``, far less
+than any retention, and a registration reads its id afresh (``forget``), so
+no process goes on acting on a binding the database no longer holds. Ids not
+registered yet are not cached (another server process may register them
+next).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..store import Store
 
-__all__ = ["CACHE_SIZE", "Refusal", "WorkerOwners"]
+__all__ = ["CACHE_SIZE", "CACHE_TTL", "Refusal", "WorkerOwners"]
 
 #: worker ids whose owner a server process remembers (the oldest are forgotten first)
 CACHE_SIZE = 100_000
+#: seconds a server process trusts an owner it read (the worker retention is far longer)
+CACHE_TTL = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,20 +54,22 @@ class WorkerOwners:
     def __init__(self, store: Store, capacity: int = CACHE_SIZE) -> None:
         self._store = store
         self._capacity = capacity
-        self._known: dict[str, str | None] = {}
+        #: id -> (owner, when read: monotonic)
+        self._known: dict[str, tuple[str | None, float]] = {}
         self._lock = threading.Lock()
 
     def cached(self, owner: str, worker_ids: Sequence[str]) -> bool:
         """True when the cache alone shows that ``owner`` registered every one
         of these workers (no query; the event loop may call it)."""
         with self._lock:
-            return all(i in self._known and self._known[i] == owner for i in worker_ids)
+            fresh = self._fresh(worker_ids)
+        return len(fresh) == len(set(worker_ids)) and all(o == owner for o in fresh.values())
 
     def check(self, owner: str, worker_ids: Sequence[str]) -> Refusal | None:
         """None if ``owner`` registered every one of these workers, else why
         not. Reads the database for ids the cache does not hold."""
         with self._lock:
-            known = {i: self._known[i] for i in worker_ids if i in self._known}
+            known = self._fresh(worker_ids)
         missing = [i for i in dict.fromkeys(worker_ids) if i not in known]
         if missing:
             found = self._store.worker_owners(missing)
@@ -76,14 +86,26 @@ class WorkerOwners:
                                     "it registered itself")
         return None
 
-    def forget(self) -> None:
-        """Drop the cache (after ``destroy``: the bindings went with the tables)."""
+    def forget(self, worker_ids: Sequence[str] | None = None) -> None:
+        """Drop these ids from the cache (a registration: read the binding
+        afresh), or all of it (after ``destroy``: the bindings went with the tables)."""
         with self._lock:
-            self._known.clear()
+            if worker_ids is None:
+                self._known.clear()
+            for i in worker_ids or ():
+                self._known.pop(i, None)
+
+    def _fresh(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
+        """The cached owners of these ids read less than CACHE_TTL ago (under the lock)."""
+        cutoff = time.monotonic() - CACHE_TTL
+        return {i: self._known[i][0] for i in worker_ids if i in self._known and self._known[i][1] > cutoff}
 
     def _remember(self, found: dict[str, str | None]) -> None:
+        now = time.monotonic()
         with self._lock:
-            self._known.update(found)
+            for i, owner in found.items():
+                self._known.pop(i, None)  # re-inserted last: the oldest reads are dropped first
+                self._known[i] = (owner, now)
             while len(self._known) > self._capacity:
                 del self._known[next(iter(self._known))]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ..numbers import INT64_MIN, BadNumber, parse_int
 from ..payload import unique_keys
 from ..store.http import wire
 from ..store.http.schema import SchemaViolation, compile_schema, parse_datetime, validate
@@ -71,10 +72,12 @@ async def read_capped(request: Request, max_body: int) -> bytes:
     away mid-body raises Starlette's ``ClientDisconnect`` (see ``client_gone``)."""
     length = request.headers.get("content-length")
     if length is not None:
-        if not (length.isascii() and length.isdigit()) or len(length) > 19:
-            raise ApiError(400, "bad_request", "Content-Length is not a number")
-        if int(length) > max_body:
-            raise too_large(max_body, int(length))
+        try:
+            declared = parse_int(length, "Content-Length")
+        except BadNumber:
+            raise ApiError(400, "bad_request", "Content-Length is not a number") from None
+        if declared > max_body:
+            raise too_large(max_body, declared)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -121,9 +124,10 @@ def too_large(max_body: int, size: int) -> ApiError:
 
 def _query_value(raw: str, schema: dict[str, Any], name: str) -> Any:
     if schema.get("type") == "integer":
-        if not raw.lstrip("-").isdigit() or len(raw) > 20:
-            raise SchemaViolation(f"query parameter {name} must be an integer, got {raw!r}")
-        return int(raw)
+        try:  # ASCII digits only: "²" or "--5" is a 400, "٣" is not 3
+            return parse_int(raw, f"{name}", lo=INT64_MIN)
+        except BadNumber as exc:
+            raise SchemaViolation(str(exc)) from None
     if schema.get("type") == "boolean":
         if raw not in ("true", "false"):
             raise SchemaViolation(f"query parameter {name} must be true or false, got {raw!r}")

@@ -46,17 +46,18 @@ from ..model import (
     UnknownTaskJobs,
 )
 from .buckets import Buckets
-from .control import JobControl, Schedules, WorkerRegistry
+from .control import JobControl, Schedules
 from .pruning import check_prune
 from .push import Listener, PushChannels
 from .shared_tx import SharedTransactions
+from .worker_rows import WorkerRows
 
 T = TypeVar("T")
 
 __all__ = ["Listener", "Store", "check_prune"]
 
 
-class Store(PushChannels, SharedTransactions, JobControl, WorkerRegistry, Schedules, abc.ABC):
+class Store(PushChannels, SharedTransactions, JobControl, WorkerRows, Schedules, abc.ABC):
     backend: str
     #: how often an idle worker polls when no push channel wakes it (seconds)
     default_poll_interval: float

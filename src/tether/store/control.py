@@ -1,7 +1,8 @@
-"""Job control and the workers' registry: parts of the store interface
-(``Store`` inherits ``JobControl``, ``WorkerRegistry`` and ``Schedules``), in
-a module of their own. Each method is one statement or one short transaction
-on the backend's database, as every ``Store`` method is."""
+"""Job control and schedules: parts of the store interface (``Store``
+inherits ``JobControl`` and ``Schedules``; the workers' rows are
+worker_rows.py's ``WorkerRows``), in a module of their own. Each method is
+one statement or one short transaction on the backend's database, as every
+``Store`` method is."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import abc
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from ..model import FiredTick, JobState, QueueLimits, ScheduleInfo, ScheduleSpec, WorkerInfo
+from ..model import FiredTick, JobState, QueueLimits, ScheduleInfo, ScheduleSpec
 
-__all__ = ["JobControl", "Schedules", "WorkerRegistry"]
+__all__ = ["JobControl", "Schedules"]
 
 
 class JobControl(abc.ABC):
-    """An operator's hands on the queues: retention, pause and resume, limits."""
+    """An operator's hands on the queues: retention, pause and resume, limits;
+    and the leases of provably dead workers."""
 
     # -- retention (job control) ------------------------------------------------
     @abc.abstractmethod
@@ -50,33 +52,11 @@ class JobControl(abc.ABC):
     def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
         """Every queue with a limit, with its running jobs and starts in the window."""
 
-
-class WorkerRegistry(abc.ABC):
-    """The workers table: who runs, where, serving what; and the leases of the dead."""
-
+    # -- start-up reconciliation ----------------------------------------------
     @abc.abstractmethod
     def lapse_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         """End the leases held by these (provably dead) workers now, so the next
         ``reap`` recovers their jobs at once."""
-
-    @abc.abstractmethod
-    def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
-        """Register (or re-register) a worker. ``owner``: a tether server's
-        fingerprint of the token registering it, recorded with a new worker;
-        an id already registered is refreshed only for the same owner (or for
-        ``owner=None``, a trusted caller) and is otherwise left as it is:
-        ``worker_owners`` tells the server which happened."""
-
-    @abc.abstractmethod
-    def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
-        """The owner recorded for each of these workers that is registered
-        (None: registered without one); unregistered ids are missing."""
-
-    @abc.abstractmethod
-    def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None: ...
-
-    @abc.abstractmethod
-    def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]: ...
 
 
 class Schedules:

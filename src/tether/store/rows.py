@@ -16,12 +16,21 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
-from ..model import Attempt, ClaimedJob, Job, JobState, NewJob, Outcome, WorkerInfo
+from ..model import MAX_ATTEMPTS_SHOWN, Attempt, ClaimedJob, Job, JobState, NewJob, Outcome, WorkerInfo
 from .columns import READ
 
 __all__ = [
-    "DATETIME_MAX", "DATETIME_MIN", "assign_ids", "attempt_from_row", "claimed_from_rows", "epoch_to_dt", "job_from_row", "json_text",
-    "missing_keys", "worker_from_row",
+    "DATETIME_MAX",
+    "DATETIME_MIN",
+    "assign_ids",
+    "attempt_from_row",
+    "claimed_from_rows",
+    "epoch_to_dt",
+    "job_from_row",
+    "job_with_newest",
+    "json_text",
+    "missing_keys",
+    "worker_from_row",
 ]
 
 Row = Sequence[Any]
@@ -37,12 +46,32 @@ def json_text(value: Any) -> Any:
 
 
 def job_from_row(
-    r: Row, attempts: list[Attempt], ts: Callable[[Any], Any] = _same, js: Callable[[Any], Any] = _same
+    r: Row, attempts: list[Attempt], ts: Callable[[Any], Any] = _same, js: Callable[[Any], Any] = _same,
+    older_attempts: int = 0,
 ) -> Job:
-    """A get_job or list_jobs row (the columns of ``columns.READ``, in order) as a Job."""
+    """A get_job or list_jobs row (the columns of ``columns.READ``, in order)
+    as a Job; ``older_attempts``: how many attempts ``attempts`` leaves out."""
+    fields = _fields(r, ts, js)
+    return Job(**fields, attempts=_with_running(fields, attempts), older_attempts=older_attempts)
+
+
+def _fields(r: Row, ts: Callable[[Any], Any], js: Callable[[Any], Any]) -> dict[str, Any]:
     read: dict[str, Callable[[Any], Any]] = {"plain": _same, "time": ts, "json": js, "flag": bool, "state": JobState}
-    fields = {c.name: read[c.kind](value) for c, value in zip(READ, r, strict=True)}
-    return Job(**fields, attempts=_with_running(fields, attempts))
+    return {c.name: read[c.kind](value) for c, value in zip(READ, r, strict=True)}
+
+
+def job_with_newest(
+    r: Row, history: Sequence[Row], ts: Callable[[Any], Any] = _same, js: Callable[[Any], Any] = _same
+) -> Job:
+    """``get_job``'s row with ``get_attempts_newest``'s rows (newest first,
+    each with the job's count of attempts last): the attempts oldest first,
+    and how many older ones were left out."""
+    attempts = [attempt_from_row(h, ts) for h in reversed(history)]
+    older = (int(history[0][8]) - len(history)) if history else 0
+    fields = _fields(r, ts, js)
+    if fields["state"] is JobState.RUNNING and fields["locked_by"] is not None and len(attempts) >= MAX_ATTEMPTS_SHOWN:
+        attempts, older = attempts[1:], older + 1  # room for the running attempt (_with_running)
+    return Job(**fields, attempts=_with_running(fields, attempts), older_attempts=older)
 
 
 def _with_running(job: dict[str, Any], attempts: list[Attempt]) -> list[Attempt]:

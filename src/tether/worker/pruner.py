@@ -19,7 +19,13 @@ statements' WHERE, ``store/*/queries.sql``).
 Each tick then prunes the schedules' ticks table the same way: the rows of
 ticks decided more than an hour ago (``TICK_KEEP``), which no fire can
 propose again (``store/schedules.py`` says why), in statements of ``limit``.
-Without it the table grew by a row for every tick of every schedule."""
+Without it the table grew by a row for every tick of every schedule.
+
+And the workers' rows (issue 41): those of workers stopped, or never stopped
+and silent (killed), for ``worker_age`` (``DEFAULT_WORKER_RETENTION``, a
+week; ``tether server --worker-retention``), in statements of ``limit``.
+Without it every worker that ever started kept its row, and every list of
+workers grew without end."""
 
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from ..errors import ConfigError
 from ..model import FINISHED_STATES, TERMINAL_STATES, JobState
 from ..store import Store
 from ..store.schedules import TICK_KEEP
+from ..store.worker_rows import DEFAULT_WORKER_RETENTION
 from .service import PeriodicService
 
 __all__ = [
@@ -137,14 +144,21 @@ class Pruner(PeriodicService):
     def __init__(
         self, store: Store, ages: Mapping[JobState, float], *, limit: int = DEFAULT_PRUNE_LIMIT,
         interval: float = DEFAULT_PRUNE_INTERVAL, max_rounds: int = MAX_ROUNDS,
+        worker_age: float | None = DEFAULT_WORKER_RETENTION,
     ) -> None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ConfigError(f"prune limit must be an int >= 1, got {limit!r}")
         if not isinstance(max_rounds, int) or isinstance(max_rounds, bool) or max_rounds < 1:
             raise ConfigError(f"pruner max_rounds must be an int >= 1, got {max_rounds!r}")
+        if worker_age is not None:
+            worker_age = parse_age(worker_age, "worker retention")
         super().__init__(interval)
         self.store = store
         self.ages = dict(ages)
+        #: seconds a stopped or silent worker's row is kept (None: forever)
+        self.worker_age = worker_age
+        #: workers' rows pruned, over every tick
+        self.workers_pruned = 0
         self.limit = limit
         self.max_rounds = max_rounds
         self.total = 0
@@ -194,4 +208,18 @@ class Pruner(PeriodicService):
         self.ticks_pruned += ticks
         if ticks:
             self.log.debug("pruned %d schedule tick(s) decided over %s ago", ticks, _age_text(TICK_KEEP))
+        self._prune_workers()
         return out
+
+    def _prune_workers(self) -> None:
+        if self.worker_age is None:
+            return
+        gone = 0
+        for _ in range(self.max_rounds):
+            n = len(self.store.prune_workers(self.worker_age, self.limit))
+            gone += n
+            if n < self.limit:
+                break
+        self.workers_pruned += gone
+        if gone:
+            self.log.info("pruned %d worker row(s) stopped or silent for over %s", gone, _age_text(self.worker_age))

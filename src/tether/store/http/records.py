@@ -85,6 +85,7 @@ def encode_job(j: Job) -> dict[str, Any]:
         value = getattr(j, name)
         d[key] = value if out is None or value is None else out(value)
     d["attempts"] = [encode_attempt(a) for a in j.attempts]
+    d["older_attempts"] = j.older_attempts
     return d
 
 
@@ -95,7 +96,8 @@ def decode_job(d: dict[str, Any]) -> Job:
     for key, name, read, optional in _JOB_IN:
         value = d.get(key) if optional else d[key]
         fields[name] = value if read is None or value is None else read(value)
-    return Job(**fields, attempts=[decode_attempt(a) for a in d["attempts"]])
+    return Job(**fields, attempts=[decode_attempt(a) for a in d["attempts"]],
+               older_attempts=d.get("older_attempts", 0))  # an older server does not send it
 
 
 #: the columns an enqueue request names that are keys (bounded, indexable: payload.check_key)
@@ -283,6 +285,7 @@ def encode_stats(s: Stats) -> dict[str, Any]:
         "workers": [encode_worker(w) for w in s.workers],
         "now": _dt(s.now),
         "unknown": [encode_unknown(u) for u in s.unknown],
+        "workers_total": len(s.workers) if s.workers_total is None else s.workers_total,
     }
 
 
@@ -293,4 +296,5 @@ def decode_stats(d: dict[str, Any]) -> Stats:
         workers=[decode_worker(w) for w in d["workers"]],
         now=_req_dt(d["now"]),
         unknown=[decode_unknown(u) for u in d.get("unknown", [])],
+        workers_total=d.get("workers_total"),
     )

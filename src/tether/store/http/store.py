@@ -47,8 +47,10 @@ from ...model import (
     Stats,
     WorkerInfo,
 )
+from ...naming import check_worker_identity
 from ..base import Store, check_prune
 from ..buckets import Buckets, check_sizes
+from ..worker_rows import WORKERS_PAGE
 from . import wire, wire_schedules, wire_unknown
 from .client import HttpClient, UnknownOperation, done_rows, tasks_field
 
@@ -335,6 +337,7 @@ class HttpStore(HttpClient, Store):
         return 0
 
     def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
+        check_worker_identity(info.id, info.host)
         if owner is not None:
             raise ConfigError("a tether server records a worker's owner itself, from the token that registers it")
         self._call("register_worker", {"id": info.id, "host": info.host, "pid": info.pid,
@@ -368,6 +371,20 @@ class HttpStore(HttpClient, Store):
     def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
         found = self._call("list_workers", query={"host": host, "live_only": live_only})
         return [wire.decode_worker(w) for w in found["workers"]]
+
+    def workers_page(self, *, limit: int = WORKERS_PAGE, offset: int = 0, live_only: bool = False,
+                     host: str | None = None) -> list[WorkerInfo]:
+        found = self._call("workers_page", query={"limit": limit, "offset": offset, "live_only": live_only,
+                                                  "host": host})
+        return [wire.decode_worker(w) for w in found["workers"]]
+
+    def count_workers(self, *, owner: str | None = None, queue: str | None = None, live_only: bool = False,
+                      since: float = model.LIVE_WITHIN, now: datetime | None = None) -> int:
+        raise ConfigError("counting workers is a tether server's own check; its API shows stats and pages")
+
+    def prune_workers(self, age: float, limit: int, *, owner: str | None = None,
+                      now: datetime | None = None) -> list[str]:
+        raise ConfigError("a tether server prunes its workers' rows itself (tether server --worker-retention)")
 
     # -- schedules (I6) ---------------------------------------------------------------------
     def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:

@@ -108,6 +108,8 @@ __all__ = [
 
 SCOPES = ("worker", "producer", "admin")
 MAX_CLAIM_WAIT = 30.0
+#: the most workers one workers_page answer lists
+WORKERS_PAGE_MAX = 1000
 
 # -- field schemas ------------------------------------------------------------------
 JOB_ID = integer(1, INT53_MAX)
@@ -163,8 +165,10 @@ def _by_type(c: Column) -> Schema:
 
 
 JOB_RECORD = obj(
-    {**{c.wire: _JOB_FIELDS.get(c.wire) or _by_type(c) for c in READ}, "attempts": array(ATTEMPT_RECORD, 10**6)},
-    optional=tuple(c.wire for c in READ if c.wire_optional),  # older servers do not send them
+    {**{c.wire: _JOB_FIELDS.get(c.wire) or _by_type(c) for c in READ}, "attempts": array(ATTEMPT_RECORD, 10**6),
+     "older_attempts": integer(0, 2**63 - 1)},
+    # older servers do not send them
+    optional=(*(c.wire for c in READ if c.wire_optional), "older_attempts"),
 )
 CLAIMED_RECORD = obj({
     "id": JOB_ID, "attempt": ATTEMPT, "task": string(1000), "args": ANY_JSON, "queue": string(1000),
@@ -199,7 +203,8 @@ STATS_RECORD = obj({
     "workers": array(WORKER_RECORD, 10**6),
     "now": DATETIME,
     "unknown": array(UNKNOWN_RECORD, 10**6),
-}, optional=("unknown",))
+    "workers_total": integer(0, 2**63 - 1),
+}, optional=("unknown", "workers_total"))
 THROUGHPUT_RECORD = obj({
     "start": DATETIME, "seconds": integer(1, MAX_BUCKET_SECONDS),
     # by outcome: this release's, and any a newer server adds (optional: an older server lacks some)
@@ -374,7 +379,7 @@ OPS: list[Op] = [
        body=obj({"id": WORKER_ID, "host": string(255, 1), "pid": integer(0), "proc_start": nullable(
            integer(0, 2**62)), "queues": array(QUEUE, 100, 1), "concurrency": integer(1, 100_000),
            "tasks": TASKS}, optional=("tasks",)),
-       acts_for="id"),
+       acts_for="id", errors=(422,)),
     Op("unknown_tasks", "GET", "/v1/unknown-tasks", ANY,
        "Due jobs by queue and task whose task no worker seen in the last `since` seconds knows",
        obj({"unknown": array(UNKNOWN_RECORD, 10**6)}), query={"since": integer(0, 10**9)}, takes_now=True),
@@ -388,6 +393,11 @@ OPS: list[Op] = [
     Op("list_workers", "GET", "/v1/workers", ANY, "Workers, optionally of one host or only live ones",
        obj({"workers": array(WORKER_RECORD, 100_000)}),
        query={"host": string(255), "live_only": boolean()}),
+    Op("workers_page", "GET", "/v1/workers/page", ANY,
+       "One page of workers, those not stopped first, the most recently seen first",
+       obj({"workers": array(WORKER_RECORD, WORKERS_PAGE_MAX)}),
+       query={"limit": integer(1, WORKERS_PAGE_MAX), "offset": integer(0, 2**31 - 1), "live_only": boolean(),
+              "host": string(255)}),
     Op("db_now", "GET", "/v1/now", ANY, "The database clock", obj({"now": DATETIME})),
     Op("check_schema", "GET", "/v1/schema", ANY, "Whether every migration has been applied (409 if not)",
        EMPTY, errors=(409,)),

@@ -522,30 +522,33 @@ WITH {_end_successes}, {_claim_picked_known}, claimed AS (
 -- when the task's own retry_backoff (a callable) chose them.
 -- A snooze (outcome 'snoozed': the handler raised tether.Retry(delay)) is a
 -- hand-back, not a failure: queued again at now + delay with released + 1, as
--- release does, so the claim that follows does not spend the budget.
+-- release does, so the claim that follows does not spend the budget; but
+-- only while the job has been handed back fewer than %(max_released)s times
+-- (issue 41: a worker token snoozed one job 300 times in 2 s). Past it a
+-- snooze is a failure like any other: it spends the budget.
 WITH ended AS (
     UPDATE {schema}.jobs AS j
     SET state = CASE
             WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN 'cancelled'
-            WHEN %(outcome)s = 'snoozed' THEN 'queued'
+            WHEN (%(outcome)s = 'snoozed' AND j.released < %(max_released)s) THEN 'queued'
             WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN 'dead'
             ELSE 'queued' END,
         run_at = CASE
             WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN j.run_at
-            WHEN %(outcome)s = 'snoozed' THEN {now} + make_interval(secs => coalesce(%(delay)s::float8, 0))
+            WHEN (%(outcome)s = 'snoozed' AND j.released < %(max_released)s) THEN {now} + make_interval(secs => coalesce(%(delay)s::float8, 0))
             WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN j.run_at
             ELSE {now} + make_interval(secs => coalesce(
                 %(delay)s::float8,
                 LEAST(3600, j.backoff_base * power(2, j.attempt - j.released - 1)) * (0.5 + random() * 0.5)))
             END,
-        released = CASE WHEN %(outcome)s = 'snoozed' AND NOT j.cancel_requested
+        released = CASE WHEN (%(outcome)s = 'snoozed' AND j.released < %(max_released)s) AND NOT j.cancel_requested
                         THEN j.released + 1 ELSE j.released END,
         finished_at = CASE
             WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN {now}
-            WHEN %(outcome)s = 'snoozed' THEN NULL
+            WHEN (%(outcome)s = 'snoozed' AND j.released < %(max_released)s) THEN NULL
             WHEN NOT %(retry)s OR j.attempt - j.released >= j.max_attempts THEN {now} END,
         -- a snooze is no error: the job's last one stays what it was
-        last_error = CASE WHEN %(outcome)s = 'snoozed' THEN j.last_error ELSE %(error)s END,
+        last_error = CASE WHEN (%(outcome)s = 'snoozed' AND j.released < %(max_released)s) THEN j.last_error ELSE %(error)s END,
         locked_by = NULL,
         lease_until = NULL,
         deadline = NULL
@@ -696,6 +699,21 @@ UNION ALL
 SELECT * FROM ({_successes} AND id = %(id)s) AS s
 ORDER BY attempt
 
+-- name: get_attempts_newest
+-- get_job's history (issue 41): the newest (limit) attempts, newest first,
+-- each with the job's count of attempts (count(*) OVER () is taken before the
+-- LIMIT): a job snoozed or failed thousands of times would otherwise be read
+-- whole, every error and traceback of it, on every look at the job.
+SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback, count(*) OVER () AS total
+FROM (
+    SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
+    FROM {schema}.attempts WHERE job_id = %(id)s
+    UNION ALL
+    SELECT * FROM ({_successes} AND id = %(id)s) AS s
+) AS a
+ORDER BY attempt DESC
+LIMIT %(limit)s
+
 -- name: recent_attempts
 -- Finished attempts with one of these outcomes, newest first (the dashboard's
 -- recoveries: lease_expired rows are written by the reaper). A scan of the
@@ -791,6 +809,42 @@ FROM {schema}.workers
 WHERE (%(host)s::text IS NULL OR host = %(host)s)
   AND (NOT %(live_only)s OR stopped_at IS NULL)
 ORDER BY started_at
+
+-- name: list_workers_page
+-- The dashboard's workers page, and a server's list (issue 41): one page of
+-- them, live ones first, the most recently seen first. A server took 10,000
+-- registrations of one token, and listing them all made a 90 MB answer.
+SELECT id, host, pid, proc_start, started_at, last_seen, queues, concurrency, stopped_at, tasks
+FROM {schema}.workers
+WHERE (%(host)s::text IS NULL OR host = %(host)s)
+  AND (NOT %(live_only)s OR stopped_at IS NULL)
+ORDER BY stopped_at IS NOT NULL, last_seen DESC, id
+LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: count_workers
+-- How many workers' rows there are: of one owner (a server's per-token cap),
+-- serving a queue, only live ones (not stopped, seen in the last "since"
+-- seconds: a server's live-workers-per-queue cap), or all. The table is
+-- bounded by those caps and by prune_workers: a scan of it is cheap.
+SELECT count(*) FROM {schema}.workers
+WHERE (%(owner)s::text IS NULL OR owner = %(owner)s::text)
+  AND (NOT %(live_only)s OR (stopped_at IS NULL AND last_seen >= {now} - make_interval(secs => %(since)s::float8)))
+  AND (%(queue)s::text IS NULL OR queues ? %(queue)s::text)
+
+-- name: prune_workers
+-- Workers' rows past retention (issue 41): stopped "age" seconds ago, or
+-- never stopped (killed) and silent that long; the oldest first, at most
+-- "limit" per statement (the pruner repeats it), of one owner when one is
+-- given (a server making room under a token's cap). Nothing refers to a
+-- worker's row: its attempts keep the id as text.
+DELETE FROM {schema}.workers WHERE id IN (
+    SELECT id FROM {schema}.workers
+    WHERE coalesce(stopped_at, last_seen) < {now} - make_interval(secs => %(age)s::float8)
+      AND (%(owner)s::text IS NULL OR owner = %(owner)s::text)
+    ORDER BY coalesce(stopped_at, last_seen)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING id
 
 -- name: _known
 -- The (queue, task) pairs that workers seen since %(since)s seconds ago know

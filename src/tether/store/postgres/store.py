@@ -9,7 +9,6 @@ is ``listener.py``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
@@ -22,12 +21,26 @@ from psycopg.pq import ExecStatus
 from ... import model
 from ...config import DatabaseURL, redact_url
 from ...errors import InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
-from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ...model import (
+    MAX_ATTEMPTS_SHOWN,
+    Attempt,
+    Beat,
+    ClaimedJob,
+    DueJob,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+    Reaped,
+    Stats,
+)
+from ...payload import stored_failure
 from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
 from ..columns import pg_macros
-from ..rows import attempt_from_row, job_from_row, worker_from_row
+from ..rows import attempt_from_row, job_from_row, job_with_newest
 from ..sqlfile import load_migrations, load_queries
+from ..worker_rows import DEFAULT_WORKER_RETENTION
 from . import connect
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote, warn_if_jit
 from .control import PostgresControl
@@ -36,6 +49,7 @@ from .listener import NotifyListener
 from .schedules import PostgresSchedules
 from .steps import Rows, Steps, beats, claim_steps, complete_and_claim_steps, complete_steps, enqueue_steps
 from .tx import TransactionsMixin
+from .workers import PostgresWorkers
 
 __all__ = ["PostgresStore"]
 
@@ -78,7 +92,7 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return res is not None and res.status == TUPLES_OK
 
 
-class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, TransactionsMixin, Store):
+class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresWorkers, TransactionsMixin, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0
@@ -244,10 +258,11 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
             try:
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 rows = conn.execute(self.q["get_job"], {"id": job_id}).fetchall()
-                history = conn.execute(self.q["get_attempts"], {"id": job_id}).fetchall() if rows else []
+                history = conn.execute(self.q["get_attempts_newest"],
+                                       {"id": job_id, "limit": MAX_ATTEMPTS_SHOWN}).fetchall() if rows else []
             except SCHEMA_BEHIND:
                 raise self._no_tables() from None
-        return job_from_row(rows[0], [attempt_from_row(r) for r in history]) if rows else None
+        return job_with_newest(rows[0], history) if rows else None
 
     def list_jobs(
         self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50
@@ -292,8 +307,9 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
     def stats(self) -> Stats:
         counts = {(q, s): int(n) for q, s, n in self._all("counts")}
         oldest = {q: t for q, t in self._all("oldest_queued")}
-        return Stats(counts=counts, oldest_queued=oldest, workers=self.list_workers(live_only=True), now=self.db_now(),
-                     unknown=self.unknown_tasks())
+        return Stats(counts=counts, oldest_queued=oldest, now=self.db_now(), unknown=self.unknown_tasks(),
+                     workers=self.workers_page(live_only=True, limit=model.STATS_WORKERS),
+                     workers_total=self.count_workers(live_only=True, since=DEFAULT_WORKER_RETENTION))
 
     # -- jobs no worker knows (see bury_unknown in queries.sql) -------------------
     def unknown_tasks(self, *, since: float = model.LIVE_WITHIN, now: datetime | None = None) -> list[model.UnknownTaskJobs]:
@@ -399,11 +415,13 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
         now: datetime | None = None,
         delay: float | None = None,
     ) -> JobState:
+        error, traceback = stored_failure(outcome is Outcome.SNOOZED, error, traceback)  # type: ignore[assignment]
         rows = self._all(
             "fail",
             {
                 "worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome),
                 "error": error, "traceback": traceback, "retry": retry, "now": now, "delay": delay,
+                "max_released": model.MAX_HANDBACKS,
             },
         )
         if not rows:
@@ -452,27 +470,6 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, Transacti
         if not worker_ids:
             return 0
         return len(self._all("lapse_leases", {"workers": list(worker_ids), "now": now}))
-
-    def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
-        self._all(
-            "register_worker",
-            {
-                "id": info.id, "host": info.host, "pid": info.pid, "proc_start": info.proc_start,
-                "queues": json.dumps(info.queues), "concurrency": info.concurrency, "owner": owner,
-                "tasks": None if info.tasks is None else json.dumps(sorted(info.tasks)),
-            },
-        )
-
-    def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
-        if not worker_ids:
-            return {}
-        return {r[0]: r[1] for r in self._all("worker_owners", {"ids": list(worker_ids)})}
-
-    def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None:
-        self._all("stop_worker", {"id": worker_id, "now": now})
-
-    def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
-        return [worker_from_row(r) for r in self._all("list_workers", {"host": host, "live_only": live_only})]
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         """LISTEN on the database URL, or on ``listen_url`` when given; behind

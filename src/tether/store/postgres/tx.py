@@ -29,8 +29,8 @@ from psycopg_pool import ConnectionPool
 
 from ...config import DatabaseURL
 from ...errors import ConfigError, SchemaMissing, StaleAttempt
-from ...model import Job, NewJob
-from ..rows import attempt_from_row, job_from_row
+from ...model import MAX_ATTEMPTS_SHOWN, Job, NewJob
+from ..rows import job_with_newest
 from .loop_connections import LoopConnections
 
 __all__ = ["PgTransactions", "TransactionsMixin"]
@@ -243,8 +243,9 @@ class TransactionsMixin:
     def get_job_on(self, conn: object, job_id: int) -> Job | None:
         self._tx.check(conn, want_async=False)
         assert isinstance(conn, psycopg.Connection)
-        rows, history = self._tx.read_on(conn, ("get_job", "get_attempts"), {"id": job_id})
-        return job_from_row(rows[0], [attempt_from_row(r) for r in history]) if rows else None
+        rows, history = self._tx.read_on(conn, ("get_job", "get_attempts_newest"),
+                                         {"id": job_id, "limit": MAX_ATTEMPTS_SHOWN})
+        return job_with_newest(rows[0], history) if rows else None
 
     async def enqueue_on_async(
         self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None

@@ -282,27 +282,30 @@ VALUES (?1, ?4, ?5, ?6, ?7, ?3, ?8, ?9)
 -- base * 2^(failures-1) seconds, capped at an hour, with half of it jittered,
 -- or after :delay seconds when the task's callable retry_backoff chose them.
 -- A snooze ('snoozed': tether.Retry(delay)) is a hand-back, as on PostgreSQL:
--- queued at now + delay with released + 1, the budget untouched.
+-- queued at now + delay with released + 1, the budget untouched; but only
+-- while the job has been handed back fewer than :max_released times (issue
+-- 41: a worker token snoozed one job 300 times in 2 s). Past it a snooze is a
+-- failure like any other: it spends the budget.
 UPDATE tether_jobs
 SET state = CASE
         WHEN :outcome = 'cancelled' OR cancel_requested THEN 'cancelled'
-        WHEN :outcome = 'snoozed' THEN 'queued'
+        WHEN (:outcome = 'snoozed' AND released < :max_released) THEN 'queued'
         WHEN NOT :retry OR attempt - released >= max_attempts THEN 'dead'
         ELSE 'queued' END,
     run_at = CASE
         WHEN :outcome = 'cancelled' OR cancel_requested THEN run_at
-        WHEN :outcome = 'snoozed' THEN {now} + coalesce(:delay, 0)
+        WHEN (:outcome = 'snoozed' AND released < :max_released) THEN {now} + coalesce(:delay, 0)
         WHEN NOT :retry OR attempt - released >= max_attempts THEN run_at
         ELSE {now} + coalesce(:delay, min(3600, backoff_base * (1 << min(attempt - released - 1, 12)))
                                       * (0.5 + 0.5 * ((random() & 1048575) / 1048576.0)))
         END,
-    released = CASE WHEN :outcome = 'snoozed' AND NOT cancel_requested THEN released + 1 ELSE released END,
+    released = CASE WHEN (:outcome = 'snoozed' AND released < :max_released) AND NOT cancel_requested THEN released + 1 ELSE released END,
     finished_at = CASE
         WHEN :outcome = 'cancelled' OR cancel_requested THEN {now}
-        WHEN :outcome = 'snoozed' THEN NULL
+        WHEN (:outcome = 'snoozed' AND released < :max_released) THEN NULL
         WHEN NOT :retry OR attempt - released >= max_attempts THEN {now} END,
     -- a snooze is no error: the job's last one stays what it was
-    last_error = CASE WHEN :outcome = 'snoozed' THEN last_error ELSE :error END,
+    last_error = CASE WHEN (:outcome = 'snoozed' AND released < :max_released) THEN last_error ELSE :error END,
     locked_by = NULL,
     lease_until = NULL,
     deadline = NULL
@@ -422,6 +425,22 @@ UNION ALL
 SELECT * FROM ({_successes} AND id = :id)
 ORDER BY attempt
 
+-- name: get_attempts_newest
+-- get_job's history (issue 41): the newest :limit attempts, newest first, each
+-- with the job's count of attempts (count(*) OVER () is taken before the
+-- LIMIT): a job snoozed or failed thousands of times would otherwise be read
+-- whole, every error and traceback of it, on every look at the job. The
+-- attempts primary key (job_id, attempt) hands them over in order.
+SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback, count(*) OVER () AS total
+FROM (
+    SELECT job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
+    FROM tether_attempts WHERE job_id = :id
+    UNION ALL
+    SELECT * FROM ({_successes} AND id = :id)
+)
+ORDER BY attempt DESC
+LIMIT :limit
+
 -- name: recent_attempts
 -- Finished attempts with one of these outcomes, newest first (the dashboard's
 -- recoveries: lease_expired rows are written by the reaper). A scan of the
@@ -509,6 +528,41 @@ FROM tether_workers
 WHERE (:host IS NULL OR host = :host)
   AND (NOT :live_only OR stopped_at IS NULL)
 ORDER BY started_at
+
+-- name: list_workers_page
+-- The dashboard's workers page, and a server's list (issue 41): one page of
+-- them, live ones first, the most recently seen first. A server took 10,000
+-- registrations of one token, and listing them all made a 90 MB answer.
+SELECT id, host, pid, proc_start, started_at, last_seen, queues, concurrency, stopped_at, tasks
+FROM tether_workers
+WHERE (:host IS NULL OR host = :host)
+  AND (NOT :live_only OR stopped_at IS NULL)
+ORDER BY stopped_at IS NOT NULL, last_seen DESC, id
+LIMIT :limit OFFSET :offset
+
+-- name: count_workers
+-- How many workers' rows there are: of one owner (a server's per-token cap),
+-- serving :queue, only live ones (not stopped, seen in the last :since
+-- seconds: a server's live-workers-per-queue cap), or all. The table is
+-- bounded by those caps and by prune_workers: a scan of it is cheap.
+SELECT count(*) FROM tether_workers
+WHERE (:owner IS NULL OR owner = :owner)
+  AND (NOT :live_only OR (stopped_at IS NULL AND last_seen >= {now} - :since))
+  AND (:queue IS NULL OR EXISTS (SELECT 1 FROM json_each(queues) WHERE value = :queue))
+
+-- name: prune_workers
+-- Workers' rows past retention (issue 41): stopped :age seconds ago, or never
+-- stopped (killed) and silent that long; the oldest first, at most :limit per
+-- statement (the pruner repeats it), of one owner when :owner is set (a
+-- server making room under a token's cap). Nothing refers to a worker's row:
+-- its attempts keep the id as text.
+DELETE FROM tether_workers WHERE id IN (
+    SELECT id FROM tether_workers
+    WHERE coalesce(stopped_at, last_seen) < {now} - :age
+      AND (:owner IS NULL OR owner = :owner)
+    ORDER BY coalesce(stopped_at, last_seen)
+    LIMIT :limit)
+RETURNING id
 
 -- name: _known
 -- The (queue, task) pairs that workers seen in the last :since seconds know

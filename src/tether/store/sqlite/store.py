@@ -17,7 +17,20 @@ from typing import Any
 from ... import model
 from ...config import DatabaseURL
 from ...errors import InvalidDSN, InvalidTransition, JobNotFound, SchemaMissing, StaleAttempt
-from ...model import Attempt, Beat, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, WorkerInfo
+from ...model import (
+    MAX_ATTEMPTS_SHOWN,
+    Attempt,
+    Beat,
+    ClaimedJob,
+    DueJob,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+    Reaped,
+    Stats,
+)
+from ...payload import stored_failure
 from ..base import Store
 from ..buckets import Buckets, fill, window
 from ..columns import sqlite_macros, sqlite_row
@@ -27,11 +40,12 @@ from ..rows import (
     claimed_from_rows,
     epoch_to_dt,
     job_from_row,
+    job_with_newest,
     json_text,
     missing_keys,
-    worker_from_row,
 )
 from ..sqlfile import load_migrations, load_queries
+from ..worker_rows import DEFAULT_WORKER_RETENTION
 from .conns import ThreadConnections
 from .control import SQLiteControl, finished_states_sql
 from .ending import end
@@ -39,6 +53,7 @@ from .rounds import InlineRounds
 from .schedules import SQLiteSchedules
 from .schema import MISSING, SQLiteSchema
 from .tx import TransactionsMixin
+from .workers import SQLiteWorkers
 
 __all__ = ["SQLiteStore"]
 
@@ -51,7 +66,7 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixin, InlineRounds, Store):
+class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteWorkers, TransactionsMixin, InlineRounds, Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2
@@ -173,12 +188,11 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
                 conn.execute("BEGIN")
             try:
                 rows = self._all("get_job", {"id": job_id})
-                history = self._all("get_attempts", {"id": job_id}) if rows else []
+                history = self._all("get_attempts_newest", {"id": job_id, "limit": MAX_ATTEMPTS_SHOWN}) if rows else []
             finally:
                 if own:
                     conn.execute("COMMIT")
-        return job_from_row(rows[0], [attempt_from_row(r, epoch_to_dt) for r in history], epoch_to_dt,
-                            json_text) if rows else None
+        return job_with_newest(rows[0], history, epoch_to_dt, json_text) if rows else None
 
     def list_jobs(
         self, *, state: str | None = None, queue: str | None = None, task: str | None = None, limit: int = 50
@@ -225,9 +239,10 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         return Stats(
             counts=counts,
             oldest_queued={q: t for q, t in oldest.items() if t is not None},
-            workers=self.list_workers(live_only=True),
+            workers=self.workers_page(live_only=True, limit=model.STATS_WORKERS),
             now=self.db_now(),
             unknown=self.unknown_tasks(),
+            workers_total=self.count_workers(live_only=True, since=DEFAULT_WORKER_RETENTION),
         )
 
     def unknown_tasks(self, *, since: float = model.LIVE_WITHIN, now: datetime | None = None) -> list[model.UnknownTaskJobs]:
@@ -372,8 +387,10 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         now: datetime | None = None,
         delay: float | None = None,
     ) -> JobState:
+        error, traceback = stored_failure(outcome is Outcome.SNOOZED, error, traceback)  # type: ignore[assignment]
         params = {"worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome), "error": error,
-                  "traceback": traceback, "retry": retry, "now": _ts(now), "delay": delay}
+                  "traceback": traceback, "retry": retry, "now": _ts(now), "delay": delay,
+                  "max_released": model.MAX_HANDBACKS}
         return self._finish("fail", params)
 
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
@@ -405,26 +422,6 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, TransactionsMixi
         if not worker_ids:
             return 0
         return len(self._all("lapse_leases", {"workers": json.dumps(list(worker_ids)), "now": _ts(now)}))
-
-    def register_worker(self, info: WorkerInfo, *, owner: str | None = None) -> None:
-        self._all(
-            "register_worker",
-            {"id": info.id, "host": info.host, "pid": info.pid, "proc_start": info.proc_start,
-             "queues": json.dumps(info.queues), "concurrency": info.concurrency, "owner": owner, "now": None,
-             "tasks": None if info.tasks is None else json.dumps(sorted(info.tasks))},
-        )
-
-    def worker_owners(self, worker_ids: Sequence[str]) -> dict[str, str | None]:
-        if not worker_ids:
-            return {}
-        return {r[0]: r[1] for r in self._all("worker_owners", {"ids": json.dumps(list(worker_ids))})}
-
-    def stop_worker(self, worker_id: str, *, now: datetime | None = None) -> None:
-        self._all("stop_worker", {"id": worker_id, "now": _ts(now)})
-
-    def list_workers(self, *, host: str | None = None, live_only: bool = False) -> list[WorkerInfo]:
-        rows = self._all("list_workers", {"host": host, "live_only": live_only})
-        return [worker_from_row(r, epoch_to_dt, json_text) for r in rows]
 
 
 def _claimed(rows: list[Any]) -> list[ClaimedJob]:

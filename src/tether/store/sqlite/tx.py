@@ -37,8 +37,8 @@ from functools import cached_property, partial
 from typing import Any, TypeVar
 
 from ...errors import ConfigError, SchemaMissing, StaleAttempt
-from ...model import Job, NewJob
-from ..rows import attempt_from_row, epoch_to_dt, job_from_row, json_text
+from ...model import MAX_ATTEMPTS_SHOWN, Job, NewJob
+from ..rows import epoch_to_dt, job_with_newest, json_text
 
 __all__ = ["SqliteTransactions", "TransactionsMixin"]
 
@@ -250,11 +250,11 @@ class TransactionsMixin:
     def get_job_on(self, conn: object, job_id: int) -> Job | None:
         def read(cur: sqlite3.Cursor) -> tuple[list[Any], list[Any]]:
             rows = cur.execute(self.q["get_job"], {"id": job_id}).fetchall()
-            return rows, cur.execute(self.q["get_attempts"], {"id": job_id}).fetchall() if rows else []
+            newest = {"id": job_id, "limit": MAX_ATTEMPTS_SHOWN}
+            return rows, cur.execute(self.q["get_attempts_newest"], newest).fetchall() if rows else []
 
         rows, history = self._tx.run(self._tx.check(conn), read)
-        return job_from_row(rows[0], [attempt_from_row(r, epoch_to_dt) for r in history], epoch_to_dt,
-                            json_text) if rows else None
+        return job_with_newest(rows[0], history, epoch_to_dt, json_text) if rows else None
 
     async def enqueue_on_async(
         self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None
