@@ -177,7 +177,7 @@ def take_from(store: Store, worker_id: str, job_id: int, *, reap: Callable[[], o
     assert held is not None and held.state.value == "running" and held.locked_by == worker_id, held
     deadline = time.monotonic() + timeout
     while True:
-        store.expire_leases([worker_id])
+        store.lapse_leases([worker_id])
         if reap is not None:
             reap()
         else:

@@ -41,7 +41,7 @@ def seed(app: Tether) -> Seeded:
     store.fail("worker-a@host", dead, c.attempt, outcome=Outcome.FAILED, error=f"ValueError: bad title {XSS}",
                traceback=f"Traceback (most recent call last):\n  File \"app.py\", line 1\nValueError: {XSS}")
     [c] = store.claim("worker-b@gone", ["reports"], 1, 30)
-    store.expire_leases(["worker-b@gone"])
+    store.lapse_leases(["worker-b@gone"])
     store.reap(10)
     [c] = store.claim("worker-a@host", ["reports"], 1, 30)
     store.fail("worker-a@host", dead, c.attempt, outcome=Outcome.FAILED, error="RuntimeError: still broken")

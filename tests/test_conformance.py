@@ -1344,10 +1344,10 @@ def test_many_reapers_racing_reap_each_job_once(store: Store) -> None:
         assert [(a.attempt, a.outcome) for a in get(store, job.id).attempts] == [(1, Outcome.LEASE_EXPIRED)]
 
 
-# -- expire_leases (start-up reconciliation) -------------------------------------------
+# -- lapse_leases (start-up reconciliation) -------------------------------------------
 
 
-def test_expire_leases_ends_only_those_workers_leases(store: Store) -> None:
+def test_lapse_leases_ends_only_those_workers_leases(store: Store) -> None:
     t0 = store.db_now()
     store.enqueue([new_job() for _ in range(6)], now=t0)
     dead = {c.id for c in store.claim(W, ["default"], 3, TTL, now=t0)}
@@ -1355,8 +1355,8 @@ def test_expire_leases_ends_only_those_workers_leases(store: Store) -> None:
     alive_before = {i: get(store, i) for i in alive}
     t1 = t0 + sec(1)
     assert store.reap(100, now=t1) == []
-    assert store.expire_leases([W, "nobody"], now=t1) == 3
-    assert store.expire_leases([], now=t1) == 0
+    assert store.lapse_leases([W, "nobody"], now=t1) == 3
+    assert store.lapse_leases([], now=t1) == 0
     reaped = store.reap(100, now=t1)
     assert {r.id for r in reaped} == dead
     assert {r.worker for r in reaped} == {W}
@@ -1608,7 +1608,7 @@ def test_terminal_jobs_are_never_claimed_or_reaped_again(store: Store) -> None:
         assert store.claim(W, ["s", "d", "c", "default"], 100, TTL, now=later) == []
         assert store.reap(100, now=later) == []
         assert store.heartbeat(W, [(i, 1) for i in ids], TTL, now=later) == {i: Beat.LOST for i in ids}
-    assert store.expire_leases([W], now=t0) == 0
+    assert store.lapse_leases([W], now=t0) == 0
     assert {i: get(store, i) for i in ids} == before
 
 

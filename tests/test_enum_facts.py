@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from tether.cli.render import OUTCOME_STYLE, STATE_STYLE, outcome_text
 from tether.dashboard.chart import FAILED
 from tether.display import STATE_ORDER
-from tether.events import after_attempt
+from tether.events import where_it_went
 from tether.model import (
     ACTIVE_STATES,
     FINISHED_STATES,
@@ -42,7 +42,10 @@ def test_the_faces_fill_from_the_facts() -> None:
     assert {o: OUTCOME_FACTS[o].style for o in Outcome} == OUTCOME_STYLE
     assert set(FAILED) == {Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LEASE_EXPIRED, Outcome.DISCARDED}
     assert list(RETENTION_DEFAULTS.items()) == [("succeeded", "7d"), ("cancelled", "30d"), ("dead", "30d")]
-    assert [after_attempt(s) for s in JobState] == ["job.retried", None, None, "job.dead", "job.cancelled"]
+    # where a failed attempt left its job (a success is no failure), and where an ending left it
+    assert [where_it_went(s, Outcome.FAILED) for s in JobState if s is not JobState.SUCCEEDED] == [
+        "job.retried", None, "job.dead", "job.cancelled"]
+    assert [where_it_went(s) for s in JobState] == [None, None, "job.succeeded", "job.dead", "job.cancelled"]
     assert {o for o in Outcome if not o.counts} == {Outcome.RELEASED, Outcome.SNOOZED}
     assert {o for o in Outcome if o.error} == set(FAILED) | {Outcome.CANCELLED}
 

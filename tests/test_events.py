@@ -120,7 +120,7 @@ def test_recovered_names_the_dead_worker_then_retried(make_app: Callable[..., Te
 
     jid = t.enqueue()
     [claimed] = app.store.claim("ghost-worker", ["default"], 60, 30.0)
-    app.store.expire_leases(["ghost-worker"])  # as reconciliation does for a worker that provably died
+    app.store.lapse_leases(["ghost-worker"])  # as reconciliation does for a worker that provably died
     reaped = Reaper(app.store, events=app.events).run_once()
     assert [r.id for r in reaped] == [jid]
     assert rec.names(jid) == ["job.enqueued", "job.recovered", "job.retried"]
@@ -131,7 +131,7 @@ def test_recovered_names_the_dead_worker_then_retried(make_app: Callable[..., Te
     # ... and a real worker's reaper does the same for a job whose budget is spent: recovered, then dead.
     last = t.using(max_attempts=1, queue="other").enqueue()
     app.store.claim("ghost-2", ["other"], 1, 30.0)
-    app.store.expire_leases(["ghost-2"])
+    app.store.lapse_leases(["ghost-2"])
     with running(app, queues=["default", "other"]):
         wait_job(app, last, is_final)
         rec.wait_for("job.dead", last)

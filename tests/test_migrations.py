@@ -275,7 +275,7 @@ OPERATIONS: dict[str, Callable[[Store], object]] = {
     "progress": lambda s: s.progress("w", 1, 1, 0.5, None, 30.0),
     "release": lambda s: s.release("w", 1, 1),
     "reap": lambda s: s.reap(10),
-    "expire_leases": lambda s: s.expire_leases(["w"]),
+    "lapse_leases": lambda s: s.lapse_leases(["w"]),
     "retry": lambda s: s.retry(1),
     "register_worker": lambda s: s.register_worker(
         WorkerInfo(id="w", host="h", pid=1, proc_start=None, started_at=_T, last_seen=_T, queues=["q"], concurrency=1)

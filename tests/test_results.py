@@ -240,19 +240,25 @@ def test_a_wait_registers_while_it_waits_and_unregisters_when_it_returns(pg: Tet
         assert conn.execute(f'SELECT count(*) FROM "{store.dsn.schema}".waiters').fetchone() == (0,)
 
 
-@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-def test_a_pushed_wait_wakes_on_the_notification_not_a_poll(pg: Tether, monkeypatch: pytest.MonkeyPatch) -> None:
+def push_only(app: Tether, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once ``app``'s listener is connected, no poll comes in time: a wait that
+    returns within seconds was woken by the notification."""
     from tether.store import waiting
 
     monkeypatch.setattr(waiting, "PUSH_CHECK", 30.0)
-    store = pg.store
-    watch = pg._watch()
+    watch = app._watch()
     watch._start()
     deadline = time.monotonic() + 10
     while not watch.pushed:
         assert time.monotonic() < deadline, "the listener never connected"
         time.sleep(0.01)
-    monkeypatch.setattr(waiting, "FIRST_POLL", 30.0)  # no poll could see it in time
+    monkeypatch.setattr(waiting, "FIRST_POLL", 30.0)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_pushed_wait_wakes_on_the_notification_not_a_poll(pg: Tether, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = pg.store
+    push_only(pg, monkeypatch)
     (job_id,) = store.enqueue([new_job()])
     threading.Timer(0.2, lambda: _finish(store, job_id)).start()
     started = time.monotonic()

@@ -9,6 +9,7 @@ from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
 from tether.store.columns import pg_macros, sqlite_macros
 from tether.store.postgres.store import NOW as PG_NOW
+from tether.store.sqlfile import included as sqlfile_included
 from tether.store.sqlfile import load_queries, strip_comments
 from tether.store.sqlite.control import finished_states_sql
 from tether.store.sqlite.store import NOW as SQLITE_NOW
@@ -75,3 +76,32 @@ def test_fragments_include_fragments_and_a_cycle_is_refused(tmp_path: Path, monk
         load_queries("fragpkg", "loop.sql", {})
     with pytest.raises(RuntimeError, match=r"unfilled macro \{_nowhere\}"):
         load_queries("fragpkg", "unknown.sql", {})
+
+
+@pytest.mark.parametrize("package", sorted(BACKENDS))
+def test_every_claim_and_the_sweep_share_one_claimable_condition(package: str) -> None:
+    """Issue 48, item 4: "queued, due, queue not paused" is one fragment
+    (_open_queues) that every claim and the transport sweep read their jobs
+    through, and the claims' limits one CTE (_limits on PostgreSQL, _rooms on
+    SQLite), not copies that could drift apart."""
+    from importlib import resources
+
+    from tether.store.sqlfile import split_queries
+
+    raw = split_queries(resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8"), "queries.sql")
+
+    def included(name: str) -> set[str]:
+        return sqlfile_included(raw, name)
+
+    claims = {n for n in raw if not n.startswith("_") and "_grant_lease" in included(n)}
+    assert {"claim", "claim_known", "claim_ids"} <= claims
+    limits = "_limits" if package.endswith("postgres") else "_rooms"
+    for name in claims | {"due_unclaimed"}:
+        assert "_open_queues" in included(name), name
+    for name in claims:
+        assert limits in included(name), name
+    # the condition and the limits are written once, in their fragments
+    readers = claims | {"due_unclaimed"}
+    for name in readers | set().union(*(included(n) for n in readers)) - {"_open_queues", limits}:
+        assert "WHERE paused" not in raw[name], name
+        assert "claim_room(" not in raw[name], name

@@ -194,7 +194,7 @@ def test_http_store_raises_not_your_worker_and_reconciles_only_its_own(
     # whichever token registered it: B ends its own worker's leases, leaves
     # A's to the reaper, and does not fail.
     with caplog.at_level(logging.WARNING, logger="tether.store.http"):
-        assert b.expire_leases(["wa", "wb"]) == 1
+        assert b.lapse_leases(["wa", "wb"]) == 1
         b.stop_worker("wa")
         b.stop_worker("wb")
     assert "not ending the leases of wa" in caplog.text and "not marking worker wa stopped" in caplog.text

@@ -27,7 +27,7 @@ from .config import (
 )
 from .context import JobCancelled, JobContext
 from .errors import ConfigError, JobFailed, UnknownTask
-from .events import Event, EventHook, Events
+from .events import Event, EventHook, Events, ending_event
 from .logs import configure_worker_logging
 from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name, script_loaded_twice, validate_task_name
@@ -429,7 +429,7 @@ class Tether:
         job_id = check_job_id(job_id)
         state = self.store.cancel(job_id)
         if state is JobState.CANCELLED and self.events.active:
-            self.events.emit(Event("job.cancelled", job_id=job_id, state=state))
+            self.events.emit(Event(ending_event(state), job_id=job_id, state=state))
         return state
 
     def retry(self, job_id: int) -> None:

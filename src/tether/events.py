@@ -121,6 +121,21 @@ def _check_name(name: str) -> None:
         raise ConfigError(f"unknown event {name!r}; known: *, {', '.join(EVENT_NAMES)}")
 
 
-def after_attempt(state: JobState) -> str | None:
-    """The event that says where a job went after an attempt ended badly."""
-    return None if state is JobState.SUCCEEDED else state.event
+def where_it_went(state: JobState, after: Outcome | None = None) -> str | None:
+    """The one place that names the event saying where a statement sent a job
+    (issue 48): job.succeeded, job.dead or job.cancelled when it ended, whoever
+    ended it (a worker's report, the reaper, the unknown-task service, a
+    cancel); job.retried when an attempt that ended badly (``after``: its
+    outcome) sent it back to queued; None for anything else (a release, or no
+    move at all). The names are the states' facts (``JobState.event``)."""
+    if state is JobState.QUEUED and (after is None or after is Outcome.RELEASED):
+        return None
+    return state.event
+
+
+def ending_event(state: JobState) -> str:
+    """``where_it_went`` for a job that ended in ``state``, a terminal one."""
+    name = where_it_went(state)
+    if name is None or not state.terminal:
+        raise ValueError(f"a job does not end {state}")
+    return name

@@ -253,7 +253,7 @@ HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
     "fail": _fail,
     "release": lambda s, a: {"state": str(s.store.release(a["worker"], a["job_id"], a["attempt"], now=a["now"]))},
     "reap": lambda s, a: {"reaped": [wire.encode_reaped(r) for r in s.store.reap(a["limit"], now=a["now"])]},
-    "expire_leases": lambda s, a: {"expired": s.store.expire_leases(a["workers"], now=a["now"])},
+    "expire_leases": lambda s, a: {"expired": s.store.lapse_leases(a["workers"], now=a["now"])},
     "register_worker": lambda s, a: workers.register(s.store, s.owners, s.workers, a),
     "unknown_tasks": lambda s, a: {"unknown": [wire_unknown.encode_unknown(u) for u in s.store.unknown_tasks(
         since=a.get("since", LIVE_WITHIN), now=a["now"])]},

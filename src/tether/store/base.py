@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from functools import partial
 from typing import TypeVar
 
-from ..errors import ConfigError
 from ..model import (
     LIVE_WITHIN,
     Attempt,
@@ -39,21 +37,19 @@ from ..model import (
     Buried,
     ClaimedJob,
     DueJob,
-    FiredTick,
     Job,
     JobState,
     NewJob,
     Outcome,
-    QueueLimits,
     Reaped,
-    ScheduleInfo,
-    ScheduleSpec,
     Stats,
     UnknownTaskJobs,
 )
 from .buckets import Buckets
+from .control import JobControl, Schedules
 from .pruning import check_prune
 from .push import Listener, PushChannels
+from .shared_tx import SharedTransactions
 from .worker_rows import WorkerRows
 
 T = TypeVar("T")
@@ -61,14 +57,7 @@ T = TypeVar("T")
 __all__ = ["Listener", "Store", "check_prune"]
 
 
-_NO_SHARED_TX = (
-    "{what} needs a direct connection to tether's database, and this app's store is {backend}: "
-    "through a tether server (http://...) the database connection is the server's, so nothing can "
-    "join your transaction. Use a postgresql:// or sqlite:/// URL for this"
-)
-
-
-class Store(PushChannels, WorkerRows, abc.ABC):
+class Store(PushChannels, SharedTransactions, JobControl, WorkerRows, Schedules, abc.ABC):
     backend: str
     #: how often an idle worker polls when no push channel wakes it (seconds)
     default_poll_interval: float
@@ -344,119 +333,13 @@ class Store(PushChannels, WorkerRows, abc.ABC):
 
     @abc.abstractmethod
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
-        """Fenced graceful hand-back to queued, without spending the budget."""
-
-    # -- in a caller's or a handler's transaction -------------------------------------
-    # A backend whose database tether can share a transaction with (PostgreSQL,
-    # SQLite) overrides these; the defaults refuse, as a tether server must:
-    # its database connection is the server's, not the caller's.
-    def enqueue_on(self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
-        """``enqueue`` on the caller's own DBAPI connection (``conn``), inside
-        whatever transaction it is in, without committing: the jobs exist once
-        the caller commits, and never if it rolls back."""
-        raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="enqueue(connection=...)"))
-
-    async def enqueue_on_async(
-        self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None
-    ) -> list[int]:
-        """``enqueue_on`` for a coroutine: an async driver connection is awaited,
-        a sync one is used in place (it is the caller's, on the caller's thread)."""
-        raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="enqueue_async(connection=...)"))
-
-    def get_job_on(self, conn: object, job_id: int) -> Job | None:
-        """``get_job`` on the caller's own DBAPI connection, inside whatever transaction
-        it is in: it sees the jobs that transaction enqueued and has not committed."""
-        raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="get_job(connection=...)"))
-
-    def transaction_on(self, conn: object, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
-        """``transaction`` inside the caller's own transaction on ``conn``: yields it; after
-        the block, the fenced success on it (``StaleAttempt`` if refused). They commit."""
-        raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="ctx.transaction_on()"))
-
-    def transaction(self, worker: str, job_id: int, attempt: int) -> AbstractContextManager[object]:
-        """A transaction on this database for a handler's writes: yields the
-        connection; after the block, the attempt's fenced success (as
-        ``complete`` fences it, with its audit) in the same transaction,
-        then the commit. A refused fence rolls everything back and raises
-        ``StaleAttempt``; an exception in the block rolls back and propagates."""
-        raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="ctx.transaction()"))
-
-    def transaction_async(self, worker: str, job_id: int, attempt: int) -> AbstractAsyncContextManager[object]:
-        """``transaction`` for a coroutine (``async with``)."""
-        raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="ctx.transaction()"))
-
-    def set_result(self, worker: str, job_id: int, attempt: int, result_json: str) -> bool:
-        """The result of an attempt whose success ``transaction`` already wrote
-        (the handler returns after its block). Only that attempt's success
-        matches; True if it did."""
-        raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="set_result"))
+        """Fenced graceful hand-back to queued, without spending the budget; or,
+        when a cancel is pending, the job's ending: cancelled (the answer says which)."""
 
     # -- maintenance --------------------------------------------------------------
     @abc.abstractmethod
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
         """Send up to ``limit`` lapsed leases, oldest first, down the retry-or-dead path."""
-
-    # -- retention (job control) ------------------------------------------------
-    @abc.abstractmethod
-    def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
-        """Delete up to ``limit`` finished jobs, oldest finished first, with their
-        attempts rows: those in a state of ``ages`` that finished more than
-        ``ages[state]`` seconds before ``now``. One statement (or one short
-        transaction); never a queued or running job. Returns how many went, by
-        state (states with none are left out). ConfigError for a bad argument."""
-
-    @abc.abstractmethod
-    def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
-        """How many jobs ``prune`` would delete, by state (every state of ``ages``)."""
-
-    # -- pause and resume (job control) --------------------------------------------
-    @abc.abstractmethod
-    def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
-        """Pause a queue (no claim takes its jobs from the next claim round on;
-        running jobs go on) or resume it. ConfigError for a bad queue name."""
-
-    @abc.abstractmethod
-    def paused_queues(self) -> list[str]:
-        """The queues paused now, by name."""
-
-    # -- queue limits (job control) ----------------------------------------------
-    @abc.abstractmethod
-    def set_limits(self, limits: QueueLimits, *, now: datetime | None = None) -> None:
-        """Set a queue's limits whole (None lifts one); every claim from the
-        next on obeys them. ConfigError for a bad queue name or limit."""
-
-    @abc.abstractmethod
-    def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
-        """Every queue with a limit, with its running jobs and starts in the window."""
-
-    @abc.abstractmethod
-    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
-        """End the leases held by these (provably dead) workers now, so the next
-        ``reap`` recovers their jobs at once."""
-
-    # -- schedules (I6: the (schedule, tick) key of the ticks table admits one insert) --
-    def sync_schedules(self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> None:
-        """Upsert an app's schedules; every other schedule is marked orphaned
-        (kept, not fired by this app). A changed cron or timezone takes effect
-        at its next tick: ticks at or before the change are not owed."""
-        raise NotImplementedError(f"the {self.backend} store has no schedules")
-
-    def fire_schedules(self, names: Sequence[str], *, grace: float, now: datetime | None = None) -> list[FiredTick]:
-        """Decide the due ticks of the named schedules, as the database holds
-        them (names it lacks are ignored), at the database's ``now``: on-time
-        ticks (less than ``grace`` seconds old) and, of the older ones missed,
-        the ``catch_up`` most recent. Each tick becomes one job, or is skipped
-        (overlap=False while the last job is active), in the database; the
-        answer leaves out the ticks another worker decided first."""
-        raise NotImplementedError(f"the {self.backend} store has no schedules")
-
-    def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
-        """Every schedule in the database, orphaned ones too, by name."""
-        raise NotImplementedError(f"the {self.backend} store has no schedules")
-
-    def prune_ticks(self, limit: int, *, now: datetime | None = None) -> int:
-        """Delete up to ``limit`` ticks no fire can propose again (store/schedules.py); how many went."""
-        raise NotImplementedError(f"the {self.backend} store has no schedules")
 
     @abc.abstractmethod
     def db_now(self) -> datetime:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-__all__ = ["load_migrations", "load_queries"]
+__all__ = ["included", "load_migrations", "load_queries", "parse_queries", "split_queries"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{(_[a-z0-9_]+)\}")
@@ -31,15 +31,40 @@ _INCLUDE = re.compile(r"\{(_[a-z0-9_]+)\}")
 
 def load_queries(package: str, filename: str, macros: dict[str, str]) -> dict[str, str]:
     text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    return parse_queries(text, filename, macros)
+
+
+def split_queries(text: str, filename: str) -> dict[str, str]:
+    """Each ``-- name:`` section of ``text`` as written: its comments, its
+    fragments not yet included, its macros not yet filled."""
     parts = _NAME.split(text)
     raw: dict[str, str] = {}
     # parts = [preamble, name1, body1, name2, body2, ...]
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in raw:
             raise RuntimeError(f"{filename}: query {name!r} defined twice")
-        # macros first (without the check: fragments are still to come), so
-        # that a macro's value may name a fragment ({job_select}: {_live_owner})
-        raw[name] = _fill(body.strip(), macros, check=False)
+        raw[name] = body.strip()
+    return raw
+
+
+def included(raw: dict[str, str], name: str) -> set[str]:
+    """The fragments query ``name`` of ``split_queries``'s ``raw`` includes,
+    directly or not (tests check that the queries that must share a fragment do)."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for fragment in _INCLUDE.findall(raw[todo.pop()]):
+            if fragment not in seen:
+                seen.add(fragment)
+                todo.append(fragment)
+    return seen
+
+
+def parse_queries(text: str, filename: str, macros: dict[str, str]) -> dict[str, str]:
+    """``load_queries`` of a file's text."""
+    # macros first (without the check: fragments are still to come), so
+    # that a macro's value may name a fragment ({job_select}: {_live_owner})
+    raw = {name: _fill(body, macros, check=False) for name, body in split_queries(text, filename).items()}
     fragments = {name: body for name, body in raw.items() if name.startswith("_")}
     filled: dict[str, str] = {}
 

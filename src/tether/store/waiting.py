@@ -3,8 +3,8 @@
 A waiter reads the job, and while it is queued or running, waits to be told
 it may have finished, then reads it again: the database row is the answer,
 a notification only a hint to look. Where the store has a push channel
-(``Store.listen_finished``: PostgreSQL's LISTEN on the channel the
-``attempts_notify_finished`` trigger and the cancel query notify), one
+(``Store.listen_finished``: PostgreSQL's LISTEN on the channel every
+statement that ends jobs notifies, through queries.sql's ``_ending``), one
 listener per store serves every waiter in the process, and a waiter still
 looks every ``PUSH_CHECK`` seconds in case a notification was lost. Elsewhere
 (SQLite, a tether server, PostgreSQL behind a pooler without ``listen_url``)

@@ -40,7 +40,7 @@ from ..errors import ConfigError
 from ..model import ClaimedJob
 from ..transport import Delivery
 from .executor import Executor
-from .reporter import Done, Reporter, data_error, rows_of
+from .reporter import Reporter, Success, data_error, rows_of
 from .state import WorkerState, wait_event
 
 __all__ = ["COALESCE_WAIT", "FETCH_IDLE", "FETCH_WAIT", "STOP_GRACE", "Claimer"]
@@ -69,7 +69,7 @@ class _Claim:
     fut: asyncio.Future[Any]
     want: int
     #: successes riding with it (complete_and_claim), written once it answers
-    carried: list[Done]
+    carried: list[Success]
     #: monotonic time it was sent: the jobs' local deadlines count from here
     sent_at: float
 
@@ -137,7 +137,7 @@ class Claimer:
                 claim, fetched = first, False
                 want, sent_at = claim.want, claim.sent_at
             else:
-                ex.expire_held()
+                ex.unhold_overdue()
                 free = ex.room()
                 if 0 < free < self.min_claim and ex.busy:
                     # Only a few slots are free and more are about to be: wait a moment
@@ -330,11 +330,11 @@ class Claimer:
         waiting to be written ride with it: one round trip, one commit. The statement goes out when the loop next runs its tasks:
         a caller with other work to do first yields once (``asyncio.sleep(0)``)."""
         s, reporter = self.state, self.reporter
-        carried: list[Done] = []
+        carried: list[Success] = []
         store, pool, ttl = s.store, s.db_pool, s.timers.lease_ttl
         call: Coroutine[Any, Any, Any]
-        if reporter.done and reporter.carry:
-            carried, reporter.done = reporter.done, []
+        if reporter.successes and reporter.carry:
+            carried, reporter.successes = reporter.successes, []
             call = store.complete_and_claim_async(
                 s.id, rows_of(carried), s.queues, want, ttl, executor=pool, tasks=s.tasks,
             ) if ids is None else store.complete_and_claim_ids_async(
@@ -374,7 +374,7 @@ class Claimer:
                 await asyncio.wait_for(s.db(s.store.release, s.id, job.id, job.attempt), STOP_GRACE)
         return None
 
-    def _claimed(self, answer: Any, carried: list[Done], sent_at: float) -> list[ClaimedJob]:
+    def _claimed(self, answer: Any, carried: list[Success], sent_at: float) -> list[ClaimedJob]:
         """A claim's jobs; when it carried successes, tell their handlers' story first."""
         if not carried:
             return list(answer)

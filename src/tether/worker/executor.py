@@ -203,7 +203,7 @@ class Executor:
             else:
                 self._run(running)
 
-    def expire_held(self) -> None:
+    def unhold_overdue(self) -> None:
         """Release the buffer once its oldest job has waited PREFETCH_HOLD_MAX
         for a slot (long handlers came after short ones); prefetching pauses
         until handlers are short again."""
@@ -388,7 +388,7 @@ class Executor:
             # Retrying cannot make a result JSON: the job ends dead with the reason.
             reporter.fail(running, Outcome.FAILED, str(perr), None, False)
             return
-        reporter.done.append((running, result_json))
+        reporter.successes.append((running, result_json))
         if not self.state.stopping and self.room() > 0 and not self.state.fetch_waiting:
             self.state.claimer_idle.clear()  # the nudge above wakes the claimer, which will carry this success
         reporter.wake.set()

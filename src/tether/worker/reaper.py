@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from ..config import DEFAULT_REAP_LIMIT, DEFAULT_REAPER_INTERVAL
 from ..errors import ConfigError
-from ..events import Event, Events, after_attempt
+from ..events import Event, Events, where_it_went
 from ..model import JobState, Outcome, Reaped
 from ..store import Store
 from .history import HistoryRecorder
@@ -72,7 +72,7 @@ class Reaper(PeriodicService):
         error = f"{what} (worker {r.worker})"
         events.emit(Event("job.recovered", job_id=r.id, attempt=r.attempt, worker=r.worker, state=r.state,
                           outcome=r.outcome, error=error))
-        follow = after_attempt(r.state)
+        follow = where_it_went(r.state, r.outcome)
         if follow is not None:
             events.emit(Event(follow, job_id=r.id, attempt=r.attempt, worker=r.worker, state=r.state,
                               outcome=r.outcome, error=error))

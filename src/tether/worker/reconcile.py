@@ -38,7 +38,7 @@ class Reconciler:
         dead = self.dead_predecessors()
         if not dead:
             return []
-        expired = self.store.expire_leases(dead)
+        expired = self.store.lapse_leases(dead)
         for worker_id in dead:
             self.store.stop_worker(worker_id)
         recovered = [r for r in self.reaper.run_until_clear() if r.worker in dead]

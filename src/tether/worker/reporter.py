@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from ..errors import PayloadError, StaleAttempt
-from ..events import after_attempt
+from ..events import ending_event, where_it_went
 from ..logs import job_fields
 from ..model import JobState, Outcome, Reaped
 from ..payload import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, describe, storable_text
@@ -36,7 +36,7 @@ from ..transport import Delivery
 from .inflight import Running
 from .state import WorkerState, wait_event
 
-__all__ = ["CARRY_MAX", "CARRY_WAIT", "REPORT_RETRY", "Done", "Reporter", "data_error", "ended"]
+__all__ = ["CARRY_MAX", "CARRY_WAIT", "REPORT_RETRY", "Reporter", "Success", "data_error", "ended"]
 
 log = logging.getLogger("tether.worker")
 
@@ -58,8 +58,8 @@ CARRY_WAIT = 0.05
 #: 0.17 ms); 1 x 10: -20% jobs/s when not carrying.
 CARRY_MAX = 128
 
-#: a finished attempt and its result as JSON, waiting to be written
-Done = tuple[Running, str | None]
+#: a succeeded attempt and its result as JSON, waiting to be written (complete)
+Success = tuple[Running, str | None]
 
 #: how much of a failure's error goes in the worker's log line (the job keeps
 #: up to MAX_ERROR_CHARS): a handler that raised with 2 MB of text wrote a
@@ -73,7 +73,7 @@ class Reporter:
         #: whether claims carry successes (``complete_and_claim``)
         self.carry = carry
         #: successes waiting to be written (or carried), oldest first
-        self.done: list[Done] = []
+        self.successes: list[Success] = []
         self._tasks: set[asyncio.Task[None]] = set()
         #: told when an attempt is found lost while its outcome was being written
         #: (the executor's ``lost``: it cancels the handler, logs, emits)
@@ -102,20 +102,20 @@ class Reporter:
                 # waking to find it active again (more jobs finished meanwhile),
                 # keep leaving them, up to CARRY_WAIT.
                 deadline = loop.time() + CARRY_WAIT
-                while self.done and not self._claimer_idle.is_set():
+                while self.successes and not self._claimer_idle.is_set():
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
                     await wait_event(self._claimer_idle, remaining)
-            batch, self.done = self.done, []
+            batch, self.successes = self.successes, []
             if batch:
                 await self.complete(batch)
 
-    def complete_later(self, batch: list[Done]) -> None:
+    def complete_later(self, batch: list[Success]) -> None:
         """Write these successes again, in the background, as a retry."""
         self._spawn(self.complete(batch, retried=True))
 
-    async def complete(self, batch: list[Done], *, retried: bool = False) -> None:
+    async def complete(self, batch: list[Success], *, retried: bool = False) -> None:
         s = self.state
         rows = rows_of(batch)
         while True:
@@ -148,7 +148,7 @@ class Reporter:
                     accepted.add(r.job.id)
         self.completed(batch, accepted, sent_at)
 
-    async def _refused(self, batch: list[Done], exc: Exception) -> None:
+    async def _refused(self, batch: list[Success], exc: Exception) -> None:
         """A write of these successes was refused for the data in it
         (``data_error``), which no retry changes. Retried whole, the batch
         would be refused forever, and the innocent jobs in it would stay
@@ -171,7 +171,7 @@ class Reporter:
         self.fail(running, Outcome.FAILED, f"its success could not be written: the database refused its result "
                                            f"({describe(exc)})", None, not isinstance(exc, PayloadError))
 
-    def completed(self, batch: list[Done], accepted: set[int], sent_at: float) -> None:
+    def completed(self, batch: list[Success], accepted: set[int], sent_at: float) -> None:
         """The answer to a write of these successes: ``accepted`` passed their fence."""
         s = self.state
         history, emit = s.history, s.events.active
@@ -191,7 +191,7 @@ class Reporter:
                               "lost the job (at-least-once: it may run again or already has)", job.id, job.attempt,
                               extra=job_fields(job, s.id))
             elif emit:
-                s.emit("job.succeeded", r, time.monotonic() - r.started, state=JobState.SUCCEEDED,
+                s.emit(ending_event(JobState.SUCCEEDED), r, time.monotonic() - r.started, state=JobState.SUCCEEDED,
                        outcome=Outcome.SUCCEEDED)
             self.let_go(r, acks)
         if acks:
@@ -356,7 +356,7 @@ class Reporter:
             took = time.monotonic() - running.started
             if outcome not in (Outcome.CANCELLED, Outcome.SNOOZED):  # a snooze is no failure
                 s.emit("job.failed", running, took, state=state, outcome=outcome, error=error)
-            follow = after_attempt(state)
+            follow = where_it_went(state, outcome)
             if follow is not None:
                 s.emit(follow, running, took, state=state, outcome=outcome, error=error)
 
@@ -422,7 +422,7 @@ def data_error(exc: BaseException) -> bool:
     return isinstance(exc, (PayloadError, UnicodeError)) or any(k.__name__ == "DataError" for k in type(exc).__mro__)
 
 
-def rows_of(batch: list[Done]) -> list[tuple[int, int, str | None]]:
+def rows_of(batch: list[Success]) -> list[tuple[int, int, str | None]]:
     """Finished attempts as the (id, attempt, result JSON) rows complete takes."""
     return [(r.job.id, r.job.attempt, res) for r, res in batch]
 

@@ -337,7 +337,7 @@ class Worker:
         deadline = time.monotonic() + self.shutdown_timeout
         while len(s.inflight) and not s.stop_now and time.monotonic() < deadline:
             s.nudge.clear()
-            ex.expire_held()  # buffered jobs start as slots free, but wait no longer than they would have
+            ex.unhold_overdue()  # buffered jobs start as slots free, but wait no longer than they would have
             await wait_event(s.nudge, min(0.5, max(0.01, deadline - time.monotonic())))
         s.stop_now = True  # from here on no buffered job starts: they are handed back
         ex.unhold()

@@ -37,7 +37,7 @@ from datetime import timedelta
 from typing import ClassVar
 
 from ..errors import ConfigError
-from ..events import Event, Events
+from ..events import Event, Events, ending_event
 from ..model import JobState, UnknownTaskJobs
 from ..store import Store
 from .service import PeriodicService
@@ -114,7 +114,7 @@ class UnknownTasks(PeriodicService):
                 log.error("job %s (task %r, queue %r) ended dead: %s", b.id, b.task, b.queue, b.error,
                           extra={"job_id": b.id, "task": b.task, "queue": b.queue})
                 if self.events is not None and self.events.active:
-                    self.events.emit(Event("job.dead", job_id=b.id, task=b.task, queue=b.queue,
+                    self.events.emit(Event(ending_event(JobState.DEAD), job_id=b.id, task=b.task, queue=b.queue,
                                            state=JobState.DEAD, error=b.error))
             total += len(buried)
             if len(buried) < BURY_LIMIT:

@@ -318,7 +318,7 @@ class HttpStore(HttpClient, Store):
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
         return [wire.decode_reaped(r) for r in self._call("reap", {"limit": limit}, now=now)["reaped"]]
 
-    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+    def lapse_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         """End the leases of these dead workers, those this token registered:
         a worker restarting on a host where another token's worker died (its
         start-up reconciliation names every dead predecessor on the host) is

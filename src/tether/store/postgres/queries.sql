@@ -106,6 +106,33 @@ CASE WHEN jobs.exclusive_key IS NULL THEN true
                       ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1) THEN false
      ELSE {schema}.key_free(jobs.exclusive_key, %(done)s::jsonb, %(worker)s) END
 
+-- name: _open_queues
+-- The worker's queues that a claim may take jobs from: those of %(queues)s
+-- not paused (the queues table: app.pause), a FROM item (alias it) of one
+-- column, name. Every claim and the transport sweep read their jobs through
+-- it, so "claimable" means the same everywhere: queued, due (run_at <= now),
+-- on one of these queues. Paused queues are left out of the list before any
+-- of their rows is read or locked: one read of that tiny table per statement
+-- (an InitPlan). The state test stays in each query, spelled as that query's
+-- index needs it (state = 'queued', or coalesce/nullif to keep the planner
+-- off an index whose predicate it would otherwise match: each query says why).
+(SELECT u.name FROM unnest(%(queues)s::text[]) AS u(name)
+ WHERE u.name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused)))
+
+-- name: _limits
+-- (A CTE for the claims' WITH lists: limits.) The room of each limited queue
+-- of the claim (claim_room: migration 0007 says why a function), as (limited,
+-- room) rows; a queue without limits has none. The function is not even
+-- called, nor any lock taken, unless one of the worker's queues has a limit
+-- (a one-time filter). %(done)s: the successes the same statement records
+-- (NULL for a claim alone), which claim_room counts as finished.
+limits AS (
+    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
+    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
+                  WHERE l.queue = ANY(%(queues)s::text[])
+                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
+)
+
 -- name: _claim_picked
 -- The choice of jobs that claim and complete_and_claim share (two CTEs,
 -- candidates and picked, for a WITH list).
@@ -117,21 +144,12 @@ CASE WHEN jobs.exclusive_key IS NULL THEN true
 -- instead of queueing behind it. With several queues each may lock up to
 -- `limit` rows; only the best `limit` are taken, the rest are unlocked when the
 -- statement ends.
--- Paused queues (the queues table: app.pause) are left out of the list before
--- any of its rows is read or locked: one read of that tiny table per claim.
-limits AS (
-    -- the room of each limited queue of the claim (claim_room: migration 0007
-    -- says why a function); the function is not even called, nor any lock
-    -- taken, unless one of the worker's queues has a limit (a one-time filter)
-    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
-    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
-                  WHERE l.queue = ANY(%(queues)s::text[])
-                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
-), candidates AS (
+-- Paused queues are left out of the list (_open_queues) and limited queues
+-- give no more than their room (_limits).
+{_limits}, candidates AS (
     SELECT c.ctid, c.id, c.priority, c.run_at, c.exclusive_key
-    FROM (SELECT u.name, coalesce((SELECT room FROM limits WHERE limited = u.name), %(limit)s) AS room
-          FROM unnest(%(queues)s::text[]) AS u(name)
-          WHERE u.name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
+    FROM (SELECT o.name, coalesce((SELECT room FROM limits WHERE limited = o.name), %(limit)s) AS room
+          FROM {_open_queues} AS o) AS q
     CROSS JOIN LATERAL (
         SELECT ctid, id, priority, run_at, exclusive_key FROM {schema}.jobs
         WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
@@ -169,19 +187,10 @@ limits AS (
 -- and not jobs_claim_idx's, so the planner cannot walk the queue's index and
 -- filter by task instead (it did, on a table without statistics; migration
 -- 0006 says more). Paused queues are left out of the list, as in _claim_picked.
-limits AS (
-    -- the room of each limited queue of the claim (claim_room: migration 0007
-    -- says why a function); the function is not even called, nor any lock
-    -- taken, unless one of the worker's queues has a limit (a one-time filter)
-    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
-    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
-                  WHERE l.queue = ANY(%(queues)s::text[])
-                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
-), candidates AS (
+{_limits}, candidates AS (
     SELECT c.ctid, c.id, c.priority, c.run_at, c.exclusive_key
-    FROM (SELECT u.name, coalesce((SELECT room FROM limits WHERE limited = u.name), %(limit)s) AS room
-          FROM unnest(%(queues)s::text[]) AS u(name)
-          WHERE u.name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
+    FROM (SELECT o.name, coalesce((SELECT room FROM limits WHERE limited = o.name), %(limit)s) AS room
+          FROM {_open_queues} AS o) AS q
     CROSS JOIN LATERAL (
         -- a queue's pairs together take no more than its room
         SELECT p.ctid, p.id, p.priority, p.run_at, p.exclusive_key
@@ -262,19 +271,10 @@ SELECT * FROM claimed
 -- autovacuum's ANALYZE) walked jobs_claim_idx and filtered every queued job
 -- of the queue for the few delivered ones; made once per connection, that
 -- plan stayed: 41 ms a claim against a backlog of 60,000 instead of 1.
-limits AS (
-    -- the room of each limited queue of the claim (claim_room: migration 0007
-    -- says why a function); the function is not even called, nor any lock
-    -- taken, unless one of the worker's queues has a limit (a one-time filter)
-    SELECT r.limited, r.room FROM {schema}.claim_room(%(queues)s::text[], {now}, %(done)s::jsonb, %(worker)s) AS r
-    WHERE EXISTS (SELECT 1 FROM {schema}.queues AS l
-                  WHERE l.queue = ANY(%(queues)s::text[])
-                    AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL))
-), locked AS (
+{_limits}, locked AS (
     SELECT ctid, id, queue, exclusive_key FROM {schema}.jobs
     WHERE id = ANY(%(delivered)s::bigint[]) AND nullif(state, '') = 'queued'
-      AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
-      AND queue <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))
+      AND queue = ANY(ARRAY(SELECT name FROM {_open_queues} AS o)) AND run_at <= {now}
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
       AND {_key_free}
     ORDER BY id
@@ -303,12 +303,12 @@ SELECT * FROM claimed
 -- A delivering transport's round: the successes since the worker's last
 -- claim and its claim of the delivered ids, in one statement and one commit,
 -- as complete_and_claim is for claim. The two UPDATEs never touch the same
--- row (done matches rows running under this worker, locked only queued
+-- row (ended matches rows running under this worker, locked only queued
 -- ones, both as of the statement's one snapshot), which is what lets them
--- share a statement; claim_room and key_free are told of done's rows, so a
+-- share a statement; claim_room and key_free are told of the successes, so a
 -- success frees its queue's slot and its exclusive key for this very claim.
 -- Answer as complete_and_claim's (_round_answer).
-WITH {_done}, {_claim_ids_picked}, claimed AS (
+WITH {_end_successes}, {_claim_ids_picked}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
@@ -323,8 +323,7 @@ WITH {_done}, {_claim_ids_picked}, claimed AS (
 -- transaction). One queue at a time over jobs_claim_idx, as claim does, bounded.
 -- Paused queues are skipped: no claim would take their jobs.
 SELECT c.id, c.queue, c.attempt, c.run_at
-FROM (SELECT name FROM unnest(%(queues)s::text[]) AS u(name)
-      WHERE name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused))) AS q
+FROM {_open_queues} AS q
 CROSS JOIN LATERAL (
     SELECT id, queue, attempt, run_at, priority FROM {schema}.jobs
     WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
@@ -370,10 +369,66 @@ WHERE id = %(id)s AND attempt = %(attempt)s AND locked_by = %(worker)s AND state
   AND (deadline IS NULL OR deadline > {now})
 RETURNING cancel_requested
 
--- name: _complete_done
+-- name: _ending
+-- What every job ending does, in the statement that ends the job (issue 48;
+-- DESIGN.md section 2): a CTE for a WITH list, after a CTE named `ended`
+-- that is the statement's UPDATE of the jobs it moved, returning at least
+-- their id and new state. The statement's answer reads FROM _ended (the
+-- fragment below), which runs it. Every statement that can set a terminal
+-- state includes this, and tests/test_ending.py fails if one does not (it
+-- parses both queries.sql).
+-- woken:  app.wait's wake-up for the jobs now finished that someone waits
+--         for (migration 0008: only those, since a NOTIFY takes a server-wide
+--         lock at commit): their ids, 400 to a payload, one notification per
+--         statement, and nothing at all while nobody waits. The uncorrelated
+--         EXISTS is a one-time test: one probe of the empty waiters table.
+-- Issue 42's release of the jobs waiting for these goes here too, as a CTE
+-- over `ended`'s finished rows: a data-modifying CTE runs whether read or
+-- not, in the ending's own statement and transaction.
+-- Why CTEs and not a trigger on jobs: measured (bench/ending_ab.py; the
+-- commit that made this has the numbers), a row trigger WHEN the state
+-- becomes terminal cost 16-22% more PostgreSQL CPU on a round of
+-- complete_and_claim of 100 or 200 jobs (a function call per job). A
+-- statement-level AFTER UPDATE trigger with transition tables cost the same
+-- as these CTEs within the noise of a shared machine (-3% to +5%), but it
+-- fires, and captures every row the statement updated, on every UPDATE of
+-- jobs (claims and heartbeats too: PostgreSQL allows no column list on a
+-- trigger with transition tables), and it cannot see a failure's traceback,
+-- which the attempts row needs, so the audit would stay in each statement.
+woken AS (
+    SELECT pg_notify({done_channel}, string_agg(f.id::text, ','))
+    FROM (SELECT e.id, (row_number() OVER ()) / 400 AS chunk FROM ended AS e
+          WHERE EXISTS (SELECT 1 FROM {schema}.waiters)
+            AND e.state IN ('succeeded', 'dead', 'cancelled')
+            AND EXISTS (SELECT 1 FROM {schema}.waiters AS w WHERE w.job_id = e.id AND w.expires_at > now())) AS f
+    GROUP BY f.chunk
+)
+
+-- name: _attempt_ending
+-- _ending for the statements that end an attempt otherwise than in success
+-- (fail, release, reap), whether or not the job ends with it: the attempt's
+-- row in the attempts table (audit), written in the statement that fenced
+-- it, then _ending. `ended` returns, besides id and state: outcome, attempt,
+-- worker, claimed_at, error, traceback. A success writes no attempts row (its
+-- job row is its audit: _fenced_success), and a queued job cancelled or
+-- buried ran no attempt, so their statements include _ending alone: an
+-- INSERT into attempts that inserts nothing still opens the table and its
+-- indexes, about 4% of a single complete's CPU (bench/ending_ab.py).
+audit AS (
+    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback)
+    SELECT e.id, e.attempt, e.worker, e.claimed_at, {now}, e.outcome, e.error, e.traceback FROM ended AS e
+), {_ending}
+
+-- name: _ended
+-- The FROM item of an ending statement's answer: its ended rows, joined to
+-- the count of woken's notifications so that woken runs (a CTE that is not
+-- read is not run; the count is one row, whatever was sent).
+ended CROSS JOIN (SELECT count(*) FROM woken) AS w
+
+-- name: _fenced_success
 -- The fenced success that complete and complete_and_claim share (the body of
--- a `done` CTE): each row matches only while it is still running under this
--- worker and this attempt, so a zombie's late success changes nothing. The
+-- their `ended` CTE: _end_successes): each row matches only while it is still
+-- running under this worker and this attempt, so a zombie's late success changes nothing. The
 -- rows are found by `id = ANY(...)` (an index condition on the primary key);
 -- each one's own attempt and result are read from one jsonb object keyed by
 -- id, {"<id>": [attempt] or [attempt, result]}: a lookup in a jsonb object is
@@ -390,7 +445,7 @@ RETURNING cancel_requested
 -- few running rows at ANALYZE time it chose that index and filtered every
 -- running job of every worker, where the primary key finds just these.
 -- A job that reported progress ends at 1 (100%), not at its last report.
--- The success's audit is the row itself: locked_by stays (the worker whose
+-- The success's audit is the row itself (no _attempt_ending): locked_by stays (the worker whose
 -- attempt succeeded), with attempt, claimed_at and finished_at beside it, and
 -- get_attempts, recent_attempts and throughput read it from there. An INSERT
 -- into attempts per success cost about 12% of PostgreSQL's CPU and 17% of
@@ -409,46 +464,31 @@ SET state = 'succeeded',
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.attempt = (%(done)s::jsonb -> j.id::text ->> 0)::int
   AND j.locked_by = %(worker)s AND coalesce(j.state, '') = 'running'
-RETURNING j.id
+RETURNING j.id, j.state
 
--- name: _done
+-- name: _end_successes
 -- Successes (complete, and the rounds that carry them: complete_and_claim, its
--- _known and _ids variants): the fenced rows (done), as the CTE the statement's
--- claim follows and its answer reads, and the waiters' notification of them
--- (woken), which the answer must read so that it runs (a CTE that is not read
--- is not run). Migration 0008's trigger on attempts sends the notification for
--- the other endings, which write attempts rows; a success writes none
--- (_complete_done), so its statement sends its own, the same one: the ids
--- someone waits for (app.wait), 400 to a payload, one per statement, and
--- nothing at all, no NOTIFY and so no commit lock, while nobody waits. The
--- uncorrelated EXISTS is a one-time test: one probe of the empty waiters table.
--- Written here rather than as a function shared with that trigger: a function
--- would need a migration, and a worker of this release would then refuse a
--- schema that an older release's workers still run on.
-done AS (
-{_complete_done}
-), woken AS (
-    SELECT pg_notify({done_channel}, string_agg(f.id::text, ','))
-    FROM (SELECT d.id, (row_number() OVER ()) / 400 AS chunk FROM done AS d
-          WHERE EXISTS (SELECT 1 FROM {schema}.waiters)
-            AND EXISTS (SELECT 1 FROM {schema}.waiters AS w WHERE w.job_id = d.id AND w.expires_at > now())) AS f
-    GROUP BY f.chunk
-)
+-- _known and _ids variants): the fenced rows (ended), as the CTE the
+-- statement's claim follows and its answer reads, and what every ending does
+-- (_ending).
+ended AS (
+{_fenced_success}
+), {_ending}
 
 -- name: complete
 -- Many completions, one statement, each row still fenced on its own attempt;
--- the rows that matched are the attempts' audit (_complete_done).
-WITH {_done}
-SELECT id FROM done CROSS JOIN (SELECT count(*) FROM woken) AS w
+-- the rows that matched are the successes' audit (_fenced_success).
+WITH {_end_successes}
+SELECT id FROM {_ended}
 
 -- name: complete_and_claim
 -- A worker's usual round trip: the successes since its last claim, and its
 -- next claim, in one statement and one commit rather than two. The two UPDATEs
--- never touch the same row (done matches rows running under this worker, the
+-- never touch the same row (ended matches rows running under this worker, the
 -- claim only queued ones), which is what lets them share a statement. Answer:
 -- one row per claimed job (kind 0, as claim returns them) and one per accepted
 -- completion (kind 1, its id); an id sent but not answered failed its fence.
-WITH {_done}, {_claim_picked}, claimed AS (
+WITH {_end_successes}, {_claim_picked}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
@@ -460,12 +500,12 @@ WITH {_done}, {_claim_picked}, claimed AS (
 SELECT 0 AS kind, claimed.* FROM claimed
 UNION ALL
 SELECT 1, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM done CROSS JOIN (SELECT count(*) FROM woken) AS w
+FROM {_ended}
 
 -- name: complete_and_claim_known
 -- complete_and_claim whose claim takes only the tasks the worker knows
 -- (_claim_picked_known); otherwise the same statement.
-WITH {_done}, {_claim_picked_known}, claimed AS (
+WITH {_end_successes}, {_claim_picked_known}, claimed AS (
     UPDATE {schema}.jobs AS j
     {_grant_lease}
 ), {_record_starts}
@@ -486,7 +526,7 @@ WITH {_done}, {_claim_picked_known}, claimed AS (
 -- only while the job has been handed back fewer than %(max_released)s times
 -- (issue 41: a worker token snoozed one job 300 times in 2 s). Past it a
 -- snooze is a failure like any other: it spends the budget.
-WITH gone AS (
+WITH ended AS (
     UPDATE {schema}.jobs AS j
     SET state = CASE
             WHEN %(outcome)s = 'cancelled' OR j.cancel_requested THEN 'cancelled'
@@ -514,19 +554,17 @@ WITH gone AS (
         deadline = NULL
     WHERE j.id = %(id)s AND j.attempt = %(attempt)s
       AND j.locked_by = %(worker)s AND j.state = 'running'
-    RETURNING j.id, j.attempt, j.claimed_at, j.state
-), audit AS (
-    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback)
-    SELECT id, attempt, %(worker)s, claimed_at, {now}, %(outcome)s, %(error)s, %(traceback)s FROM gone
-)
-SELECT state FROM gone
+    RETURNING j.id, j.state, %(outcome)s::text AS outcome, j.attempt, %(worker)s::text AS worker, j.claimed_at,
+              %(error)s::text AS error, %(traceback)s::text AS traceback
+), {_attempt_ending}
+SELECT state FROM {_ended}
 
 -- name: release
 -- Graceful hand-back (shutdown): queued again at once, and released + 1 so the
 -- claim that follows does not spend the budget. A pending cancel wins. run_at
 -- is kept (it was due before its claim): the job keeps its place in its
 -- queue's and its key's claim order, ahead of jobs enqueued after it.
-WITH back AS (
+WITH ended AS (
     UPDATE {schema}.jobs AS j
     SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
         finished_at = CASE WHEN j.cancel_requested THEN {now} END,
@@ -537,12 +575,10 @@ WITH back AS (
         deadline = NULL
     WHERE j.id = %(id)s AND j.attempt = %(attempt)s
       AND j.locked_by = %(worker)s AND j.state = 'running'
-    RETURNING j.id, j.attempt, j.claimed_at, j.state, j.queue
-), audit AS (
-    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome)
-    SELECT id, attempt, %(worker)s, claimed_at, {now}, 'released' FROM back
-)
-SELECT state, queue FROM back
+    RETURNING j.id, j.state, 'released'::text AS outcome, j.attempt, %(worker)s::text AS worker, j.claimed_at,
+              NULL::text AS error, NULL::text AS traceback, j.queue
+), {_attempt_ending}
+SELECT state, queue FROM {_ended}
 
 -- name: reap
 -- Set-based recovery: every lapsed lease (oldest first, bounded per tick) goes
@@ -550,16 +586,16 @@ SELECT state, queue FROM back
 -- on every worker at once, and against a completion racing on the same row:
 -- whichever statement locks the row first wins; the other re-checks its WHERE
 -- against the new row version (state is no longer 'running') and matches nothing.
--- The expired CTE keeps the old owner and claim time for the audit row, and the
+-- The lapsed CTE keeps the old owner and claim time for the audit row, and the
 -- UPDATE's RETURNING carries them on (UPDATE ... FROM may return the FROM
--- side's columns), so nothing joins the CTEs back together.
+-- side's columns) to _ending, so nothing joins the CTEs back together.
 -- A recovered job is due again at once, without fail's backoff: I5 promises it
 -- is claimable within lease_ttl + reaper_interval, and a crash is no sign that a
 -- dependency needs a rest. The lapse still counts against max_attempts. Its
 -- run_at is kept (it was due before its claim), so it keeps its place in its
 -- queue's and its key's claim order; set to now, it went behind the jobs of
 -- its key enqueued after it.
-WITH expired AS (
+WITH lapsed AS (
     SELECT id, attempt, locked_by, claimed_at, lease_until,
            (deadline IS NOT NULL AND deadline <= {now}) AS timed_out
     FROM {schema}.jobs
@@ -567,7 +603,7 @@ WITH expired AS (
     ORDER BY lease_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), moved AS (
+), ended AS (
     UPDATE {schema}.jobs AS j
     SET state = CASE
             WHEN j.cancel_requested THEN 'cancelled'
@@ -582,19 +618,15 @@ WITH expired AS (
         locked_by = NULL,
         lease_until = NULL,
         deadline = NULL
-    FROM expired AS e
+    FROM lapsed AS e
     WHERE j.id = e.id
-    RETURNING j.id, e.attempt, e.locked_by, e.claimed_at, e.timed_out, j.state, j.last_error, j.queue,
-              e.lease_until
-), audit AS (
-    INSERT INTO {schema}.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    SELECT id, attempt, locked_by, claimed_at, {now},
-           CASE WHEN timed_out THEN 'timed_out' ELSE 'lease_expired' END, last_error
-    FROM moved
-)
-SELECT id, attempt, locked_by, timed_out, state, queue, lease_until FROM moved
+    RETURNING j.id, j.state, CASE WHEN e.timed_out THEN 'timed_out' ELSE 'lease_expired' END AS outcome,
+              e.attempt, e.locked_by AS worker, e.claimed_at, j.last_error AS error, NULL::text AS traceback,
+              e.timed_out, j.queue, e.lease_until
+), {_attempt_ending}
+SELECT id, attempt, worker, timed_out, state, queue, lease_until FROM {_ended}
 
--- name: expire_leases
+-- name: lapse_leases
 -- Start-up reconciliation: the listed workers are provably dead (same host,
 -- process gone), so their leases end now instead of at lease_until; the reap
 -- that follows recovers the jobs through the normal path. RETURNING lets the
@@ -608,24 +640,18 @@ RETURNING id
 -- One statement, both cases, judged on the old row: a queued job ends
 -- cancelled at once; a running one gets a request its worker reads from its
 -- next heartbeat. Finished jobs do not match (terminal is final).
--- A job cancelled here writes no attempt row, so no trigger announces it: the
--- statement sends the notification app.wait() listens for itself, and, as the
--- trigger does (migration 0008), only when a live waiter registered for the
--- job: a NOTIFY takes a server-wide lock at commit, and almost always nobody
--- waits for a cancelled job.
-WITH c AS (
+-- A queued job cancelled here ran no attempt: no attempts row (_ending
+-- alone); a running one is not ended here (its state stays running), and
+-- _ending leaves it alone.
+WITH ended AS (
     UPDATE {schema}.jobs
     SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
         finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
         cancel_requested = (state = 'running')
     WHERE id = %(id)s AND state IN ('queued', 'running')
     RETURNING id, state
-)
-SELECT state,
-       CASE WHEN state = 'cancelled'
-                 AND EXISTS (SELECT 1 FROM {schema}.waiters AS w WHERE w.job_id = c.id AND w.expires_at > now())
-            THEN pg_notify({done_channel}, id::text)::text END
-FROM c
+), {_ending}
+SELECT state FROM {_ended}
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at
@@ -651,12 +677,12 @@ FROM {schema}.jobs WHERE id = %(id)s
 
 -- name: _live_owner
 -- A job's locked_by as the API gives it: its owner while it has one. A
--- succeeded row keeps the worker of its last attempt (_complete_done: the
+-- succeeded row keeps the worker of its last attempt (_fenced_success: the
 -- success's audit); that worker is no owner, and get_attempts names it.
 CASE WHEN state = 'succeeded' THEN NULL ELSE locked_by END AS locked_by
 
 -- name: _successes
--- The attempts rows a success leaves on its job row (_complete_done), shaped
+-- The attempts rows a success leaves on its job row (_fenced_success), shaped
 -- as the attempts table's, for the readers of attempts to add to that table's
 -- rows (a FROM item: alias it). locked_by IS NOT NULL leaves out the
 -- successes that wrote an attempts row instead (before this was so, or by a
@@ -720,7 +746,7 @@ LIMIT %(limit)s
 -- by new ones, the summaries loosen: the answer stays exact, more pages are read.
 -- Successes are counted off the job rows, every one of them: a succeeded job
 -- had exactly one succeeded attempt, which finished when the job did, whether
--- its record is the row itself (_complete_done) or also an attempts row (a
+-- its record is the row itself (_fenced_success) or also an attempts row (a
 -- success written by an older release, left out of the attempts branch here).
 -- So the jobs branch needs only jobs_finished_idx (state, finished_at), a
 -- range scan that can answer from the index alone (no heap fetch for
@@ -886,8 +912,9 @@ ORDER BY u.queue, u.task
 -- (a typo, a task deleted with jobs still queued) ends somewhere visible
 -- instead of waiting for ever. A worker seen within the grace that knows the
 -- task keeps its jobs alive, so a deploy shorter than the grace never kills
--- a good job. No attempt was made, so no attempt row; attempt stays as it
--- was. Only the caller's queues, bounded; the pairs come from the loose
+-- a good job. No attempt was made, so no attempt row (_ending alone); attempt
+-- stays as it was. A waiter is woken (_ending), as for every other ending.
+-- Only the caller's queues, bounded; the pairs come from the loose
 -- index scan (as in unknown_tasks), so only the jobs of unknown pairs are
 -- read. SKIP LOCKED lets every worker run it at once (a row moves out of
 -- queued once).
@@ -905,15 +932,17 @@ WITH RECURSIVE pairs AS (
     WHERE j.run_at <= {now} - make_interval(secs => %(since)s)
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
-)
-UPDATE {schema}.jobs AS j
-SET state = 'dead',
-    finished_at = {now},
-    last_error = format('unknown task %%L: no worker serving queue %%L has known it for %%ss '
-                        '(unknown_task_grace); `tether retry` once a worker has it', j.task, j.queue, %(since)s)
-FROM doomed AS d
-WHERE j.id = d.id AND j.state = 'queued'
-RETURNING j.id, j.queue, j.task, j.last_error
+), ended AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'dead',
+        finished_at = {now},
+        last_error = format('unknown task %%L: no worker serving queue %%L has known it for %%ss '
+                            '(unknown_task_grace); `tether retry` once a worker has it', j.task, j.queue, %(since)s)
+    FROM doomed AS d
+    WHERE j.id = d.id AND j.state = 'queued'
+    RETURNING j.id, j.state, j.queue, j.task, j.last_error
+), {_ending}
+SELECT id, queue, task, last_error FROM {_ended}
 
 -- name: notify
 -- Wake idle workers when jobs become due again without an insert (the enqueue
@@ -928,7 +957,7 @@ SELECT now()
 -- (fenced, in the handler's own transaction): the handler returns after its
 -- block, so its result arrives after the commit. Succeeded is terminal and only
 -- the attempt that held the job could have made it so, with its worker kept
--- on the row (_complete_done): id AND attempt AND state = 'succeeded' AND
+-- on the row (_fenced_success): id AND attempt AND state = 'succeeded' AND
 -- locked_by name that attempt's success and nothing else. (A success written
 -- by an older release has locked_by NULL and its worker in an attempts row.)
 -- Rewriting the same value is harmless, so a retried write needs no check of

@@ -123,7 +123,7 @@ def complete_steps(
     worker: str, done: Sequence[tuple[int, int, str | None]], now: datetime | None
 ) -> Steps[set[int]]:
     """Chunked: the fence reads each row's attempt by array_position, a
-    linear search (see _complete_done); one chunk is at most a claim batch."""
+    linear search (see _fenced_success); one chunk is at most a claim batch."""
     accepted: set[int] = set()
     for start in range(0, len(done), DONE_CHUNK):
         rows = yield "complete", {**_done_params(worker, done[start:start + DONE_CHUNK]), "now": now}
@@ -180,7 +180,7 @@ def _ids_params(worker: str, ids: Sequence[int], queues: Sequence[str], lease_tt
 
 
 def _done_params(worker: str, done: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
-    """complete's rows as _complete_done reads them: the ids, and one JSON
+    """complete's rows as _fenced_success reads them: the ids, and one JSON
     object of {"<id>": [attempt] or [attempt, result]}. A result is already
     JSON text (dump_json made it), so it goes in as it is, not parsed again."""
     return {

@@ -470,10 +470,10 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresW
             for r in rows
         ]
 
-    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+    def lapse_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         if not worker_ids:
             return 0
-        return len(self._all("expire_leases", {"workers": list(worker_ids), "now": now}))
+        return len(self._all("lapse_leases", {"workers": list(worker_ids), "now": now}))
 
     def listen(self, on_enqueue: Callable[[str], None]) -> Listener | None:
         """LISTEN on the database URL, or on ``listen_url`` when given; behind

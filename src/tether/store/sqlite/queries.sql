@@ -44,25 +44,33 @@ SET state = 'running',
 RETURNING id, attempt, task, args, queue, priority, max_attempts,
           coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at, scheduled_for
 
+-- name: _open_queues
+-- The worker's queues that a claim may take jobs from: those of :queues not
+-- paused (tether_queues: app.pause), a FROM item (alias it) of one column,
+-- name. Every claim and the transport sweep read their jobs through it, so
+-- "claimable" means the same everywhere: queued, due (run_at <= now), on one
+-- of these queues (as on PostgreSQL).
+(SELECT m.value AS name FROM json_each(:queues) AS m
+ WHERE m.value NOT IN (SELECT queue FROM tether_queues WHERE paused))
+
 -- name: _rooms
--- (A CTE for the claims.) The worker's queues that are not paused, each with
--- its room: how many more jobs it may start now under its limits
+-- (A CTE for the claims.) The worker's queues that are not paused
+-- (_open_queues), each with its room: how many more jobs it may start now under its limits
 -- (app.configure_queue), or NULL for a queue without limits. The running
 -- count and the starts in the rate window are read inside the claim's own
 -- statement; SQLite's one writer means no other claim commits in between, so
 -- the counts are exact. A dead worker's jobs stay running, and count, until
 -- the reaper ends them.
 rooms AS (
-    SELECT m.value AS name, (
+    SELECT o.name, (
         SELECT min(coalesce(l.concurrency - (SELECT count(*) FROM tether_jobs AS r
                                              WHERE r.state = 'running' AND r.queue = l.queue), 2147483647),
                    coalesce(l.rate_limit - (SELECT count(*) FROM tether_queue_starts AS s
                                             WHERE s.queue = l.queue AND s.started_at > {now} - l.rate_period),
                             2147483647))
         FROM tether_queues AS l
-        WHERE l.queue = m.value AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL)) AS room
-    FROM json_each(:queues) AS m
-    WHERE m.value NOT IN (SELECT queue FROM tether_queues WHERE paused)
+        WHERE l.queue = o.name AND (l.concurrency IS NOT NULL OR l.rate_limit IS NOT NULL)) AS room
+    FROM {_open_queues} AS o
 )
 
 -- name: _key_free
@@ -200,8 +208,7 @@ WITH RECURSIVE {_queued_tasks}
 SELECT id, queue, attempt, run_at
 FROM tether_jobs
 WHERE state = 'queued' AND run_at <= {now}
-  AND queue IN (SELECT value FROM json_each(:queues)
-                WHERE value NOT IN (SELECT queue FROM tether_queues WHERE paused))
+  AND queue IN (SELECT name FROM {_open_queues} AS o)
   AND task IN (SELECT name FROM tasks)
   AND (run_at <= {now} - :grace OR run_at > created_at)
 ORDER BY priority DESC, run_at, id
@@ -238,7 +245,8 @@ WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'runni
 RETURNING cancel_requested
 
 -- name: complete
--- Many completions, one statement, each row fenced on its own attempt. A job
+-- An ending (store/sqlite/ending.py): many completions, one statement, each
+-- row fenced on its own attempt; its outcome NULL (no attempts row). A job
 -- that reported progress ends at 1 (100%), not at its last report.
 -- The success's audit is the row itself, as on PostgreSQL (its queries.sql,
 -- _complete_done, says why): locked_by stays, the worker whose attempt
@@ -256,13 +264,17 @@ FROM (SELECT d.value ->> 0 AS id, d.value ->> 1 AS attempt, d.value ->> 2 AS res
       FROM json_each(:done) AS d) AS done
 WHERE tether_jobs.id = done.id AND tether_jobs.attempt = done.attempt
   AND tether_jobs.locked_by = :worker AND tether_jobs.state = 'running'
-RETURNING tether_jobs.id
+RETURNING tether_jobs.id, 'succeeded', NULL, NULL, NULL, NULL, NULL, NULL, NULL
 
 -- name: audit
+-- The attempt's row in the attempts table, from an ending's RETURNING row as
+-- it is (store/sqlite/ending.py): id, state (not stored here), outcome,
+-- attempt, worker, claimed_at, finished_at, error, traceback.
 INSERT INTO tether_attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback)
-VALUES (:job_id, :attempt, :worker, :claimed_at, :finished_at, :outcome, :error, :traceback)
+VALUES (?1, ?4, ?5, ?6, ?7, ?3, ?8, ?9)
 
 -- name: fail
+-- An ending (store/sqlite/ending.py, which writes its attempts row).
 -- The retry-or-dead choice (as on PostgreSQL): a cancelled attempt, or a job
 -- with a pending cancel request, ends cancelled (a retry would lose the
 -- operator's cancel: the next claim clears cancel_requested); a spent budget
@@ -298,10 +310,11 @@ SET state = CASE
     lease_until = NULL,
     deadline = NULL
 WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'running'
-RETURNING id, attempt, claimed_at, state, {now}
+RETURNING id, state, :outcome, attempt, :worker, claimed_at, {now}, :error, :traceback
 
 -- name: release
--- Graceful hand-back: released + 1 so the next claim does not spend the budget;
+-- An ending (store/sqlite/ending.py), when a cancel was pending; otherwise a
+-- graceful hand-back: released + 1 so the next claim does not spend the budget;
 -- run_at kept, so the job keeps its place in the claim order (as reap_one).
 UPDATE tether_jobs
 SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
@@ -312,9 +325,9 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
     lease_until = NULL,
     deadline = NULL
 WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'running'
-RETURNING id, attempt, claimed_at, state, {now}
+RETURNING id, state, 'released', attempt, :worker, claimed_at, {now}, NULL, NULL
 
--- name: expired
+-- name: lapsed
 -- Reaper, step 1 (inside BEGIN IMMEDIATE, so nothing moves under us): the
 -- oldest lapsed leases over tether_jobs_reap_idx, bounded per tick.
 SELECT id, attempt, locked_by, claimed_at,
@@ -325,7 +338,9 @@ ORDER BY lease_until
 LIMIT :limit
 
 -- name: reap_one
--- Reaper, step 2: the retry-or-dead path, re-checking the fence found in step 1.
+-- Reaper, step 2, an ending (store/sqlite/ending.py): the retry-or-dead path,
+-- re-checking the fence found in step 1, whose owner and claim time it returns
+-- for the attempts row (RETURNING sees the row as updated: locked_by is gone).
 -- Due again at once (no backoff) so I5's recovery bound holds; the lapse still
 -- counts against max_attempts. run_at is kept (it was due before its claim): the
 -- job keeps its place in its queue's and its key's claim order.
@@ -343,9 +358,10 @@ SET state = CASE
     lease_until = NULL,
     deadline = NULL
 WHERE id = :id AND attempt = :attempt AND state = 'running'
-RETURNING state, last_error, {now}
+RETURNING id, state, CASE WHEN :timed_out THEN 'timed_out' ELSE 'lease_expired' END, attempt, :worker,
+          :claimed_at, {now}, last_error, NULL
 
--- name: expire_leases
+-- name: lapse_leases
 -- Start-up reconciliation: these workers are provably dead, so their leases end
 -- now; the reap that follows recovers their jobs through the normal path.
 -- RETURNING lets the caller count the rows through the usual error mapping.
@@ -355,13 +371,15 @@ WHERE state = 'running' AND locked_by IN (SELECT value FROM json_each(:workers))
 RETURNING id
 
 -- name: cancel
--- Judged on the old row: queued ends cancelled at once; running gets a request.
+-- An ending (store/sqlite/ending.py) of a queued job, which ran no attempt
+-- (outcome NULL). Judged on the old row: queued ends cancelled at once;
+-- running gets a request (and stays running: no ending).
 UPDATE tether_jobs
 SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
     cancel_requested = (state = 'running')
 WHERE id = :id AND state IN ('queued', 'running')
-RETURNING state
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at
@@ -601,6 +619,7 @@ GROUP BY u.queue, u.task
 ORDER BY u.queue, u.task
 
 -- name: bury_unknown
+-- An ending (store/sqlite/ending.py) without an attempt (outcome NULL).
 -- The unknown-task service's rule (worker/unknown.py; see the PostgreSQL
 -- query for the why): a job of a task that no worker serving its queue has
 -- known for the grace period (none seen in the last :since seconds, running
@@ -623,7 +642,7 @@ WHERE id IN (
     ORDER BY j.run_at, j.id
     LIMIT :limit
 )
-RETURNING id, queue, task, last_error
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, queue, task, last_error
 
 -- name: db_now
 SELECT {now}

@@ -48,6 +48,7 @@ from ..sqlfile import load_migrations, load_queries
 from ..worker_rows import DEFAULT_WORKER_RETENTION
 from .conns import ThreadConnections
 from .control import SQLiteControl, finished_states_sql
+from .ending import end
 from .rounds import InlineRounds
 from .schedules import SQLiteSchedules
 from .schema import MISSING, SQLiteSchema
@@ -209,9 +210,10 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteWorkers, T
         return fill(w, self._all("throughput", {"start": w.start, "end": w.end, "bucket": w.seconds}))
 
     def cancel(self, job_id: int, *, now: datetime | None = None) -> JobState:
-        rows = self._all("cancel", {"id": job_id, "now": _ts(now)})
+        with self._write() as conn:
+            rows = end(conn, self.q, "cancel", {"id": job_id, "now": _ts(now)})
         if rows:
-            return JobState(rows[0][0])
+            return JobState(rows[0][1])
         state = self._all("job_state", {"id": job_id})
         if not state:
             raise JobNotFound(f"no job {job_id}")
@@ -250,9 +252,10 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteWorkers, T
     def bury_unknown(
         self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
     ) -> list[model.Buried]:
-        rows = self._all("bury_unknown", {"queues": json.dumps(list(queues)), "since": grace, "limit": limit,
-                                          "now": _ts(now)})
-        return [model.Buried(id=r[0], queue=r[1], task=r[2], error=r[3]) for r in rows]
+        with self._write() as conn:
+            rows = end(conn, self.q, "bury_unknown", {"queues": json.dumps(list(queues)), "since": grace,
+                                                      "limit": limit, "now": _ts(now)})
+        return [model.Buried(id=r[0], queue=r[9], task=r[10], error=r[11]) for r in rows]
 
     # -- worker operations --------------------------------------------------------
     def claim(
@@ -367,9 +370,8 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteWorkers, T
         self, conn: sqlite3.Connection | sqlite3.Cursor, worker: str, done: Sequence[tuple[int, int, str | None]],
         now: datetime | None,
     ) -> set[int]:
-        rows = conn.execute(
-            self.q["complete"], {"worker": worker, "done": json.dumps([list(d) for d in done]), "now": _ts(now)}
-        ).fetchall()
+        rows = end(conn, self.q, "complete", {"worker": worker, "done": json.dumps([list(d) for d in done]),
+                                              "now": _ts(now)})
         return {r[0] for r in rows}  # the rows are the successes' audit (queries.sql, complete)
 
     def fail(
@@ -387,52 +389,39 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteWorkers, T
     ) -> JobState:
         error, traceback = stored_failure(outcome is Outcome.SNOOZED, error, traceback)  # type: ignore[assignment]
         params = {"worker": worker, "id": job_id, "attempt": attempt, "outcome": str(outcome), "error": error,
-                  "retry": retry, "now": _ts(now), "delay": delay, "max_released": model.MAX_HANDBACKS}
-        return self._finish("fail", params, outcome, error, traceback)
+                  "traceback": traceback, "retry": retry, "now": _ts(now), "delay": delay,
+                  "max_released": model.MAX_HANDBACKS}
+        return self._finish("fail", params)
 
     def release(self, worker: str, job_id: int, attempt: int, *, now: datetime | None = None) -> JobState:
         params = {"worker": worker, "id": job_id, "attempt": attempt, "now": _ts(now)}
-        return self._finish("release", params, Outcome.RELEASED, None, None)
+        return self._finish("release", params)
 
-    def _finish(
-        self, query: str, params: dict[str, Any], outcome: Outcome, error: str | None, traceback: str | None
-    ) -> JobState:
+    def _finish(self, query: str, params: dict[str, Any]) -> JobState:
         with self._write() as conn:
-            row = conn.execute(self.q[query], params).fetchone()
-            if row is None:
-                raise StaleAttempt(params["id"], params["attempt"], params["worker"], query)
-            conn.execute(
-                self.q["audit"],
-                {"job_id": row[0], "attempt": row[1], "worker": params["worker"], "claimed_at": row[2],
-                 "finished_at": row[4], "outcome": str(outcome), "error": error, "traceback": traceback},
-            )
-        return JobState(row[3])
+            rows = end(conn, self.q, query, params)
+        if not rows:
+            raise StaleAttempt(params["id"], params["attempt"], params["worker"], query)
+        return JobState(rows[0][1])
 
     # -- maintenance --------------------------------------------------------------
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:
         out: list[Reaped] = []
         with self._write() as conn:
-            expired = conn.execute(self.q["expired"], {"limit": limit, "now": _ts(now)}).fetchall()
-            for job_id, attempt, worker, claimed_at, timed_out, queue, lease_until in expired:
-                row = conn.execute(
-                    self.q["reap_one"], {"id": job_id, "attempt": attempt, "timed_out": timed_out, "now": _ts(now)}
-                ).fetchone()
-                if row is None:
+            lapsed = conn.execute(self.q["lapsed"], {"limit": limit, "now": _ts(now)}).fetchall()
+            for job_id, attempt, worker, claimed_at, timed_out, queue, lease_until in lapsed:
+                rows = end(conn, self.q, "reap_one", {"id": job_id, "attempt": attempt, "timed_out": timed_out,
+                                                      "worker": worker, "claimed_at": claimed_at, "now": _ts(now)})
+                if not rows:
                     continue
-                outcome = Outcome.TIMED_OUT if timed_out else Outcome.LEASE_EXPIRED
-                conn.execute(
-                    self.q["audit"],
-                    {"job_id": job_id, "attempt": attempt, "worker": worker, "claimed_at": claimed_at,
-                     "finished_at": row[2], "outcome": str(outcome), "error": row[1], "traceback": None},
-                )
-                out.append(Reaped(id=job_id, attempt=attempt, worker=worker, outcome=outcome, state=JobState(row[0]),
-                                  queue=queue, lease_until=epoch_to_dt(lease_until)))
+                out.append(Reaped(id=job_id, attempt=attempt, worker=worker, outcome=Outcome(rows[0][2]),
+                                  state=JobState(rows[0][1]), queue=queue, lease_until=epoch_to_dt(lease_until)))
         return out
 
-    def expire_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
+    def lapse_leases(self, worker_ids: Sequence[str], *, now: datetime | None = None) -> int:
         if not worker_ids:
             return 0
-        return len(self._all("expire_leases", {"workers": json.dumps(list(worker_ids)), "now": _ts(now)}))
+        return len(self._all("lapse_leases", {"workers": json.dumps(list(worker_ids)), "now": _ts(now)}))
 
 
 def _claimed(rows: list[Any]) -> list[ClaimedJob]:
