@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import shlex
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 
 __all__ = ["ScratchPostgres"]
 
@@ -33,7 +35,9 @@ def _free_port() -> int:
 
 
 class ScratchPostgres:
-    def __init__(self) -> None:
+    def __init__(self, settings: Sequence[str] = ()) -> None:
+        #: server settings (``name=value``) of every start, beside the ones below
+        self.settings = tuple(settings)
         self.bin = _bindir()
         self.dir = tempfile.mkdtemp(prefix="tether-chaos-pg-")
         self.data = os.path.join(self.dir, "data")
@@ -60,11 +64,16 @@ class ScratchPostgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
 
-    def _ctl(self, *args: str) -> None:
-        self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "server.log"), "-w", "-t", "60", *args)
+    def _ctl(self, *args: str, data: str | None = None) -> None:
+        data = data or self.data
+        self._run("pg_ctl", "-D", data, "-l", data + ".log", "-w", "-t", "60", *args)
 
-    def start(self) -> None:
-        self._ctl("-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+    def start(self, data: str | None = None, port: int | None = None) -> None:
+        """Start the server of ``data`` (default: this one's) on ``port``."""
+        # (pg_ctl hands -o to a shell: each setting is quoted)
+        extra = "".join(f" -c {shlex.quote(s)}" for s in self.settings)
+        self._ctl("-o", f"-p {port or self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off{extra}",
+                  "start", data=data)
 
     def restart(self, mode: str) -> float:
         """Restart with ``immediate`` (a crash: no checkpoint, recovery on start)
