@@ -7,6 +7,8 @@ owner's write accepted after the failover is a broken fence either way."""
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 from tether.chaos.checker import AttemptRow, CheckReport, JobRow
@@ -103,3 +105,33 @@ def test_a_lost_completion_and_an_attempt_granted_twice_are_counted_and_the_fenc
     events[4] = ev("hb", 12.2, "w1", job=3, attempt=1, beat="renewed", sent=12.19)
     broken = judge(events, jobs, attempts, synchronous=False, enqueue_order=[3])
     assert not broken.ok and broken.invariants["I3"].violations[0].startswith("fence broken: job 3 attempt 1")
+
+
+def test_i7_judges_an_effect_of_a_job_whose_enqueue_was_never_acknowledged(tmp_path: Path) -> None:
+    """A failover (or restart) can lose the answer to an enqueue that
+    committed: the producer counts it as refused, yet the job runs and
+    writes its effect. I7 must judge that effect against the job's own
+    attempts, not call it a stale attempt's for want of them (a 10-minute
+    synchronous failover run reported two such jobs as broken)."""
+    from tether.chaos.effects import TX_TASKS, Effects
+    from tether.store import open_store
+
+    from .test_conformance import new_job
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    store = open_store(url)
+    try:
+        store.migrate()
+        effects = Effects(url)
+        effects.create()
+        [job_id] = store.enqueue([new_job(task=TX_TASKS[0])])  # acknowledged, but "not heard" below
+        [claimed] = store.claim("w1", ["default"], 1, 30.0)
+        with sqlite3.connect(tmp_path / "x.db") as conn:
+            conn.execute(effects.insert, (job_id, claimed.attempt, "w1"))
+        assert store.complete("w1", [(job_id, claimed.attempt, None)]) == {job_id}
+        report = CheckReport(invariants={}, recovery={}, counts={}, bound=3.0)
+        judged = effects.judge(report, {}, [], store)  # the producer never heard back: no jobs of its own
+        assert judged.invariants["I7"].ok, judged.invariants["I7"].violations
+        assert judged.invariants["I7"].checked == 1
+    finally:
+        store.close()

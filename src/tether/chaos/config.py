@@ -17,7 +17,7 @@ __all__ = ["FAILPOINT_ODDS", "FAULTS", "LIBFAKETIME", "PG_ONLY", "REPLICATION", 
            "with_schema"]
 
 FAULTS = ("kill", "stop", "partition", "restart", "skew", "failover")
-PG_ONLY = {"partition", "restart", "skew", "failover"}
+PG_ONLY = {"partition", "restart", "skew"}
 #: the failover fault's standby: acknowledged once it holds a commit, or not waited for
 REPLICATION = ("sync", "async")
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"

@@ -452,7 +452,7 @@ class _Run:
             bound=self.cfg.reaper_interval, outages=self.outages, sqlite=self.sqlite_path is not None)
         report.invariants["I8"], limits = limits_invariant(self.store, ids, postgres=self.sqlite_path is None)
         report.counts.update({f"limits_{k}": v for k, v in limits.items()})
-        report = self.effects.judge(report, jobs, attempts)  # I7
+        report = self.effects.judge(report, jobs, attempts, self.store)  # I7
         if "failover" not in self.cfg.faults:
             return report
         return judge_failovers(report, events, jobs, attempts, failovers=self.failovers, mono_to_wall=self.offset,

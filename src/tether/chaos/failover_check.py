@@ -91,8 +91,8 @@ def judge_failovers(
     missing = [j for j in dict.fromkeys(int(e) for e in _enqueued(events)) if j not in jobs]
     for job_id, at in aliased:
         report.invariants["I1"].violations.append(
-            f"job {job_id}: acknowledged at enqueue (+{at:.3f}) but the row with its id was created "
-            f"{created[job_id] - at:.3f}s later: another job got the id, the acknowledged one is gone")
+            f"job {job_id}: acknowledged at enqueue, but the row with its id was created "
+            f"{created[job_id] - at:.3f}s after that: another job got the id, the acknowledged one is gone")
     # Reports the database does not show.
     unrecorded: dict[str, int] = defaultdict(int)
     for e in events:
