@@ -95,8 +95,10 @@ class ScratchPair(ScratchPostgres):
             conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
             conn.execute("SELECT pg_reload_conf()")
 
-    def _wait_streaming(self, port: int, want: str) -> float:
-        deadline = time.monotonic() + READY_TIMEOUT
+    def _wait_streaming(self, port: int, want: str, timeout: float | None = None) -> float:
+        """When a standby streams to the primary as ``want`` ("sync" or
+        "async"); RuntimeError after READY_TIMEOUT, or 0.0 after ``timeout``."""
+        deadline = time.monotonic() + (timeout or READY_TIMEOUT)
         while time.monotonic() < deadline:
             with contextlib.suppress(psycopg.Error), self._connect(self.port) as conn:
                 row = conn.execute("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' "
@@ -104,6 +106,8 @@ class ScratchPair(ScratchPostgres):
                 if row and row[0]:
                     return time.time()
             time.sleep(0.1)
+        if timeout:
+            return 0.0
         raise RuntimeError(f"the standby on port {port} did not stream ({want}) within {READY_TIMEOUT:g}s")
 
     @staticmethod
@@ -116,6 +120,9 @@ class ScratchPair(ScratchPostgres):
         seconds first: its WAL sender stopped (asynchronous replication's window made visible)."""
         old_data, old_port = self.data, self.port
         new_data, new_port = self._standby()
+        if not self._wait_streaming(new_port, "sync" if self.synchronous else "async", timeout=1.0):
+            # (a rebuild that failed) a kill now would leave nothing to promote
+            raise RuntimeError(f"no standby streams from the primary on port {old_port}: not failing over")
         if lag:
             # The sender, not the standby's receiver: a stopped receiver still
             # gets what the kernel's socket buffers took in meanwhile (all of it, on loopback).
@@ -126,6 +133,12 @@ class ScratchPair(ScratchPostgres):
             time.sleep(lag)
         _kill_server(old_data)
         killed_at = time.time()  # dead by then: nothing it committed after this was acknowledged
+        # Its socket's lock file names its pid, which may linger as a zombie
+        # nobody reaps (PID 1 of a container): a server started on the port
+        # then refuses ("lock file ... already exists"). It is dead: drop them.
+        for stale in (f".s.PGSQL.{old_port}.lock", f".s.PGSQL.{old_port}"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(self.dir, stale))
         if self.synchronous:  # (before the promotion: no commit on the new primary waits for a standby)
             self._set_sync(new_port, "")
         self._run("pg_ctl", "-D", new_data, "-w", "-t", "60", "promote")

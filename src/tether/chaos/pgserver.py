@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import random
 import shlex
 import shutil
 import socket
@@ -29,9 +30,23 @@ def _bindir() -> str:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now and below the kernel's ephemeral range: a
+    server stopped or killed on it must be able to bind it again, and a port
+    from that range (what binding port 0 gives) may meanwhile become any
+    outgoing connection's local end."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError), open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port below {low}")
 
 
 class ScratchPostgres:
@@ -62,7 +77,11 @@ class ScratchPostgres:
         cmd = [os.path.join(self.bin, tool), *args]
         if self.as_root:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        if done.returncode:
+            said = done.stderr.decode(errors="replace").strip().splitlines()
+            raise RuntimeError(f"{tool} {' '.join(args)} failed (exit {done.returncode}): "
+                               f"{' / '.join(said[-3:]) or 'no message'}")
 
     def _ctl(self, *args: str, data: str | None = None) -> None:
         data = data or self.data
@@ -72,8 +91,13 @@ class ScratchPostgres:
         """Start the server of ``data`` (default: this one's) on ``port``."""
         # (pg_ctl hands -o to a shell: each setting is quoted)
         extra = "".join(f" -c {shlex.quote(s)}" for s in self.settings)
-        self._ctl("-o", f"-p {port or self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off{extra}",
-                  "start", data=data)
+        try:
+            self._ctl("-o", f"-p {port or self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off{extra}",
+                      "start", data=data)
+        except RuntimeError as exc:  # pg_ctl says only "examine the log output": quote it
+            with contextlib.suppress(OSError), open((data or self.data) + ".log", errors="replace") as f:
+                exc.args = (f"{exc.args[0]}; server log: {' / '.join(f.read().strip().splitlines()[-3:])}",)
+            raise
 
     def restart(self, mode: str) -> float:
         """Restart with ``immediate`` (a crash: no checkpoint, recovery on start)
