@@ -228,11 +228,8 @@ def parse_database_url(url: str | None) -> DatabaseURL:
             schema = validate_identifier(query.pop("schema", "tether"), "schema")
         except ConfigError as exc:
             raise InvalidDSN(f"database URL {shown!r}: {exc}") from None
-        try:
-            port = parts.port
-        except ValueError:
-            raise InvalidDSN(f"malformed PostgreSQL URL {shown!r}: the port is not a number from 0 to 65535") from None
-        del port
+        if not _ports_ok(parts.netloc):
+            raise InvalidDSN(f"malformed PostgreSQL URL {shown!r}: the port is not a number from 0 to 65535")
         # tether's own options: the driver never sees them (libpq refuses
         # parameters it does not know)
         ours = _pooler_options(shown.split("?")[0], query.pop("pgbouncer", None), query.pop("listen_url", None), query)
@@ -249,6 +246,26 @@ def parse_database_url(url: str | None) -> DatabaseURL:
         f"unsupported database URL {shown!r}: tether speaks sqlite:///path.db, "
         "postgresql://user@host:port/dbname and http(s)://host:port (a tether server)"
     )
+
+
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def _ports_ok(netloc: str) -> bool:
+    """Whether every host of a PostgreSQL URL's ``netloc`` has no port or one
+    from 0 to 65535. libpq takes several hosts, ``host1:5432,host2:5433`` (a
+    primary and its standbys, with ``target_session_attrs=read-write`` to find
+    the one that takes writes), which urlsplit's ``port`` cannot read: it
+    refused every such URL as a bad port."""
+    for host in netloc.rpartition("@")[2].split(","):
+        if host.startswith("["):  # [::1]:5432
+            host = host.partition("]")[2]
+            if host and not host.startswith(":"):
+                return False
+        port = host.rpartition(":")[2] if ":" in host else ""
+        if port and not (_PORT.fullmatch(port) and int(port) <= 65535):
+            return False
+    return True
 
 
 #: the values of the PostgreSQL URL's ``pgbouncer=`` option. One is enough:
@@ -281,10 +298,10 @@ def _pooler_options(
     if listen_url is not None:
         try:
             parts = urlsplit(listen_url)
-            parts.port  # noqa: B018 - parsing it is the check
         except ValueError:
             parts = None
-        if parts is None or parts.scheme.lower() not in ("postgresql", "postgres") or not parts.hostname:
+        if (parts is None or parts.scheme.lower() not in ("postgresql", "postgres") or not parts.hostname
+                or not _ports_ok(parts.netloc)):
             raise InvalidDSN(
                 f"database URL {shown!r}: listen_url must be a postgresql://user@host:port/dbname URL "
                 "of the server itself (not the pooler), for LISTEN"

@@ -74,6 +74,7 @@ class CheckReport:
     bound: float
     #: what I5 did not judge: "no healthy worker from +a to +b s" (seconds into the run)
     not_judged: list[str] = field(default_factory=list)
+    expected_loss: dict[str, Any] = field(default_factory=dict)  # a failover's, chaos/failover_check.py
 
     @property
     def ok(self) -> bool:
@@ -85,7 +86,7 @@ class CheckReport:
             "bound_s": self.bound,
             "counts": self.counts,
             "recovery_s": self.recovery,
-            "i5_not_judged": self.not_judged,
+            "i5_not_judged": self.not_judged, "expected_loss": self.expected_loss,
             "invariants": {
                 k: {"title": v.title, "ok": v.ok, "checked": v.checked, "violations": v.violations[:50],
                     "violation_count": len(v.violations)}

@@ -22,7 +22,7 @@ from ..store import Store
 from .checker import RECONNECT_GRACE, AttemptRow, Invariant, JobRow, healthy_spans, stopped_windows
 from .schedule_check import TickRow, check_schedule, expected_ticks
 
-__all__ = ["TICK_CRON", "TICK_QUEUE", "TICK_TASK", "read_events", "read_jobs", "schedule_invariant"]
+__all__ = ["TICK_CRON", "TICK_QUEUE", "TICK_TASK", "read_created", "read_events", "read_jobs", "schedule_invariant"]
 
 #: the run's schedule: fired by every worker's scheduler, checked as I6
 TICK_TASK = "tether.chaos.tick"
@@ -66,6 +66,11 @@ def read_jobs(store: Store, enqueued: Iterable[int]) -> tuple[dict[int, JobRow],
             for a in job.attempts if a.finished_at is not None and a.outcome is not None
         )
     return jobs, attempts
+
+
+def read_created(store: Store, ids: Iterable[int]) -> dict[int, float]:
+    """Each job's created_at (database clock, epoch seconds)."""
+    return {job.id: job.created_at.timestamp() for job in map(store.get_job, dict.fromkeys(ids)) if job is not None}
 
 
 def schedule_invariant(

@@ -15,7 +15,6 @@ import os
 import random
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -23,33 +22,32 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from ..config import parse_database_url, validate_identifier
 from ..model import JobState, NewJob, QueueLimits
 from ..store import Store, open_store
+from ..store.postgres.connect import POOL_TIMEOUT, RECONNECT_TIMEOUT
 from ..transport import Transport, open_transport
-from ..worker.failpoints import NAMES as FAILPOINTS
 from .checker import CheckReport, answered_since, check
-from .collect import read_events, read_jobs, schedule_invariant
-from .config import FAULTS, LIBFAKETIME, ChaosConfig
+from .collect import read_created, read_events, read_jobs, schedule_invariant
+from .config import FAILPOINT_ODDS, FAULTS, LIBFAKETIME, ChaosConfig, config_dict, with_schema
 from .effects import TX_TASKS, Effects
+from .failover_check import judge_failovers, loss_windows
 from .limits_check import LIMITED_CONCURRENCY, LIMITED_QUEUE, limits_invariant, place
+from .pgpair import Failover, ScratchPair
 from .pgserver import ScratchPostgres
 from .proxy import TCPProxy
+from .sqlite_lock import holds_write_lock
 from .workerproc import ASYNC_TASK, QUEUE, SYNC_TASK
 
 __all__ = ["FAULTS", "LIBFAKETIME", "ChaosConfig", "ChaosResult", "run"]
 
-#: when kills are on, each worker also SIGKILLs itself at these places now and then
 #: seconds per phase of the job mix: short jobs in bursts, then long ones
 SHORT_PHASE = 5.0
-#: how long the SQLite lock probe after a SIGSTOP waits for the write lock
-LOCK_PROBE = 1.0
-FAILPOINT_ODDS = {"after_claim": 0.01, "mid_handler": 0.01, "after_side_effect": 0.01, "during_heartbeat": 0.005}
 
 
 @dataclass
@@ -126,16 +124,21 @@ class _Run:
         self._heal_at: dict[int, float] = {}
         self._last_restart = 0.0
         self._restarting: threading.Thread | None = None
-        self.outages: list[tuple[float, float]] = []  # server restarts, wall clock
+        self.outages: list[tuple[float, float]] = []  # server restarts and failovers, wall clock
+        self.failovers: list[Failover] = []
         self._round: list[str] = []  # fault kinds still to inject in this round
 
     # -- set-up --------------------------------------------------------------------
     def _database(self) -> str:
         cfg = self.cfg
         if cfg.scratch_postgres:
-            self.say("starting a scratch PostgreSQL server for this run")
-            self.pg = ScratchPostgres()
-            return _with_schema(self.pg.url, "tether_chaos")
+            if "failover" in cfg.faults:
+                self.say(f"starting a scratch PostgreSQL primary and its {cfg.replication} standby for this run")
+                self.pg = ScratchPair(synchronous=cfg.replication == "sync")
+            else:
+                self.say("starting a scratch PostgreSQL server for this run")
+                self.pg = ScratchPostgres()
+            return with_schema(self.pg.url, "tether_chaos")
         if cfg.database is None or parse_database_url(cfg.database).backend == "sqlite":
             folder = (os.path.dirname(os.path.abspath(parse_database_url(cfg.database).url))
                       if cfg.database else str(self.tmp))
@@ -144,7 +147,7 @@ class _Run:
                 if os.path.exists(self.sqlite_path + suffix):
                     os.remove(self.sqlite_path + suffix)
             return f"sqlite:///{self.sqlite_path}"
-        return _with_schema(cfg.database, validate_identifier(f"tether_chaos_{cfg.seed}"))
+        return with_schema(cfg.database, validate_identifier(f"tether_chaos_{cfg.seed}"))
 
     def _event(self, event: str, **fields: Any) -> None:
         self.driver_events.append({"e": event, "m": time.monotonic(), "t": time.time(), "w": "driver", **fields})
@@ -247,7 +250,7 @@ class _Run:
             slot.stopped_until = time.monotonic() + self.rng.uniform(1.2, 2.5) * ttl
             self._event("fault", kind="stop", slot=slot.index, pid=slot.proc.pid)
             if self.sqlite_path is not None:
-                self._event("stop_lock", slot=slot.index, pid=slot.proc.pid, holds=self._holds_write_lock())
+                self._event("stop_lock", slot=slot.index, pid=slot.proc.pid, holds=holds_write_lock(self.sqlite_path))
         elif kind == "partition" and alive:
             slot = self.rng.choice(alive)
             assert slot.proxy is not None
@@ -258,34 +261,22 @@ class _Run:
             else:
                 slot.proxy.reset()
                 self._event("fault", kind="partition", mode="reset", slot=slot.index)
-        elif (kind == "restart" and self.pg is not None and time.monotonic() - self._last_restart > 8
+        elif (kind in ("restart", "failover") and self.pg is not None and time.monotonic() - self._last_restart > 8
               and not (self._restarting and self._restarting.is_alive())):
-            mode = self.rng.choice(["immediate", "fast"])
+            server_fault: Callable[..., None]
+            arg: str | float
+            if kind == "restart":
+                server_fault, arg = self._restart, self.rng.choice(["immediate", "fast"])
+            else:  # asynchronous: the WAL sender held back first, as a slow link would
+                server_fault, arg = self._failover, 0.0 if self.cfg.replication == "sync" else self.rng.uniform(0.5, 2)
             self._last_restart = time.monotonic()
             # On a thread of its own: the fault loop keeps healing and resuming
             # workers on schedule while the server is away.
-            self._restarting = threading.Thread(target=self._restart, args=(mode,), daemon=True)
+            self._restarting = threading.Thread(target=server_fault, args=(arg,), daemon=True)
             self._restarting.start()
         else:
             return False
         return True
-
-    def _holds_write_lock(self) -> bool:
-        """SQLite, right after a SIGSTOP: whether the stopped process holds the
-        one write lock, i.e. a write transaction cannot begin within
-        LOCK_PROBE seconds (a running worker's own write transactions take
-        milliseconds). The checker counts only such stops as leaving no
-        worker able to write."""
-        assert self.sqlite_path is not None
-        conn = sqlite3.connect(self.sqlite_path, timeout=LOCK_PROBE, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return False
-        except sqlite3.OperationalError:  # "database is locked"
-            return True
-        finally:
-            conn.close()
 
     def _restart(self, mode: str) -> None:
         assert self.pg is not None
@@ -293,6 +284,26 @@ class _Run:
         away = self.pg.restart(mode)
         self.outages.append((start, start + away))
         self._event("fault", kind="restart", mode=mode, away=away)
+
+    def _failover(self, lag: float) -> None:
+        assert isinstance(self.pg, ScratchPair)
+        try:
+            f = self.pg.failover(lag)
+        except Exception as exc:  # the harness's own failure: the run cannot be judged
+            self.integrity.append(f"the failover failed: {exc}")
+            self._event("failover_failed", error=str(exc)[:500])
+            return
+        self.failovers.append(f)
+        # Nothing commits from the kill to the promotion; asynchronous, what
+        # committed in the loss window is undone too. A promotion slower than
+        # the pools' RECONNECT_TIMEOUT leaves a call that was already waiting
+        # for a connection waiting until its POOL_TIMEOUT (found here: a
+        # scheduler tick 5 s late after a 5 s promotion): that long, too.
+        sync, end = self.cfg.replication == "sync", f.promoted_at
+        if end - f.killed_at > RECONNECT_TIMEOUT:
+            end = max(end, f.killed_at + POOL_TIMEOUT)
+        self.outages.append((f.killed_at if sync else loss_windows([f])[0][0], end))
+        self._event("fault", kind="failover", **asdict(f))
 
     def _tend(self, *, faults_on: bool) -> None:
         """Resume stopped workers, heal partitions, restart dead workers."""
@@ -358,7 +369,7 @@ class _Run:
         self.integrity_checks += 1
         return ChaosResult(
             report=report, faults=self.faults, integrity=integrity, enqueued=len(self.enqueued),
-            config=_config_dict(cfg, self.url), elapsed=time.monotonic() - t_start, drained=drained,
+            config=config_dict(cfg, self.url), elapsed=time.monotonic() - t_start, drained=drained,
             history_dir=str(self.hist), integrity_checks=self.integrity_checks,
         )
 
@@ -389,13 +400,14 @@ class _Run:
             for queue, key, ms in (place(rng, short, QUEUE) for _ in range(n))
         ]
         try:
+            sent = time.time()
             ids = self.store.enqueue(jobs)
         except Exception as exc:  # not acknowledged: the checker does not count these
             self._unacked += n
             self._event("enqueue_failed", n=n, error=str(exc)[:200])
             return
         self.enqueued.extend(ids)
-        self._event("enqueued", jobs=ids)
+        self._event("enqueued", jobs=ids, sent=sent)
         self.transport.publish([(i, j.queue) for i, j in zip(ids, jobs, strict=True)])
 
     def _drain(self) -> bool:
@@ -428,17 +440,24 @@ class _Run:
                 slot.proxy.close()
 
     def _check(self) -> CheckReport:
-        events = read_events(self.driver_events, self.tmp, self.hist, self.enqueued)
-        jobs, attempts = read_jobs(self.store, self.enqueued)
+        # (an id acknowledged twice: an asynchronous failover lost the first job and gave its id out again)
+        ids = list(dict.fromkeys(self.enqueued))
+        events = read_events(self.driver_events, self.tmp, self.hist, ids)
+        jobs, attempts = read_jobs(self.store, ids)
         report = check(events, jobs, attempts, enqueued=self.enqueued, lease_ttl=self.cfg.lease_ttl,
                        reaper_interval=self.cfg.reaper_interval, mono_to_wall=self.offset, outages=self.outages,
                        sqlite=self.sqlite_path is not None)
         report.invariants["I6"] = schedule_invariant(
             self.store, events, mono_to_wall=self.offset, start=self.started_wall, end=time.time(),
             bound=self.cfg.reaper_interval, outages=self.outages, sqlite=self.sqlite_path is not None)
-        report.invariants["I8"], limits = limits_invariant(self.store, self.enqueued, postgres=self.sqlite_path is None)
+        report.invariants["I8"], limits = limits_invariant(self.store, ids, postgres=self.sqlite_path is None)
         report.counts.update({f"limits_{k}": v for k, v in limits.items()})
-        return self.effects.judge(report, jobs, attempts)  # I7
+        report = self.effects.judge(report, jobs, attempts, self.store)  # I7
+        if "failover" not in self.cfg.faults:
+            return report
+        return judge_failovers(report, events, jobs, attempts, failovers=self.failovers, mono_to_wall=self.offset,
+                               created=read_created(self.store, ids),
+                               synchronous=self.cfg.replication == "sync")
 
     def cleanup(self) -> None:
         for slot in self.slots:
@@ -468,22 +487,6 @@ class _Run:
             shutil.copytree(self.tmp, self.cfg.out_dir / self.tmp.name, dirs_exist_ok=True)
         if not self.cfg.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def _with_schema(url: str, schema: str) -> str:
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"] + [("schema", schema)]
-    return parts._replace(query=urlencode(query)).geturl()
-
-
-def _config_dict(cfg: ChaosConfig, url: str) -> dict[str, Any]:
-    backend = parse_database_url(url).backend
-    return {"backend": backend, "scratch_postgres": cfg.scratch_postgres, "workers": cfg.workers,
-            "jobs": cfg.jobs, "duration_s": cfg.duration, "faults": sorted(cfg.faults), "seed": cfg.seed,
-            "lease_ttl": cfg.lease_ttl, "heartbeat_interval": cfg.heartbeat_interval,
-            "reaper_interval": cfg.reaper_interval, "concurrency": cfg.concurrency,
-            "transport": open_transport(cfg.transport_spec()).name,
-            "failpoints": sorted(FAILPOINT_ODDS) if "kill" in cfg.faults else [], "known_failpoints": list(FAILPOINTS)}
 
 
 def run(cfg: ChaosConfig, say: Callable[[str], None] = print) -> ChaosResult:

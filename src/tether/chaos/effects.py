@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import parse_database_url
+from ..store import Store
 from ..store.sqlfile import load_queries
 from .checker import AttemptRow, CheckReport, Invariant, JobRow
+from .collect import read_jobs
 
 __all__ = ["EFFECTS_TABLE", "TX_TASKS", "EffectRow", "Effects", "check_effects"]
 
@@ -89,9 +91,21 @@ class Effects:
         finally:
             conn.close()
 
-    def judge(self, report: CheckReport, jobs: Mapping[int, JobRow], attempts: Iterable[AttemptRow]) -> CheckReport:
-        """Add I7 (and the effect rows' count) to the checker's report."""
+    def judge(self, report: CheckReport, jobs: Mapping[int, JobRow], attempts: Iterable[AttemptRow],
+              store: Store | None = None) -> CheckReport:
+        """Add I7 (and the effect rows' count) to the checker's report.
+
+        ``store``: where to read the jobs that have effect rows but are not in
+        ``jobs``: enqueues the producer never heard back about (the
+        connection was lost at the commit, as in a failover or a restart),
+        which committed and ran all the same. Their effects are judged
+        against their own attempts (without them every such effect row read
+        as a stale attempt's: a 10-minute failover run found two)."""
         effects = self.read()
+        unheard = sorted({e.job_id for e in effects} - set(jobs))
+        if store is not None and unheard:
+            more, more_attempts = read_jobs(store, unheard)
+            jobs, attempts = {**jobs, **more}, [*attempts, *more_attempts]
         report.invariants["I7"] = check_effects(jobs, self.tasks(), attempts, effects)
         report.counts["effect_rows"] = len(effects)
         return report

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -77,6 +78,8 @@ def render(result: ChaosResult, console: Console) -> None:
     if d["check"]["counts"].get("prefetched"):
         console.print(f"prefetch: {d['check']['counts']['prefetched']} jobs waited in a worker's buffer for a slot, "
                       f"{d['check']['counts']['prefetch_handed_back']} of them handed back")
+    if d["check"]["expected_loss"]:
+        _failovers(d["check"]["expected_loss"], console)
     console.print(f"final states: { {k[6:]: v for k, v in d['check']['counts'].items() if k.startswith('state_')} }  "
                   f"attempts {d['check']['counts']['attempts']}")
     if d["integrity"] != ["ok"]:
@@ -91,6 +94,27 @@ def render(result: ChaosResult, console: Console) -> None:
             console.print(f"[red]{key}[/red] {v}")
     console.print("[bold green]verdict: the contract held[/bold green]" if result.ok
                    else "[bold red]verdict: the contract was BROKEN[/bold red]")
+
+
+def _failovers(loss: dict[str, Any], console: Console) -> None:
+    """The failover fault's line: what the failovers cost, and with asynchronous
+    replication what they lost, which the verdict expects (README: Failover)."""
+    console.print(f"failovers ({loss['replication']} replication): {loss['failovers']}, writes stopped "
+                  f"{loss['write_outage_s']}s in all (kill -> promoted), no standby {loss['no_standby_s']}s "
+                  "(promoted -> a rebuilt standby streams; no failover then)")
+    lost = (f"{loss['enqueues_lost']} acknowledged enqueues ({loss['enqueues_lost_id_reused']} of their ids handed "
+            f"out again), {loss['completions_lost']} completions, {loss['failures_lost']} failures and "
+            f"{loss['releases_lost']} releases; {loss['attempts_granted_twice']} attempt numbers granted twice, and "
+            f"the losing owner's {loss['stale_writes_after_failover']} writes after the failover: "
+            f"{loss['stale_writes_refused']} refused by locked_by")
+    if loss["replication"] == "synchronous":
+        console.print(f"  acknowledged and lost: {lost}")
+        return
+    console.print(f"  [yellow]expected async loss[/yellow] in {loss['loss_window_s']}s of loss windows (last commit the "
+                  f"standby replayed -> kill), {loss['jobs_touched_by_loss']} jobs touched: {lost}; "
+                  f"{loss['violations_excused']} invariant violations on those jobs set aside as that loss")
+    for line in loss["excused"][:10]:
+        console.print(f"  expected: {line}")
 
 
 @click.command()
@@ -116,12 +140,15 @@ def render(result: ChaosResult, console: Console) -> None:
 @click.option("--transport", metavar="notify|poll|nats://HOST:PORT",
               help="How job ids reach the workers (default: the database); a NATS URL without ?prefix= gets "
                    "a stream of the run's own, deleted at the end.")
+@click.option("--replication", type=click.Choice(["sync", "async"]), default="sync", show_default=True,
+              help="The failover fault's standby: synchronous (a commit is acknowledged once the standby holds "
+                   "it: nothing acknowledged is lost) or asynchronous (what was not yet shipped is lost, measured).")
 @click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path),
               help="Copy the history and worker logs here.")
 def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int, duration: float, faults: str,
           seed: int | None, lease_ttl: float, heartbeat_interval: float, reaper_interval: float,
           concurrency: int, drain_timeout: float, json_out: Path | None, keep: bool,
-          transport: str | None, artifacts: Path | None) -> None:
+          transport: str | None, replication: str, artifacts: Path | None) -> None:
     """Run workers under faults and check the contract (I1-I8) held."""
     console = make_console()
     seed = random.randrange(2**31) if seed is None else seed
@@ -129,7 +156,7 @@ def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int,
         database=database, scratch_postgres=scratch_postgres, workers=workers, jobs=jobs, duration=duration,
         faults=_faults(faults), seed=seed, lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval,
         reaper_interval=reaper_interval, concurrency=concurrency, drain_timeout=drain_timeout, keep=keep,
-        out_dir=artifacts, transport=transport,
+        out_dir=artifacts, transport=transport, replication=replication,
     )
     console.print(f"tether chaos: seed {seed} (rerun with --seed {seed})")
     result = run(cfg, say=console.print)
