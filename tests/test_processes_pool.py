@@ -195,6 +195,36 @@ def test_kill_9_of_the_supervisor_leaves_no_child_running(pool: Pool, store: Sto
     assert store.list_workers(live_only=True) == []
 
 
+def test_children_that_keep_failing_at_start_end_the_supervisor_after_a_back_off(pool: Pool, tmp_path: Path) -> None:
+    """Not a usage error (killed as it starts, as by the OOM killer): retried,
+    with a doubling back-off, then given up. (A usage error, exit code 2,
+    ends it at once: the import error above; a database that refuses
+    connections is one, as for a single worker.)"""
+    (tmp_path / "killed_app.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    sup = pool.start(2, app="killed_app:app", cwd=tmp_path)
+    code = sup.wait(timeout=120)
+    log = pool.log()
+    assert code == 1, log
+    assert "restarting it in 1s" in log and "restarting it in 2s" in log
+    assert log.count("worker process 1 started") == 3
+    assert "was killed by SIGKILL before it started, 3 times in a row" in log
+    assert "worker process 2" not in log
+
+
+def test_a_second_sigterm_stops_the_children_now(pool: Pool, store: Store) -> None:
+    sup = pool.start(2, "--shutdown-timeout", "600")
+    pool.wait_serving(2)
+    jobs = [enqueue(store, "coop", seconds=600) for _ in range(2)]
+    wait_for(lambda: all(pool.started(j) for j in jobs), 60, "both jobs to start")
+    sup.send_signal(signal.SIGTERM)
+    wait_for(lambda: pool.log().count("waiting up to 600s for 1 job(s)") == 2, 60, "both children to hear it")
+    assert sup.poll() is None, "the first signal waits for running jobs"
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(timeout=60) == 0, pool.log()
+    for j in jobs:
+        assert [x.outcome for x in job(store, j).attempts] == [Outcome.RELEASED]
+
+
 @pytest.mark.parametrize("bad", [{"processes": 0}, {"start_failures": 0}, {"restart_backoff": 0},
                                  {"restart_backoff": float("inf")}, {"restart_backoff": 5, "restart_backoff_max": 1},
                                  {"processes": True}])

@@ -19,7 +19,10 @@ opens no database connection.
   child starts alone, and until one has served, a start failure that is a
   usage error (exit code 2: an import error in the app, a bad option) ends
   the supervisor at once, the child's error shown once; other start failures
-  are retried, ``start_failures`` in a row end it. It exits non-zero then.
+  (the database unreachable) are retried, and ``start_failures`` in a row end
+  it. It exits non-zero then. Once a child has served, children that die are
+  restarted for as long as the supervisor runs (the back-off capped): a
+  database outage that kills one must not end its live siblings.
 - The supervisor's death (even SIGKILL) closes the pipe every child watches:
   they stop as on SIGTERM (``process_child``).
 - ``--metrics-port``: the supervisor serves one scrape for all of them,
@@ -197,9 +200,9 @@ class Supervisor:
             log.info("worker process %d (pid %d) finished", slot.index, pid)
             return
         now = time.monotonic()
-        if slot.worker is None:  # it never served: a start failure
+        if slot.worker is None and not self.ever_served:  # no child has served yet: a start failure
             self.start_failures += 1
-            if (not self.ever_served and code == EXIT_USAGE) or self.start_failures >= self.config.start_failures:
+            if code == EXIT_USAGE or self.start_failures >= self.config.start_failures:
                 times = "" if self.start_failures == 1 else f", {self.start_failures} times in a row"
                 log.error("worker process %d (pid %d) %s before it started%s (its error is above): giving up",
                           slot.index, pid, how, times)
