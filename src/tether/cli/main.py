@@ -124,7 +124,7 @@ def migrate(state: CLIState) -> None:
 @cli.command()
 @APP_OPTION
 @worker_options
-@click.option("--processes", "-p", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes, each with --concurrency slots, under one supervisor that restarts them "
                    "(for CPU-bound def handlers: one process runs Python code on one core).")
 @click.pass_context

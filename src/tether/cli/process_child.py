@@ -72,9 +72,10 @@ def _logging(index: int) -> Any:
 
 def _watch_parent(fd: int, shutdown_timeout: float) -> None:
     """Block on the supervisor's pipe; at its end (the supervisor died), stop
-    as on SIGTERM, and if a handler that ignores cancellation still holds the
-    process once its job was released, exit anyway: an orphan runs nothing for
-    long. A daemon thread: it never keeps the process alive."""
+    as on SIGTERM; should anything still hold the process well past its
+    shutdown timeout (its releases are bounded, handler threads are daemons:
+    a backstop), exit anyway: an orphan runs nothing for long. A daemon
+    thread: it never keeps the process alive."""
     def watch() -> None:
         try:
             while os.read(fd, 1):
