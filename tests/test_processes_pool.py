@@ -113,13 +113,19 @@ def test_children_register_as_workers_run_jobs_and_share_one_scrape(pool: Pool, 
     assert {d.result["pid"] for d in done} == {pid for pid, _ in children.values()}, "both children ran jobs"
 
     port = int(re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics \(no authentication\)", pool.log())[1])  # type: ignore[index]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
-    ran: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "tether_jobs_total" and sample.labels.get("outcome") == "succeeded":
-                ran[sample.labels["process"]] = ran.get(sample.labels["process"], 0) + sample.value
-    assert sorted(ran) == ["1", "2"] and sum(ran.values()) == 12, text
+
+    def scrape() -> tuple[str, dict[str, float]]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+        ran: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "tether_jobs_total" and sample.labels.get("outcome") == "succeeded":
+                    ran[sample.labels["process"]] = ran.get(sample.labels["process"], 0) + sample.value
+        return text, ran
+
+    # (a job's counter moves on its event, just after its row: wait for the last)
+    text, ran = wait_for(lambda: (lambda t: t if sum(t[1].values()) == 12 else None)(scrape()), 30, "12 successes")
+    assert sorted(ran) == ["1", "2"], text
     assert text.count("# TYPE tether_queue_depth gauge") == 1
     assert 'process=' not in "".join(line for line in text.splitlines() if line.startswith("tether_queue_depth"))
 
