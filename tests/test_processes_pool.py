@@ -239,6 +239,15 @@ def test_a_second_sigterm_stops_the_children_now(pool: Pool, store: Store) -> No
         assert [x.outcome for x in job(store, j).attempts] == [Outcome.RELEASED]
 
 
+def test_burst_children_that_finish_are_not_restarted(pool: Pool, store: Store) -> None:
+    jobs = [enqueue(store, "sleepy", seconds=0.2) for _ in range(6)]
+    sup = pool.start(2, "--burst")
+    assert sup.wait(timeout=120) == 0, pool.log()
+    assert all(job(store, j).state is JobState.SUCCEEDED for j in jobs)
+    assert "restarting" not in pool.log()
+    assert len(re.findall(r"worker process \d \(pid \d+\) finished", pool.log())) == 2
+
+
 @pytest.mark.parametrize("bad", [{"processes": 0}, {"start_failures": 0}, {"restart_backoff": 0},
                                  {"restart_backoff": float("inf")}, {"restart_backoff": 5, "restart_backoff_max": 1},
                                  {"processes": True}])
