@@ -54,7 +54,9 @@ class Pool:
         cmd = [sys.executable, "-m", "tether", "worker", "--app", app, "--processes", str(processes),
                "-c", "1", "--no-prefetch", *args]
         with self.log_path.open("wb") as err:
-            self.proc = subprocess.Popen(cmd, env=full, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd or self.tmp)
+            # a session of its own, as a terminal's job: killpg is Ctrl-C
+            self.proc = subprocess.Popen(cmd, env=full, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd or self.tmp,
+                                         start_new_session=True)
         return self.proc
 
     def log(self) -> str:
@@ -225,14 +227,16 @@ def test_children_that_keep_failing_at_start_end_the_supervisor_after_a_back_off
     assert "worker process 2" not in log
 
 
-def test_a_second_sigterm_stops_the_children_now(pool: Pool, store: Store) -> None:
+def test_ctrl_c_then_a_second_signal_stops_the_children_now(pool: Pool, store: Store) -> None:
     sup = pool.start(2, "--shutdown-timeout", "600")
     pool.wait_serving(2)
     jobs = [enqueue(store, "coop", seconds=600) for _ in range(2)]
     wait_for(lambda: all(pool.started(j) for j in jobs), 60, "both jobs to start")
-    sup.send_signal(signal.SIGTERM)
+    os.killpg(sup.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the supervisor's whole process group
     wait_for(lambda: pool.log().count("waiting up to 600s for 1 job(s)") == 2, 60, "both children to hear it")
     assert sup.poll() is None, "the first signal waits for running jobs"
+    # the children, in sessions of their own, heard it once, from the supervisor: not as a second signal
+    assert "stopping now" not in pool.log() and pool.log().count("SIGTERM: no new claims") == 2
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(timeout=60) == 0, pool.log()
     for j in jobs:
