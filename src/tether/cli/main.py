@@ -134,15 +134,9 @@ def worker(ctx: click.Context, /, app_ref: str, processes: int, **options: Any) 
     state: CLIState = ctx.obj
     database = state.database if _database_on_command_line(ctx) else None
     if processes > 1:
-        from .processes import PoolConfig, Supervisor
+        from .processes import run_processes
 
-        metrics = None if options["metrics_port"] is None else {
-            "port": options["metrics_port"], "host": options["metrics_host"], "token": options["metrics_token"],
-            "no_auth": options["metrics_no_auth"]}
-        spec = {"app": app_ref, "database": database, "debug": state.debug,
-                "options": {**options, "queues": list(options["queues"])}}
-        code = Supervisor(PoolConfig(processes=processes), spec, log_level=options["log_level"],
-                          log_format=options["log_format"], metrics=metrics).run()
+        code = run_processes(processes, app_ref=app_ref, database=database, debug=state.debug, options=options)
         if code:
             raise click.exceptions.Exit(code)
         return

@@ -24,6 +24,7 @@ Its log lines carry its index (``tether.worker[PID process 2]: ...``; in JSON,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -100,8 +101,9 @@ def main() -> None:
     status = os.fdopen(int(spec["status_fd"]), "w")
 
     def started(worker_id: str, metrics_port: int | None) -> None:
-        status.write(json.dumps({"worker": worker_id, "metrics_port": metrics_port}) + "\n")
-        status.flush()
+        with contextlib.suppress(OSError):  # the supervisor is gone: the parent watch stops this worker
+            status.write(json.dumps({"worker": worker_id, "metrics_port": metrics_port}) + "\n")
+            status.flush()
 
     try:
         with one_line_errors(lambda: bool(spec["debug"]), "tether --debug worker ..."):

@@ -50,7 +50,7 @@ from .common import EXIT_FAILURE, EXIT_USAGE
 from .process_child import CHILD_ENV
 
 __all__ = ["DEFAULT_PROCESSES", "MAX_START_FAILURES", "RESTART_BACKOFF", "RESTART_BACKOFF_MAX",
-           "STABLE_AFTER", "PoolConfig", "Supervisor"]
+           "STABLE_AFTER", "PoolConfig", "Supervisor", "run_processes"]
 
 log = logging.getLogger("tether.processes")
 
@@ -302,3 +302,15 @@ class Supervisor:
     def targets(self) -> list[tuple[int, int]]:
         """(index, metrics port) of every child that serves now."""
         return [(s.index, s.metrics_port) for s in self.slots if s.alive and s.metrics_port is not None]
+
+
+def run_processes(processes: int, *, app_ref: str, database: str | None, debug: bool, options: dict[str, Any]) -> int:
+    """``tether worker --processes N`` with the worker's other options (as
+    ``worker_options`` gives them); returns the exit code."""
+    metrics = None if options["metrics_port"] is None else {
+        "port": options["metrics_port"], "host": options["metrics_host"], "token": options["metrics_token"],
+        "no_auth": options["metrics_no_auth"]}
+    spec = {"app": app_ref, "database": database, "debug": debug,
+            "options": {**options, "queues": list(options["queues"])}}
+    return Supervisor(PoolConfig(processes=processes), spec, log_level=options["log_level"],
+                      log_format=options["log_format"], metrics=metrics).run()
