@@ -63,8 +63,8 @@ class TextFormatter(logging.Formatter):
     keeps its newlines. Records of other loggers (the app's own) are written
     as they come: their text is their author's to shape."""
 
-    def __init__(self) -> None:
-        super().__init__(LOG_FORMAT)
+    def __init__(self, fmt: str = LOG_FORMAT) -> None:
+        super().__init__(fmt)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         text = super().formatMessage(record)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .store import Store
     from .worker.runtime import Worker
 
-__all__ = ["Metrics", "MetricsServer", "serve_metrics"]
+__all__ = ["Metrics", "MetricsServer", "serve_metrics", "serve_registry"]
 
 log = logging.getLogger("tether.metrics")
 
@@ -201,13 +201,19 @@ def serve_metrics(metrics: Metrics, *, port: int, host: str = "127.0.0.1", token
                   no_auth: bool = False) -> MetricsServer:
     """Serve ``/metrics`` (any path) on a daemon thread. A token is required
     unless ``no_auth`` says otherwise; port 0 picks a free one."""
+    return serve_registry(metrics.registry, port=port, host=host, token=token, no_auth=no_auth)
+
+
+def serve_registry(registry: CollectorRegistry, *, port: int, host: str = "127.0.0.1", token: str | None,
+                   no_auth: bool = False) -> MetricsServer:
+    """``serve_metrics`` for any registry (``--processes``' supervisor serves its children's)."""
     if token is None and not no_auth:
         raise ConfigError("the metrics endpoint needs a token (--metrics-token or TETHER_METRICS_TOKEN), "
                           "or --metrics-no-auth to serve it without one")
     if token is not None and len(token.strip()) < MIN_TOKEN_LENGTH:
         # as the dashboard's: a bearer token a guess should not find
         raise ConfigError(f"the metrics token must be at least {MIN_TOKEN_LENGTH} characters")
-    wsgi: Callable[..., Any] = require_token(make_wsgi_app(metrics.registry), token)
+    wsgi: Callable[..., Any] = require_token(make_wsgi_app(registry), token)
     try:
         server = make_server(host, port, wsgi, handler_class=_QuietHandler)
     except OSError as exc:  # in use, or an address this machine does not have: say which

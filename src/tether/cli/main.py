@@ -155,13 +155,24 @@ def migrate(state: CLIState) -> None:
 @cli.command()
 @APP_OPTION
 @worker_options
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes, each with --concurrency slots, under one supervisor that restarts them "
+                   "(for CPU-bound def handlers: one process runs Python code on one core).")
 @click.pass_context
-def worker(ctx: click.Context, /, app_ref: str, **options: Any) -> None:
+def worker(ctx: click.Context, /, app_ref: str, processes: int, **options: Any) -> None:
     """Run a worker until SIGTERM/SIGINT (first: finish running jobs; second: stop now), or with --burst
     until no job is due."""
     state: CLIState = ctx.obj
+    database = state.database if _database_on_command_line(ctx) else None
+    if processes > 1:
+        from .processes import run_processes
+
+        code = run_processes(processes, app_ref=app_ref, database=database, debug=state.debug, options=options)
+        if code:
+            raise click.exceptions.Exit(code)
+        return
     app = load_app(app_ref)
-    run_worker(app, app_ref, database=state.database if _database_on_command_line(ctx) else None, **options)
+    run_worker(app, app_ref, database=database, **options)
 
 
 def _database_on_command_line(ctx: click.Context) -> bool:

@@ -82,11 +82,14 @@ def run_worker(
     unknown_task_grace: float, transport: str | None, log_level: str, log_format: str,
     metrics_port: int | None, metrics_host: str, metrics_token: str | None, metrics_no_auth: bool,
     server: str | None, token: str | None, configure_logging: Callable[[str, str], None] = configure_worker_logging,
+    on_started: Callable[[str, int | None], None] | None = None,
 ) -> None:
     """Run a worker of ``app`` (``label`` names it in the log) with
     ``worker_options``' values until it stops; ``database``: point the app
     there first (None: where it points); ``configure_logging(log_level,
-    log_format)``: the worker's log. Closes the app."""
+    log_format)``: the worker's log; ``on_started(worker_id, metrics_port)``:
+    called once the worker serves (``--processes``' children say so to their
+    supervisor). Closes the app."""
     qs = [q.strip() for item in queues for q in item.split(",") if q.strip()] or None
     if server is not None and not server.lower().startswith(("http://", "https://")):
         raise BadUsage(f"--server {redact_url(server)!r} is not an http:// or https:// URL")
@@ -105,6 +108,7 @@ def run_worker(
                        poll_interval=poll_interval, prefetch=prefetch, burst=burst,
                        unknown_task_grace=unknown_task_grace or None)
         with contextlib.ExitStack() as stack:
+            served_on: int | None = None
             if metrics_port is not None:
                 from ..metrics import Metrics, serve_metrics
 
@@ -112,6 +116,9 @@ def run_worker(
                 metrics_server = serve_metrics(metrics, port=metrics_port, host=metrics_host, token=metrics_token,
                                        no_auth=metrics_no_auth)
                 stack.callback(metrics_server.close)
+                served_on = metrics_server.port
+            if on_started is not None:
+                w.on_started = lambda: on_started(w.id, served_on)
             asyncio.run(_run_settled(w.run(install_signal_handlers=True)))
     finally:
         app.close()

@@ -30,7 +30,7 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import DEFAULT_QUEUE, Timers, validate_queue
@@ -132,6 +132,9 @@ class Worker:
         self.sweeper = Sweeper(s.store, s.transport, queues)
         self.sweeper.on_tick = self._swept
         self.reconciler = Reconciler(s.store, worker_id=self.id, host=self.host, reaper=self.reaper)
+        #: called on the event loop once the worker is registered, has recovered
+        #: its dead predecessors' jobs and serves (a supervisor's readiness signal)
+        self.on_started: Callable[[], object] | None = None
         #: the timer-driven duties this worker runs
         self.unknown_tasks = UnknownTasks(s.store, queues, grace=unknown_task_grace, events=s.events)
         self.services: list[PeriodicService] = [self.reaper, self.unknown_tasks, *Pruner.for_app(s.store, app)]
@@ -242,6 +245,8 @@ class Worker:
         s.log.info("worker %s started: queues=%s concurrency=%d lease_ttl=%gs heartbeat=%gs reaper=%gs transport=%s",
                    self.id, ",".join(s.queues), self.concurrency, s.timers.lease_ttl,
                    s.timers.heartbeat_interval, s.timers.reaper_interval, self._wakeups(listener))
+        if self.on_started is not None:
+            self.on_started()
         await self._serve(loop, listener, install_signal_handlers)
 
     async def _start_up(self) -> None:
