@@ -595,3 +595,10 @@ def test_priority_takes_every_32_bit_int(make_app: AppFactory) -> None:
     for priority in (-(2**31) - 1, 2**31):
         with pytest.raises(ConfigError, match="priority must be an int from -2147483648 to 2147483647"):
             task.using(priority=priority).enqueue(x=1)
+
+
+def test_job_options_keep_their_names_before_issue_48() -> None:
+    from tether.app import TaskOptions as FromApp
+    from tether.task import JobDefaults, JobOptions, TaskKeywords, TaskOptions
+
+    assert TaskOptions is JobOptions and FromApp is JobOptions and TaskKeywords is JobDefaults

@@ -107,9 +107,9 @@ def test_reference_pages_cover_the_code() -> None:
         assert f"| `{event}` |" in pages["reference/events.md"], event
     for migration in (ROOT / "src" / "tether" / "store").glob("*/migrations/*.sql"):
         assert f"### `{migration.name}`" in pages["reference/schema.md"], migration
-    from tether.task import TaskOptions
-    assert set(ref.TASK_BOUNDS) == set(TaskOptions.__dataclass_fields__)  # type: ignore[attr-defined]
-    for option in TaskOptions.__dataclass_fields__:
+    from tether.task import JobOptions
+    assert set(ref.TASK_BOUNDS) == set(JobOptions.__dataclass_fields__)  # type: ignore[attr-defined]
+    for option in JobOptions.__dataclass_fields__:
         assert f"| `{option}` |" in pages["reference/settings.md"], option
     for timer in ("lease_ttl", "heartbeat_interval", "reaper_interval", "max_payload_bytes", "retention"):
         assert f"| `{timer}` |" in pages["reference/settings.md"], timer

@@ -1,11 +1,12 @@
 """OpenTelemetry tracing on both backends, with a real worker and the real SDK
 (spans collected by its InMemorySpanExporter): trace context travels in the
-job's meta from the enqueueing code to the attempt span, the handler's spans
+job's trace column from the enqueueing code to the attempt span, the handler's spans
 are the attempt span's children, and every attempt gets one span."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterator
 
@@ -66,8 +67,8 @@ def test_attempt_span_continues_the_producers_trace(make_app: Callable[..., Teth
     with tracer.start_as_current_span("producer"):
         jid = task.enqueue(n=21)
     job = app.get_job(jid)
-    assert job is not None and job.meta is not None
-    assert set(job.meta[META_KEY]) >= {"traceparent"}
+    assert job is not None and job.trace is not None and job.meta is None  # meta is the user's
+    assert set(job.trace) >= {"traceparent"}
 
     with running(app) as w:
         assert wait_job(app, jid, is_final).state is JobState.SUCCEEDED
@@ -115,8 +116,8 @@ def test_enqueue_async_runs_in_a_producer_span_the_job_carries(make_app: Callabl
     assert (batch.attributes or {})["messaging.batch.message_count"] == 2
     for job_id, span in ((one, single), *((i, batch) for i in many)):
         job = app.get_job(job_id)
-        assert job is not None and job.meta is not None
-        assert f"{span.context.span_id:016x}" in job.meta[META_KEY]["traceparent"]  # type: ignore[union-attr]
+        assert job is not None and job.trace is not None and job.meta is None
+        assert f"{span.context.span_id:016x}" in job.trace["traceparent"]  # type: ignore[union-attr]
     with running(app, queues=["q1"]):
         attempts = {(s.attributes or {})["tether.job.id"]: s for s in finished(exporter, "tether.job work", 3)}
     for job_id, span in ((one, single), *((i, batch) for i in many)):
@@ -192,13 +193,13 @@ def test_tracing_off_injects_nothing(make_app: Callable[..., Tether], spans: tup
     with provider.get_tracer("test").start_as_current_span("producer"):
         jid = plain.enqueue()
     job = app.get_job(jid)
-    assert job is not None and job.meta is None
+    assert job is not None and job.meta is None and job.trace is None
     with running(app):
         assert wait_job(app, jid, is_final).state is JobState.SUCCEEDED
     assert [s.name for s in exporter.get_finished_spans()] == ["producer"]
 
 
-def test_existing_meta_is_kept_and_bad_trace_meta_starts_a_new_trace(make_app: Callable[..., Tether], spans: tuple[
+def test_a_traced_enqueue_keeps_meta_free_of_the_trace_and_bad_trace_meta_starts_a_new_trace(make_app: Callable[..., Tether], spans: tuple[
         TracerProvider, InMemorySpanExporter]) -> None:
     provider, exporter = spans
     app = make_app(**FAST)
@@ -208,13 +209,13 @@ def test_existing_meta_is_kept_and_bad_trace_meta_starts_a_new_trace(make_app: C
     def m(ctx: JobContext) -> None:
         return None
 
-    # meta written by someone else keeps its keys; the trace context joins them
+    # meta written by someone else is kept as it was: the trace context goes to its own column
     (kept,) = tracing.enqueue([NewJob(task="m", args_json="{}", meta_json='{"owner": "ops"}')], app.store.enqueue)
     # meta whose trace entry is junk (any client of a tether server can write meta)
     (junk,) = app.store.enqueue([NewJob(task="m", args_json="{}", meta_json='{"trace": {"traceparent": 5}}')])
     job = app.get_job(kept)
     assert job is not None and job.meta is not None
-    assert job.meta["owner"] == "ops" and "traceparent" in job.meta[META_KEY]
+    assert job.meta == {"owner": "ops"} and job.trace is not None and "traceparent" in job.trace
     with running(app):
         for jid in (kept, junk):
             assert wait_job(app, jid, is_final).state is JobState.SUCCEEDED
@@ -244,3 +245,44 @@ def test_trace_context_travels_through_a_tether_server(db_url: str, make_app: Ca
     (enqueue,) = finished(exporter, "tether.enqueue remote")
     assert enqueue.context is not None and attempt.parent is not None
     assert (attempt.parent.trace_id, attempt.parent.span_id) == (enqueue.context.trace_id, enqueue.context.span_id)
+    job = app.get_job(jid)  # the trace crossed the server as its own field, not in meta
+    assert job is not None and job.meta is None and job.trace is not None
+
+
+def test_a_job_an_older_producer_wrote_with_its_trace_in_meta_continues_that_trace(
+        make_app: Callable[..., Tether], spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    # A producer of the release before the trace column (a rolling deploy) put
+    # the carrier in meta under "trace" (META_KEY): a row just like it.
+    provider, exporter = spans
+    app = make_app(**FAST)
+    instrument(app, tracer_provider=provider)
+    app.task(name="old")(lambda ctx: None)
+    trace_id, span_id = 0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331
+    carrier = {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-01"}
+    (jid,) = app.store.enqueue([NewJob(task="old", args_json="{}", meta_json=json.dumps({META_KEY: carrier}))])
+    job = app.get_job(jid)
+    assert job is not None and job.trace is None and job.meta == {META_KEY: carrier}
+    with running(app):
+        assert wait_job(app, jid, is_final).state is JobState.SUCCEEDED
+        (attempt,) = finished(exporter, "tether.job old")
+    assert attempt.parent is not None and attempt.parent.is_remote
+    assert (attempt.parent.trace_id, attempt.parent.span_id) == (trace_id, span_id)
+
+
+def test_the_trace_crosses_a_tether_server_as_its_own_field_both_ways(db_url: str) -> None:
+    # enqueue request -> trace column -> a worker's claim answer, in records and in rows
+    carrier = {"traceparent": f"00-{1:032x}-{2:016x}-01"}
+    with served(db_url) as url:
+        client = Tether(url, token=TEST_TOKEN)
+        try:
+            store = client.store
+            ids = store.enqueue([NewJob(task="t", args_json="{}", queue="traced", meta_json='{"mine": 1}',
+                                        trace_json=json.dumps(carrier)) for _ in range(2)])
+            job = store.get_job(ids[0])
+            assert job is not None and (job.meta, job.trace) == ({"mine": 1}, carrier)
+            (one,) = store.claim("w1", ["traced"], 1, 30.0)
+            (two,) = store.claim_ids("w1", [ids[1]], ["traced"], 30.0)
+        finally:
+            client.close()
+    for claimed in (one, two):
+        assert (claimed.meta, claimed.trace) == ({"mine": 1}, carrier)

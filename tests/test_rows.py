@@ -14,7 +14,7 @@ NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
 
 def row(job_id: int, args: str, priority: int = 0, meta: str | None = None) -> tuple[Any, ...]:
-    return (job_id, 1, "t", args, "default", priority, 3, 30.0, None, NOW, meta, NOW)
+    return (job_id, 1, "t", args, "default", priority, 3, 30.0, None, NOW, meta, NOW, None, None)
 
 
 def test_claimed_rows_come_out_by_priority_then_id_with_their_own_args() -> None:
@@ -33,11 +33,12 @@ def test_a_row_whose_args_text_holds_two_values_cannot_shift_the_others() -> Non
         claimed_from_rows(rows)
 
 
-def test_meta_is_decoded_where_present_and_times_converted_when_asked() -> None:
+def test_meta_and_trace_are_decoded_where_present_and_times_converted_when_asked() -> None:
     epoch = NOW.timestamp()
-    rows = [(1, 1, "t", "{}", "q", 0, 3, 30.0, 5.0, epoch, '{"trace": {"x": 1}}', epoch, epoch),
-            (2, 1, "t", "[]", "q", 0, 3, 30.0, None, epoch, None, None, None)]
+    rows = [(1, 1, "t", "{}", "q", 0, 3, 30.0, 5.0, epoch, '{"owner": 1}', epoch, epoch, '{"traceparent": "x"}'),
+            (2, 1, "t", "[]", "q", 0, 3, 30.0, None, epoch, None, None, None, None)]
     first, second = claimed_from_rows(rows, epoch_to_dt)
-    assert (first.meta, first.claimed_at, first.run_at, first.timeout) == ({"trace": {"x": 1}}, NOW, NOW, 5.0)
+    assert (first.meta, first.claimed_at, first.run_at, first.timeout) == ({"owner": 1}, NOW, NOW, 5.0)
+    assert first.trace == {"traceparent": "x"} and second.trace is None
     assert first.scheduled_for == NOW  # a schedule's job: its tick, converted
     assert (second.args, second.meta, second.run_at, second.scheduled_for) == ([], None, None, None)

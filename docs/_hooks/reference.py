@@ -244,7 +244,7 @@ def _class_fields(path: Path, cls: str) -> dict[str, str]:
             if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)}
 
 
-#: what ``TaskOptions.checked`` (tether/task.py) accepts, field by field
+#: what ``JobOptions.checked`` (tether/task.py) accepts, field by field
 #: (tests/test_docs_examples.py fails on a field missing here)
 TASK_BOUNDS = {
     "queue": "letters, digits, `_`, `-` and `.`, at most 63 characters",
@@ -263,7 +263,7 @@ TASK_BOUNDS = {
 
 def _task_options() -> list[str]:
     from tether import payload
-    from tether.task import TaskOptions
+    from tether.task import JobOptions
 
     out = ["## `@app.task(...)` and `task.using(...)`", "",
            "A task's options, set where it is registered (`@app.task(name=..., ...)`) and, but for `retry_on` "
@@ -271,8 +271,8 @@ def _task_options() -> list[str]:
            "`dedup_key` and `exclusive_key` are per call only. "
            f"`MAX_KEY_BYTES` is {payload.MAX_KEY_BYTES}.", "",
            "| option | default | bounds | what it is |", "|---|---|---|---|"]
-    defaults = TaskOptions()
-    for name, comment in _class_fields(SRC / "task.py", "TaskOptions").items():
+    defaults = JobOptions()
+    for name, comment in _class_fields(SRC / "task.py", "JobOptions").items():
         out.append(f"| `{name}` | {_code(repr(getattr(defaults, name)))} | {TASK_BOUNDS.get(name, '')} "
                    f"| {_cell(comment)} |")
     out.append("")

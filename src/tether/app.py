@@ -37,14 +37,14 @@ from .scratch import scratch_database
 from .store import Store, open_store
 from .store.caller import driver_connection
 from .store.waiting import FinishWatch
-from .task import Task, TaskCall, TaskKeywords, TaskOptions
+from .task import JobDefaults, JobOptions, Task, TaskCall, TaskOptions
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
 from .worker.drain import Drained, drain, drain_async
 from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_age, parse_retention
 from .worker.runtime import Worker
 
-__all__ = ["Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
+__all__ = ["JobOptions", "Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -184,7 +184,7 @@ class Tether:
             task_name = validate_task_name(name or default_task_name(f))
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
-            opts = TaskOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
+            opts = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
                                timeout=timeout, retry_backoff=retry_backoff,
                                retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on)
             t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
@@ -204,7 +204,7 @@ class Tether:
         args: Mapping[str, Any] | None = None,
         catch_up: int = DEFAULT_CATCH_UP,
         overlap: bool = True,
-        **options: Unpack[TaskKeywords],
+        **options: Unpack[JobDefaults],
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]:
         """Register a task that the database also fires on a schedule: each
         tick of ``cron`` (five fields, six with seconds first, or ``@hourly``,

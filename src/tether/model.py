@@ -225,6 +225,8 @@ class NewJob:
     meta_json: str | None = None
     #: at most one job with this key runs at a time (the others wait queued)
     exclusive_key: str | None = None
+    #: the producer's tracing context as a JSON object (otel.py), not the user's meta
+    trace_json: str | None = None
 
 
 class ClaimedJob(NamedTuple):
@@ -252,6 +254,8 @@ class ClaimedJob(NamedTuple):
     run_at: datetime | None = None
     #: the schedule tick this job was fired for (UTC); None if not from a schedule
     scheduled_for: datetime | None = None
+    #: the producer's tracing context (otel.py); None: none, or an older producer's, in meta
+    trace: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +302,8 @@ class Job:
     attempts: list[Attempt] = field(default_factory=list)
     #: at most one job with this key runs at a time (``.using(exclusive_key=...)``)
     exclusive_key: str | None = None
+    #: the producer's tracing context (otel.py)
+    trace: dict[str, Any] | None = None
     #: attempts older than those in ``attempts``, which ``get_job`` leaves out:
     #: it gives the newest ``MAX_ATTEMPTS_SHOWN`` (issue 41)
     older_attempts: int = 0

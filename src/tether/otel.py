@@ -3,7 +3,10 @@
 Enqueue runs in a ``tether.enqueue <task>`` span (kind PRODUCER, a child of
 whatever span is current in the producer) whose W3C trace context
 (``traceparent``/``tracestate``, through the configured propagator) is stored
-in each job's meta under ``"trace"``. A worker runs each attempt in a
+in each job's ``trace`` column (``NewJob.trace_json``; not its meta, which is
+the user's). A job an older producer enqueued during a rolling deploy has it
+in its meta under ``"trace"`` (``META_KEY``) instead, and is read from there
+when its ``trace`` is empty. A worker runs each attempt in a
 ``tether.job <task>`` span (kind CONSUMER) parented on that context: it starts
 when the worker starts the handler, is the current span while the handler
 runs (so the handler's own spans are its children, for ``async def`` and
@@ -35,7 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["META_KEY", "Tracing", "instrument", "uninstrument"]
 
-#: the key in a job's meta that holds the producer's trace context
+#: the key in a job's meta where producers before migration 0011 (PostgreSQL)
+#: / 0009 (SQLite) kept the trace context: read, never written
 META_KEY = "trace"
 #: outcomes whose span status is ERROR
 _ERRORS = frozenset({Outcome.FAILED.value, Outcome.TIMED_OUT.value, "lost"})
@@ -62,7 +66,7 @@ class Tracing:
     # -- producer ------------------------------------------------------------------
     def enqueue(self, jobs: list[NewJob], write: Callable[[list[NewJob]], list[int]]) -> list[int]:
         """Run ``write`` (the store's enqueue) in a producer span whose context
-        each job carries in its meta."""
+        each job carries in its trace."""
         with self._producer(jobs) as (span, traced):
             return _sent(span, write(traced))
 
@@ -85,14 +89,15 @@ class Tracing:
             carrier: dict[str, str] = {}
             propagate.inject(carrier)
             if carrier:
-                jobs = [replace(j, meta_json=_with_trace(j.meta_json, carrier)) for j in jobs]
+                trace_json = json.dumps(carrier, separators=(",", ":"))
+                jobs = [replace(j, trace_json=trace_json) for j in jobs]
             yield span, jobs
 
     # -- worker --------------------------------------------------------------------
     def start_attempt(self, job: ClaimedJob, worker: str) -> Span:
         """The attempt's span, parented on the context the producer stored."""
         return self.tracer.start_span(
-            f"tether.job {job.task}", context=_extract(job.meta), kind=SpanKind.CONSUMER,
+            f"tether.job {job.task}", context=_extract(job), kind=SpanKind.CONSUMER,
             attributes={"messaging.system": "tether", "messaging.operation.type": "process",
                         "messaging.destination.name": job.queue, "messaging.message.id": str(job.id),
                         "tether.job.id": job.id, "tether.job.attempt": job.attempt, "tether.task": job.task,
@@ -141,19 +146,14 @@ def _sent(span: Span, ids: list[int]) -> list[int]:
     return ids
 
 
-def _with_trace(meta_json: str | None, carrier: dict[str, str]) -> str:
-    meta = json.loads(meta_json) if meta_json is not None else {}
-    if not isinstance(meta, dict):  # not ours to reshape: leave it as it is
-        return meta_json  # type: ignore[return-value]
-    meta[META_KEY] = carrier
-    return json.dumps(meta, separators=(",", ":"))
-
-
-def _extract(meta: dict[str, Any] | None) -> otel_context.Context:
-    """The producer's context from the job's meta; an empty one (a new trace)
-    when it has none or it is malformed (meta may come from any client of a
-    server). Never the worker's own current context."""
-    carrier = meta.get(META_KEY) if isinstance(meta, dict) else None
+def _extract(job: ClaimedJob) -> otel_context.Context:
+    """The producer's context from the job's trace, or from its meta for a job
+    an older producer wrote; an empty one (a new trace) when it has none or it
+    is malformed (either may come from any client of a server). Never the
+    worker's own current context."""
+    carrier: Any = job.trace
+    if carrier is None and isinstance(job.meta, dict):
+        carrier = job.meta.get(META_KEY)
     if not isinstance(carrier, dict):
         return otel_context.Context()
     clean = {k: v for k, v in carrier.items() if isinstance(k, str) and isinstance(v, str)}

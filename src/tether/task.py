@@ -1,5 +1,9 @@
-"""A registered task: its options (``TaskOptions``), the handler it runs, and
-the typed enqueue API (``Task``, and ``TaskCall`` for per-call options).
+"""A registered task: the options of the jobs it enqueues (``JobOptions``),
+the handler it runs, and the typed enqueue API (``Task``, and ``TaskCall``:
+the task with per-call job options, from ``task.using(...)``).
+
+The job options were named ``TaskOptions`` (the record) and ``TaskKeywords``
+(``@app.task``'s keywords) before issue 48; both old names stay as aliases.
 
 A task enqueues through the app that registered it, which it sees only as a
 ``TaskHost`` (the app's enqueue and its limits): the app imports this module,
@@ -23,7 +27,7 @@ from .model import NewJob
 from .payload import check_key, dump_json
 from .store import Store
 
-__all__ = ["Task", "TaskCall", "TaskHost", "TaskKeywords", "TaskOptions"]
+__all__ = ["JobDefaults", "JobOptions", "Task", "TaskCall", "TaskHost", "TaskKeywords", "TaskOptions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -48,9 +52,10 @@ def _finite(value: object) -> bool:
 
 
 
-class TaskKeywords(TypedDict, total=False):
-    """``@app.task``'s options besides its name, which ``@app.periodic``
-    passes on to it: the ones a caller gave, and only those."""
+class JobDefaults(TypedDict, total=False):
+    """The job options ``@app.task`` takes as keywords (the defaults of its
+    jobs), which ``@app.periodic`` passes on to it: the ones a caller gave,
+    and only those."""
 
     queue: str
     priority: int
@@ -62,7 +67,10 @@ class TaskKeywords(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True)
-class TaskOptions:
+class JobOptions:
+    """The options of a task's jobs: a task's defaults (``@app.task(...)``),
+    overridden per call by ``task.using(...)``."""
+
     queue: str = DEFAULT_QUEUE
     priority: int = 0  # higher runs first
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -85,7 +93,7 @@ class TaskOptions:
         so the row holds the default."""
         return DEFAULT_BACKOFF_BASE if callable(self.retry_backoff) else self.retry_backoff
 
-    def checked(self, timers: Timers, where: str) -> TaskOptions:
+    def checked(self, timers: Timers, where: str) -> JobOptions:
         validate_queue(self.queue)
         if (not isinstance(self.priority, int) or isinstance(self.priority, bool)
                 or not -(2**31) <= self.priority <= 2**31 - 1):  # a 32-bit int, as the column and the server take
@@ -109,11 +117,16 @@ class TaskOptions:
         return self
 
 
+#: the names before issue 48, kept for code that imports them
+TaskOptions = JobOptions
+TaskKeywords = JobDefaults
+
+
 class TaskCall(Generic[P]):
-    """A task with per-call options, from ``task.using(...)``; with
+    """A task with per-call job options (``JobOptions``), from ``task.using(...)``; with
     ``connection=``, its enqueues join that connection's transaction."""
 
-    def __init__(self, task: Task[P, Any], options: TaskOptions, connection: object = None) -> None:
+    def __init__(self, task: Task[P, Any], options: JobOptions, connection: object = None) -> None:
         self.task = task
         self.options = options
         #: the caller's connection whose transaction enqueues join; None: tether's own
@@ -168,7 +181,7 @@ class Task(Generic[P, R]):
     """A registered handler. Call ``.enqueue(**args)`` to run it in a worker;
     ``P`` (its parameters after ``ctx``) types those args, ``R`` its result."""
 
-    def __init__(self, app: TaskHost, fn: Callable[..., Any], name: str, options: TaskOptions) -> None:
+    def __init__(self, app: TaskHost, fn: Callable[..., Any], name: str, options: JobOptions) -> None:
         self.app = app
         self.fn = fn
         self.name = name
@@ -212,11 +225,11 @@ class Task(Generic[P, R]):
         return f"<Task {self.name} queue={self.options.queue}>"
 
     def using(self, *, connection: object = None, **options: Any) -> TaskCall[P]:
-        """Per-call options (any of ``TaskOptions``'), and ``connection``: the
+        """Per-call options (any of ``JobOptions``'), and ``connection``: the
         caller's own database connection (psycopg 3, sqlite3, or a SQLAlchemy
         Connection or Session) whose transaction the enqueue joins: the job
         exists once that transaction commits, and never if it rolls back."""
-        unknown = set(options) - set(TaskOptions.__dataclass_fields__)
+        unknown = set(options) - set(JobOptions.__dataclass_fields__)
         if unknown:
             raise ConfigError(f"unknown option(s) {sorted(unknown)} for task {self.name!r}")
         if "retry_backoff" in options and options["retry_backoff"] is None:
@@ -334,7 +347,7 @@ class Task(Generic[P, R]):
             raise PayloadError(f"the stored result of task {self.name!r} does not fit its annotation "
                                f"(was the type changed since?): {exc}") from None
 
-    def _new_job(self, kwargs: dict[str, Any], o: TaskOptions) -> NewJob:
+    def _new_job(self, kwargs: dict[str, Any], o: JobOptions) -> NewJob:
         self.check_args(kwargs)
         kwargs = self.dump_args(kwargs)
         args = dump_json(kwargs, f"args of task {self.name!r}", self.app.max_payload_bytes)

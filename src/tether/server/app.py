@@ -1,4 +1,8 @@
-"""The HTTP API over a Store: a Starlette app built from ``wire.OPS``.
+"""The HTTP API over a Store: a Starlette app built from ``wire.OPS``, with
+the operations by responsibility in ``jobs`` (producers and readers),
+``rounds`` (a worker's rounds, long-polling claims) and ``admin`` (upkeep,
+workers, schema, queues, schedules); this module is the request handling
+they share and the app factory.
 
 Every request needs a bearer token whose scopes cover the operation. Bodies
 are JSON, capped in size, and validated against the schema published at
@@ -13,23 +17,15 @@ worker operation naming another id is refused with 403 ``not_your_worker``.
 A client-supplied ``now`` (the store's test clock) is honoured only when the
 app is built with ``client_clock=True``; otherwise it is refused.
 
-Built with a delivering ``transport`` (NATS), the server announces the jobs
-that enqueue and retry make queued and due, after the store has committed
-them, as an app's own enqueue and retry do; its producers need no link to NATS.
-
-Built with ``services`` (``tether server``: the pruner, for its ``--retention``),
-it runs each on its timer while it serves (``duties``): the database's own
-upkeep, done where its credentials are.
+A delivering ``transport`` (NATS) announces what enqueue and retry committed
+(``jobs``); ``services`` run on their timers while the app serves (``admin``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -39,21 +35,21 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS, validate_queue
-from ..errors import ConfigError, JobNotFound, PayloadError, StaleAttempt, TetherError
-from ..model import LIVE_WITHIN, ClaimedJob, JobState, Outcome, QueueLimits
-from ..payload import dump_json
+from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS
+from ..errors import ConfigError, StaleAttempt, TetherError
 from ..store import Listener, Store
-from ..store.http import wire, wire_unknown
-from ..store.worker_rows import WORKERS_PAGE
-from ..transport import Transport, announce, due_now
+from ..store.http import wire
+from ..transport import Transport
 from ..worker.service import PeriodicService
-from . import schedules, workers
+from . import workers
+from .admin import CONTROL
 from .auth import Caller, TokenTable, identify
+from .context import Server
 from .duties import Duties
+from .jobs import JOBS
 from .openapi import build_document
-from .owners import WorkerOwners
 from .requests import ApiError, Args, arguments, client_gone
+from .rounds import LONG_POLLS, ROUND_FIRST, ROUNDS, ROWS, WORKER_REPORTS, long_poll
 from .throttle import Throttle
 from .workers import WorkerPolicy
 
@@ -62,249 +58,21 @@ __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 log = logging.getLogger("tether.server")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
-#: while a claim long-polls, how often it looks again without a wake-up
-LONG_POLL_TICK = 0.2
-#: a claiming request's argument: whether its answer carries the jobs as rows (``wire.ROWS_HEADER``)
-ROWS = "answer_rows"
 
+#: every operation but the rounds awaited on the loop (``ROUNDS``, ``LONG_POLLS``): run in a thread
+HANDLERS: dict[str, Callable[[Server, Args], Args]] = {**JOBS, **WORKER_REPORTS, **CONTROL}
+assert len(HANDLERS) == len(JOBS) + len(WORKER_REPORTS) + len(CONTROL), "an operation in two modules"
 
-class _Wakeups:
-    """Wakes long-polling claims when jobs may have become due."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def bind(self) -> None:
-        self._loop = asyncio.get_running_loop()
-
-    def notify(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    def notify_threadsafe(self, _queue: str = "*") -> None:
-        if self._loop is not None:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self.notify)
-
-    async def wait(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
-
-
-@dataclass
-class _Server:
-    store: Store
-    tokens: TokenTable
-    client_clock: bool
-    max_body: int
-    max_payload: int
-    max_wait: float
-    #: announces what enqueue and retry committed (None: nothing to announce to)
-    transport: Transport | None = None
-    #: failed bearer tokens, by client address
-    throttle: Throttle = field(default_factory=Throttle)
-    workers: WorkerPolicy = field(default_factory=WorkerPolicy)
-    wakeups: _Wakeups = field(default_factory=_Wakeups)
-    owners: WorkerOwners = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.owners = WorkerOwners(self.store)
-
-
-
-
-# -- the operations ----------------------------------------------------------------------
-def _enqueue(s: _Server, a: Args) -> Args:
-    jobs = [wire.decode_new_job(j, s.max_payload) for j in a["jobs"]]
-    ids = s.store.enqueue(jobs, now=a["now"])
-    if s.transport is not None and s.transport.delivers:  # committed: announce it (never raises)
-        announce(s.transport, due_now(jobs, ids))
-    return {"ids": ids}
-
-
-def _retry(s: _Server, a: Args) -> Args:
-    queue = s.store.retry(a["job_id"], now=a["now"])
-    if s.transport is not None:
-        announce(s.transport, [(a["job_id"], queue)], retry=True)
-    return {"queue": queue}
-
-
-def _limits(a: Args) -> QueueLimits:
-    """set_limits' body as the store takes it (JSON's 5.0 is the integer 5 here)."""
-    rate = a["rate"]
-    return QueueLimits(a["queue"], None if a["concurrency"] is None else int(a["concurrency"]),
-                       None if rate is None else int(rate["count"]), None if rate is None else float(rate["period"]))
-
-
-def _get_job(s: _Server, a: Args) -> Args:
-    job = s.store.get_job(a["job_id"])
-    if job is None:
-        raise JobNotFound(f"no job {a['job_id']}")
-    return wire.encode_job(job)
-
-
-def _list_jobs(s: _Server, a: Args) -> Args:
-    jobs = s.store.list_jobs(state=a.get("state"), queue=a.get("queue"), task=a.get("task"),
-                             limit=a.get("limit", 50))
-    return {"jobs": [wire.encode_job(j) for j in jobs]}
-
-
-# A worker's round is awaited on the server's event loop (``Store.claim_async``
-# and the rest): PostgreSQL sends its statement from the loop itself, with no
-# hop to a thread and back, which took about half a round's time on the server.
-async def _claim_once(s: _Server, a: Args) -> list[ClaimedJob]:
-    queues = [validate_queue(q) for q in a["queues"]]
-    return await s.store.claim_async(a["worker"], queues, a["limit"], a["lease_ttl"], now=a["now"],
-                                     tasks=a.get("tasks"))
-
-
-async def _claim_first(s: _Server, a: Args) -> tuple[Args, list[ClaimedJob]]:
-    return {}, await _claim_once(s, a)
-
-
-async def _complete_and_claim_first(s: _Server, a: Args) -> tuple[Args, list[ClaimedJob]]:
-    # Every argument is checked before the store writes anything: a bad result
-    # or queue refuses the whole request, completions included.
-    rows, queues = _done_rows(s, a), [validate_queue(q) for q in a["queues"]]
-    accepted, jobs = await s.store.complete_and_claim_async(a["worker"], rows, queues, a["limit"], a["lease_ttl"],
-                                                            now=a["now"], tasks=a.get("tasks"))
-    return {"accepted": sorted(accepted)}, jobs
-
-
-async def _claim_ids(s: _Server, a: Args) -> Args:
-    queues = [validate_queue(q) for q in a["queues"]]
-    jobs = await s.store.claim_ids_async(a["worker"], a["ids"], queues, a["lease_ttl"], now=a["now"],
-                                         tasks=a.get("tasks"))
-    return _claimed(a, jobs)
-
-
-def _claimed(a: Args, jobs: list[ClaimedJob]) -> Args:
-    """A claim's jobs, as the request asked (``wire.ROWS_HEADER``: rows) or as records."""
-    return wire.encode_claimed_rows(jobs) if a.get(ROWS) else {"jobs": wire.encode_claimed_all(jobs)}
-
-
-def _due_unclaimed(s: _Server, a: Args) -> Args:
-    queues = [validate_queue(q) for q in a["queues"]]
-    jobs = s.store.due_unclaimed(queues, grace=a["grace"], limit=a["limit"], now=a["now"])
-    return {"jobs": [wire.encode_due(j) for j in jobs]}
-
-
-def _recent_attempts(s: _Server, a: Args) -> Args:
-    try:
-        outcomes = [Outcome(o) for o in a["outcomes"].split(",")] if "outcomes" in a else list(Outcome)
-    except ValueError as exc:
-        raise PayloadError(f"outcomes: {exc}") from None
-    return {"attempts": [wire.encode_attempt(x) for x in s.store.recent_attempts(outcomes, limit=a.get("limit", 50))]}
-
-
-def _throughput(s: _Server, a: Args) -> Args:
-    found = s.store.throughput(buckets=a.get("buckets", 60), bucket_seconds=a.get("bucket_seconds", 60),
-                               now=a["now"])
-    return {"buckets": [wire.encode_throughput(t) for t in found]}
-
-
-def _done_rows(s: _Server, a: Args) -> list[tuple[int, int, str | None]]:
-    return [(r["id"], r["attempt"], dump_json(r["result"], "result", s.max_payload) if "result" in r else None)
-            for r in a["done"]]
-
-
-async def _complete(s: _Server, a: Args) -> Args:
-    return {"accepted": sorted(await s.store.complete_async(a["worker"], _done_rows(s, a), now=a["now"]))}
-
-
-def _fail(s: _Server, a: Args) -> Args:
-    state = s.store.fail(a["worker"], a["job_id"], a["attempt"], outcome=Outcome(a["outcome"]), error=a["error"],
-                         traceback=a.get("traceback"), retry=a.get("retry", True), now=a["now"],
-                         delay=a.get("delay"))
-    return {"state": str(state)}
-
-
-def _destroy(s: _Server, a: Args) -> Args:
-    s.store.destroy()
-    s.owners.forget()
-    return {}
-
-
-def _ages(a: Args) -> dict[JobState, float]:
-    return {JobState(k): v for k, v in a["ages"].items()}
-
-
-def _counts(found: dict[JobState, int]) -> Args:
-    return {str(k): v for k, v in found.items()}
-
-
-#: every operation but those that long-poll (``LONG_POLLS``)
-HANDLERS: dict[str, Callable[[_Server, Args], Args]] = {
-    "enqueue": _enqueue,
-    "get_job": _get_job,
-    "list_jobs": _list_jobs,
-    "cancel": lambda s, a: {"state": str(s.store.cancel(a["job_id"], now=a["now"]))},
-    "retry": _retry,
-    "stats": lambda s, a: wire.encode_stats(s.store.stats()),
-    "recent_attempts": _recent_attempts,
-    "throughput": _throughput,
-    "due_unclaimed": _due_unclaimed,
-    "heartbeat": lambda s, a: {"beats": [
-        {"id": i, "beat": str(b)} for i, b in sorted(s.store.heartbeat(
-            a["worker"], [(h["id"], h["attempt"]) for h in a["held"]], a["lease_ttl"], now=a["now"]).items())]},
-    "progress": lambda s, a: {"cancel_requested": s.store.progress(
-        a["worker"], a["job_id"], a["attempt"], a["fraction"], a["message"], a["lease_ttl"], now=a["now"])},
-    "fail": _fail,
-    "release": lambda s, a: {"state": str(s.store.release(a["worker"], a["job_id"], a["attempt"], now=a["now"]))},
-    "reap": lambda s, a: {"reaped": [wire.encode_reaped(r) for r in s.store.reap(a["limit"], now=a["now"])]},
-    "expire_leases": lambda s, a: {"expired": s.store.lapse_leases(a["workers"], now=a["now"])},
-    "register_worker": lambda s, a: workers.register(s.store, s.owners, s.workers, a),
-    "unknown_tasks": lambda s, a: {"unknown": [wire_unknown.encode_unknown(u) for u in s.store.unknown_tasks(
-        since=a.get("since", LIVE_WITHIN), now=a["now"])]},
-    "bury_unknown": lambda s, a: workers.bury_unknown(s.store, s.workers, a),
-    "stop_worker": lambda s, a: s.store.stop_worker(a["worker"], now=a["now"]) or {},
-    "list_workers": lambda s, a: {"workers": [wire.encode_worker(w) for w in s.store.list_workers(
-        host=a.get("host"), live_only=a.get("live_only", False))]},
-    "workers_page": lambda s, a: {"workers": [wire.encode_worker(w) for w in s.store.workers_page(
-        limit=a.get("limit", WORKERS_PAGE), offset=a.get("offset", 0), live_only=a.get("live_only", False),
-        host=a.get("host"))]},
-    "db_now": lambda s, a: {"now": s.store.db_now().isoformat()},
-    "check_schema": lambda s, a: s.store.check_schema() or {},
-    "prune": lambda s, a: {"pruned": _counts(s.store.prune(_ages(a), a["limit"], now=a["now"]))},
-    "set_paused": lambda s, a: s.store.set_paused(a["queue"], a["paused"], now=a["now"]) or {},
-    "paused_queues": lambda s, a: {"queues": s.store.paused_queues()},
-    "set_limits": lambda s, a: s.store.set_limits(_limits(a), now=a["now"]) or {},
-    "queue_limits": lambda s, a: {"limits": [dataclasses.asdict(q) for q in s.store.queue_limits(now=a["now"])]},
-    "prunable": lambda s, a: {"pruned": _counts(s.store.prunable(_ages(a), now=a["now"]))},
-    "migrate": lambda s, a: {"applied": s.store.migrate()},
-    "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},
-    "integrity_check": lambda s, a: {"problems": s.store.integrity_check()},
-    "destroy": _destroy,
-    "sync_schedules": lambda s, a: schedules.sync_schedules(s.store, a, s.max_payload),
-    "fire_schedules": lambda s, a: schedules.fire_schedules(s.store, s.transport, a),
-    "list_schedules": lambda s, a: schedules.list_schedules(s.store, a),
-}
-#: a worker's round but for its claims: awaited on the event loop
-ROUNDS: dict[str, Callable[[_Server, Args], Awaitable[Args]]] = {
-    "claim_ids": _claim_ids,
-    "complete": _complete,
-}
-#: operations that end in a claim, which may long-poll (``_long_poll``): their
-#: first step, which returns the rest of the answer and the jobs claimed
-LONG_POLLS: dict[str, Callable[[_Server, Args], Awaitable[tuple[Args, list[ClaimedJob]]]]] = {
-    "claim": _claim_first,
-    "complete_and_claim": _complete_and_claim_first,
-}
 #: operations after which queued jobs may be due: wake long-polling claims
 WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused",
                    "set_limits"})
-
-
-#: the routes tried first (see create_app)
-ROUND_FIRST = frozenset({"complete_and_claim", "claim", "complete", "heartbeat", "claim_ids"})
 
 #: operations that bind their worker to the token (checked after they ran)
 BINDS = frozenset({"register_worker"})
 
 
 # -- request handling -------------------------------------------------------------------------
-def _authorize(s: _Server, request: Request, op: wire.Op) -> Caller:
+def _authorize(s: Server, request: Request, op: wire.Op) -> Caller:
     caller = identify(s.tokens, s.throttle, request)
     if not s.tokens.allows(caller.scopes, op.scopes):
         needed = [*op.scopes, *(() if "admin" in op.scopes else ("admin",))]  # admin grants everything
@@ -313,7 +81,7 @@ def _authorize(s: _Server, request: Request, op: wire.Op) -> Caller:
     return caller
 
 
-async def _authorize_workers(s: _Server, op: wire.Op, caller: Caller, args: Args) -> None:
+async def _authorize_workers(s: Server, op: wire.Op, caller: Caller, args: Args) -> None:
     """A worker token acts only for the workers it registered; admin for any.
     Sets ``owner`` for the handlers: the token's fingerprint, None for admin."""
     args["owner"] = None if caller.is_admin else caller.fingerprint
@@ -330,7 +98,7 @@ def _error_response(status: int, code: str, message: str, headers: dict[str, str
     return JSONResponse({"error": code, "message": message, **extra}, status_code=status, headers=headers)
 
 
-def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
+def _endpoint(s: Server, op: wire.Op) -> Callable[[Request], Any]:
     handler, first, round_ = HANDLERS.get(op.name), LONG_POLLS.get(op.name), ROUNDS.get(op.name)
     assert [handler, first, round_].count(None) == 2, f"{op.name}: one handler, plain, a round or long-polling"
 
@@ -343,7 +111,7 @@ def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
             if op.name in wire.CLAIMING:
                 args[ROWS] = request.headers.get(wire.ROWS_HEADER) == "rows"
             if first is not None:
-                result: Args = await _long_poll(s, request, args, first)
+                result: Args = await long_poll(s, request, args, first)
             elif round_ is not None:
                 result = await round_(s, args)
             else:
@@ -376,23 +144,6 @@ def _endpoint(s: _Server, op: wire.Op) -> Callable[[Request], Any]:
     return endpoint
 
 
-async def _long_poll(s: _Server, request: Request, args: Args,
-                     first: Callable[[_Server, Args], Awaitable[tuple[Args, list[ClaimedJob]]]]) -> Args:
-    """``first`` (a claim, or completions and a claim), then, with ``wait``,
-    claims alone until jobs are due or the wait ends: whatever ``first`` wrote
-    is written once, and its answer waits for the jobs."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + float(args.get("wait", 0.0))
-    answer, jobs = await first(s, args)
-    while not jobs and args["now"] is None:
-        left = deadline - loop.time()
-        if left <= 0 or await request.is_disconnected():
-            break
-        await s.wakeups.wait(min(LONG_POLL_TICK, left))
-        jobs = await _claim_once(s, args)
-    return {**answer, **_claimed(args, jobs)}
-
-
 def create_app(
     store: Store,
     tokens: TokenTable,
@@ -422,7 +173,7 @@ def create_app(
         raise ConfigError(f"max_body must be at least 1024 bytes, got {max_body}")
     if isinstance(round_connections, bool) or not isinstance(round_connections, int) or round_connections < 1:
         raise ConfigError(f"round_connections must be an int >= 1, got {round_connections!r}")
-    s = _Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport,
+    s = Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport,
                 throttle=throttle or Throttle(), workers=worker_policy or WorkerPolicy())
     document = build_document(client_clock=client_clock, max_body=max_body, max_wait=max_claim_wait)
 

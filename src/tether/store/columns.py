@@ -102,6 +102,8 @@ JOB_COLUMNS: tuple[Column, ...] = (
     Column("schedule", "text", "TEXT", wire_optional=True),
     Column("scheduled_for", "timestamptz", "REAL", "time", wire_optional=True),
     Column("exclusive_key", "text", "TEXT", insert="exclusive_key", wire_optional=True),
+    # the producer's tracing context (otel.py), kept out of meta (migrations 0011 / 0009)
+    Column("trace", "jsonb", "TEXT", "json", insert="trace_json", wire_optional=True),
     # stored, never read into a Job
     Column("backoff_base", "double precision", "REAL", read=False, insert="backoff_base"),
     Column("deadline", "timestamptz", "REAL", "time", read=False),

@@ -94,7 +94,7 @@ _BY_PRIORITY = itemgetter(5)
 
 
 def claimed_from_rows(rows: Sequence[Row], ts: Callable[[Any], Any] | None = None) -> list[ClaimedJob]:
-    """A claim's rows, in ClaimedJob's field order with args and meta as JSON
+    """A claim's rows, in ClaimedJob's field order with args, meta and trace as JSON
     text, as ClaimedJobs: highest priority first, then oldest id.
 
     The hot path of every worker round (up to 200 rows a claim, several
@@ -118,11 +118,13 @@ def claimed_from_rows(rows: Sequence[Row], ts: Callable[[Any], Any] | None = Non
         # scheduled_for (r[12]) is NULL but for a schedule's jobs: tested
         # inline, not through ts, so an ordinary job pays no call for it
         out = [new(ClaimedJob, (r[0], r[1], r[2], a, *r[4:9], ts(r[9]), r[10], ts(r[11]),
-                                None if r[12] is None else ts(r[12])))
+                                None if r[12] is None else ts(r[12]), r[13]))
                for r, a in zip(rows, args, strict=True)]
-    for k, r in enumerate(rows):
+    for k, r in enumerate(rows):  # meta and trace: NULL but for the jobs that have them
         if r[10] is not None:
             out[k] = out[k]._replace(meta=json.loads(r[10]))
+        if r[13] is not None:
+            out[k] = out[k]._replace(trace=json.loads(r[13]))
     return out
 
 

@@ -21,7 +21,7 @@ from ..transport import Transport
 __all__ = ["AppView", "TaskView"]
 
 
-class TaskOptionsView(Protocol):
+class JobOptionsView(Protocol):
     @property
     def queue(self) -> str: ...
 
@@ -42,7 +42,7 @@ class TaskView(Protocol):
     def is_async(self) -> bool: ...
 
     @property
-    def options(self) -> TaskOptionsView: ...
+    def options(self) -> JobOptionsView: ...
 
     def misfit(self, args: Mapping[str, Any], exc: TypeError) -> BaseException:
         """``exc``, or an ArgsMisfit when ``args`` do not fit the handler."""

@@ -156,7 +156,7 @@ def encode_claimed(c: ClaimedJob, dt: Callable[[datetime | None], str | None] = 
     return {"id": c.id, "attempt": c.attempt, "task": c.task, "args": c.args, "queue": c.queue,
             "priority": c.priority, "max_attempts": c.max_attempts, "lease_ttl": c.lease_ttl, "timeout": c.timeout,
             "claimed_at": dt(c.claimed_at), "meta": c.meta, "run_at": dt(c.run_at),
-            "scheduled_for": dt(c.scheduled_for)}
+            "scheduled_for": dt(c.scheduled_for), "trace": c.trace}
 
 
 def _times() -> Callable[[datetime | None], str | None]:
@@ -190,7 +190,7 @@ def encode_claimed_all(jobs: Sequence[ClaimedJob]) -> list[dict[str, Any]]:
 
 #: a claimed job's fields in the order ``encode_claimed_rows`` writes them
 CLAIMED_FIELDS = ("id", "attempt", "task", "args", "queue", "priority", "max_attempts", "lease_ttl", "timeout",
-                  "claimed_at", "meta", "run_at", "scheduled_for")
+                  "claimed_at", "meta", "run_at", "scheduled_for", "trace")
 
 
 def encode_claimed_rows(jobs: Sequence[ClaimedJob]) -> dict[str, Any]:
@@ -200,7 +200,8 @@ def encode_claimed_rows(jobs: Sequence[ClaimedJob]) -> dict[str, Any]:
     claimed, run, scheduled = _times(), _times(), _times()  # each field's times repeat in turn
     return {"fields": list(CLAIMED_FIELDS),
             "rows": [[c.id, c.attempt, c.task, c.args, c.queue, c.priority, c.max_attempts, c.lease_ttl, c.timeout,
-                      claimed(c.claimed_at), c.meta, run(c.run_at), scheduled(c.scheduled_for)] for c in jobs]}
+                      claimed(c.claimed_at), c.meta, run(c.run_at), scheduled(c.scheduled_for),
+                      c.trace] for c in jobs]}
 
 
 def decode_claimed_answer(found: dict[str, Any]) -> list[ClaimedJob]:
@@ -225,15 +226,16 @@ def decode_claimed_answer(found: dict[str, Any]) -> list[ClaimedJob]:
         return None if text is None else req(text)
 
     return [ClaimedJob(id=i, attempt=a, task=t, args=args, queue=q, priority=p, max_attempts=m, lease_ttl=ttl,
-                       timeout=to, claimed_at=req(c), meta=meta, run_at=opt(r), scheduled_for=opt(sf))
-            for i, a, t, args, q, p, m, ttl, to, c, meta, r, sf in rows]
+                       timeout=to, claimed_at=req(c), meta=meta, run_at=opt(r), scheduled_for=opt(sf), trace=tr)
+            for i, a, t, args, q, p, m, ttl, to, c, meta, r, sf, tr in rows]
 
 
 def decode_claimed(d: dict[str, Any]) -> ClaimedJob:
     return ClaimedJob(id=d["id"], attempt=d["attempt"], task=d["task"], args=d["args"], queue=d["queue"],
                       priority=d["priority"], max_attempts=d["max_attempts"], lease_ttl=d["lease_ttl"],
                       timeout=d["timeout"], claimed_at=_req_dt(d["claimed_at"]), meta=d["meta"],
-                      run_at=_parse_dt(d["run_at"]), scheduled_for=_parse_dt(d.get("scheduled_for")))
+                      run_at=_parse_dt(d["run_at"]), scheduled_for=_parse_dt(d.get("scheduled_for")),
+                      trace=d.get("trace"))  # an older server does not send it
 
 
 def encode_reaped(r: Reaped) -> dict[str, Any]:

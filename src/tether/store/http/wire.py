@@ -174,8 +174,8 @@ CLAIMED_RECORD = obj({
     "id": JOB_ID, "attempt": ATTEMPT, "task": string(1000), "args": ANY_JSON, "queue": string(1000),
     "priority": integer(-(2**31), 2**31 - 1), "max_attempts": ATTEMPT, "lease_ttl": {"type": "number"},
     "timeout": nullable({"type": "number"}), "claimed_at": DATETIME, "meta": ANY_JSON, "run_at": nullable(DATETIME),
-    "scheduled_for": nullable(DATETIME),
-}, optional=("scheduled_for",))  # optional: servers older than schedules do not send it
+    "scheduled_for": nullable(DATETIME), "trace": nullable(JSON_OBJECT),
+}, optional=("scheduled_for", "trace"))  # optional: servers older than schedules, or than trace, do not send them
 REAPED_RECORD = obj({"id": JOB_ID, "attempt": ATTEMPT, "worker": string(1000), "outcome": OUTCOME_SENT,
                      "state": STATE, "queue": string(1000), "lease_until": nullable(DATETIME)})
 #: a request header: with the value ``rows``, an answer carrying claimed jobs
@@ -224,6 +224,7 @@ _NEW_JOB_FIELDS: dict[str, Schema] = {
     "lease_ttl": nullable(TTL), "timeout": nullable(TTL), "backoff_base": number(0, 1e6),
     "dedup_key": nullable(string(MAX_KEY_BYTES, 1)), "meta": nullable(JSON_OBJECT),
     "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),  # bytes are checked by the server (check_key)
+    "trace": nullable(JSON_OBJECT),
 }
 NEW_JOB = obj(
     {**{c.wire: _NEW_JOB_FIELDS.get(c.wire) or _by_type(c) for c in INSERTED},

@@ -62,7 +62,7 @@ WHERE dedup_key = ANY(%(keys)s::text[]) AND state IN ('queued', 'running')
 -- still queued, unlocked at commit.) By id, the primary key was probed once
 -- per job, past the versions each earlier claim and completion left in it:
 -- about 0.8 us of PostgreSQL CPU per job of a claim of 100.
--- args and meta go back as JSON text: the worker decodes a whole claim's args
+-- args, meta and trace go back as JSON text: the worker decodes a whole claim's args
 -- in one json.loads (store/rows.py), where psycopg's loader ran once per row.
 SET state = 'running',
     attempt = j.attempt + 1,
@@ -76,7 +76,7 @@ SET state = 'running',
 WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM picked))
 RETURNING j.id, j.attempt, j.task, j.args::text, j.queue, j.priority, j.max_attempts,
           coalesce(j.lease_ttl, %(lease_ttl)s) AS lease_ttl, j.timeout, j.claimed_at, j.meta::text, j.run_at,
-          j.scheduled_for
+          j.scheduled_for, j.trace::text
 
 -- name: _key_free
 -- (A condition on a queued row of jobs, read unaliased, for the claims.) Its
@@ -499,7 +499,7 @@ WITH {_end_successes}, {_claim_picked}, claimed AS (
 -- rows (kind 0) and the accepted ids (kind 1), padded to the claimed rows' width.
 SELECT 0 AS kind, claimed.* FROM claimed
 UNION ALL
-SELECT 1, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 1, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM {_ended}
 
 -- name: complete_and_claim_known

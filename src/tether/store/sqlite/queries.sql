@@ -42,7 +42,7 @@ SET state = 'running',
 
 -- name: _claimed_row
 RETURNING id, attempt, task, args, queue, priority, max_attempts,
-          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at, scheduled_for
+          coalesce(lease_ttl, :lease_ttl), timeout, claimed_at, meta, run_at, scheduled_for, trace
 
 -- name: _open_queues
 -- The worker's queues that a claim may take jobs from: those of :queues not

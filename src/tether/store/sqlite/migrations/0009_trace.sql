@@ -1,0 +1,11 @@
+-- tether schema, version 9 (SQLite): a job's tracing context in a column of
+-- its own.
+--
+-- The producer's trace context (otel.py: a W3C traceparent carrier) rode in
+-- the job's meta under "trace", which made meta tether's, not the user's
+-- (issue 43 makes meta= user data). It is now the trace column; meta keeps
+-- what the user and the Django backend ("django_result_token") put there.
+-- Rows an older producer wrote during a rolling deploy still hold it in meta,
+-- and the worker's tracing reads it there when trace is NULL (otel.py). It
+-- only adds: workers of the previous release never name it.
+ALTER TABLE tether_jobs ADD COLUMN trace TEXT;
