@@ -497,7 +497,10 @@ WITH {_end_successes}, {_claim_picked}, claimed AS (
 -- name: _round_answer
 -- complete_and_claim's answer (and complete_and_claim_known's): the claimed
 -- rows (kind 0) and the accepted ids (kind 1), padded to the claimed rows' width.
-SELECT 0 AS kind, claimed.* FROM claimed
+-- The kind column is read by position and left unnamed: complete_and_claim_known
+-- sits at psycopg's 4,096-character limit for caching a statement's parse
+-- (sqlfile.py), and one more claimed column (trace) took it past.
+SELECT 0, claimed.* FROM claimed
 UNION ALL
 SELECT 1, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM {_ended}
