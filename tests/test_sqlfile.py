@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,13 @@ def test_every_claim_and_the_sweep_share_one_claimable_condition(package: str) -
     for name in readers | set().union(*(included(n) for n in readers)) - {"_open_queues", limits}:
         assert "WHERE paused" not in raw[name], name
         assert "claim_room(" not in raw[name], name
+
+
+def test_sqlite_queries_bind_no_numbered_placeholders() -> None:
+    """``?4`` is a named placeholder to Python 3.12's sqlite3: binding it from a
+    sequence is deprecated there (an error from 3.14), and under the Django
+    tests' Python 3.12 every failure's attempts row failed to be written, its
+    report retried for ever. Plain ``?`` or ``:name`` only."""
+    queries = load_queries("tether.store.sqlite", "queries.sql", BACKENDS["tether.store.sqlite"])
+    numbered = {name: re.findall(r"\?\d+", sql) for name, sql in queries.items()}
+    assert {name: found for name, found in numbered.items() if found} == {}

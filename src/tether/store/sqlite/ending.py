@@ -34,7 +34,8 @@ def end(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], name: str,
         params: dict[str, Any]) -> list[Any]:
     """Run the ending ``name``, then what every ending does; its rows."""
     rows = conn.execute(q[name], params).fetchall()
-    audits = [r[:9] for r in rows if r[2] is not None]
+    # audit's columns: job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback
+    audits = [(r[0], r[3], r[4], r[5], r[6], r[2], r[7], r[8]) for r in rows if r[2] is not None]
     if audits:
         conn.executemany(q["audit"], audits)
     return rows

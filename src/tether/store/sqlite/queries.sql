@@ -269,9 +269,13 @@ RETURNING tether_jobs.id, 'succeeded', NULL, NULL, NULL, NULL, NULL, NULL, NULL
 -- name: audit
 -- The attempt's row in the attempts table, from an ending's RETURNING row as
 -- it is (store/sqlite/ending.py): id, state (not stored here), outcome,
--- attempt, worker, claimed_at, finished_at, error, traceback.
+-- attempt, worker, claimed_at, finished_at, error, traceback, which end()
+-- passes in this statement's order. Plain ? placeholders: numbered ones (?4)
+-- are named ones to Python 3.12's sqlite3, which deprecates binding them from
+-- a sequence (an error from 3.14; under pytest's filterwarnings=error every
+-- failure's report failed, over and over).
 INSERT INTO tether_attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error, traceback)
-VALUES (?1, ?4, ?5, ?6, ?7, ?3, ?8, ?9)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: fail
 -- An ending (store/sqlite/ending.py, which writes its attempts row).
