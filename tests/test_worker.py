@@ -359,16 +359,7 @@ def test_embedded_worker_cancelled_releases_its_jobs(make_app: Callable[..., Tet
         await asyncio.sleep(60)
 
     jid = long.enqueue()
-
-    async def main() -> None:
-        task = asyncio.create_task(app.run_worker_async(concurrency=2, shutdown_timeout=30))
-        while not started.is_set():
-            await asyncio.sleep(0.02)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
+    _stop_worker_once_started(app, started)
     job = app.get_job(jid)
     assert job is not None and job.state is JobState.QUEUED
     assert (job.attempt, job.released) == (1, 1)
@@ -770,3 +761,41 @@ def test_a_workers_log_shows_control_characters_in_job_text_as_escapes(tmp_path:
     assert " tether.worker[" in line and "\\x1b[2J\\x0a2026-01-01 INFO tether.worker: FORGED" in line, line
     assert not any(ln.startswith("2026-01-01") for ln in run.stderr.splitlines())
     assert "own line one\nown line two" in run.stderr  # not tether's to reshape
+
+
+def test_a_release_that_ends_the_job_cancelled_fires_job_cancelled(make_app: Callable[..., Tether]) -> None:
+    """A worker stopping hands its running job back; when a cancel was asked
+    for it meanwhile (and not yet seen by the worker), the release ends the job
+    cancelled, and the worker's app says so with ``job.cancelled``, as
+    ``app.cancel`` promises (the release used to end it silently)."""
+    app = make_app(lease_ttl=60, heartbeat_interval=10, reaper_interval=10)
+    started = threading.Event()
+    seen: list[tuple[str, int]] = []
+    app.on("job.cancelled")(lambda e: seen.append((e.name, e.job_id)))
+
+    @app.task(max_attempts=1)
+    async def long(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    jid = long.enqueue()
+    _stop_worker_once_started(app, started, lambda: app.cancel(jid))
+    job = app.get_job(jid)
+    assert job is not None and job.state is JobState.CANCELLED
+    assert seen == [("job.cancelled", jid)]
+
+
+def _stop_worker_once_started(app: Tether, started: threading.Event, before: Callable[[], object] = lambda: None) -> None:
+    """Run an embedded worker until ``started`` is set, call ``before``, then
+    cancel it (a shutdown that hands running jobs back)."""
+
+    async def main() -> None:
+        task = asyncio.create_task(app.run_worker_async(concurrency=2, shutdown_timeout=30))
+        while not started.is_set():
+            await asyncio.sleep(0.02)
+        before()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())

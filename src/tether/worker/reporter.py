@@ -366,6 +366,9 @@ class Reporter:
         s.counts["released"] += 1
         if running.span is not None:
             ended(running, Outcome.RELEASED, None, state)
+        follow = where_it_went(state, Outcome.RELEASED)  # a pending cancel ends it cancelled
+        if follow is not None and s.events.active:
+            s.emit(follow, running, time.monotonic() - running.started, state=state, outcome=Outcome.RELEASED)
         if state is JobState.QUEUED:
             s.transport.publish([(running.job.id, running.job.queue)], retry=True)
 
