@@ -145,3 +145,42 @@ def test_a_connection_cut_mid_use_is_a_connection_error(
         caught = asyncio.run(run())
     assert isinstance(caught, ConnectionError) and isinstance(caught, DatabaseUnavailable), repr(caught)
     assert "lost PostgreSQL at" in str(caught) and caught.__cause__ is not None
+
+
+@PG_ONLY
+def test_a_call_waiting_through_a_long_outage_gets_a_connection_once_the_server_answers(
+    proxied: tuple[Tether, TCPProxy],
+) -> None:
+    """An outage longer than the pool's reconnect timeout (a slow failover, a
+    restart): the pool gives up re-opening the connections it lost, and a call
+    already waiting for one was never served when the server came back
+    (psycopg_pool grows only for a new request), so it failed at its full pool
+    timeout with the server answering for seconds. It now gets a connection
+    once the server answers, within its timeout."""
+    from tether.store.postgres.connect import POOL_TIMEOUT, RECONNECT_TIMEOUT
+
+    app, proxy = proxied
+
+    @app.task(name="noop")
+    def noop(ctx: JobContext) -> None: ...
+
+    jid = noop.enqueue()
+    proxy.refuse()
+    proxy.reset()  # every pooled connection cut, and no new one can open
+    time.sleep(0.2)  # (the cut reaches the client's sockets: they are dropped, not used)
+    got: list[Any] = []
+    call = threading.Thread(target=lambda: got.append(_outcome(lambda: app.get_job(jid))))
+    call.start()
+    # heal after the pool has given up re-opening (RECONNECT_TIMEOUT) and well
+    # before the waiting call's own timeout
+    time.sleep(RECONNECT_TIMEOUT + (POOL_TIMEOUT - RECONNECT_TIMEOUT) / 3)
+    proxy.heal()
+    call.join(POOL_TIMEOUT + 5)
+    assert len(got) == 1 and getattr(got[0], "id", None) == jid, got
+
+
+def _outcome(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        return exc

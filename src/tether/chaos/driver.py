@@ -30,7 +30,8 @@ from urllib.parse import urlsplit
 from ..config import parse_database_url, validate_identifier
 from ..model import JobState, NewJob, QueueLimits
 from ..store import Store, open_store
-from ..store.postgres.connect import POOL_TIMEOUT, RECONNECT_TIMEOUT
+from ..store.postgres.connect import RECONNECT_TIMEOUT
+from ..store.postgres.outage import WAIT_SLICE
 from ..transport import Transport, open_transport
 from .checker import CheckReport, answered_since, check
 from .collect import read_created, read_events, read_jobs, schedule_invariant
@@ -296,12 +297,13 @@ class _Run:
         self.failovers.append(f)
         # Nothing commits from the kill to the promotion; asynchronous, what
         # committed in the loss window is undone too. A promotion slower than
-        # the pools' RECONNECT_TIMEOUT leaves a call that was already waiting
-        # for a connection waiting until its POOL_TIMEOUT (found here: a
-        # scheduler tick 5 s late after a 5 s promotion): that long, too.
+        # the pools' RECONNECT_TIMEOUT: the pool gave up re-opening, and a call
+        # already waiting asks again every WAIT_SLICE (outage.py; it used to
+        # wait until its POOL_TIMEOUT: found here, a scheduler tick 5 s late
+        # after a 5 s promotion), whose connect may still be in its back-off.
         sync, end = self.cfg.replication == "sync", f.promoted_at
         if end - f.killed_at > RECONNECT_TIMEOUT:
-            end = max(end, f.killed_at + POOL_TIMEOUT)
+            end += RECONNECT_TIMEOUT + WAIT_SLICE
         self.outages.append((f.killed_at if sync else loss_windows([f])[0][0], end))
         self._event("fault", kind="failover", **asdict(f))
 

@@ -1,6 +1,6 @@
 """A small TCP proxy for partition tests: pass traffic, or blackhole it (nothing
 gets through, sockets stay open and half-alive, as when a network drops
-packets), or reset every connection. Threads, not asyncio, so it runs beside
+packets), or reset every connection, or refuse new ones. Threads, not asyncio, so it runs beside
 any worker.
 
 A blackhole holds bytes back; it does not throw them away. TCP never loses
@@ -36,6 +36,11 @@ class TCPProxy:
     def blackhole(self) -> None:
         self.mode = "blackhole"
 
+    def refuse(self) -> None:
+        """New connections are closed as soon as they come (a server down, or
+        its address not yet taken over); existing ones are left as they are."""
+        self.mode = "refuse"
+
     def heal(self) -> None:
         self.mode = "pass"
 
@@ -58,6 +63,9 @@ class TCPProxy:
                 client, _ = self._server.accept()
             except OSError:
                 return
+            if self.mode == "refuse":
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:

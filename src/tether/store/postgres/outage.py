@@ -33,6 +33,10 @@ from ..idle import ready_to_read
 
 __all__ = ["TetherPool", "ended", "lost"]
 
+#: how long a caller waits for a pooled connection before asking again (a new
+#: request is what makes the pool open a connection after it gave one up)
+WAIT_SLICE = 1.0
+
 
 def ended(conn: psycopg.Connection[TupleRow] | psycopg.AsyncConnection[TupleRow]) -> bool:
     """Whether the server or the network ended this idle connection: its
@@ -84,17 +88,28 @@ class TetherPool(ConnectionPool[psycopg.Connection[TupleRow]]):
     def _usable(self, timeout: float | None) -> psycopg.Connection[TupleRow]:
         """A pooled connection that has not ended while idle; each ended one
         is closed and given back, so the pool drops it and opens another."""
+        deadline = monotonic() + (self.timeout if timeout is None else timeout)
         for _ in range(self.max_size + 1):
-            try:
-                conn = self.getconn(timeout)
-            except PoolTimeout as exc:
-                raise lost(exc, self._conninfo_text()) from exc
+            conn = self._wait_for_one(deadline)
             if not ended(conn):
                 return conn
             conn.close()
             self.putconn(conn)
         raise DatabaseUnavailable(
             f"lost PostgreSQL at {redact_url(self._conninfo_text())}: every pooled connection had ended")
+
+    def _wait_for_one(self, deadline: float) -> psycopg.Connection[TupleRow]:
+        """``getconn`` until ``deadline``, asked again every ``WAIT_SLICE``: when
+        an outage outlasts the reconnect timeout, the pool gives up re-opening
+        the connections it lost and only a new request makes it open one, so a
+        caller waiting all along was never served once the server answered (it
+        failed at its full timeout; found by a failover slower than 2 s)."""
+        while True:
+            try:
+                return self.getconn(min(WAIT_SLICE, max(deadline - monotonic(), 0.0)))
+            except PoolTimeout as exc:
+                if monotonic() >= deadline:
+                    raise lost(exc, self._conninfo_text()) from exc
 
     def _conninfo_text(self) -> str:
         return self.conninfo if isinstance(self.conninfo, str) else ""
