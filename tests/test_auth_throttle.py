@@ -181,3 +181,46 @@ def test_the_dashboard_token_needs_16_characters(tether_app: Tether, tmp_path: P
     dashboard_app(tether_app, token="x" * 16)
     out = CliRunner().invoke(cli, ["-d", f"sqlite:///{tmp_path / 'dash.db'}", "dashboard", "--token", "eight888"])
     assert out.exit_code != 0 and "at least 16 characters" in out.output, out.output
+
+
+@pytest.mark.parametrize("trusted", [None, "127.0.0.1"])
+def test_a_forwarded_for_header_names_the_client_only_from_a_trusted_proxy(tmp_path: Path,
+                                                                            trusted: str | None) -> None:
+    """A real uvicorn: by default X-Forwarded-For is ignored, so a client that
+    claims a new address on every guess is still one address and is held back
+    (uvicorn trusted the header from 127.0.0.1, which let any local client
+    escape the per-address throttle); with ``--forwarded-allow-ips`` naming
+    its proxy, the header names the client."""
+    import urllib.error
+    import urllib.request
+
+    from tether.server.connections import Limits
+    from tether.server.run import ServerThread
+
+    store = open_store(f"sqlite:///{tmp_path / 'throttle.db'}")
+    store.migrate()
+    app = create_app(store, parse_tokens(f"{TOKEN} admin", "test"), throttle=Throttle(free=3))
+    server = ServerThread(app, limits=Limits(forwarded_allow_ips=trusted)).start()
+
+    def status(i: int) -> int:
+        request = urllib.request.Request(f"{server.url}/v1/now",
+                                         headers={**_bearer(WRONG), "X-Forwarded-For": f"198.51.100.{i}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    try:
+        codes = [status(i) for i in range(1, 7)]
+    finally:
+        server.stop()
+        store.close()
+    assert codes == ([401] * 6 if trusted else [401] * 4 + [429] * 2)
+
+
+def test_forwarded_allow_ips_must_name_an_address() -> None:
+    from tether.server.connections import Limits
+
+    with pytest.raises(ConfigError, match="forwarded_allow_ips"):
+        Limits(forwarded_allow_ips=" ")

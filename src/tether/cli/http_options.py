@@ -36,6 +36,10 @@ _OPTIONS = [
     click.option("--max-connections-per-client", type=click.IntRange(min=1),
                  default=DEFAULT_MAX_CONNECTIONS_PER_CLIENT, show_default=True,
                  help="Open connections from one address at most (behind a reverse proxy: the proxy's)."),
+    click.option("--forwarded-allow-ips", default=None, metavar="ADDRESSES",
+                 help="Reverse proxies (comma-separated addresses, or '*') whose X-Forwarded-For header names "
+                      "the client (for the login throttle and logs). Default: none; a client is its "
+                      "connection's address."),
 ]
 
 
@@ -44,7 +48,7 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def wrapper(*args: Any, max_header_bytes: int, max_headers: int, request_timeout: float, max_connections: int,
-                max_connections_per_client: int, **kwargs: Any) -> Any:
+                max_connections_per_client: int, forwarded_allow_ips: str | None, **kwargs: Any) -> Any:
         try:
             from ..server.connections import Limits
         except ImportError as exc:
@@ -52,7 +56,8 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
                            f"({exc})") from None
         kwargs["limits"] = Limits(max_header_bytes=max_header_bytes, max_headers=max_headers,
                                   request_timeout=request_timeout, max_connections=max_connections,
-                                  max_connections_per_client=max_connections_per_client)
+                                  max_connections_per_client=max_connections_per_client,
+                                  forwarded_allow_ips=forwarded_allow_ips)
         return command(*args, **kwargs)
 
     decorated: Callable[..., Any] = wrapper

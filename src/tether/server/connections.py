@@ -60,6 +60,10 @@ class Limits:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     keep_alive: float = DEFAULT_KEEP_ALIVE
+    #: addresses (comma-separated, or "*") of reverse proxies whose
+    #: X-Forwarded-For names the client; none by default, so a client's address
+    #: (the throttle's key) is its connection's and no header can change it
+    forwarded_allow_ips: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_header_bytes", "max_headers", "max_connections", "max_connections_per_client"):
@@ -72,6 +76,8 @@ class Limits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 86400:
                 raise ConfigError(f"{name} must be seconds in (0, 86400], got {value!r}")
+        if self.forwarded_allow_ips is not None and not self.forwarded_allow_ips.strip():
+            raise ConfigError("forwarded_allow_ips must name at least one address (or '*'), or be None")
 
 
 def _answer(status: int, reason: str, text: str) -> bytes:
@@ -257,5 +263,10 @@ def guarded_protocol(limits: Limits, http: str = "auto") -> type[asyncio.Protoco
 
 def uvicorn_options(limits: Limits, http: str = "auto") -> dict[str, Any]:
     """uvicorn.Config's arguments that enforce ``limits``."""
+    # uvicorn trusts X-Forwarded-For from 127.0.0.1 unless told otherwise: any
+    # local client could then claim a new address per request and escape the
+    # per-address throttle. Only the proxies named are trusted.
+    proxied = limits.forwarded_allow_ips is not None
     return {"http": guarded_protocol(limits, http), "h11_max_incomplete_event_size": limits.max_header_bytes,
-            "timeout_keep_alive": limits.keep_alive}
+            "timeout_keep_alive": limits.keep_alive, "proxy_headers": proxied,
+            "forwarded_allow_ips": limits.forwarded_allow_ips if proxied else None}
