@@ -155,3 +155,21 @@ def test_link_checker_finds_broken_links(tmp_path: Path) -> None:
     assert checked == 7
     assert sorted(broken) == ["index.html: guide/#nowhere: no #nowhere in guide/index.html",
                               "index.html: missing/: no such file", "index.html: pic.png: no such file"]
+
+
+def test_the_readmes_quickstart_is_the_tutorials_first_steps() -> None:
+    """The README's quickstart is the tutorial's app and first commands, which
+    test_tutorial runs; its two commands are the ones CI runs."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    blocks = {lang: body for lang, body in ((m[1], m[2]) for m in _FENCE.finditer(readme)) if lang == "python"}
+    app = (EXAMPLES / "tutorial" / "app.py").read_text()
+    assert blocks["python"] == app[app.index("[start:app]\n") + 12:app.index("# --8<-- [end:app]")]
+    steps = (EXAMPLES / "tutorial" / "steps.sh").read_text().splitlines()
+    quickstart = readme[readme.index("## Quickstart"):readme.index("## Documentation")]
+    [commands] = [m[2] for m in _FENCE.finditer(quickstart) if m[1] == "bash"]
+    assert all(line in steps for line in commands.strip().splitlines()), commands
+    two = readme[readme.index("## Two commands"):readme.index("## Quickstart")]
+    assert "bash scripts/demo" in two and "bash scripts/test" in two
+    assert "exec bash scripts/test" in (ROOT / ".ci" / "run").read_text()
+    assert (ROOT / "scripts" / "demo").is_file()
