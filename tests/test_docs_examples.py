@@ -30,6 +30,8 @@ EXECUTED = {
     "guides/schedules.py": "tests/test_docs_guides.py",
     "guides/transactions.py": "tests/test_docs_guides.py",
     "guides/monitoring.py": "tests/test_docs_guides.py",
+    "guides/remote.sh": "tests/test_docs_guides.py::test_remote_workers_through_a_tether_server",
+    "guides/remote.py": "tests/test_docs_guides.py::test_remote_workers_through_a_tether_server",
     "guides/typed.py": "tests/test_docs_guides.py, tests/test_typed_args.py",
     "migrating/shop.py": "tests/test_docs_migrating.py (run)",
     "migrating/celery_shop.py": "tests/test_docs_migrating.py (compiled only: Celery is not installed)",
