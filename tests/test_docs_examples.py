@@ -49,7 +49,8 @@ EXECUTED = {
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them
 NOT_RUN = {"export TETHER_DATABASE_URL=postgresql://user@db-host/mydb"}
 
-_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+#: a fenced block, indented (inside a list item) or not
+_FENCE = re.compile(r"^[ \t]*```(\w*)[^\n]*\n(.*?)^[ \t]*```", re.S | re.M)
 _INCLUDE = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$')
 
 

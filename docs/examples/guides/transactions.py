@@ -23,6 +23,19 @@ def charge(ctx: JobContext, order_id: int) -> dict[str, int]:
 # --8<-- [end:complete]
 
 
+# --8<-- [start:on-yours]
+@app.task
+def refund(ctx: JobContext, order_id: int) -> None:
+    conn = sqlite3.connect("shop.db", isolation_level=None)  # yours (an ORM's), to the jobs' database
+    conn.execute("BEGIN")  # psycopg: `with conn.transaction():` around the block
+    with ctx.transaction_on(conn) as tx:  # tx: the handle, not a connection
+        conn.execute("UPDATE accounts SET balance = balance + 10 WHERE order_id = ?", (order_id,))
+    conn.execute("COMMIT")
+    tx.committed()  # after your commit (tx.failed() after a rollback)
+    conn.close()
+# --8<-- [end:on-yours]
+
+
 if __name__ == "__main__":
     app.migrate()
     setup = sqlite3.connect("shop.db")
@@ -52,6 +65,10 @@ if __name__ == "__main__":
     assert app.wait(charged, timeout=5).result == {"charged": 10}
     check = sqlite3.connect("shop.db")
     assert check.execute("SELECT balance FROM accounts").fetchone() == (90,)
+    refunded = refund.enqueue(order_id=42)
+    app.drain()
+    assert app.wait(refunded, timeout=5).state.value == "succeeded"
+    assert check.execute("SELECT balance FROM accounts").fetchone() == (100,)
     check.close()
     app.close()
     print("ok")
