@@ -1,9 +1,10 @@
-"""The FastAPI app of the README's "FastAPI / ASGI" section (everything after
-this docstring and the __future__ import is the README's example, verbatim),
-which tests/test_asgi.py serves with a real uvicorn process."""
+"""The FastAPI app of docs/how-to/asgi.md (the page includes its section
+"app": everything after this docstring and the __future__ import), which
+tests/test_asgi.py serves with a real uvicorn process."""
 
 from __future__ import annotations
 
+# --8<-- [start:app]
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -50,3 +51,4 @@ async def enqueue_resize(path: str, seconds: float = 0.0) -> dict[str, int]:
 @api.post("/thumbnail")
 async def enqueue_thumbnail(path: str, seconds: float = 0.0) -> dict[str, int]:
     return {"job_id": await thumbnail.enqueue_async(path=path, seconds=seconds)}
+# --8<-- [end:app]

@@ -18,17 +18,39 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 EXAMPLES = DOCS / "examples"
 
-#: every example file, with the test that runs it
+#: every example file, with the test that runs it: a name under docs/examples/,
+#: or a path from the repository's root for a file the suite runs where it stands
 EXECUTED = {
     "tutorial/app.py": "test_tutorial (imported by its workers and producers)",
     "tutorial/steps.sh": "test_tutorial",
     "tutorial/install.sh": "tests/test_wheel.py (against the built wheel)",
+    "guides/tasks.py": "tests/test_docs_guides.py",
+    "guides/retries.py": "tests/test_docs_guides.py",
+    "guides/job_control.py": "tests/test_docs_guides.py",
+    "guides/schedules.py": "tests/test_docs_guides.py",
+    "guides/transactions.py": "tests/test_docs_guides.py",
+    "guides/monitoring.py": "tests/test_docs_guides.py",
+    "guides/remote.sh": "tests/test_docs_guides.py::test_remote_workers_through_a_tether_server",
+    "guides/remote.py": "tests/test_docs_guides.py::test_remote_workers_through_a_tether_server",
+    "guides/typed.py": "tests/test_docs_guides.py, tests/test_typed_args.py",
+    "migrating/shop.py": "tests/test_docs_migrating.py (run)",
+    "migrating/celery_shop.py": "tests/test_docs_migrating.py (compiled only: Celery is not installed)",
+    "migrating/rq_shop.py": "tests/test_docs_migrating.py (compiled only: RQ is not installed)",
+    "migrating/procrastinate_shop.py": "tests/test_docs_migrating.py (compiled only: procrastinate is not installed)",
+    "migrating/django_tasks_settings.py": "tests/test_docs_migrating.py (compiled; the backend is tests/django's)",
+    "tests/examples/testing/tasks.py": "tests/test_testing.py::test_the_pytest_plugin_in_a_real_pytest_run",
+    "tests/examples/testing/pytest.ini": "tests/test_testing.py::test_the_pytest_plugin_in_a_real_pytest_run",
+    "tests/examples/testing/test_tasks.py": "tests/test_testing.py::test_the_pytest_plugin_in_a_real_pytest_run",
+    "tests/asgi_app.py": "tests/test_asgi.py (served by a real uvicorn, both backends)",
+    "tests/django/project/readme/tasks.py": "tests/django/test_readme.py (Python 3.12+, .venv-django)",
+    "tests/django/project/readme/views.py": "tests/django/test_readme.py (Python 3.12+, .venv-django)",
 }
 #: shell lines a page may show that no test can run as written (they name a
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them
 NOT_RUN = {"export TETHER_DATABASE_URL=postgresql://user@db-host/mydb"}
 
-_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+#: a fenced block, indented (inside a list item) or not
+_FENCE = re.compile(r"^[ \t]*```(\w*)[^\n]*\n(.*?)^[ \t]*```", re.S | re.M)
 _INCLUDE = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$')
 
 
@@ -50,29 +72,39 @@ def test_tutorial(backend: str, db_url: str, tmp_path: Path) -> None:
     check_tutorial(tmp_path / "tutorial", url)
 
 
+def _example(name: str) -> Path:
+    """Where pymdownx.snippets finds an include (its base_path: docs/examples, then the root)."""
+    return EXAMPLES / name if (EXAMPLES / name).is_file() else ROOT / name
+
+
 def test_every_code_block_is_an_executed_example() -> None:
+    """Every python/bash block of a page is made of includes of executed
+    examples (a config block, toml or ini, may include one too, or be inline);
+    every executed example is shown by some page."""
     code = {"python", "py", "bash", "sh", "shell", "console", "pycon"}
     included: set[str] = set()
     blocks = 0
     for page, lang, body in _code_blocks():
-        if lang not in code:
-            continue
-        blocks += 1
+        blocks += lang in code
         for line in body.strip().splitlines():
             m = _INCLUDE.match(line.strip())
             if m is None:
-                assert line.strip() in NOT_RUN, f"{page.relative_to(ROOT)}: a {lang} block's line is not an " \
-                                                f"included, executed example: {line!r}"
+                if lang in code:
+                    assert line.strip() in NOT_RUN, f"{page.relative_to(ROOT)}: a {lang} block's line is not an " \
+                                                    f"included, executed example: {line!r}"
                 continue
             name, section = m[1], m[2]
             assert name in EXECUTED, f"{page.relative_to(ROOT)} includes {name}, which no test runs"
-            text = (EXAMPLES / name).read_text()
+            text = _example(name).read_text()
             if section:
                 assert f"--8<-- [start:{section}]" in text and f"--8<-- [end:{section}]" in text, (name, section)
             included.add(name)
     assert blocks > 0
     assert included == set(EXECUTED), f"examples no page shows: {set(EXECUTED) - included}"
-    assert {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*") if p.is_file()} == set(EXECUTED)
+    assert all(_example(name).is_file() for name in EXECUTED)
+    under_examples = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*") if p.is_file() and
+                      "__pycache__" not in p.parts}
+    assert under_examples == {name for name in EXECUTED if (EXAMPLES / name).is_file()}
 
 
 def _reference() -> object:
@@ -131,3 +163,21 @@ def test_link_checker_finds_broken_links(tmp_path: Path) -> None:
     assert checked == 7
     assert sorted(broken) == ["index.html: guide/#nowhere: no #nowhere in guide/index.html",
                               "index.html: missing/: no such file", "index.html: pic.png: no such file"]
+
+
+def test_the_readmes_quickstart_is_the_tutorials_first_steps() -> None:
+    """The README's quickstart is the tutorial's app and first commands, which
+    test_tutorial runs; its two commands are the ones CI runs."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    blocks = {lang: body for lang, body in ((m[1], m[2]) for m in _FENCE.finditer(readme)) if lang == "python"}
+    app = (EXAMPLES / "tutorial" / "app.py").read_text()
+    assert blocks["python"] == app[app.index("[start:app]\n") + 12:app.index("# --8<-- [end:app]")]
+    steps = (EXAMPLES / "tutorial" / "steps.sh").read_text().splitlines()
+    quickstart = readme[readme.index("## Quickstart"):readme.index("## Documentation")]
+    [commands] = [m[2] for m in _FENCE.finditer(quickstart) if m[1] == "bash"]
+    assert all(line in steps for line in commands.strip().splitlines()), commands
+    two = readme[readme.index("## Two commands"):readme.index("## Quickstart")]
+    assert "bash scripts/demo" in two and "bash scripts/test" in two
+    assert "exec bash scripts/test" in (ROOT / ".ci" / "run").read_text()
+    assert (ROOT / "scripts" / "demo").is_file()

@@ -8,7 +8,6 @@ import asyncio
 import gc
 import itertools
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -386,16 +385,13 @@ def test_enqueue_is_typed_by_the_handlers_parameters(tmp_path: Path) -> None:
     assert proc.returncode == 1
 
 
-def test_the_readmes_examples_are_the_ones_the_suite_runs() -> None:
-    """Each code block of the README's "Testing your tasks" and "FastAPI / ASGI"
-    sections is, past its first-line file name, verbatim in a file the suite runs."""
-    readme = (SRC.parent / "README.md").read_text()
-    start, asgi = readme.index("## Testing your tasks"), readme.index("## FastAPI / ASGI")
-    section = readme[start:readme.index("\n## ", asgi)]
-    sources = [path.read_text() for path in [*(EXAMPLES / "testing").iterdir(), SRC.parent / "tests" / "asgi_app.py"]
-               if path.is_file()]
-    blocks = re.findall(r"```(?:python|ini)\n(.*?)```", section, re.S)
-    assert len(blocks) == 4
-    for block in blocks:
-        body = block.split("\n", 1)[1]  # past "# tasks.py"
-        assert any(body in text for text in sources), block
+def test_the_docs_show_the_examples_the_suite_runs() -> None:
+    """docs/how-to/testing.md and asgi.md include (pymdownx.snippets) the very
+    files the suite runs: this project (tests/examples/testing) and
+    tests/asgi_app.py, which tests/test_asgi.py serves."""
+    docs = SRC.parent / "docs" / "how-to"
+    testing, asgi = (docs / "testing.md").read_text(), (docs / "asgi.md").read_text()
+    for name in ("tasks.py", "pytest.ini", "test_tasks.py"):
+        assert (EXAMPLES / "testing" / name).is_file()
+        assert f'--8<-- "tests/examples/testing/{name}' in testing, name
+    assert '--8<-- "tests/asgi_app.py:app"' in asgi

@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import enum
 import os
-import re
 import subprocess
 import sys
 import types
@@ -310,13 +309,14 @@ def test_mypy_still_catches_a_wrong_typed_argument_at_the_call_site(tmp_path: Pa
     assert len(bad) == 2 and lines == bad, proc.stdout + proc.stderr
 
 
-def test_the_readmes_typed_arguments_example_runs() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Typed arguments"):readme.index("## Job control")]
-    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+def test_the_docs_typed_arguments_example_runs() -> None:
+    """The example docs/how-to/typed-arguments.md shows (its section of docs/examples/guides/typed.py)."""
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "guides" / "typed.py"
+    text = example.read_text()
+    block = text[text.index("# --8<-- [start:example]\n"):text.index("# --8<-- [end:example]")]
     module = sys.modules["readme_typed"] = types.ModuleType("readme_typed")  # where dataclasses resolve names
     try:
-        exec(compile(block, "README.md", "exec", dont_inherit=True), module.__dict__)
+        exec(compile(block, str(example), "exec", dont_inherit=True), module.__dict__)
         app = module.__dict__["app"]
         assert isinstance(app, Tether)
         app.close()

@@ -74,6 +74,11 @@ def test_wheel_holds_the_package_data_and_metadata(dist: Path) -> None:
     assert wanted <= names, sorted(wanted - names)
     assert meta["Version"] == tether.__version__
     assert meta["License-Expression"] == "MIT"
+    assert meta.get_all("License-File") == ["LICENSE"]
+    (license_name,) = (n for n in names if n.endswith(".dist-info/licenses/LICENSE"))
+    with zipfile.ZipFile(_wheel(dist)) as zf:
+        assert zf.read(license_name).decode() == (ROOT / "LICENSE").read_text()
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
     assert meta["Requires-Python"] == ">=3.11"
     assert "Typing :: Typed" in meta.get_all("Classifier")
     extras = set(meta.get_all("Provides-Extra"))

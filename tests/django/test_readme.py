@@ -1,10 +1,9 @@
-"""The README's "Django" section: its code is tests/django/project/readme,
-byte for byte, and works as it says (on the project's default database,
+"""The Django how-to (docs/how-to/django.md): its code is tests/django/project/readme,
+included by the page, and works as it says (on the project's default database,
 SQLite; tests/django/test_django_backend.py runs the rest on both)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from django.tasks import TaskResultStatus
@@ -13,22 +12,16 @@ from readme.tasks import report, send_welcome
 
 from conftest import PROJECT
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def _section() -> str:
-    text = README.read_text()
-    start = text.index("## Django\n")
-    return text[start:text.index("\n## ", start + 1)]
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "django.md"
 
 
 def test_readme_code_is_the_project_code() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", _section(), re.S)
+    page = PAGE.read_text()
     for name in ("tasks.py", "views.py"):
-        source = (PROJECT / "readme" / name).read_text()
-        assert source in blocks, f"README's readme/{name} differs from {PROJECT / 'readme' / name}"
+        assert f'--8<-- "tests/django/project/readme/{name}"' in page, name
+        assert (PROJECT / "readme" / name).is_file()
     settings = (PROJECT / "testproject" / "settings.py").read_text()
-    assert '"BACKEND": "tether.contrib.django.TetherBackend"' in blocks[0] and "tether.contrib.django" in settings
+    assert '"BACKEND": "tether.contrib.django.TetherBackend"' in page and "tether.contrib.django" in settings
 
 
 def test_readme_sign_up_then_status(burst) -> None:
