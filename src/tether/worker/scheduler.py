@@ -69,15 +69,20 @@ class Scheduler(PeriodicService):
         self, store: Store, schedules: Sequence[ScheduleSpec], *,
         interval: float | None = None, grace: float = DEFAULT_MISFIRE_GRACE,
         events: Events | None = None, on_fired: Callable[[list[FiredTick]], object] | None = None,
+        tasks: Sequence[str] = (),
     ) -> None:
         """``interval`` None: DEFAULT_SCHEDULER_INTERVAL, or less where ``grace``
         is short (a worker with a sub-second reaper interval) so that grace
-        still covers MIN_GRACE_INTERVALS of them."""
+        still covers MIN_GRACE_INTERVALS of them. ``tasks``: the tasks this
+        worker runs; the dynamic schedules (``app.add_schedule``) of those are
+        fired too, read afresh every tick, so one added at run time needs no
+        restart. A worker with tasks and no code schedule syncs none here (its
+        runtime did, at its start) and fires the dynamic ones only."""
         if interval is None and isinstance(grace, int | float) and grace > 0:
             interval = min(DEFAULT_SCHEDULER_INTERVAL, grace / MIN_GRACE_INTERVALS)
         super().__init__(DEFAULT_SCHEDULER_INTERVAL if interval is None else interval)
-        if not schedules:
-            raise ConfigError("a scheduler needs at least one schedule (declare them with @app.periodic)")
+        if not schedules and not tasks:
+            raise ConfigError("a scheduler needs at least one schedule (declare them with @app.periodic) or task")
         names = [s.name for s in schedules]
         if len(set(names)) != len(names):
             raise ConfigError(f"schedule names must be unique, got {sorted(names)}")
@@ -89,12 +94,13 @@ class Scheduler(PeriodicService):
         self.store = store
         self.schedules = list(schedules)
         self.names = sorted(names)
+        self.tasks = sorted(set(tasks))
         self.grace = float(grace)
         self.events = events
         #: told about the jobs each tick fired (a delivering transport publishes them)
         self.on_fired = on_fired
         #: whether this worker's app has written its schedules into the database
-        self.synced = False
+        self.synced = not schedules
         #: why the last sync failed (logged once while it stays the same)
         self.sync_error: str | None = None
         self.fired = 0
@@ -106,7 +112,7 @@ class Scheduler(PeriodicService):
         worker decided first is not among them). ``now`` is for tests."""
         if not self.synced:
             self.synced = self._sync(now)
-        decided = self.store.fire_schedules(self.names, grace=self.grace, now=now)
+        decided = self.store.fire_schedules(self.names, grace=self.grace, now=now, tasks=self.tasks)
         jobs = [t for t in decided if t.job_id is not None]
         for t in decided:
             if t.job_id is None:
