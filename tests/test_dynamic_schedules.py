@@ -8,6 +8,7 @@ real workers on real time with a one-second cron (six fields, seconds first)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -286,3 +287,59 @@ def test_added_on_one_worker_fired_by_another_across_a_restart(url: str, db_url:
         ticks = _ticks(app, "dyn.every")
         assert len(ticks) == len(set(ticks))  # each tick at most one job (I6)
         assert all(p.poll() is None for p in procs.values())
+
+
+# -- the CLI ----------------------------------------------------------------------------
+
+CLI_APP = '''
+from tether import JobContext, Tether
+
+app = Tether()
+
+
+@app.task(name="r.nightly", queue="reports")
+def nightly(ctx: JobContext, day: str = "") -> None: ...
+'''
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"], indirect=True)
+def test_the_cli_adds_lists_pauses_triggers_and_removes(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from tether.cli.main import cli
+
+    Tether(db_url).migrate()
+    (tmp_path / "cliapp.py").write_text(CLI_APP)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TETHER_DATABASE_URL", db_url)
+
+    def run(*argv: str, fails: bool = False) -> str:
+        done = CliRunner().invoke(cli, ["--database", db_url, *argv])  # (cliapp is imported once: its URL is the first)
+        assert (done.exit_code != 0) if fails else (done.exit_code == 0), done.output
+        return done.output
+
+    run("schedules", "add", "reports.adhoc", "0 2 * * *", "--task", "r.nightly", "--app", "cliapp:app",
+        "--args", '{"day": "mon"}', "--timezone", "Europe/Paris")
+    assert "no task named" in run("schedules", "add", "x", "* * * * *", "--task", "nope", "--app", "cliapp:app",
+                            fails=True).lower()
+    assert "61" in run("schedules", "add", "x", "61 * * * *", "--task", "r.nightly", "--app", "cliapp:app", fails=True)
+    assert "reports.adhoc" in run("schedules") and "run-time" in run("schedules")
+    [listed] = json.loads(run("schedules", "--json"))
+    assert (listed["task"], listed["dynamic"], listed["paused"]) == ("r.nightly", True, False)
+    run("schedules", "pause", "reports.adhoc")
+    assert "paused" in run("schedules") and json.loads(run("schedules", "--json"))[0]["paused"]
+    job_id = int(run("schedules", "trigger", "reports.adhoc").strip().splitlines()[-1])
+    app = Tether(db_url)
+    try:
+        assert app.store.get_job(job_id).schedule == "reports.adhoc"
+        [s] = app.schedules()
+        assert s.paused and s.triggered == 1
+    finally:
+        app.close()
+    run("schedules", "resume", "reports.adhoc")
+    assert "nope" in run("schedules", "pause", "nope", fails=True)
+    run("schedules", "remove", "reports.adhoc")
+    assert "no schedules yet" in run("schedules")
