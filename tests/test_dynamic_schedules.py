@@ -343,3 +343,39 @@ def test_the_cli_adds_lists_pauses_triggers_and_removes(
     assert "nope" in run("schedules", "pause", "nope", fails=True)
     run("schedules", "remove", "reports.adhoc")
     assert "no schedules yet" in run("schedules")
+
+
+# -- the dashboard ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"], indirect=True)
+def test_the_dashboard_pauses_resumes_and_triggers_behind_login_and_csrf(make: Callable[[], Tether]) -> None:
+    from .test_dashboard import ORIGIN, _client, csrf_of, login
+
+    app = make()
+    name = 'odd/<b>"name"</b>'  # any printable text: sent in the form body, shown escaped
+    app.add_schedule(name, "0 2 * * *", task="r.nightly")
+    with _client(app) as client:
+        token = csrf_of(client.get("/login").text)
+        assert client.post("/schedules/pause", data={"csrf": token, "name": name}, headers=ORIGIN).status_code == 401
+        login(client)
+        page = client.get("/schedules").text
+        assert "<b>" not in page and "&lt;b&gt;" in page and "run-time" in page
+        token = csrf_of(page)
+        refused = [client.post("/schedules/pause", data={"name": name}, headers=ORIGIN),  # no CSRF token
+                   client.post("/schedules/trigger", data={"csrf": token, "name": name},
+                               headers={"Origin": "http://evil.example"})]
+        assert [r.status_code for r in refused] == [403, 403]
+        assert not info(app, name).paused and info(app, name).triggered == 0
+
+        r = client.post("/schedules/pause", data={"csrf": token, "name": name}, headers=ORIGIN)
+        assert r.status_code == 303 and "paused" in client.get(r.headers["location"]).text
+        assert info(app, name).paused
+        assert 'action="/schedules/resume"' in client.get("/schedules").text
+        r = client.post("/schedules/trigger", data={"csrf": token, "name": name}, headers=ORIGIN)
+        assert "triggered job" in client.get(r.headers["location"]).text
+        assert info(app, name).triggered == 1
+        client.post("/schedules/resume", data={"csrf": token, "name": name}, headers=ORIGIN)
+        assert not info(app, name).paused
+        r = client.post("/schedules/pause", data={"csrf": token, "name": "nope"}, headers=ORIGIN)
+        assert "no schedule named" in client.get(r.headers["location"]).text
