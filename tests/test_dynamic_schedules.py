@@ -379,3 +379,19 @@ def test_the_dashboard_pauses_resumes_and_triggers_behind_login_and_csrf(make: C
         assert not info(app, name).paused
         r = client.post("/schedules/pause", data={"csrf": token, "name": "nope"}, headers=ORIGIN)
         assert "no schedule named" in client.get(r.headers["location"]).text
+
+
+# -- docs/how-to/schedules.md's example -------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql", "http-postgresql"], indirect=True)
+def test_the_docs_example_runs(url: str, db_url: str, backend: str, tmp_path: Path) -> None:
+    Tether(db_url).migrate()
+    env = {**os.environ, "TETHER_TOKEN": TEST_TOKEN, "PYTHONPATH": str(ROOT / "src")}
+    if backend != "sqlite":  # SQLite: the example's own temporary file
+        env["TETHER_DATABASE_URL"] = url
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "examples" / "schedules" / "runtime.py")], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "dynamic: True" in done.stdout and "succeeded report for shop 7" in done.stdout
+    assert "after remove: no schedule named 'reports.shop-7'" in done.stdout
