@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from ...model import FiredTick, ScheduleInfo, ScheduleSpec
-from .schema import Schema, array, boolean, integer, nullable, number, obj, string
+from .schema import Schema, array, boolean, integer, number, obj, string
 from .wire_unknown import TASK_NAME
 
 __all__ = ["FIRE_BODY", "control_ops", "decode_fired", "decode_schedule", "decode_spec", "encode_fired", "encode_schedule", "encode_spec", "with_control"]
@@ -20,13 +20,12 @@ FIRE_BODY = obj({"names": array(TASK_NAME, 10_000), "grace": number(0, 1e6, excl
                  "tasks": array(TASK_NAME, 10_000)}, optional=("tasks",))
 #: a schedule's name (a dynamic one's is any printable text; schedule_control.py)
 SCHEDULE_NAME = string(200, 1)
-_CONTROL = ("task", "dynamic", "paused", "triggered", "last_triggered")
 
 
 def with_control(record: Schema) -> Schema:
     """The schedule record with what run-time management adds (optional: an older server leaves it out)."""
     props = {**record["properties"], "task": string(1000), "dynamic": boolean(), "paused": boolean(),
-             "triggered": integer(0), "last_triggered": nullable(record["properties"]["last_seen"])}
+             "triggered": integer(0), "last_triggered": record["properties"]["last_seen"]}  # a nullable time
     return obj(props, optional=tuple(k for k in props if k not in record["required"]))
 
 
