@@ -45,12 +45,17 @@ class SQLiteSchedules:
     ) -> list[FiredTick]:
         if not names and not tasks:
             return []
+        params = {"names": json.dumps(sorted(set(names))), "tasks": json.dumps(sorted(set(tasks))), "now": _ts(now)}
+        # Most rounds owe nothing (a one-second round, a minute's cron; or a
+        # worker whose tasks have no dynamic schedule): a plain read says so
+        # without taking SQLite's one write lock. It decides nothing: when a
+        # tick is due, the write transaction reads again.
+        if not plan_fires(self._all("schedules_to_fire", params), grace=grace, ts=epoch_to_dt):
+            return []
         # One write transaction: the clock read, the computation and the
         # inserts see one state, and no other writer runs in between.
         with self._write() as conn:
-            rows = conn.execute(self.q["schedules_to_fire"], {
-                "names": json.dumps(sorted(set(names))), "tasks": json.dumps(sorted(set(tasks))),
-                "now": _ts(now)}).fetchall()
+            rows = conn.execute(self.q["schedules_to_fire"], params).fetchall()
             return list(self._fire(conn, rows, grace, now))
 
     def _fire(
