@@ -102,8 +102,10 @@ def test_a_dynamic_schedule_fires_each_tick_once_on_the_workers_that_run_its_tas
     assert fire(other, 0.6, tasks=("other.task",)) == []  # a worker that does not run the task fires nothing
     assert fire(other, 0.6) == [minute(1)]  # added on one app, fired by another's scheduler
     assert fire(one, 0.7) == []  # the tick is decided once (I6)
-    [job] = [j for j in other.store.list_jobs(task="r.nightly") if j.schedule == "every.minute"]
-    assert job.scheduled_for == minute(1) and job.queue == "reports" and job.max_attempts == 5
+    [t] = Scheduler(other.store, [], grace=GRACE, tasks=("r.nightly",)).run_once(now=at(1.6))
+    assert (t.schedule, t.task, t.tick) == ("every.minute", "r.nightly", minute(2))  # (the job.enqueued event's task)
+    job = next(j for j in other.store.list_jobs(task="r.nightly") if j.scheduled_for == minute(1))
+    assert job.schedule == "every.minute" and job.queue == "reports" and job.max_attempts == 5
 
     one.add_schedule("reports.adhoc", "0 2 * * *", task="r.nightly", args={"day": "x"}, timezone="Europe/Paris")
     s = info(other, "reports.adhoc")

@@ -481,3 +481,5 @@ class FiredTick:
     tick: datetime
     job_id: int | None
     queue: str
+    #: the task its job runs (a code schedule's own name; a dynamic one's task)
+    task: str = ""

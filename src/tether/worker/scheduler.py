@@ -125,8 +125,8 @@ class Scheduler(PeriodicService):
         if jobs:
             if self.events is not None and self.events.active:
                 for t in jobs:
-                    self.events.emit(Event("job.enqueued", job_id=t.job_id, task=t.schedule, queue=t.queue,
-                                           state=JobState.QUEUED))
+                    self.events.emit(Event("job.enqueued", job_id=t.job_id, task=t.task or t.schedule,
+                                           queue=t.queue, state=JobState.QUEUED))
             if self.on_fired is not None:
                 self.on_fired(jobs)
         return decided

@@ -71,7 +71,7 @@ from .schema import (
     obj,
     string,
 )
-from .wire_schedules import FIRE_BODY, control_ops, with_control
+from .wire_schedules import FIRE_BODY, control_ops, with_control, with_task
 from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
 
 __all__ = [
@@ -246,7 +246,8 @@ SCHEDULE_RECORD = with_control(obj({
     "last_tick": nullable(DATETIME), "last_fired": nullable(DATETIME), "last_job_id": nullable(JOB_ID),
     "skipped": integer(0), "orphaned": boolean(), "last_seen": nullable(DATETIME),
 }))
-FIRED_RECORD = obj({"schedule": string(1000), "tick": DATETIME, "job_id": nullable(JOB_ID), "queue": string(1000)})
+FIRED_RECORD = with_task(obj({"schedule": string(1000), "tick": DATETIME, "job_id": nullable(JOB_ID),
+                              "queue": string(1000)}))
 ERROR_RECORD: Schema = {
     "type": "object",
     "properties": {"error": string(100), "message": string(10**6)},

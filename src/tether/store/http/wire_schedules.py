@@ -11,7 +11,8 @@ from ...model import FiredTick, ScheduleInfo, ScheduleSpec
 from .schema import Schema, array, boolean, integer, number, obj, string
 from .wire_unknown import TASK_NAME
 
-__all__ = ["FIRE_BODY", "control_ops", "decode_fired", "decode_schedule", "decode_spec", "encode_fired", "encode_schedule", "encode_spec", "with_control"]
+__all__ = ["FIRE_BODY", "control_ops", "decode_fired", "decode_schedule", "decode_spec", "encode_fired",
+           "encode_schedule", "encode_spec", "with_control", "with_task"]
 
 
 #: fire_schedules' body: code schedules by name, dynamic ones by the tasks the worker runs (optional, so
@@ -27,6 +28,11 @@ def with_control(record: Schema) -> Schema:
     props = {**record["properties"], "task": string(1000), "dynamic": boolean(), "paused": boolean(),
              "triggered": integer(0), "last_triggered": record["properties"]["last_seen"]}  # a nullable time
     return obj(props, optional=tuple(k for k in props if k not in record["required"]))
+
+
+def with_task(fired: Schema) -> Schema:
+    """The fired-tick record with the task its job runs (optional: an older server leaves it out)."""
+    return obj({**fired["properties"], "task": string(1000)}, optional=("task",))
 
 
 def control_ops(spec: Schema, fired: Schema) -> list[dict[str, Any]]:
@@ -93,9 +99,9 @@ def decode_schedule(d: dict[str, Any]) -> ScheduleInfo:
 
 
 def encode_fired(t: FiredTick) -> dict[str, Any]:
-    return {"schedule": t.schedule, "tick": t.tick.isoformat(), "job_id": t.job_id, "queue": t.queue}
+    return {"schedule": t.schedule, "tick": t.tick.isoformat(), "job_id": t.job_id, "queue": t.queue, "task": t.task}
 
 
 def decode_fired(d: dict[str, Any]) -> FiredTick:
     return FiredTick(schedule=d["schedule"], tick=datetime.fromisoformat(d["tick"]), job_id=d["job_id"],
-                     queue=d["queue"])
+                     queue=d["queue"], task=d.get("task", ""))

@@ -1110,7 +1110,7 @@ WITH s AS (
     FROM latest AS l
     WHERE t.name = %(name)s AND l.tick IS NOT NULL
 )
-SELECT won.tick, made.id, s.queue
+SELECT won.tick, made.id, s.queue, coalesce(s.task, s.name)
 FROM won CROSS JOIN s LEFT JOIN made ON made.scheduled_for = won.tick
 ORDER BY won.tick
 
@@ -1177,7 +1177,7 @@ WITH s AS (
     SELECT s.queue, coalesce(s.task, s.name), s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl,
            s.timeout, s.backoff_base, {now}, won.schedule, won.tick
     FROM won CROSS JOIN s
-    RETURNING id, queue, scheduled_for
+    RETURNING id, queue, scheduled_for, task
 ), marked AS (
     UPDATE {schema}.schedules AS t
     SET triggered = t.triggered + 1, last_triggered = m.scheduled_for,
@@ -1187,9 +1187,9 @@ WITH s AS (
     FROM made AS m
     WHERE t.name = %(name)s
 )
-SELECT made.id, made.queue, made.scheduled_for, (SELECT count(*) FROM s) FROM made
+SELECT made.id, made.queue, made.scheduled_for, made.task, (SELECT count(*) FROM s) FROM made
 UNION ALL
-SELECT NULL, NULL, NULL, (SELECT count(*) FROM s) WHERE NOT EXISTS (SELECT 1 FROM made)
+SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM s) WHERE NOT EXISTS (SELECT 1 FROM made)
 
 -- name: prune_ticks
 -- The pruner: up to `limit` ticks decided more than `keep` seconds ago, which

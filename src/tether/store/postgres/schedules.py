@@ -47,8 +47,8 @@ class PostgresSchedules:
             won = self._all("fire_ticks", {"name": fire.name, "version": fire.version, "ticks": fire.ticks,
                                            "skip": fire.skip, "read_at": fire.read_at, "max_age": FIRE_MAX_AGE,
                                            "now": now})
-            out.extend(FiredTick(schedule=fire.name, tick=tick, job_id=job_id, queue=queue if job_id else "")
-                       for tick, job_id, queue in won)
+            out.extend(FiredTick(schedule=fire.name, tick=tick, job_id=job_id, queue=queue if job_id else "",
+                                 task=task) for tick, job_id, queue, task in won)
         return out
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
@@ -70,9 +70,9 @@ class PostgresSchedules:
         removed(name, bool(gone), bool(existed))
 
     def trigger_schedule(self, name: str, *, now: datetime | None = None) -> FiredTick:
-        job_id, queue, tick, found = self._all("trigger_schedule", {"name": name, "now": now})[0]
+        job_id, queue, tick, task, found = self._all("trigger_schedule", {"name": name, "now": now})[0]
         if not found:
             raise not_found(name)
         if job_id is None:  # another trigger took this very instant: the primary key admits one
             raise ConfigError(f"schedule {name!r} was triggered at this same instant already; try again")
-        return FiredTick(schedule=name, tick=tick, job_id=job_id, queue=queue)
+        return FiredTick(schedule=name, tick=tick, job_id=job_id, queue=queue, task=task)

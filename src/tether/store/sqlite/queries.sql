@@ -750,7 +750,7 @@ SELECT queue, coalesce(task, name), args, priority, :tick, max_attempts, lease_t
        name, :tick
 FROM tether_schedules
 WHERE name = :name
-RETURNING id, queue
+RETURNING id, queue, task
 
 -- name: mark_schedule
 -- Bookkeeping, only ever forward. The transaction serialises fires, so the

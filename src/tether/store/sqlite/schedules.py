@@ -73,10 +73,10 @@ class SQLiteSchedules:
                 if skipped:
                     yield FiredTick(schedule=fire.name, tick=when, job_id=None, queue="")
                     continue
-                job_id, queue = conn.execute(self.q["fire_job"], {"name": fire.name, "tick": tick,
-                                                                  "now": _ts(now)}).fetchone()
+                job_id, queue, task = conn.execute(self.q["fire_job"], {"name": fire.name, "tick": tick,
+                                                                        "now": _ts(now)}).fetchone()
                 fired = (tick, job_id)
-                yield FiredTick(schedule=fire.name, tick=when, job_id=job_id, queue=queue)
+                yield FiredTick(schedule=fire.name, tick=when, job_id=job_id, queue=queue, task=task)
             if won:
                 conn.execute(self.q["mark_schedule"], {
                     "name": fire.name, "tick": won[-1][0], "fired": fired[0] if fired else None,
@@ -118,8 +118,9 @@ class SQLiteSchedules:
                     raise not_found(name)
                 raise ConfigError(f"schedule {name!r} was triggered at this same instant already; try again")
             tick = won[0]
-            job_id, queue = conn.execute(self.q["fire_job"], {"name": name, "tick": tick, "now": _ts(now)}).fetchone()
+            job_id, queue, task = conn.execute(self.q["fire_job"], {"name": name, "tick": tick,
+                                                                    "now": _ts(now)}).fetchone()
             conn.execute(self.q["mark_triggered"], {"name": name, "tick": tick, "job_id": job_id})
         when = epoch_to_dt(tick)
         assert when is not None
-        return FiredTick(schedule=name, tick=when, job_id=job_id, queue=queue)
+        return FiredTick(schedule=name, tick=when, job_id=job_id, queue=queue, task=task)
