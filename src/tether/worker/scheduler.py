@@ -1,6 +1,9 @@
 """The scheduler: a periodic service on every worker whose app declares
-schedules (``@app.periodic``); a worker whose app declares none only syncs
-that, once, at its start (``sync_none``). No leader and no beat process: every worker
+schedules (``@app.periodic``) or runs tasks: it also fires the schedules
+added at run time (``app.add_schedule``) of the tasks on the worker's queues,
+read from the database every round, so one added anywhere needs no restart.
+A worker whose app declares no schedule syncs that, once, at its start
+(``sync_none``). No leader and no beat process: every worker
 fires every schedule it knows, and the database decides each tick once (the
 (schedule, tick) primary key of the ticks table admits one insert; I6).
 
