@@ -38,6 +38,7 @@ def test_chaos_sqlite_kill_and_stop(tmp_path: Path) -> None:
     assert result.report.invariants["I7"].checked > 0, "no transactional job: I7 was not tested"
     assert result.report.invariants["I6"].checked >= 5, "the schedule check judged (almost) no tick"
     assert result.to_dict()["check"]["invariants"]["I6"]["ok"]
+    assert "tether.chaos.dynamic" in result.report.invariants["I6"].title, "the run-time schedule was not judged"
     assert_limits_judged(result)
 
 

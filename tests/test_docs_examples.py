@@ -44,6 +44,7 @@ EXECUTED = {
     "tests/asgi_app.py": "tests/test_asgi.py (served by a real uvicorn, both backends)",
     "tests/django/project/readme/tasks.py": "tests/django/test_readme.py (Python 3.12+, .venv-django)",
     "tests/django/project/readme/views.py": "tests/django/test_readme.py (Python 3.12+, .venv-django)",
+    "schedules/runtime.py": "tests/test_dynamic_schedules.py::test_the_docs_example_runs",
 }
 #: shell lines a page may show that no test can run as written (they name a
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them

@@ -101,3 +101,28 @@ def test_a_run_owes_no_tick_from_before_its_schedule_existed(tmp_path: Path) -> 
         assert inv.ok, inv.violations
     finally:
         store.close()
+
+
+def test_a_schedule_added_at_run_time_is_judged_beside_the_code_one(tmp_path: Path) -> None:
+    """tether chaos adds a schedule at run time (collect.dynamic_spec) and judges its ticks as I6 too: a tick
+    fired once passes, one missed while a worker was healthy is a violation named after that schedule."""
+    from datetime import timedelta
+
+    from tether.chaos.collect import DYNAMIC_SCHEDULE, DYNAMIC_TASK, dynamic_spec, schedule_invariant
+    from tether.store import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'x.db'}")
+    try:
+        store.migrate()
+        added = store.db_now().replace(microsecond=500_000)
+        store.add_schedule(dynamic_spec(), now=added)
+        start = added.timestamp()
+        healthy = [{"e": "started", "w": "w1", "pid": 1, "m": 0.0}, {"e": "claimed", "w": "w1", "pid": 1, "m": 10.0}]
+        fired = store.fire_schedules([], grace=1.0, now=added + timedelta(seconds=0.6), tasks=[DYNAMIC_TASK])
+        assert [t.schedule for t in fired] == [DYNAMIC_SCHEDULE]
+        inv = schedule_invariant(store, healthy, mono_to_wall=start, start=start, end=start + 0.6, bound=1.0)
+        assert inv.ok and inv.checked == 2, inv.violations  # the tick fired once, and it was owed
+        missed = schedule_invariant(store, healthy, mono_to_wall=start, start=start, end=start + 2.6, bound=1.0)
+        assert missed.violations and {v.split(":")[0] for v in missed.violations} == {DYNAMIC_SCHEDULE}
+    finally:
+        store.close()

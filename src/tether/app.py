@@ -33,6 +33,7 @@ from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpe
 from .naming import default_task_name, script_loaded_twice, validate_task_name
 from .payload import check_job_id
 from .periodic import DEFAULT_CATCH_UP, check_schedule, check_stacked, merge_declared, schedule_spec
+from .schedule_control import ScheduleControl
 from .scratch import scratch_database
 from .store import Store, open_store
 from .store.caller import driver_connection
@@ -71,7 +72,7 @@ def _ended(job: Job) -> Job:
     return job
 
 
-class Tether:
+class Tether(ScheduleControl):
     """A tether application: where jobs live, which tasks exist, and the timers.
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the

@@ -44,6 +44,7 @@ __all__ = [
     "JobNotFound",
     "NotYourWorker",
     "PayloadError",
+    "ScheduleNotFound",
     "SchemaMissing",
     "ServerUnavailable",
     "StaleAttempt",
@@ -116,6 +117,10 @@ class SchemaMissing(TetherError):
 
 class JobNotFound(TetherError, LookupError):
     """No job has this id."""
+
+
+class ScheduleNotFound(TetherError, LookupError):
+    """No schedule has this name."""
 
 
 class InvalidTransition(TetherError):

@@ -434,6 +434,9 @@ class ScheduleSpec:
     lease_ttl: float | None = None
     timeout: float | None = None
     backoff_base: float = 2.0
+    #: the task its ticks run: None for a code schedule (its own name); a
+    #: dynamic schedule (``app.add_schedule``) names one
+    task: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,6 +462,15 @@ class ScheduleInfo:
     skipped: int  # ticks skipped because the previous job was active (overlap=False)
     orphaned: bool  # the last app to sync did not declare it: no longer fired by it
     last_seen: datetime | None  # when an app last declared it
+    #: the task its ticks run (a code schedule's is its own name)
+    task: str = ""
+    #: added at run time (``app.add_schedule``), not declared by an app's code
+    dynamic: bool = False
+    #: paused (``app.pause_schedule``): its ticks are not fired until resumed
+    paused: bool = False
+    #: jobs fired by ``app.trigger_schedule`` (manual ticks), and the latest one's time
+    triggered: int = 0
+    last_triggered: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,3 +481,5 @@ class FiredTick:
     tick: datetime
     job_id: int | None
     queue: str
+    #: the task its job runs (a code schedule's own name; a dynamic one's task)
+    task: str = ""

@@ -1,6 +1,7 @@
 """What a chaos run left behind, read into the checkers' inputs: the driver's
 and the workers' histories, the enqueued jobs with their attempts, and the
-ticks of the run's one-second schedule (I6).
+ticks of the run's one-second schedules (I6): one in the workers' code, one
+added at run time (``dynamic_spec``), judged alike.
 
 The schedule's healthy windows are the I5 checker's (``healthy_spans``: a
 worker running, not stopped, not cut off) less the database's outages and the
@@ -18,11 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..model import ScheduleSpec
 from ..store import Store
 from .checker import RECONNECT_GRACE, AttemptRow, Invariant, JobRow, healthy_spans, stopped_windows
-from .schedule_check import TickRow, check_schedule, expected_ticks
+from .schedule_check import TITLE, TickRow, check_schedule, expected_ticks
 
-__all__ = ["TICK_CRON", "TICK_QUEUE", "TICK_TASK", "read_created", "read_events", "read_jobs", "schedule_invariant"]
+__all__ = ["DYNAMIC_SCHEDULE", "DYNAMIC_TASK", "TICK_CRON", "TICK_QUEUE", "TICK_TASK", "dynamic_spec", "read_created", "read_events", "read_jobs", "schedule_invariant"]
 
 #: the run's schedule: fired by every worker's scheduler, checked as I6
 TICK_TASK = "tether.chaos.tick"
@@ -30,6 +32,10 @@ TICK_CRON = "* * * * * *"
 #: its own queue, which every chaos worker serves, so the drain (which waits
 #: for the producer's jobs) never waits on a tick that keeps coming
 TICK_QUEUE = "tether_chaos_ticks"
+#: the run's schedule added at run time (issue 44): the same cron, a task of
+#: its own (a plain task of the workers' app), judged as I6 like the first
+DYNAMIC_SCHEDULE = "tether.chaos.dynamic"
+DYNAMIC_TASK = "tether.chaos.dynamic_tick"
 
 
 def read_events(driver_events: Sequence[Mapping[str, Any]], tmp: Path, hist: Path,
@@ -87,16 +93,31 @@ def schedule_invariant(
     if sqlite:
         cuts += [(b + mono_to_wall, e + mono_to_wall) for b, e in stopped_windows(events)]
     healthy = _minus(healthy, cuts)
-    # Ticks before the schedule existed (the first worker's first sync) or
-    # before its cron last changed are owed by nobody (ScheduleInfo.since).
-    since = next((s.since for s in store.list_schedules() if s.name == TICK_TASK and s.since is not None), None)
-    if since is not None:
-        start = max(start, since.timestamp())
-    fired = store.list_jobs(task=TICK_TASK, limit=1_000_000)
-    decided = [TickRow(tick=j.scheduled_for.timestamp(), job_id=j.id, created_at=j.created_at.timestamp())
-               for j in fired if j.scheduled_for is not None]
-    return check_schedule(TICK_TASK, expected_ticks(TICK_CRON, "UTC", start, end), decided, healthy=healthy,
-                          bound=bound)
+    # Ticks before the schedule existed (the first worker's first sync, or
+    # add_schedule) or before its cron last changed are owed by nobody
+    # (ScheduleInfo.since). A schedule the run does not hold is not judged.
+    out, judged = Invariant("I6", TITLE), []
+    for s in store.list_schedules():
+        task = {TICK_TASK: TICK_TASK, DYNAMIC_SCHEDULE: DYNAMIC_TASK}.get(s.name)
+        if task is None or s.task != task:
+            continue
+        fired = store.list_jobs(task=task, limit=1_000_000)
+        decided = [TickRow(tick=j.scheduled_for.timestamp(), job_id=j.id, created_at=j.created_at.timestamp())
+                   for j in fired if j.scheduled_for is not None and j.schedule == s.name]
+        owed_from = max(start, s.since.timestamp()) if s.since is not None else start
+        one = check_schedule(s.name, expected_ticks(TICK_CRON, "UTC", owed_from, end), decided, healthy=healthy,
+                             bound=bound)
+        out.checked += one.checked
+        out.violations += one.violations
+        judged.append(s.name)
+    out.title = f"{TITLE} ({', '.join(judged) or 'no schedule'})"
+    return out
+
+
+def dynamic_spec() -> ScheduleSpec:
+    """The schedule the driver adds at run time (``Store.add_schedule``)."""
+    return ScheduleSpec(name=DYNAMIC_SCHEDULE, cron=TICK_CRON, timezone="UTC", args_json="{}", queue=TICK_QUEUE,
+                        catch_up=1, overlap=True, task=DYNAMIC_TASK)
 
 
 def _minus(spans: Iterable[tuple[float, float]], cuts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -34,7 +34,7 @@ from ..store.postgres.connect import RECONNECT_TIMEOUT
 from ..store.postgres.outage import WAIT_SLICE
 from ..transport import Transport, open_transport
 from .checker import CheckReport, answered_since, check
-from .collect import read_created, read_events, read_jobs, schedule_invariant
+from .collect import dynamic_spec, read_created, read_events, read_jobs, schedule_invariant
 from .config import FAILPOINT_ODDS, FAULTS, LIBFAKETIME, ChaosConfig, config_dict, with_schema
 from .effects import TX_TASKS, Effects
 from .failover_check import judge_failovers, loss_windows
@@ -113,6 +113,7 @@ class _Run:
         self.store: Store = open_store(self.url)
         self.store.migrate()
         self.store.set_limits(QueueLimits(LIMITED_QUEUE, concurrency=LIMITED_CONCURRENCY))  # I8
+        self.store.add_schedule(dynamic_spec())  # I6 for a schedule added at run time, beside the code one
         self.effects = Effects(self.url)  # I7: the transactional workload's table
         self.effects.create()
         # The producer announces what it enqueued, as Tether's enqueue does.

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from ..cron import parse_cron
 from .checker import Invariant
 
-__all__ = ["TickRow", "check_schedule", "expected_ticks"]
+__all__ = ["TITLE", "TickRow", "check_schedule", "expected_ticks"]
 
 TITLE = ("schedules: every tick fired at most once, and at least once while a healthy worker existed "
          "(within one reaper interval)")

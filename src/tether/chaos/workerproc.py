@@ -22,7 +22,7 @@ from typing import Any
 from ..app import Tether
 from ..context import JobContext
 from ..worker import failpoints
-from .collect import TICK_CRON, TICK_QUEUE, TICK_TASK
+from .collect import DYNAMIC_TASK, TICK_CRON, TICK_QUEUE, TICK_TASK
 from .effects import TX_TASKS, Effects
 from .limits_check import LIMITED_QUEUE
 
@@ -115,6 +115,10 @@ def build_app() -> Tether:
     @app.periodic(TICK_CRON, name=TICK_TASK, queue=TICK_QUEUE)
     def tick(ctx: JobContext) -> None:
         """The run's schedule (I6): every worker's scheduler fires it; the job does nothing."""
+
+    @app.task(name=DYNAMIC_TASK, queue=TICK_QUEUE)
+    def dynamic_tick(ctx: JobContext) -> None:
+        """The task of the schedule the driver adds at run time (I6): fired by every worker, as the other."""
 
     return app
 

@@ -56,7 +56,7 @@ __all__ = ["cli", "main"]
 #: (about a tenth of a second of CPU per worker start)
 LAZY_COMMANDS = {
     "chaos": "chaos_cmd", "prune": "control_cmd", "pause": "control_cmd", "resume": "control_cmd",
-    "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd",
+    "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd", "schedules": "schedules_cmd",
 }
 #: what ``tether --help`` lists for them (the first paragraph of each one's
 #: docstring, which click shortens the same way), so that the listing imports
@@ -72,6 +72,8 @@ LAZY_HELP = {
     "prune": "Delete finished jobs (and their attempts) older than their retention, oldest first, in batches that "
              "never block running workers. Queued and running jobs are never touched.",
     "resume": "Resume a paused QUEUE.",
+    "schedules": "Periodic schedules: cron, time zone, next tick, last tick fired and its job; those added at "
+                 "run time and paused ones marked. Subcommands manage them at run time.",
     "server": "Serve the database (--database) over HTTP to workers and producers that hold no database "
               "credentials: `tether worker --server http://HOST:PORT --token T`. It prunes the database too "
               "(--retention): its remote workers do not.",
@@ -317,28 +319,6 @@ def retry(state: CLIState, job_id: int, transport: str | None) -> None:
     shown = after.state if after is not None else JobState.QUEUED
     extra = f" (attempts {after.attempts_used}/{after.max_attempts})" if after is not None else ""
     click.echo(f"job {job_id}: {shown}{extra}")
-
-
-@cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@pass_state
-def schedules(state: CLIState, as_json: bool) -> None:
-    """Periodic schedules: cron, time zone, next tick, last tick fired and its job."""
-    from . import render
-    with opened(state) as app:
-        found = app.store.list_schedules()
-        now = app.store.db_now()
-    if as_json:
-        click.echo(render.schedules_json(found))
-        return
-    console = make_console()
-    if not found:
-        console.print("no schedules yet (a worker whose app declares @app.periodic tasks records them)")
-        return
-    console.print(render.schedules_table(found, now))
-    if any(s.orphaned for s in found):
-        console.print("[dim]orphaned: the app that synced last does not declare it; kept for its history, "
-                      "fired only by workers that still do[/dim]")
 
 
 @cli.command()

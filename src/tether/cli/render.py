@@ -304,9 +304,18 @@ def schedules_table(schedules: Sequence[ScheduleInfo], now: datetime) -> Table:
         name = data(s.name)
         if s.orphaned:
             name.append(" (orphaned)", style="yellow")
+        if s.paused:
+            name.append(" (paused)", style="yellow")
+        if s.dynamic:
+            name.append(" (run-time", style="dim")
+            if s.task != s.name:
+                name.append(", task ", style="dim")
+                name.append_text(data(s.task))
+            name.append(")", style="dim")
         table.add_row(
             name, data(s.cron), data(s.timezone), data(s.queue),
-            Text("not fired: orphaned", style="dim") if s.orphaned else _in_zone(s.next_tick, s.timezone, now),
+            Text("not fired: orphaned", style="dim") if s.orphaned else
+            Text("not fired: paused", style="dim") if s.paused else _in_zone(s.next_tick, s.timezone, now),
             _in_zone(s.last_fired, s.timezone, now), "-" if s.last_job_id is None else str(s.last_job_id),
             str(s.skipped) if s.skipped else Text("0", style="dim"),
             f"{s.catch_up} / {'yes' if s.overlap else 'no'}",

@@ -247,6 +247,21 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             notice = str(exc)
         return RedirectResponse("/?" + noticed(notice), 303)
 
+    async def do_schedule(request: Request, session: Session, form: dict[str, str]) -> Response:
+        """Pause, resume or trigger the schedule named in the form (a name may hold any
+        printable text, so it is not in the path): app.pause_schedule and its siblings."""
+        name, act = form.get("name", ""), request.url.path.rsplit("/", 1)[-1]
+        try:
+            if act == "trigger":
+                job_id = await run_in_threadpool(tether.trigger_schedule, name)
+                notice = f"schedule {name}: triggered job {job_id}"
+            else:
+                await run_in_threadpool(tether.pause_schedule if act == "pause" else tether.resume_schedule, name)
+                notice = f"schedule {name}: {'paused' if act == 'pause' else 'resumed at its next tick'}"
+        except TetherError as exc:
+            notice = str(exc)
+        return RedirectResponse("/schedules?" + noticed(notice), 303)
+
     async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
         ids = [i for i in (_job_id(text.strip()) for text in form.get("ids", "").split(",")) if i is not None]
         done, problems = 0, []
@@ -324,6 +339,8 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/workers", page(workers)),
         Route("/recoveries", page(recoveries)),
         Route("/schedules", page(schedules)),
+        *(Route(f"/schedules/{act}", page(action(do_schedule)), methods=["POST"])
+          for act in ("pause", "resume", "trigger")),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", page(action(logout)), methods=["POST"]),
         Route("/metrics", metrics_endpoint),

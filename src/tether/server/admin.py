@@ -70,4 +70,8 @@ CONTROL: dict[str, Callable[[Server, Args], Args]] = {
     "sync_schedules": lambda s, a: schedules.sync_schedules(s.store, a, s.max_payload),
     "fire_schedules": lambda s, a: schedules.fire_schedules(s.store, s.transport, a),
     "list_schedules": lambda s, a: schedules.list_schedules(s.store, a),
+    "add_schedule": lambda s, a: schedules.add_schedule(s.store, a, s.max_payload),
+    "set_schedule_paused": lambda s, a: schedules.set_paused(s.store, a),
+    "remove_schedule": lambda s, a: schedules.remove_schedule(s.store, a),
+    "trigger_schedule": lambda s, a: schedules.trigger_schedule(s.store, s.transport, a),
 }

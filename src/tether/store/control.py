@@ -71,9 +71,12 @@ class Schedules:
         at its next tick: ticks at or before the change are not owed."""
         raise NotImplementedError(f"the {self.backend} store has no schedules")
 
-    def fire_schedules(self, names: Sequence[str], *, grace: float, now: datetime | None = None) -> list[FiredTick]:
-        """Decide the due ticks of the named schedules, as the database holds
-        them (names it lacks are ignored), at the database's ``now``: on-time
+    def fire_schedules(self, names: Sequence[str], *, grace: float, now: datetime | None = None,
+                       tasks: Sequence[str] = ()) -> list[FiredTick]:
+        """Decide the due ticks of the named code schedules and of the dynamic
+        schedules (``add_schedule``) whose task is in ``tasks``, as the
+        database holds them (names it lacks, and paused schedules, are
+        ignored), at the database's ``now``: on-time
         ticks (less than ``grace`` seconds old) and, of the older ones missed,
         the ``catch_up`` most recent. Each tick becomes one job, or is skipped
         (overlap=False while the last job is active), in the database; the
@@ -82,6 +85,28 @@ class Schedules:
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
         """Every schedule in the database, orphaned ones too, by name."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
+    # -- schedules managed at run time (issue 44) ---------------------------------
+    def add_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> None:
+        """Store a dynamic schedule (``spec.task`` names its task); its first
+        tick is the next after ``now``. ConfigError, nothing written, for a
+        spec ``check_spec`` refuses or a name already taken."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
+    def set_schedule_paused(self, name: str, paused: bool, *, now: datetime | None = None) -> None:
+        """Pause a schedule (its ticks are not fired) or resume it at its next
+        tick (the ticks it missed while paused are not owed). ScheduleNotFound."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
+    def remove_schedule(self, name: str, *, now: datetime | None = None) -> None:
+        """Delete a dynamic schedule; ConfigError for a code one (its app
+        declares it), ScheduleNotFound for no schedule of that name."""
+        raise NotImplementedError(f"the {self.backend} store has no schedules")
+
+    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> FiredTick:
+        """One job of the schedule now, recorded as a manual tick (paused or
+        not). ScheduleNotFound."""
         raise NotImplementedError(f"the {self.backend} store has no schedules")
 
     def prune_ticks(self, limit: int, *, now: datetime | None = None) -> int:

@@ -29,11 +29,12 @@ from typing import Any
 
 from ..config import validate_queue
 from ..cron import MAX_CATCH_UP, due_ticks, parse_cron
-from ..errors import ConfigError
+from ..errors import ConfigError, ScheduleNotFound
 from ..model import ScheduleInfo, ScheduleSpec
 
 __all__ = [
-    "FIRE_MAX_AGE", "TICK_KEEP", "Fire", "check_spec", "plan_fires", "schedule_from_row", "sorted_specs", "spec_arrays",
+    "FIRE_MAX_AGE", "TICK_KEEP", "Fire", "check_spec", "dynamic_row", "dynamic_spec", "not_found", "plan_fires", "removed",
+    "schedule_from_row", "sorted_specs", "spec_arrays", "taken",
 ]
 
 log = logging.getLogger("tether.schedules")
@@ -90,6 +91,7 @@ def check_spec(spec: ScheduleSpec) -> ScheduleSpec:
         ("backoff_base", _seconds(spec.backoff_base, zero=True)),
         ("catch_up", _int(spec.catch_up, 0, MAX_CATCH_UP)),
         ("overlap", isinstance(spec.overlap, bool)),
+        ("task", spec.task is None or (isinstance(spec.task, str) and spec.task != "")),
     ) if not ok]
     if bad:
         raise ConfigError(f"schedule {spec.name!r} cannot be stored: bad {', '.join(bad)} (priority and "
@@ -147,5 +149,43 @@ def schedule_from_row(r: Row, ts: Callable[[Any], Any] = lambda v: v,
     return ScheduleInfo(
         name=r[1], cron=r[2], timezone=r[3], args=js(r[4]), queue=r[5], catch_up=r[6], overlap=bool(r[7]),
         since=ts(r[8]), next_tick=next_tick, last_tick=ts(r[9]), last_fired=ts(r[10]), last_job_id=r[11],
-        skipped=r[12], orphaned=bool(r[13]), last_seen=ts(r[14]),
+        skipped=r[12], orphaned=bool(r[13]), last_seen=ts(r[14]), task=r[15], dynamic=bool(r[16]),
+        paused=bool(r[17]), triggered=r[18], last_triggered=ts(r[19]),
     )
+
+
+def dynamic_spec(spec: ScheduleSpec) -> ScheduleSpec:
+    """An ``add_schedule`` spec every store can hold, else ConfigError."""
+    check_spec(spec)
+    if spec.task is None:
+        raise ConfigError(f"schedule {spec.name!r}: a schedule added at run time names its task (task=...)")
+    return spec
+
+
+def dynamic_row(spec: ScheduleSpec) -> dict[str, Any]:
+    """An ``add_schedule`` spec, checked, as the named query's parameters."""
+    dynamic_spec(spec)
+    return {"name": spec.name, "task": spec.task, "cron": spec.cron, "timezone": spec.timezone,
+            "args": spec.args_json, "queue": spec.queue, "priority": spec.priority,
+            "max_attempts": spec.max_attempts, "lease_ttl": spec.lease_ttl, "timeout": spec.timeout,
+            "backoff_base": spec.backoff_base, "catch_up": spec.catch_up, "overlap": spec.overlap}
+
+
+def taken(name: str) -> ConfigError:
+    """``add_schedule``'s answer when the name is in use."""
+    return ConfigError(f"a schedule named {name!r} already exists (names are unique across code and run-time "
+                       "schedules): remove it first, or choose another name")
+
+
+def not_found(name: str) -> ScheduleNotFound:
+    return ScheduleNotFound(f"no schedule named {name!r}")
+
+
+def removed(name: str, gone: bool, existed: bool) -> None:
+    """``remove_schedule``'s answer: nothing, or why nothing was removed."""
+    if gone:
+        return
+    if existed:
+        raise ConfigError(f"schedule {name!r} is declared in code (@app.periodic): it can be paused and "
+                          "triggered at run time, not removed; delete it from the app's code instead")
+    raise not_found(name)

@@ -140,14 +140,19 @@ class Worker:
         self.services: list[PeriodicService] = [self.reaper, self.unknown_tasks, *Pruner.for_app(s.store, app)]
         if s.transport.delivers:
             self.services.append(self.sweeper)
-        #: fires the app's schedules (I6); only in a worker whose app declares
-        #: some (its first tick syncs them): one without syncs none at its start
+        #: fires the app's schedules (I6; its first tick syncs them) and the
+        #: dynamic ones (app.add_schedule) of the tasks it runs (on its
+        #: queues); an app that declares none syncs none at its start
         self.scheduler: Scheduler | None = None
-        if app.schedule_specs:
+        if app.schedule_specs or self._served_tasks():
             self.scheduler = Scheduler(s.store, list(app.schedule_specs.values()), grace=s.timers.reaper_interval,
-                                       events=s.events, on_fired=self._fired)
+                                       events=s.events, on_fired=self._fired, tasks=self._served_tasks())
             self.scheduler.on_tick = self._made_due
             self.services.append(self.scheduler)
+
+    def _served_tasks(self) -> list[str]:
+        """The app's tasks whose queue this worker serves."""
+        return sorted(name for name, t in self.app.tasks.items() if t.options.queue in self.state.queues)
 
     # -- read-only views of the configuration and the state --------------------------------
     @property
@@ -255,6 +260,8 @@ class Worker:
         s = self.state
         await s.db(s.store.check_schema)
         s.tasks = sorted(self.app.tasks)  # the handlers now, which the claims name and the row records
+        if self.scheduler is not None:  # and whose dynamic schedules it fires
+            self.scheduler.tasks = self._served_tasks()
         await s.db(s.store.register_worker, WorkerInfo(
             id=self.id, host=self.host, pid=os.getpid(), proc_start=process_start_time(os.getpid()),
             started_at=None, last_seen=None, queues=s.queues, concurrency=self.concurrency,  # type: ignore[arg-type]
@@ -269,7 +276,7 @@ class Worker:
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             raise
         s.counts["recovered_at_start"] += len(recovered)
-        if self.scheduler is None:  # so that the schedules this app dropped are shown orphaned
+        if not self.app.schedule_specs:  # so that the schedules this app dropped are shown orphaned
             await s.db(sync_none, s.store)
 
     async def _serve(self, loop: asyncio.AbstractEventLoop, listener: Listener | None,

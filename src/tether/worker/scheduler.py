@@ -1,6 +1,9 @@
 """The scheduler: a periodic service on every worker whose app declares
-schedules (``@app.periodic``); a worker whose app declares none only syncs
-that, once, at its start (``sync_none``). No leader and no beat process: every worker
+schedules (``@app.periodic``) or runs tasks: it also fires the schedules
+added at run time (``app.add_schedule``) of the tasks on the worker's queues,
+read from the database every round, so one added anywhere needs no restart.
+A worker whose app declares no schedule syncs that, once, at its start
+(``sync_none``). No leader and no beat process: every worker
 fires every schedule it knows, and the database decides each tick once (the
 (schedule, tick) primary key of the ticks table admits one insert; I6).
 
@@ -69,15 +72,20 @@ class Scheduler(PeriodicService):
         self, store: Store, schedules: Sequence[ScheduleSpec], *,
         interval: float | None = None, grace: float = DEFAULT_MISFIRE_GRACE,
         events: Events | None = None, on_fired: Callable[[list[FiredTick]], object] | None = None,
+        tasks: Sequence[str] = (),
     ) -> None:
         """``interval`` None: DEFAULT_SCHEDULER_INTERVAL, or less where ``grace``
         is short (a worker with a sub-second reaper interval) so that grace
-        still covers MIN_GRACE_INTERVALS of them."""
+        still covers MIN_GRACE_INTERVALS of them. ``tasks``: the tasks this
+        worker runs; the dynamic schedules (``app.add_schedule``) of those are
+        fired too, read afresh every tick, so one added at run time needs no
+        restart. A worker with tasks and no code schedule syncs none here (its
+        runtime did, at its start) and fires the dynamic ones only."""
         if interval is None and isinstance(grace, int | float) and grace > 0:
             interval = min(DEFAULT_SCHEDULER_INTERVAL, grace / MIN_GRACE_INTERVALS)
         super().__init__(DEFAULT_SCHEDULER_INTERVAL if interval is None else interval)
-        if not schedules:
-            raise ConfigError("a scheduler needs at least one schedule (declare them with @app.periodic)")
+        if not schedules and not tasks:
+            raise ConfigError("a scheduler needs at least one schedule (declare them with @app.periodic) or task")
         names = [s.name for s in schedules]
         if len(set(names)) != len(names):
             raise ConfigError(f"schedule names must be unique, got {sorted(names)}")
@@ -89,12 +97,13 @@ class Scheduler(PeriodicService):
         self.store = store
         self.schedules = list(schedules)
         self.names = sorted(names)
+        self.tasks = sorted(set(tasks))
         self.grace = float(grace)
         self.events = events
         #: told about the jobs each tick fired (a delivering transport publishes them)
         self.on_fired = on_fired
         #: whether this worker's app has written its schedules into the database
-        self.synced = False
+        self.synced = not schedules
         #: why the last sync failed (logged once while it stays the same)
         self.sync_error: str | None = None
         self.fired = 0
@@ -106,7 +115,7 @@ class Scheduler(PeriodicService):
         worker decided first is not among them). ``now`` is for tests."""
         if not self.synced:
             self.synced = self._sync(now)
-        decided = self.store.fire_schedules(self.names, grace=self.grace, now=now)
+        decided = self.store.fire_schedules(self.names, grace=self.grace, now=now, tasks=self.tasks)
         jobs = [t for t in decided if t.job_id is not None]
         for t in decided:
             if t.job_id is None:
@@ -119,8 +128,8 @@ class Scheduler(PeriodicService):
         if jobs:
             if self.events is not None and self.events.active:
                 for t in jobs:
-                    self.events.emit(Event("job.enqueued", job_id=t.job_id, task=t.schedule, queue=t.queue,
-                                           state=JobState.QUEUED))
+                    self.events.emit(Event("job.enqueued", job_id=t.job_id, task=t.task or t.schedule,
+                                           queue=t.queue, state=JobState.QUEUED))
             if self.on_fired is not None:
                 self.on_fired(jobs)
         return decided

@@ -50,6 +50,7 @@ from ...model import (
 from ...naming import check_worker_identity
 from ..base import Store, check_prune
 from ..buckets import Buckets, check_sizes
+from ..schedules import dynamic_spec
 from ..worker_rows import WORKERS_PAGE
 from . import wire, wire_schedules, wire_unknown
 from .client import HttpClient, UnknownOperation, done_rows, tasks_field
@@ -391,12 +392,27 @@ class HttpStore(HttpClient, Store):
         self._call("sync_schedules", {"schedules": [wire_schedules.encode_spec(x) for x in specs]}, now=now)
 
     def fire_schedules(
-        self, names: Sequence[str], *, grace: float, now: datetime | None = None
+        self, names: Sequence[str], *, grace: float, now: datetime | None = None, tasks: Sequence[str] = (),
     ) -> list[FiredTick]:
-        if not names:
+        if not names and not tasks:
             return []
-        answer = self._call("fire_schedules", {"names": list(names), "grace": grace}, now=now)
+        body: dict[str, Any] = {"names": list(names), "grace": grace}
+        if tasks:  # only then: a server older than dynamic schedules refuses the field
+            body["tasks"] = list(tasks)
+        answer = self._call("fire_schedules", body, now=now)
         return [wire_schedules.decode_fired(t) for t in answer["fired"]]
+
+    def add_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> None:
+        self._call("add_schedule", wire_schedules.encode_spec(dynamic_spec(spec)), now=now)
+
+    def set_schedule_paused(self, name: str, paused: bool, *, now: datetime | None = None) -> None:
+        self._call("set_schedule_paused", {"name": name, "paused": bool(paused)}, now=now)
+
+    def remove_schedule(self, name: str, *, now: datetime | None = None) -> None:
+        self._call("remove_schedule", {"name": name}, now=now)
+
+    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> FiredTick:
+        return wire_schedules.decode_fired(self._call("trigger_schedule", {"name": name}, now=now))
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
         query = {"now": None if now is None else now.isoformat()}

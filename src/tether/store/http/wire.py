@@ -19,6 +19,7 @@ from ...errors import (
     InvalidTransition,
     JobNotFound,
     PayloadError,
+    ScheduleNotFound,
     SchemaMissing,
     StaleAttempt,
     TetherError,
@@ -70,6 +71,7 @@ from .schema import (
     obj,
     string,
 )
+from .wire_schedules import FIRE_BODY, control_ops, with_control, with_task
 from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
 
 __all__ = [
@@ -238,13 +240,14 @@ SCHEDULE_SPEC = obj({
     "max_attempts": integer(1, 2**31 - 1), "lease_ttl": nullable(TTL), "timeout": nullable(TTL),
     "backoff_base": number(0, 1e6),
 })
-SCHEDULE_RECORD = obj({
+SCHEDULE_RECORD = with_control(obj({
     "name": string(1000), "cron": string(1000), "timezone": string(1000), "args": ANY_JSON, "queue": string(1000),
     "catch_up": integer(0), "overlap": boolean(), "since": nullable(DATETIME), "next_tick": nullable(DATETIME),
     "last_tick": nullable(DATETIME), "last_fired": nullable(DATETIME), "last_job_id": nullable(JOB_ID),
     "skipped": integer(0), "orphaned": boolean(), "last_seen": nullable(DATETIME),
-})
-FIRED_RECORD = obj({"schedule": string(1000), "tick": DATETIME, "job_id": nullable(JOB_ID), "queue": string(1000)})
+}))
+FIRED_RECORD = with_task(obj({"schedule": string(1000), "tick": DATETIME, "job_id": nullable(JOB_ID),
+                              "queue": string(1000)}))
 ERROR_RECORD: Schema = {
     "type": "object",
     "properties": {"error": string(100), "message": string(10**6)},
@@ -410,11 +413,10 @@ OPS: list[Op] = [
     Op("fire_schedules", "POST", "/v1/schedules/fire", W,
        "Decide the due ticks of these schedules on the database clock: each becomes one job or is skipped; "
        "ticks another worker decided first are left out",
-       obj({"fired": array(FIRED_RECORD, 10**6)}),
-       body=obj({"names": array(TASK, 10_000), "grace": number(0, 1e6, exclusive_min=True)}), takes_now=True,
-       errors=(422,)),
+       obj({"fired": array(FIRED_RECORD, 10**6)}), body=FIRE_BODY, takes_now=True, errors=(422,)),
     Op("list_schedules", "GET", "/v1/schedules", ANY, "Every schedule, orphaned ones too, with its next tick",
        obj({"schedules": array(SCHEDULE_RECORD, 10**6)}), takes_now=True),
+    *(Op(**kw) for kw in control_ops(SCHEDULE_SPEC, FIRED_RECORD)),  # managed at run time (issue 44)
     # job control (issue 20)
     Op("prune", "POST", "/v1/prune", A,
        "Delete up to limit finished jobs (with their attempts), oldest first, older than their state's age in "
@@ -480,6 +482,7 @@ ERRORS: dict[str, tuple[int, type[TetherError]]] = {
     "invalid_transition": (409, InvalidTransition),
     "schema_missing": (409, SchemaMissing),
     "job_not_found": (404, JobNotFound),
+    "schedule_not_found": (404, ScheduleNotFound),
     "payload_error": (422, PayloadError),
     "unknown_task": (422, UnknownTask),
     "invalid_dsn": (422, InvalidDSN),

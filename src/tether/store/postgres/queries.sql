@@ -992,6 +992,9 @@ RETURNING j.id
 -- change of args or options keeps since, so no tick is lost to it.
 -- The orphaning UPDATE runs beside the upsert (a data-modifying CTE runs
 -- whether or not it is referenced) and touches only rows it did not upsert.
+-- A dynamic schedule (app.add_schedule) is no app's: a sync neither
+-- overwrites it (add_schedule refuses the name of a declared one) nor
+-- orphans it.
 WITH declared AS (
     INSERT INTO {schema}.schedules AS s
         (name, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
@@ -1029,25 +1032,31 @@ WITH declared AS (
             THEN excluded.updated_at ELSE s.updated_at END,
         last_seen = excluded.last_seen,
         orphaned = false
+    WHERE NOT s.dynamic
     RETURNING name
 )
 UPDATE {schema}.schedules
 SET orphaned = true
-WHERE NOT orphaned AND name <> ALL(%(name)s::text[])
+WHERE NOT orphaned AND NOT dynamic AND name <> ALL(%(name)s::text[])
 
 -- name: schedules_to_fire
 -- What a fire needs to compute the due ticks in Python (cron is not SQL),
 -- read with the database clock: the ticks are judged on {now}, never on a
--- worker's clock. Primary-key lookups, once a scheduler tick per worker.
+-- worker's clock. Primary-key lookups, once a scheduler tick per worker;
+-- plus the dynamic schedules (app.add_schedule) of the tasks this worker
+-- knows, so one added at run time is fired without a restart. A paused
+-- schedule is not fired.
 SELECT {now}, name, cron, timezone, catch_up, overlap, version, since, last_tick
 FROM {schema}.schedules
-WHERE name = ANY(%(names)s::text[])
+WHERE NOT paused
+  AND ((NOT dynamic AND name = ANY(%(names)s::text[])) OR (dynamic AND task = ANY(%(tasks)s::text[])))
 
 -- name: fire_ticks
 -- One schedule's due ticks (oldest first) in one statement:
 -- s:      the definition, only while it is still the version the ticks were
 --         computed from (a deploy that changed it since voids this fire; the
---         next round computes again from the new one), and only while the
+--         next round computes again from the new one), not paused (a pause
+--         bumps the version too), and only while the
 --         read they were computed from (read_at, schedules_to_fire's clock)
 --         is less than max_age seconds old: a worker that stalled between the
 --         two statements may hold ticks decided since by another worker whose
@@ -1064,7 +1073,7 @@ WHERE name = ANY(%(names)s::text[])
 --         any order.
 WITH s AS (
     SELECT * FROM {schema}.schedules
-    WHERE name = %(name)s AND version = %(version)s
+    WHERE name = %(name)s AND version = %(version)s AND NOT paused
       AND {now} < %(read_at)s::timestamptz + make_interval(secs => %(max_age)s)
 ), won AS (
     INSERT INTO {schema}.schedule_ticks (schedule, tick, skipped, decided_at)
@@ -1080,8 +1089,8 @@ WITH s AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
          schedule, scheduled_for)
-    SELECT s.queue, s.name, s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl, s.timeout,
-           s.backoff_base, {now}, won.schedule, won.tick
+    SELECT s.queue, coalesce(s.task, s.name), s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl,
+           s.timeout, s.backoff_base, {now}, won.schedule, won.tick
     FROM won CROSS JOIN s
     WHERE NOT won.skipped
     ORDER BY won.tick
@@ -1101,15 +1110,86 @@ WITH s AS (
     FROM latest AS l
     WHERE t.name = %(name)s AND l.tick IS NOT NULL
 )
-SELECT won.tick, made.id, s.queue
+SELECT won.tick, made.id, s.queue, coalesce(s.task, s.name)
 FROM won CROSS JOIN s LEFT JOIN made ON made.scheduled_for = won.tick
 ORDER BY won.tick
 
 -- name: list_schedules
 SELECT {now}, name, cron, timezone, args, queue, catch_up, overlap, since, last_tick, last_fired,
-       last_job_id, skipped, orphaned, last_seen
+       last_job_id, skipped, orphaned, last_seen, coalesce(task, name), dynamic, paused, triggered, last_triggered
 FROM {schema}.schedules
 ORDER BY name
+
+-- name: add_schedule
+-- A dynamic schedule (app.add_schedule): one insert, which a name already
+-- taken (a dynamic or a synced code schedule) turns away: no row returned.
+-- since is now, so its first tick is the next one after it is added.
+INSERT INTO {schema}.schedules AS s
+    (name, task, dynamic, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
+     catch_up, overlap, since, created_at, updated_at, last_seen)
+VALUES (%(name)s, %(task)s, true, %(cron)s, %(timezone)s, %(args)s::jsonb, %(queue)s, %(priority)s,
+        %(max_attempts)s, %(lease_ttl)s, %(timeout)s, %(backoff_base)s, %(catch_up)s, %(overlap)s,
+        {now}, {now}, {now}, {now})
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+
+-- name: set_schedule_paused
+-- Pause or resume one schedule (code or dynamic). A change bumps version,
+-- which voids a fire computed before it (fire_ticks matches on it). Resuming
+-- moves since to now: the ticks that fell while it was paused are not owed,
+-- so it resumes at its next tick with no catch-up storm. The same state
+-- again changes nothing. No row: no such schedule.
+UPDATE {schema}.schedules
+SET paused = %(paused)s,
+    version = version + CASE WHEN paused <> %(paused)s THEN 1 ELSE 0 END,
+    since = CASE WHEN paused AND NOT %(paused)s THEN {now} ELSE since END,
+    updated_at = CASE WHEN paused <> %(paused)s THEN {now} ELSE updated_at END
+WHERE name = %(name)s
+RETURNING dynamic
+
+-- name: remove_schedule
+-- Delete a dynamic schedule; a code schedule stays (its app would sync it
+-- back). The EXISTS reads the snapshot before the delete, so the answer
+-- tells "removed", "a code schedule" and "no such schedule" apart. Its ticks
+-- rows are left to prune_ticks, its jobs keep their schedule column.
+WITH gone AS (
+    DELETE FROM {schema}.schedules WHERE name = %(name)s AND dynamic RETURNING name
+)
+SELECT (SELECT count(*) FROM gone), EXISTS (SELECT 1 FROM {schema}.schedules WHERE name = %(name)s)
+
+-- name: trigger_schedule
+-- One job now, recorded as a manual tick: a ticks row at the database's now
+-- with manual = true (the primary key still admits one), and its job, due
+-- at once, in one statement. It does not move last_tick, so no cron tick is
+-- lost to it; last_fired and last_job_id move forward as a fire's do
+-- (overlap=False then waits for this job too). Paused or not.
+WITH s AS (
+    SELECT * FROM {schema}.schedules WHERE name = %(name)s
+), won AS (
+    INSERT INTO {schema}.schedule_ticks (schedule, tick, skipped, decided_at, manual)
+    SELECT s.name, {now}, false, {now}, true FROM s
+    ON CONFLICT (schedule, tick) DO NOTHING
+    RETURNING schedule, tick
+), made AS (
+    INSERT INTO {schema}.jobs
+        (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
+         schedule, scheduled_for)
+    SELECT s.queue, coalesce(s.task, s.name), s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl,
+           s.timeout, s.backoff_base, {now}, won.schedule, won.tick
+    FROM won CROSS JOIN s
+    RETURNING id, queue, scheduled_for, task
+), marked AS (
+    UPDATE {schema}.schedules AS t
+    SET triggered = t.triggered + 1, last_triggered = m.scheduled_for,
+        last_fired = GREATEST(t.last_fired, m.scheduled_for),
+        last_job_id = CASE WHEN m.scheduled_for > coalesce(t.last_fired, '-infinity') THEN m.id
+                           ELSE t.last_job_id END
+    FROM made AS m
+    WHERE t.name = %(name)s
+)
+SELECT made.id, made.queue, made.scheduled_for, made.task, (SELECT count(*) FROM s) FROM made
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM s) WHERE NOT EXISTS (SELECT 1 FROM made)
 
 -- name: prune_ticks
 -- The pruner: up to `limit` ticks decided more than `keep` seconds ago, which

@@ -11,9 +11,21 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from ...errors import ConfigError
 from ...model import FiredTick, ScheduleInfo, ScheduleSpec
 from ..pruning import check_limit
-from ..schedules import FIRE_MAX_AGE, TICK_KEEP, plan_fires, schedule_from_row, sorted_specs, spec_arrays
+from ..schedules import (
+    FIRE_MAX_AGE,
+    TICK_KEEP,
+    dynamic_row,
+    not_found,
+    plan_fires,
+    removed,
+    schedule_from_row,
+    sorted_specs,
+    spec_arrays,
+    taken,
+)
 
 __all__ = ["PostgresSchedules"]
 
@@ -25,18 +37,18 @@ class PostgresSchedules:
         self._all("sync_schedules", {**spec_arrays(sorted_specs(specs)), "now": now})
 
     def fire_schedules(
-        self, names: Sequence[str], *, grace: float, now: datetime | None = None
+        self, names: Sequence[str], *, grace: float, now: datetime | None = None, tasks: Sequence[str] = (),
     ) -> list[FiredTick]:
-        if not names:
+        if not names and not tasks:
             return []
         out: list[FiredTick] = []
-        rows = self._all("schedules_to_fire", {"names": sorted(set(names)), "now": now})
+        rows = self._all("schedules_to_fire", {"names": sorted(set(names)), "tasks": sorted(set(tasks)), "now": now})
         for fire in plan_fires(rows, grace=grace):
             won = self._all("fire_ticks", {"name": fire.name, "version": fire.version, "ticks": fire.ticks,
                                            "skip": fire.skip, "read_at": fire.read_at, "max_age": FIRE_MAX_AGE,
                                            "now": now})
-            out.extend(FiredTick(schedule=fire.name, tick=tick, job_id=job_id, queue=queue if job_id else "")
-                       for tick, job_id, queue in won)
+            out.extend(FiredTick(schedule=fire.name, tick=tick, job_id=job_id, queue=queue if job_id else "",
+                                 task=task) for tick, job_id, queue, task in won)
         return out
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
@@ -44,3 +56,23 @@ class PostgresSchedules:
 
     def prune_ticks(self, limit: int, *, now: datetime | None = None) -> int:
         return int(self._all("prune_ticks", {"keep": TICK_KEEP, "limit": check_limit(limit), "now": now})[0][0])
+
+    def add_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> None:
+        if not self._all("add_schedule", {**dynamic_row(spec), "now": now}):
+            raise taken(spec.name)
+
+    def set_schedule_paused(self, name: str, paused: bool, *, now: datetime | None = None) -> None:
+        if not self._all("set_schedule_paused", {"name": name, "paused": bool(paused), "now": now}):
+            raise not_found(name)
+
+    def remove_schedule(self, name: str, *, now: datetime | None = None) -> None:
+        gone, existed = self._all("remove_schedule", {"name": name})[0]
+        removed(name, bool(gone), bool(existed))
+
+    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> FiredTick:
+        job_id, queue, tick, task, found = self._all("trigger_schedule", {"name": name, "now": now})[0]
+        if not found:
+            raise not_found(name)
+        if job_id is None:  # another trigger took this very instant: the primary key admits one
+            raise ConfigError(f"schedule {name!r} was triggered at this same instant already; try again")
+        return FiredTick(schedule=name, tick=tick, job_id=job_id, queue=queue, task=task)

@@ -680,6 +680,7 @@ RETURNING id
 -- rules). SQLite evaluates every SET expression against the row as it was, so
 -- the comparisons below see the old definition. Row values compare with IS
 -- NOT, which treats NULLs (lease_ttl, timeout) as equal to each other.
+-- A dynamic schedule (app.add_schedule) of the same name is left as it is.
 INSERT INTO tether_schedules
     (name, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
      catch_up, overlap, since, created_at, updated_at, last_seen)
@@ -704,18 +705,23 @@ ON CONFLICT (name) DO UPDATE SET
         THEN excluded.updated_at ELSE updated_at END,
     last_seen = excluded.last_seen,
     orphaned = 0
+WHERE NOT dynamic
 
 -- name: orphan_schedules
 -- Every schedule the syncing app did not declare: shown orphaned, not deleted.
 UPDATE tether_schedules SET orphaned = 1
-WHERE NOT orphaned AND name NOT IN (SELECT value FROM json_each(:names))
+WHERE NOT orphaned AND NOT dynamic AND name NOT IN (SELECT value FROM json_each(:names))
 
 -- name: schedules_to_fire
 -- Inside the fire's BEGIN IMMEDIATE: what the due ticks are computed from,
 -- with the one clock expression (the machine's clock).
+-- Code schedules by name, dynamic ones by the tasks this worker knows; not
+-- the paused ones (see PostgreSQL's schedules_to_fire).
 SELECT {now}, name, cron, timezone, catch_up, overlap, version, since, last_tick
 FROM tether_schedules
-WHERE name IN (SELECT value FROM json_each(:names))
+WHERE NOT paused
+  AND ((NOT dynamic AND name IN (SELECT value FROM json_each(:names)))
+       OR (dynamic AND task IN (SELECT value FROM json_each(:tasks))))
 
 -- name: decide_ticks
 -- The decider: the due ticks ([tick, skip] pairs, oldest first) inserted
@@ -740,10 +746,11 @@ RETURNING tick, skipped
 INSERT INTO tether_jobs
     (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
      schedule, scheduled_for)
-SELECT queue, name, args, priority, :tick, max_attempts, lease_ttl, timeout, backoff_base, {now}, name, :tick
+SELECT queue, coalesce(task, name), args, priority, :tick, max_attempts, lease_ttl, timeout, backoff_base, {now},
+       name, :tick
 FROM tether_schedules
 WHERE name = :name
-RETURNING id, queue
+RETURNING id, queue, task
 
 -- name: mark_schedule
 -- Bookkeeping, only ever forward. The transaction serialises fires, so the
@@ -759,9 +766,54 @@ WHERE name = :name
 
 -- name: list_schedules
 SELECT {now}, name, cron, timezone, args, queue, catch_up, overlap, since, last_tick, last_fired,
-       last_job_id, skipped, orphaned, last_seen
+       last_job_id, skipped, orphaned, last_seen, coalesce(task, name), dynamic, paused, triggered, last_triggered
 FROM tether_schedules
 ORDER BY name
+
+-- name: add_schedule
+-- A dynamic schedule: a name already taken inserts nothing (no row back).
+-- See PostgreSQL's add_schedule.
+INSERT INTO tether_schedules
+    (name, task, dynamic, cron, timezone, args, queue, priority, max_attempts, lease_ttl, timeout, backoff_base,
+     catch_up, overlap, since, created_at, updated_at, last_seen)
+VALUES (:name, :task, 1, :cron, :timezone, :args, :queue, :priority, :max_attempts, :lease_ttl, :timeout,
+        :backoff_base, :catch_up, :overlap, {now}, {now}, {now}, {now})
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+
+-- name: set_schedule_paused
+-- Pause or resume (see PostgreSQL's set_schedule_paused): SET expressions
+-- see the row as it was, so paused below is the old state.
+UPDATE tether_schedules
+SET paused = :paused,
+    version = version + (paused <> :paused),
+    since = CASE WHEN paused AND NOT :paused THEN {now} ELSE since END,
+    updated_at = CASE WHEN paused <> :paused THEN {now} ELSE updated_at END
+WHERE name = :name
+RETURNING dynamic
+
+-- name: schedule_kind
+-- Whether a schedule exists, and whether it is dynamic (remove's and
+-- trigger's answer when they changed nothing), inside their transaction.
+SELECT dynamic FROM tether_schedules WHERE name = :name
+
+-- name: remove_schedule
+DELETE FROM tether_schedules WHERE name = :name AND dynamic RETURNING name
+
+-- name: trigger_tick
+-- A manual tick (trigger_schedule) at now; the primary key still admits one.
+INSERT INTO tether_schedule_ticks (schedule, tick, skipped, decided_at, manual)
+SELECT name, {now}, 0, {now}, 1 FROM tether_schedules WHERE name = :name
+ON CONFLICT (schedule, tick) DO NOTHING
+RETURNING tick
+
+-- name: mark_triggered
+-- After trigger's job: counted, and last_fired / last_job_id forward only.
+UPDATE tether_schedules
+SET triggered = triggered + 1, last_triggered = :tick,
+    last_job_id = CASE WHEN last_fired IS NULL OR :tick > last_fired THEN :job_id ELSE last_job_id END,
+    last_fired = CASE WHEN last_fired IS NULL OR :tick > last_fired THEN :tick ELSE last_fired END
+WHERE name = :name
 
 -- name: prune_ticks
 -- The pruner: up to :limit ticks decided more than :keep seconds ago (here a

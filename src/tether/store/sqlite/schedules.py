@@ -11,10 +11,11 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from ...errors import ConfigError
 from ...model import FiredTick, ScheduleInfo, ScheduleSpec
 from ..pruning import check_limit
 from ..rows import epoch_to_dt, json_text
-from ..schedules import TICK_KEEP, plan_fires, schedule_from_row, sorted_specs
+from ..schedules import TICK_KEEP, dynamic_row, not_found, plan_fires, removed, schedule_from_row, sorted_specs, taken
 
 __all__ = ["SQLiteSchedules"]
 
@@ -40,15 +41,21 @@ class SQLiteSchedules:
             conn.execute(self.q["orphan_schedules"], {"names": json.dumps([x.name for x in ordered])})
 
     def fire_schedules(
-        self, names: Sequence[str], *, grace: float, now: datetime | None = None
+        self, names: Sequence[str], *, grace: float, now: datetime | None = None, tasks: Sequence[str] = (),
     ) -> list[FiredTick]:
-        if not names:
+        if not names and not tasks:
+            return []
+        params = {"names": json.dumps(sorted(set(names))), "tasks": json.dumps(sorted(set(tasks))), "now": _ts(now)}
+        # Most rounds owe nothing (a one-second round, a minute's cron; or a
+        # worker whose tasks have no dynamic schedule): a plain read says so
+        # without taking SQLite's one write lock. It decides nothing: when a
+        # tick is due, the write transaction reads again.
+        if not plan_fires(self._all("schedules_to_fire", params), grace=grace, ts=epoch_to_dt):
             return []
         # One write transaction: the clock read, the computation and the
         # inserts see one state, and no other writer runs in between.
         with self._write() as conn:
-            rows = conn.execute(self.q["schedules_to_fire"],
-                                {"names": json.dumps(sorted(set(names))), "now": _ts(now)}).fetchall()
+            rows = conn.execute(self.q["schedules_to_fire"], params).fetchall()
             return list(self._fire(conn, rows, grace, now))
 
     def _fire(
@@ -66,10 +73,10 @@ class SQLiteSchedules:
                 if skipped:
                     yield FiredTick(schedule=fire.name, tick=when, job_id=None, queue="")
                     continue
-                job_id, queue = conn.execute(self.q["fire_job"], {"name": fire.name, "tick": tick,
-                                                                  "now": _ts(now)}).fetchone()
+                job_id, queue, task = conn.execute(self.q["fire_job"], {"name": fire.name, "tick": tick,
+                                                                        "now": _ts(now)}).fetchone()
                 fired = (tick, job_id)
-                yield FiredTick(schedule=fire.name, tick=when, job_id=job_id, queue=queue)
+                yield FiredTick(schedule=fire.name, tick=when, job_id=job_id, queue=queue, task=task)
             if won:
                 conn.execute(self.q["mark_schedule"], {
                     "name": fire.name, "tick": won[-1][0], "fired": fired[0] if fired else None,
@@ -83,3 +90,37 @@ class SQLiteSchedules:
             gone = conn.execute(self.q["prune_ticks"], {"keep": TICK_KEEP, "limit": check_limit(limit),
                                                         "now": _ts(now)})
             return gone.rowcount
+
+    def add_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> None:
+        row = dynamic_row(spec)
+        with self._write() as conn:
+            if conn.execute(self.q["add_schedule"], {**row, "overlap": int(spec.overlap),
+                                                     "now": _ts(now)}).fetchone() is None:
+                raise taken(spec.name)
+
+    def set_schedule_paused(self, name: str, paused: bool, *, now: datetime | None = None) -> None:
+        with self._write() as conn:
+            if conn.execute(self.q["set_schedule_paused"], {"name": name, "paused": int(bool(paused)),
+                                                            "now": _ts(now)}).fetchone() is None:
+                raise not_found(name)
+
+    def remove_schedule(self, name: str, *, now: datetime | None = None) -> None:
+        with self._write() as conn:
+            gone = conn.execute(self.q["remove_schedule"], {"name": name}).fetchone() is not None
+            existed = gone or conn.execute(self.q["schedule_kind"], {"name": name}).fetchone() is not None
+        removed(name, gone, existed)
+
+    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> FiredTick:
+        with self._write() as conn:
+            won = conn.execute(self.q["trigger_tick"], {"name": name, "now": _ts(now)}).fetchone()
+            if won is None:
+                if conn.execute(self.q["schedule_kind"], {"name": name}).fetchone() is None:
+                    raise not_found(name)
+                raise ConfigError(f"schedule {name!r} was triggered at this same instant already; try again")
+            tick = won[0]
+            job_id, queue, task = conn.execute(self.q["fire_job"], {"name": name, "tick": tick,
+                                                                    "now": _ts(now)}).fetchone()
+            conn.execute(self.q["mark_triggered"], {"name": name, "tick": tick, "job_id": job_id})
+        when = epoch_to_dt(tick)
+        assert when is not None
+        return FiredTick(schedule=name, tick=when, job_id=job_id, queue=queue, task=task)
