@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
@@ -29,11 +29,13 @@ from .context import JobCancelled, JobContext
 from .errors import ConfigError, JobFailed, UnknownTask
 from .events import Event, EventHook, Events, ending_event
 from .logs import configure_worker_logging
+from .many import ManyJobsApp
 from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name, script_loaded_twice, validate_task_name
 from .payload import check_job_id
 from .periodic import DEFAULT_CATCH_UP, check_schedule, check_stacked, merge_declared, schedule_spec
 from .scratch import scratch_database
+from .search import check_tags
 from .store import Store, open_store
 from .store.caller import driver_connection
 from .store.waiting import FinishWatch
@@ -71,7 +73,7 @@ def _ended(job: Job) -> Job:
     return job
 
 
-class Tether:
+class Tether(ManyJobsApp):
     """A tether application: where jobs live, which tasks exist, and the timers.
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the
@@ -150,6 +152,7 @@ class Tether:
         timeout: float | None = None,
         retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        tags: Sequence[str] = (),
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 
     def task(
@@ -165,6 +168,7 @@ class Tether:
         timeout: float | None = None,
         retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        tags: Sequence[str] = (),
     ) -> Any:
         """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``.
         Its name defaults to ``module.qualname``, the module named as importers
@@ -186,7 +190,8 @@ class Tether:
                 raise ConfigError(f"task {task_name!r} is registered twice")
             opts = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
                                timeout=timeout, retry_backoff=retry_backoff,
-                               retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on)
+                               retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on,
+                               tags=check_tags(f"task {task_name!r}", tags))
             t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
             self.tasks[task_name] = t
             return t
