@@ -15,6 +15,7 @@ from tether.errors import ConfigError, PayloadError
 from tether.search import MAX_TAGS, JobFilter, contains
 
 from .conftest import STORE_BACKENDS, TEST_TOKEN, backend_param, served
+from .test_worker import FAST
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -24,14 +25,14 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def app(backend: str, db_url: str) -> Iterator[Tether]:
-    """An app on this backend; for ``http-*``, a client of a tether server over it."""
+    """An app on this backend (short timers: test_worker.FAST); for ``http-*``, a client of a tether server over it."""
     if backend.startswith("http-"):
         with served(db_url) as url:
-            a = Tether(url, token=TEST_TOKEN)
+            a = Tether(url, token=TEST_TOKEN, **FAST)
             yield a
             a.close()
         return
-    a = Tether(db_url)
+    a = Tether(db_url, **FAST)
     a.migrate()
     yield a
     a.close()
