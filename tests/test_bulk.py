@@ -13,7 +13,7 @@ from tether import JobContext, JobState, Tether
 from tether import many as many_module
 from tether.errors import ConfigError, InvalidTransition, JobNotFound
 
-from .test_search import app, backend, ids  # noqa: F401  (fixtures)
+from .test_search import app_fixture, backend_fixture, ids  # noqa: F401  (the app and backend fixtures)
 from .test_worker import running, wait_job
 
 

@@ -18,13 +18,13 @@ from .conftest import STORE_BACKENDS, TEST_TOKEN, backend_param, served
 from .test_worker import FAST
 
 
-@pytest.fixture(params=STORE_BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(name="backend", params=STORE_BACKENDS)
+def backend_fixture(request: pytest.FixtureRequest) -> str:
     return backend_param(request)
 
 
-@pytest.fixture
-def app(backend: str, db_url: str) -> Iterator[Tether]:
+@pytest.fixture(name="app")
+def app_fixture(backend: str, db_url: str) -> Iterator[Tether]:
     """An app on this backend (short timers: test_worker.FAST); for ``http-*``, a client of a tether server over it."""
     if backend.startswith("http-"):
         with served(db_url) as url:
