@@ -106,6 +106,7 @@ def test_every_filter_alone_and_combined(app: Tether) -> None:
     assert found(finished_after=t0 - timedelta(minutes=5)) == {d}
     assert found(finished_before=t0 + timedelta(minutes=5)) == {d}
     assert found(finished_after=t0 + timedelta(minutes=5)) == set()
+    assert found(ids=[a, c, 10**9]) == {a, c}
     # AND
     assert found(task="sync", tags=["eu"], meta={"customer": 42}, args={"invoice": 7}, state="queued") == {a}
     assert found(task="mail", meta={"customer": 43}) == set()

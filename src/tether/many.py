@@ -97,16 +97,26 @@ class ManyJobsApp:
         queued or running jobs too: say ``state=`` (succeeded, dead,
         cancelled), or cancel them first. No filter at all is refused unless
         ``all=True``. Returns how many were deleted."""
-        f = _bulk_filter("delete_many", filters, all)
+        f = self._deletable(filters, all)
+        return _walk(lambda after: self.store.delete_batch(f, after_id=after, limit=BATCH), progress, again=True)
+
+    def count_deletable(self, *, all: bool = False, **filters: Any) -> int:
+        """How many jobs ``delete_many`` would delete with these filters now
+        (its dry run): it refuses what ``delete_many`` refuses."""
+        return self.store.count_jobs(self._deletable(filters, all))
+
+    def _deletable(self, filters: dict[str, Any], everything: bool) -> JobFilter:
+        f = _bulk_filter("delete_many", filters, everything)
         if f.states is not None and set(f.states) - set(FINISHED_STATES):
             raise ConfigError(f"delete_many deletes finished jobs only ({', '.join(FINISHED_STATES)}), "
                               f"not {', '.join(sorted(set(f.states) - set(FINISHED_STATES)))} ones")
         unfinished = f.restricted(_UNFINISHED)
         live = self.store.count_jobs(unfinished) if unfinished.states else 0
         if live:
-            raise InvalidTransition(f"delete_many: {live} of the jobs the filter matches are not finished (queued or running); nothing was deleted. Add state= (succeeded, dead, "
-                                    "cancelled) to delete only the finished ones, or cancel the others first")
-        return _walk(lambda after: self.store.delete_batch(f, after_id=after, limit=BATCH), progress, again=True)
+            raise InvalidTransition(f"delete_many: {live} of the jobs the filter matches are not finished (queued "
+                                    "or running); nothing was deleted. Add state= (succeeded, dead, cancelled) "
+                                    "to delete only the finished ones, or cancel the others first")
+        return f
 
     def rerun(self, job_id: int) -> int:
         """A new job with the finished job's task, args and options (queue,

@@ -26,7 +26,7 @@ from .model import Job, JobState
 from .payload import dump_json
 
 __all__ = [
-    "FILTER_NAMES", "MAX_META_BYTES", "MAX_PAGE", "MAX_TAGS", "MAX_TAG_CHARS", "JobFilter", "JobPage",
+    "FILTER_NAMES", "MAX_IDS", "MAX_META_BYTES", "MAX_PAGE", "MAX_TAGS", "MAX_TAG_CHARS", "JobFilter", "JobPage",
     "check_meta", "check_tags", "contains", "contains_json", "merge_tags", "tags_json",
 ]
 
@@ -78,7 +78,9 @@ def check_meta(where: str, meta: object, cap: int = MAX_META_BYTES) -> str:
 
 #: the keywords every filter takes (app.jobs, count_jobs, the bulk actions, the HTTP API)
 FILTER_NAMES = ("state", "queue", "task", "tags", "meta", "args", "created_after", "created_before",
-                "finished_after", "finished_before")
+                "finished_after", "finished_before", "ids")
+#: the most job ids one ``ids=`` filter names
+MAX_IDS = 10_000
 _TIMES = ("created_after", "created_before", "finished_after", "finished_before")
 _STATES = frozenset(s.value for s in JobState)
 
@@ -97,6 +99,8 @@ class JobFilter:
     created_before: datetime | None = None
     finished_after: datetime | None = None
     finished_before: datetime | None = None
+    #: only these jobs (``tether delete ID...``)
+    ids: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, filters: Mapping[str, Any], where: str = "filter") -> JobFilter:
@@ -138,7 +142,15 @@ class JobFilter:
                 if not isinstance(value, datetime) or value.tzinfo is None:
                     raise ConfigError(f"{where}: {name} must be a timezone-aware datetime, got {value!r:.80}")
                 times[name] = value
-        return cls(states=states, queue=f.get("queue"), task=f.get("task"), tags=tags, meta=json_filters.get("meta"),
+        ids = f.get("ids")
+        if ids is not None:
+            if (isinstance(ids, str | bytes) or not isinstance(ids, Iterable)
+                    or not all(isinstance(i, int) and not isinstance(i, bool) and 1 <= i < 2**63 for i in ids)):
+                raise ConfigError(f"{where}: ids must be a list of job ids, got {ids!r:.80}")
+            ids = tuple(ids)
+            if not 1 <= len(ids) <= MAX_IDS:
+                raise ConfigError(f"{where}: ids must name 1 to {MAX_IDS} jobs, got {len(ids)}")
+        return cls(ids=ids, states=states, queue=f.get("queue"), task=f.get("task"), tags=tags, meta=json_filters.get("meta"),
                    args=json_filters.get("args"), created_after=times.get("created_after"),
                    created_before=times.get("created_before"), finished_after=times.get("finished_after"),
                    finished_before=times.get("finished_before"))
@@ -163,6 +175,8 @@ class JobFilter:
         for name in ("queue", "task", "meta", "args"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.ids is not None:
+            out["ids"] = list(self.ids)
         if self.tags:
             out["tags"] = list(self.tags)
         for name in _TIMES:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...model import JobState
-from ...search import MAX_PAGE, MAX_TAG_CHARS, MAX_TAGS, JobFilter
-from .schema import DATETIME, array, obj, string
+from ...search import MAX_IDS, MAX_PAGE, MAX_TAG_CHARS, MAX_TAGS, JobFilter
+from .schema import DATETIME, INT53_MAX, array, integer, obj, string
 
 __all__ = ["FILTER", "MAX_PAGE_WIRE", "TAGS", "decode_filter"]
 
@@ -18,9 +18,10 @@ _STATES = array({"type": "string", "enum": [str(s) for s in JobState]}, len(JobS
 FILTER = obj({
     "state": _STATES, "queue": string(1000, 1), "task": string(1000, 1), "tags": TAGS,
     "meta": {"type": "object"}, "args": {"type": "object"},  # their size: JobFilter.of (MAX_META_BYTES)
-    "created_after": DATETIME, "created_before": DATETIME, "finished_after": DATETIME, "finished_before": DATETIME,
+    "ids": array(integer(1, INT53_MAX), MAX_IDS, 1), "created_after": DATETIME, "created_before": DATETIME,
+    "finished_after": DATETIME, "finished_before": DATETIME,
 }, optional=("state", "queue", "task", "tags", "meta", "args", "created_after", "created_before", "finished_after",
-             "finished_before"))
+             "finished_before", "ids"))
 
 
 def decode_filter(d: dict[str, Any]) -> JobFilter:

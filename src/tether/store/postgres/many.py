@@ -26,6 +26,7 @@ def filter_params(f: JobFilter) -> dict[str, Any]:
         "meta": None if f.meta is None else json.dumps(f.meta),
         "args": None if f.args is None else json.dumps(f.args),
         "created_after": f.created_after, "created_before": f.created_before,
+        "ids": None if f.ids is None else list(f.ids),
         "finished_after": f.finished_after, "finished_before": f.finished_before,
     }
 

@@ -1274,6 +1274,7 @@ DELETE FROM {schema}.waiters WHERE id = %(id)s
 -- jobs_finished_idx, queue and task the claim indexes; the id order the
 -- primary key. Times are half-open: after <= t < before.
 (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
 AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 AND (%(task)s::text IS NULL OR task = %(task)s::text)
 AND (%(tags)s::jsonb IS NULL OR tags @> %(tags)s::jsonb)

@@ -37,6 +37,7 @@ def filter_params(f: JobFilter) -> dict[str, Any]:
         "meta": None if f.meta is None else json.dumps(f.meta),
         "args": None if f.args is None else json.dumps(f.args),
         "created_after": _ts(f.created_after), "created_before": _ts(f.created_before),
+        "ids": None if f.ids is None else json.dumps(list(f.ids)),
         "finished_after": _ts(f.finished_after), "finished_before": _ts(f.finished_before),
     }
 

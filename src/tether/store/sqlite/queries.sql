@@ -854,6 +854,7 @@ ORDER BY q.queue
 -- registered on each connection: SQLite has no @>); no index serves those,
 -- so they test the rows the other filters leave (migration 0011).
 (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
 AND (:queue IS NULL OR queue = :queue)
 AND (:task IS NULL OR task = :task)
 AND (:tags IS NULL OR tether_contains(tags, :tags))
