@@ -23,6 +23,8 @@ EXECUTED = {
     "tutorial/app.py": "test_tutorial (imported by its workers and producers)",
     "tutorial/steps.sh": "test_tutorial",
     "tutorial/install.sh": "tests/test_wheel.py (against the built wheel)",
+    "many-jobs/example.py": "tests/test_docs_many.py",
+    "many-jobs/cli.sh": "tests/test_docs_many.py (after example.py, on its database)",
 }
 #: shell lines a page may show that no test can run as written (they name a
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them
