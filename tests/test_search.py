@@ -201,3 +201,11 @@ def test_contains_is_postgresql_containment() -> None:
     assert contains({"a": 1.0}, {"a": 1}) and not contains({"a": None}, {"a": 0})
     assert not contains({"a": [1]}, {"a": 1}) and contains({}, {})
     assert JobFilter.of({}).is_empty() and not JobFilter.of({"tags": ["x"]}).is_empty()
+
+
+def test_a_unit_tests_context_gives_meta_and_tags() -> None:
+    from tether.testing import context
+
+    ctx = context(meta={"customer": 42}, tags=["eu"])
+    assert (ctx.meta, ctx.tags) == ({"customer": 42}, ["eu"])
+    assert context().tags == []
