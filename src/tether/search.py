@@ -23,10 +23,11 @@ from typing import Any
 
 from .errors import ConfigError, PayloadError
 from .model import Job, JobState
+from .naming import C0_CONTROLS, OTHER_CONTROLS
 from .payload import dump_json
 
 __all__ = [
-    "FILTER_NAMES", "MAX_IDS", "MAX_META_BYTES", "MAX_PAGE", "MAX_TAGS", "MAX_TAG_CHARS", "JobFilter", "JobPage",
+    "FILTER_NAMES", "MAX_IDS", "MAX_META_BYTES", "MAX_PAGE", "MAX_TAGS", "MAX_TAG_CHARS", "TAG_PATTERN", "JobFilter", "JobPage",
     "check_meta", "check_tags", "contains", "contains_json", "merge_tags", "tags_json",
 ]
 
@@ -37,7 +38,11 @@ MAX_TAG_CHARS = 64
 MAX_META_BYTES = 8192
 #: the largest page app.jobs() returns
 MAX_PAGE = 1000
-_TAG = re.compile(r"[^\x00-\x1f\x7f]+")
+_NOT_SHOWN = C0_CONTROLS + OTHER_CONTROLS
+#: a tag: printable text (as a task name), not starting or ending with a space;
+#: the HTTP API's schema holds tags to the same pattern (wire_many.TAGS)
+TAG_PATTERN = f"^[^\\s{_NOT_SHOWN}](?:[^{_NOT_SHOWN}]*[^\\s{_NOT_SHOWN}])?$"
+_TAG = re.compile(TAG_PATTERN[:-1] + r"\Z")
 
 
 def check_tags(where: str, tags: object) -> tuple[str, ...]:
@@ -49,7 +54,7 @@ def check_tags(where: str, tags: object) -> tuple[str, ...]:
     for tag in tags:
         if not isinstance(tag, str):
             raise ConfigError(f"{where}: each tag must be a string, got {type(tag).__name__} {tag!r:.80}")
-        if not 1 <= len(tag) <= MAX_TAG_CHARS or not _TAG.fullmatch(tag) or tag != tag.strip():
+        if not 1 <= len(tag) <= MAX_TAG_CHARS or not _TAG.match(tag):
             raise ConfigError(f"{where}: tag {tag!r:.80} must be 1 to {MAX_TAG_CHARS} characters, without control "
                               "characters or surrounding spaces")
         if tag not in out:

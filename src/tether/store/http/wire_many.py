@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...model import JobState
-from ...search import MAX_IDS, MAX_PAGE, MAX_TAG_CHARS, MAX_TAGS, JobFilter
+from ...search import MAX_IDS, MAX_PAGE, MAX_TAG_CHARS, MAX_TAGS, TAG_PATTERN, JobFilter
 from .schema import DATETIME, INT53_MAX, array, integer, obj, string
 
 __all__ = ["FILTER", "MAX_PAGE_WIRE", "TAGS", "decode_filter"]
 
 MAX_PAGE_WIRE = MAX_PAGE + 1  # a page and the one job that says another follows
-TAGS = array(string(MAX_TAG_CHARS, 1), MAX_TAGS)
+TAGS = array(string(MAX_TAG_CHARS, 1, TAG_PATTERN), MAX_TAGS)
 _STATES = array({"type": "string", "enum": [str(s) for s in JobState]}, len(JobState), 1)
 FILTER = obj({
     "state": _STATES, "queue": string(1000, 1), "task": string(1000, 1), "tags": TAGS,
