@@ -336,3 +336,26 @@ def test_chart_stacks_failed_on_succeeded_scaled_to_the_tallest_bar() -> None:
     assert c.last == second  # the newest bar is the minute still running
     assert c.failed_total == 3 and c.totals[Outcome.CANCELLED] == 5
     assert [b.x for b in c.bars] == [0, 10, 20]
+
+
+def test_the_jobs_page_filters_by_tag_and_meta_and_pages_by_keyset(make_app: Callable[..., Tether]) -> None:
+    # issue 43: a filter bar (tag, meta expressions such as customer:42) and
+    # older pages instead of a cut at the newest 100
+    app = make_app()
+    task = app.task(name="paged")(lambda ctx, n: None)
+    made = task.using(tags=["eu"], meta={"customer": 42}).enqueue_many([{"n": n} for n in range(130)])
+    other = task.using(meta={"customer": 7}).enqueue(n=-1)
+    with _client(app) as c:
+        login(c)
+        first = c.get("/jobs", params={"tag": "eu", "meta": "customer:42"})
+        assert first.status_code == 200
+        shown = {int(i) for i in re.findall(r'href="/jobs/(\d+)"', first.text)}
+        assert len(shown) == 100 and other not in shown and shown <= set(made)
+        older = re.search(r'href="(/jobs\?[^"]*after=[^"]+)" rel="next"', first.text)
+        assert older, "no link to the older page"
+        second = c.get(older.group(1).replace("&amp;", "&"))
+        rest = {int(i) for i in re.findall(r'href="/jobs/(\d+)"', second.text)}
+        assert shown | rest == set(made) and not shown & rest
+        assert 'rel="next"' not in second.text and "newest" in second.text
+        assert c.get("/jobs", params={"meta": "customer"}).status_code == 400  # a malformed expression
+        assert c.get("/jobs", params={"after": "nonsense"}).status_code == 400

@@ -28,7 +28,8 @@ from .payload import dump_json
 
 __all__ = [
     "FILTER_NAMES", "MAX_IDS", "MAX_META_BYTES", "MAX_PAGE", "MAX_TAGS", "MAX_TAG_CHARS", "TAG_PATTERN", "JobFilter", "JobPage",
-    "check_meta", "check_tags", "contains", "contains_json", "merge_tags", "tags_json",
+    "check_meta", "check_tags", "contains", "contains_json", "merge_expressions", "merge_tags", "parse_expression",
+    "tags_json",
 ]
 
 #: at most this many tags on a job, each at most MAX_TAG_CHARS characters
@@ -72,6 +73,41 @@ def merge_tags(where: str, first: tuple[str, ...], more: object) -> tuple[str, .
 def tags_json(tags: tuple[str, ...]) -> str | None:
     """The tags column's JSON (None for no tags: the partial index leaves the row out)."""
     return json.dumps(list(tags), ensure_ascii=False, separators=(",", ":")) if tags else None
+
+
+def parse_expression(text: str, where: str) -> dict[str, Any]:
+    """``key=value`` (or ``key:value``) as a JSON object to match by
+    containment: the value is JSON when it parses (``customer=42``: the
+    number), else the text; a dotted key nests (``plan.tier=gold``:
+    ``{"plan": {"tier": "gold"}}``). ConfigError for a malformed one."""
+    cut = min((i for i in (text.find("="), text.find(":")) if i >= 0), default=-1)
+    key, raw = (text[:cut], text[cut + 1:]) if cut >= 0 else (text, "")
+    if cut < 0 or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"{where} {text!r:.80}: expected KEY=VALUE or KEY:VALUE (such as customer=42 or "
+                          "plan.tier=gold)")
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value  # type: ignore[no-any-return]
+
+
+def merge_expressions(texts: Iterable[str], where: str) -> dict[str, Any] | None:
+    """Several ``parse_expression`` objects as one (None for none)."""
+    merged: dict[str, Any] = {}
+    for text in texts:
+        _merge(merged, parse_expression(text, where))
+    return merged or None
+
+
+def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
+    for k, v in more.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
 
 
 def check_meta(where: str, meta: object, cap: int = MAX_META_BYTES) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from .. import search
 from ..app import Tether
 from ..errors import ConfigError
 from ..model import Job, JobState
@@ -26,28 +27,11 @@ PROGRESS_FROM = 1000
 
 
 def parse_expression(text: str, option: str) -> dict[str, Any]:
-    """``key=value`` as a JSON object for containment: the value is JSON when
-    it parses (``customer=42``: the number), else the text; a dotted key
-    nests (``plan.tier=gold``: ``{"plan": {"tier": "gold"}}``)."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise BadUsage(f"{option} {text!r}: expected KEY=VALUE (such as customer=42 or plan.tier=gold)")
+    """``search.parse_expression``, a usage error when malformed."""
     try:
-        value: Any = json.loads(raw)
-    except ValueError:
-        value = raw
-    for part in reversed(key.split(".")):
-        value = {part: value}
-    return value  # type: ignore[no-any-return]
-
-
-def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
-    for k, v in more.items():
-        if isinstance(v, dict) and isinstance(into.get(k), dict):
-            _merge(into[k], v)
-        else:
-            into[k] = v
-    return into
+        return search.parse_expression(text, option)
+    except ConfigError as exc:
+        raise BadUsage(str(exc)) from None
 
 
 def _when(text: str | None, option: str) -> datetime | None:
@@ -87,11 +71,10 @@ def filters_of(states: tuple[str, ...], queue: str | None, task: str | None, tag
     out: dict[str, Any] = {"state": list(states) or None, "queue": queue, "task": task, "tags": list(tags) or None,
                            "created_after": _when(since, "--since"), "created_before": _when(until, "--until")}
     for name, given in (("meta", meta), ("args", args)):
-        if given:
-            merged: dict[str, Any] = {}
-            for text in given:
-                _merge(merged, parse_expression(text, f"--{name}"))
-            out[name] = merged
+        try:
+            out[name] = search.merge_expressions(given, f"--{name}")
+        except ConfigError as exc:
+            raise BadUsage(str(exc)) from None
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -41,6 +41,7 @@ from ..display import (
 from ..errors import ConfigError, TetherError
 from ..model import JobState, Outcome
 from ..numbers import BadNumber, parse_int, parse_job_id
+from ..search import merge_expressions
 from ..server.requests import ApiError, client_gone, read_capped
 from ..server.throttle import Throttle
 from ..store.worker_rows import WORKERS_PAGE
@@ -159,11 +160,22 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         if state is not None and state not in {str(s) for s in JobState}:
             state = None
         queue, task = q.get("queue") or None, q.get("task") or None
-        found, stats = await run_in_threadpool(
-            lambda: (store.list_jobs(state=state, queue=queue, task=task, limit=JOBS_LIMIT), store.stats()))
+        tag, meta = (q.get("tag") or "").strip(), (q.get("meta") or "").strip()
+        shown = {"state": state or "", "queue": queue or "", "task": task or "", "tag": tag, "meta": meta}
+        try:  # keyset pages (issue 43): the filters of app.jobs(), a tag and meta expressions (customer:42)
+            filters = {"state": state, "queue": queue, "task": task, "tags": [tag] if tag else None,
+                       "meta": merge_expressions(meta.split(), "meta")}
+            page, stats = await run_in_threadpool(
+                lambda: (tether.jobs(limit=JOBS_LIMIT, after=q.get("after") or None, **filters), store.stats()))
+        except ConfigError as exc:
+            return render(request, session, "error.html", status=400, message=str(exc))
         queues = sorted({qu for qu, _ in stats.counts})
-        return render(request, session, "jobs.html", jobs=found, now=stats.now, states=STATE_ORDER, queues=queues,
-                      f_state=state or "", f_queue=queue or "", f_task=task or "", limit=JOBS_LIMIT)
+        kept = {k: v for k, v in shown.items() if v}
+        older = None if page.next is None else "/jobs?" + urlencode({**kept, "after": page.next})
+        newest = ("/jobs?" + urlencode(kept)) if q.get("after") else None
+        return render(request, session, "jobs.html", jobs=page.jobs, now=stats.now, states=STATE_ORDER, queues=queues,
+                      f_state=shown["state"], f_queue=shown["queue"], f_task=shown["task"], f_tag=tag, f_meta=meta,
+                      older=older, newest=newest)
 
     async def job(request: Request, session: Session) -> Response:
         job_id = _job_id(request.path_params["job_id"])
