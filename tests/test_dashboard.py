@@ -359,3 +359,33 @@ def test_the_jobs_page_filters_by_tag_and_meta_and_pages_by_keyset(make_app: Cal
         assert 'rel="next"' not in second.text and "newest" in second.text
         assert c.get("/jobs", params={"meta": "customer"}).status_code == 400  # a malformed expression
         assert c.get("/jobs", params={"after": "nonsense"}).status_code == 400
+
+
+def test_a_bulk_action_on_everything_the_filter_matches_shows_the_count_and_asks_first(
+        make_app: Callable[..., Tether]) -> None:
+    app = make_app()
+    task = app.task(name="bulky")(lambda ctx, n: None)
+    made = task.using(tags=["bad-deploy"]).enqueue_many([{"n": n} for n in range(120)])
+    other = task.enqueue(n=-1)
+    with _client(app) as c:
+        login(c)
+        page = c.get("/jobs", params={"tag": "bad-deploy"})
+        assert 'action="/jobs/bulk"' in page.text
+        token = csrf_of(page.text)
+        form = {"csrf": token, "tag": "bad-deploy", "action": "cancel"}
+        assert c.post("/jobs/bulk", data=form).status_code == 403  # no Origin: refused (CSRF checks)
+        ask = c.post("/jobs/bulk", data=form, headers=ORIGIN)
+        assert ask.status_code == 200 and "Cancel 120 job(s)?" in ask.text
+        assert app.count_jobs(state="cancelled") == 0  # asked, nothing done yet
+        done = c.post("/jobs/bulk", data={**form, "confirm": "yes"}, headers=ORIGIN)
+        assert done.status_code == 303 and "cancel%3A+120" in done.headers["location"]
+        assert app.count_jobs(state="cancelled", tags=["bad-deploy"]) == len(made)
+        assert app.get_job(other).state is JobState.QUEUED  # type: ignore[union-attr]
+        # delete refuses a filter that matches live jobs, with its reason as the notice
+        refused = c.post("/jobs/bulk", data={"csrf": token, "action": "delete", "task": "bulky", "confirm": "yes"},
+                         headers=ORIGIN)
+        assert refused.status_code == 303 and "not+finished" in refused.headers["location"]
+        assert app.count_jobs(task="bulky") == len(made) + 1
+        # no filter: refused
+        bare = c.post("/jobs/bulk", data={"csrf": token, "action": "cancel", "confirm": "yes"}, headers=ORIGIN)
+        assert "filter+the+jobs+first" in bare.headers["location"] and app.get_job(other).state is JobState.QUEUED  # type: ignore[union-attr]

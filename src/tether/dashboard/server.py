@@ -64,6 +64,11 @@ SECURITY_HEADERS = {
 }
 STATIC = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
 JOBS_LIMIT = 100
+#: the jobs page's filter fields (the query string's and the bulk form's)
+FILTER_FIELDS = ("state", "queue", "task", "tag", "meta")
+#: the bulk actions on everything a filter matches, and the states each acts on (delete: the finished ones)
+BULK_STATES = {"cancel": ("queued", "running"), "retry": ("dead", "cancelled"), "delete": ("succeeded", "dead",
+                                                                                           "cancelled")}
 #: the largest form body read (the dashboard's forms are a few hundred bytes); larger ones get 413
 MAX_FORM_BYTES = 64 * 1024
 #: the most characters of one value (args, result, meta) a job's page shows
@@ -156,26 +161,47 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             if wanted_id is not None and await run_in_threadpool(tether.get_job, wanted_id) is not None:
                 return RedirectResponse(f"/jobs/{wanted_id}", 303)
             return RedirectResponse("/jobs?" + noticed(f"no job with id {wanted[:40]}"), 303)
-        state = q.get("state") or None
-        if state is not None and state not in {str(s) for s in JobState}:
-            state = None
-        queue, task = q.get("queue") or None, q.get("task") or None
-        tag, meta = (q.get("tag") or "").strip(), (q.get("meta") or "").strip()
-        shown = {"state": state or "", "queue": queue or "", "task": task or "", "tag": tag, "meta": meta}
         try:  # keyset pages (issue 43): the filters of app.jobs(), a tag and meta expressions (customer:42)
-            filters = {"state": state, "queue": queue, "task": task, "tags": [tag] if tag else None,
-                       "meta": merge_expressions(meta.split(), "meta")}
+            shown, filters = _filters(q)
             page, stats = await run_in_threadpool(
                 lambda: (tether.jobs(limit=JOBS_LIMIT, after=q.get("after") or None, **filters), store.stats()))
         except ConfigError as exc:
             return render(request, session, "error.html", status=400, message=str(exc))
         queues = sorted({qu for qu, _ in stats.counts})
-        kept = {k: v for k, v in shown.items() if v}
-        older = None if page.next is None else "/jobs?" + urlencode({**kept, "after": page.next})
-        newest = ("/jobs?" + urlencode(kept)) if q.get("after") else None
+        older = None if page.next is None else "/jobs?" + urlencode({**shown, "after": page.next})
+        newest = ("/jobs?" + urlencode(shown)) if q.get("after") else None
         return render(request, session, "jobs.html", jobs=page.jobs, now=stats.now, states=STATE_ORDER, queues=queues,
-                      f_state=shown["state"], f_queue=shown["queue"], f_task=shown["task"], f_tag=tag, f_meta=meta,
-                      older=older, newest=newest)
+                      f_state=shown.get("state", ""), f_queue=shown.get("queue", ""), f_task=shown.get("task", ""),
+                      f_tag=shown.get("tag", ""), f_meta=shown.get("meta", ""), shown=shown, older=older,
+                      newest=newest)
+
+    def would(act: str, filters: dict[str, Any]) -> int:
+        """How many jobs a bulk action would act on (those in the states it acts on)."""
+        if act == "delete":
+            return tether.count_deletable(**filters)
+        kept = [st for st in BULK_STATES[act] if filters.get("state") in (None, st)]
+        return tether.count_jobs(**{**filters, "state": kept}) if kept else 0
+
+    async def do_bulk(request: Request, session: Session, form: dict[str, str]) -> Response:
+        """A bulk action on everything the filter matches: the count and a
+        confirmation step first, then app.cancel_many / retry_many / delete_many."""
+        act = form.get("action", "")
+        try:
+            shown, filters = _filters(form)
+            if act not in BULK_STATES:
+                raise ConfigError(f"unknown action {act[:20]!r}")
+            if not any(v is not None for v in filters.values()):
+                raise ConfigError("filter the jobs first: an action on every job is not offered here")
+            if form.get("confirm") != "yes":
+                count = await run_in_threadpool(would, act, filters)
+                return render(request, session, "bulk.html", act=act, count=count, shown=shown)
+            run = {"cancel": tether.cancel_many, "retry": tether.retry_many, "delete": tether.delete_many}[act]
+            done = await run_in_threadpool(lambda: run(**filters))
+            notice = f"{act}: {done} job(s)"
+        except TetherError as exc:
+            notice = str(exc)
+            shown = {k: form[k] for k in FILTER_FIELDS if form.get(k)}
+        return RedirectResponse("/jobs?" + noticed(notice, **shown), 303)
 
     async def job(request: Request, session: Session) -> Response:
         job_id = _job_id(request.path_params["job_id"])
@@ -327,6 +353,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/", page(overview)),
         Route("/jobs", page(jobs)),
         Route("/jobs/retry-dead", page(action(do_retry_dead)), methods=["POST"]),
+        Route("/jobs/bulk", page(action(do_bulk)), methods=["POST"]),
         Route("/jobs/{job_id}", page(job)),
         Route("/jobs/{job_id}/cancel", page(action(do_cancel)), methods=["POST"]),
         Route("/jobs/{job_id}/retry", page(action(do_retry)), methods=["POST"]),
@@ -419,3 +446,17 @@ def _zoned(dt: datetime, zone: str) -> str:
         return dt.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S %Z")
     except (KeyError, ValueError, OSError):
         return fmt_time(dt)
+
+
+def _filters(given: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """The jobs page's filter fields as given (the non-empty ones, for links
+    and forms) and as app.jobs()' filters; ConfigError for a bad one."""
+    shown = {k: str(given.get(k) or "").strip() for k in FILTER_FIELDS}
+    shown = {k: v for k, v in shown.items() if v}
+    state = shown.get("state")
+    if state is not None and state not in {str(s) for s in JobState}:
+        raise ConfigError(f"unknown state {state[:20]!r}")
+    tag = shown.get("tag")
+    return shown, {"state": state, "queue": shown.get("queue"), "task": shown.get("task"),
+                   "tags": [tag] if tag else None,
+                   "meta": merge_expressions(shown.get("meta", "").split(), "meta")}
