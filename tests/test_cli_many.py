@@ -68,6 +68,13 @@ def test_jobs_filters_pages_and_json(run: Callable[..., Result], app: Tether, db
     r = run("-d", db_url, "jobs", "--tag", "billing", "--json", "--all", "-n", "2")
     assert len(r.stdout.splitlines()) == 5
     one_line_error(run("-d", db_url, "jobs", "--tag", "eu", "--after", cursor), 2, "other filters")
+    # an age moves with the clock: the hint gives the time it stood for, which the next page takes
+    r = run("-d", db_url, "jobs", "--since", "1h", "-n", "2")
+    hint = r.stdout.split("next page: ")[1].split()
+    assert hint[0] == "--since" and hint[2] == "--after"
+    r = run("-d", db_url, "jobs", "-n", "2", *hint)
+    assert r.exit_code == 0, r.output
+    assert len([ln for ln in r.stdout.splitlines() if "sync" in ln]) == 2
     one_line_error(run("-d", db_url, "jobs", "--meta", "customer"), 2, "KEY=VALUE")
 
 

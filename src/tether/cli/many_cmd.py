@@ -102,9 +102,19 @@ def jobs(state: CLIState, /, limit: int, after: str | None, every_page: bool, as
             elif page_jobs:
                 console.print(render.jobs_table(page_jobs, now))
             if cursor is not None and not every_page:
-                click.echo(f"next page: --after {cursor}", err=as_json)
+                click.echo(f"next page: {_fixed_times(filters)}--after {cursor}", err=as_json)
     if not shown and not as_json:
         console.print("no jobs match" if filters else "no jobs yet")
+
+
+def _fixed_times(filters: dict[str, Any]) -> str:
+    """--since and --until as the times they stood for on this page: an age
+    (2h) moves with the clock, and a cursor is refused with other filters."""
+    out = ""
+    for option, name in (("--since", "created_after"), ("--until", "created_before")):
+        if filters.get(name) is not None:
+            out += f"{option} {filters[name].isoformat()} "
+    return out
 
 
 def _pages(app: Tether, filters: dict[str, Any], limit: int, after: str | None,
