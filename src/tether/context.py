@@ -138,8 +138,9 @@ class JobContext:
     @property
     def tags(self) -> list[str]:
         """The job's tags (its task's and its call's; ``[]``: none). Read from
-        the job's row on first use (one query): a claim carries no tags, as its
-        statements are kept short (tests/test_sqlfile.py)."""
+        the job's row on first use (one query, which an ``async def`` handler
+        waits for on its loop: read it once, early): a claim carries no tags,
+        as its statements are kept short (tests/test_sqlfile.py)."""
         if self._tags is None:
             job = self._load_job(self._job.id) if self._load_job is not None else None
             self._tags = list(job.tags or []) if job is not None else []
