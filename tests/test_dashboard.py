@@ -389,3 +389,17 @@ def test_a_bulk_action_on_everything_the_filter_matches_shows_the_count_and_asks
         # no filter: refused
         bare = c.post("/jobs/bulk", data={"csrf": token, "action": "cancel", "confirm": "yes"}, headers=ORIGIN)
         assert "filter+the+jobs+first" in bare.headers["location"] and app.get_job(other).state is JobState.QUEUED  # type: ignore[union-attr]
+
+
+def test_a_job_page_draws_its_attempts_on_one_time_axis(client: TestClient, seeded: tuple[Tether, Seeded]) -> None:
+    app, s = seeded
+    login(client)
+    for job_id in (s.dead, s.running):
+        job = app.get_job(job_id)
+        assert job is not None and job.attempts
+        page = client.get(f"/jobs/{job_id}").text
+        svg = page.split('<svg class="attempts"', 1)[1].split("</svg>", 1)[0]
+        assert svg.count("<rect") == len(job.attempts)
+        for a in job.attempts:
+            assert f'class="span o-{a.outcome or "running"}"' in svg
+    assert '<svg class="attempts"' not in client.get(f"/jobs/{s.queued}").text  # never claimed: no chart

@@ -45,7 +45,7 @@ from ..search import merge_expressions
 from ..server.requests import ApiError, client_gone, read_capped
 from ..server.throttle import Throttle
 from ..store.worker_rows import WORKERS_PAGE
-from .chart import chart
+from .chart import chart, timeline
 from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
 
 __all__ = ["MAX_FORM_BYTES", "create_app"]
@@ -106,7 +106,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
     def render(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
         html = env.get_template(name).render(
             request=request, csrf=guard.csrf_token(session), auth=guard.auth_required, in_=session.authenticated,
-            notice=guard.notice(request), rel=fmt_rel, backend=tether.dsn.backend, **ctx)
+            notice=guard.notice(request), rel=fmt_rel, backend=tether.dsn.backend, timeline=timeline, **ctx)
         return _finish(HTMLResponse(html, status_code=status), guard, session)
 
     async def render_off(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
