@@ -403,3 +403,25 @@ def test_a_job_page_draws_its_attempts_on_one_time_axis(client: TestClient, seed
         for a in job.attempts:
             assert f'class="span o-{a.outcome or "running"}"' in svg
     assert '<svg class="attempts"' not in client.get(f"/jobs/{s.queued}").text  # never claimed: no chart
+
+
+
+def test_a_bulk_action_on_the_rows_ticked(make_app: Callable[..., Tether]) -> None:
+    app = make_app()
+    task = app.task(name="ticked")(lambda ctx, n: None)
+    a, b, c3 = (task.enqueue(n=n) for n in range(3))
+    with _client(app) as c:
+        login(c)
+        page = c.get("/jobs")
+        assert f'form="rows" name="id-{a}"' in page.text
+        token = csrf_of(page.text)
+        form = {"csrf": token, "rows": "1", "action": "cancel", f"id-{a}": "on", f"id-{c3}": "on"}
+        ask = c.post("/jobs/bulk", data=form, headers=ORIGIN)
+        assert ask.status_code == 200 and "Cancel 2 job(s)?" in ask.text and f'name="ids" value="{a},{c3}"' in ask.text
+        done = c.post("/jobs/bulk", data={"csrf": token, "action": "cancel", "confirm": "yes", "ids": f"{a},{c3}"},
+                      headers=ORIGIN)
+        assert done.status_code == 303
+        assert [app.get_job(i).state for i in (a, b, c3)] == [  # type: ignore[union-attr]
+            JobState.CANCELLED, JobState.QUEUED, JobState.CANCELLED]
+        none = c.post("/jobs/bulk", data={"csrf": token, "rows": "1", "action": "cancel"}, headers=ORIGIN)
+        assert "tick+the+jobs" in none.headers["location"] and app.get_job(b).state is JobState.QUEUED  # type: ignore[union-attr]

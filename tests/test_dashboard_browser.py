@@ -197,7 +197,7 @@ def test_dashboard_in_chromium(make_app: Callable[..., Tether], browser_page: ob
         page.goto(f"{srv.url}/jobs")
         page.select_option("select[name=state]", "queued")
         page.click("text=Filter")
-        page.click("form.bulk button[value=cancel]")
+        page.click("form.all button[value=cancel]")
         expect(page.locator("h1")).to_contain_text(f"Cancel {queued} job(s)?")
         assert app.count_jobs(state="queued") == queued  # asked, nothing done yet
         page.click("form button.danger")

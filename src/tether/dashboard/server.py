@@ -41,7 +41,7 @@ from ..display import (
 from ..errors import ConfigError, TetherError
 from ..model import JobState, Outcome
 from ..numbers import BadNumber, parse_int, parse_job_id
-from ..search import merge_expressions
+from ..search import MAX_IDS, merge_expressions
 from ..server.requests import ApiError, client_gone, read_capped
 from ..server.throttle import Throttle
 from ..store.worker_rows import WORKERS_PAGE
@@ -186,15 +186,21 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         """A bulk action on everything the filter matches: the count and a
         confirmation step first, then app.cancel_many / retry_many / delete_many."""
         act = form.get("action", "")
+        selected = _selected(form)
         try:
             shown, filters = _filters(form)
+            if selected:  # rows ticked on the page: those jobs, whatever the filter
+                filters = {"ids": selected}
+            elif form.get("rows"):
+                raise ConfigError("tick the jobs to act on first")
             if act not in BULK_STATES:
                 raise ConfigError(f"unknown action {act[:20]!r}")
             if not any(v is not None for v in filters.values()):
                 raise ConfigError("filter the jobs first: an action on every job is not offered here")
             if form.get("confirm") != "yes":
                 count = await run_in_threadpool(would, act, filters)
-                return render(request, session, "bulk.html", act=act, count=count, shown=shown)
+                return render(request, session, "bulk.html", act=act, count=count, shown=shown,
+                              ids=",".join(map(str, selected)))
             run = {"cancel": tether.cancel_many, "retry": tether.retry_many, "delete": tether.delete_many}[act]
             done = await run_in_threadpool(lambda: run(**filters))
             notice = f"{act}: {done} job(s)"
@@ -460,3 +466,11 @@ def _filters(given: Any) -> tuple[dict[str, str], dict[str, Any]]:
     return shown, {"state": state, "queue": shown.get("queue"), "task": shown.get("task"),
                    "tags": [tag] if tag else None,
                    "meta": merge_expressions(shown.get("meta", "").split(), "meta")}
+
+
+def _selected(form: dict[str, str]) -> list[int]:
+    """The job ids a bulk form names: its ticked rows (``id-N`` fields) or,
+    from the confirmation step, ``ids`` (comma-separated); at most MAX_IDS."""
+    texts = [k[3:] for k in form if k.startswith("id-")] + [t for t in form.get("ids", "").split(",") if t.strip()]
+    ids = {i for i in (_job_id(t.strip()) for t in texts) if i is not None}
+    return sorted(ids)[:MAX_IDS]
