@@ -45,6 +45,8 @@ EXECUTED = {
     "tests/django/project/readme/tasks.py": "tests/django/test_readme.py (Python 3.12+, .venv-django)",
     "tests/django/project/readme/views.py": "tests/django/test_readme.py (Python 3.12+, .venv-django)",
     "schedules/runtime.py": "tests/test_dynamic_schedules.py::test_the_docs_example_runs",
+    "many-jobs/example.py": "tests/test_docs_many.py",
+    "many-jobs/cli.sh": "tests/test_docs_many.py (after example.py, on its database)",
 }
 #: shell lines a page may show that no test can run as written (they name a
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them

@@ -286,3 +286,23 @@ def test_the_trace_crosses_a_tether_server_as_its_own_field_both_ways(db_url: st
             client.close()
     for claimed in (one, two):
         assert (claimed.meta, claimed.trace) == ({"mine": 1}, carrier)
+
+
+@pytest.mark.parametrize("user_trace", ["abc-123", {"id": 7, "vendor": "acme"}, {"traceparent": "not-w3c"}])
+def test_a_users_own_trace_key_in_meta_starts_a_new_trace(
+        make_app: Callable[..., Tether], spans: tuple[TracerProvider, InMemorySpanExporter],
+        user_trace: object) -> None:
+    # meta is the user's (issue 43): on a job without a trace column (the
+    # fallback's case), a "trace" key of theirs that is no W3C carrier is not
+    # taken for an older producer's context: the attempt starts a new trace
+    provider, exporter = spans
+    app = make_app(**FAST)
+    instrument(app, tracer_provider=provider)
+    app.task(name="labelled")(lambda ctx: (ctx.meta or {}).get("trace"))
+    (jid,) = app.store.enqueue([NewJob(task="labelled", args_json="{}",
+                                       meta_json=json.dumps({META_KEY: user_trace}))])
+    with running(app):
+        job = wait_job(app, jid, is_final)
+        (attempt,) = finished(exporter, "tether.job labelled")
+    assert job.state is JobState.SUCCEEDED and job.result == user_trace
+    assert attempt.parent is None  # a root span: no parent taken from the user's meta

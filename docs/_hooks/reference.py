@@ -258,6 +258,8 @@ TASK_BOUNDS = {
     "dedup_key": "a non-empty string of at most `MAX_KEY_BYTES` bytes of UTF-8",
     "retry_on": "an exception class or a tuple of them (at `@app.task` only)",
     "exclusive_key": "a non-empty string of at most `MAX_KEY_BYTES` bytes of UTF-8",
+    "meta": "a JSON object of at most `search.MAX_META_BYTES` (8192) bytes (per call only)",
+    "tags": "a list of at most `search.MAX_TAGS` (32) strings of 1 to 64 characters; a call's add to the task's",
 }
 
 
@@ -268,7 +270,7 @@ def _task_options() -> list[str]:
     out = ["## `@app.task(...)` and `task.using(...)`", "",
            "A task's options, set where it is registered (`@app.task(name=..., ...)`) and, but for `retry_on` "
            "and a callable `retry_backoff`, per call (`task.using(...).enqueue(...)`); `delay`, `run_at`, "
-           "`dedup_key` and `exclusive_key` are per call only. "
+           "`dedup_key`, `exclusive_key` and `meta` are per call only. "
            f"`MAX_KEY_BYTES` is {payload.MAX_KEY_BYTES}.", "",
            "| option | default | bounds | what it is |", "|---|---|---|---|"]
     defaults = JobOptions()

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
@@ -29,12 +29,14 @@ from .context import JobCancelled, JobContext
 from .errors import ConfigError, JobFailed, UnknownTask
 from .events import Event, EventHook, Events, ending_event
 from .logs import configure_worker_logging
+from .many import ManyJobsApp
 from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name, script_loaded_twice, validate_task_name
 from .payload import check_job_id
 from .periodic import DEFAULT_CATCH_UP, check_schedule, check_stacked, merge_declared, schedule_spec
 from .schedule_control import ScheduleControl
 from .scratch import scratch_database
+from .search import check_tags
 from .store import Store, open_store
 from .store.caller import driver_connection
 from .store.waiting import FinishWatch
@@ -72,7 +74,7 @@ def _ended(job: Job) -> Job:
     return job
 
 
-class Tether(ScheduleControl):
+class Tether(ScheduleControl, ManyJobsApp):
     """A tether application: where jobs live, which tasks exist, and the timers.
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the
@@ -151,6 +153,7 @@ class Tether(ScheduleControl):
         timeout: float | None = None,
         retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        tags: Sequence[str] = (),
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 
     def task(
@@ -166,6 +169,7 @@ class Tether(ScheduleControl):
         timeout: float | None = None,
         retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        tags: Sequence[str] = (),
     ) -> Any:
         """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``.
         Its name defaults to ``module.qualname``, the module named as importers
@@ -187,7 +191,8 @@ class Tether(ScheduleControl):
                 raise ConfigError(f"task {task_name!r} is registered twice")
             opts = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
                                timeout=timeout, retry_backoff=retry_backoff,
-                               retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on)
+                               retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on,
+                               tags=check_tags(f"task {task_name!r}", tags))
             t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
             self.tasks[task_name] = t
             return t

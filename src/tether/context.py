@@ -89,6 +89,7 @@ class JobContext:
         report_progress: Callable[[ClaimedJob, float | None, str | None], bool],
         on_cancel: Callable[[JobContext], None] | None = None,
         open_transaction: Callable[..., Any] | None = None,
+        load_job: Callable[[int], Job | None] | None = None,
     ) -> None:
         """Made by the worker, one per attempt (positional: it is on the hot
         path). ``report_progress(job, fraction, message)`` writes progress and
@@ -99,6 +100,8 @@ class JobContext:
         self._report_progress = report_progress
         self._on_cancel = on_cancel
         self._open_transaction = open_transaction
+        self._load_job = load_job
+        self._tags: list[str] | None = None
         self._reason: str | None = None  # set once, under _CANCEL_LOCK: the cancel signal itself
         self._event: threading.Event | None = None  # made only for a handler that waits on it
 
@@ -131,6 +134,17 @@ class JobContext:
     @property
     def meta(self) -> dict[str, Any] | None:
         return self._job.meta
+
+    @property
+    def tags(self) -> list[str]:
+        """The job's tags (its task's and its call's; ``[]``: none). Read from
+        the job's row on first use (one query, which an ``async def`` handler
+        waits for on its loop: read it once, early): a claim carries no tags,
+        as its statements are kept short (tests/test_sqlfile.py)."""
+        if self._tags is None:
+            job = self._load_job(self._job.id) if self._load_job is not None else None
+            self._tags = list(job.tags or []) if job is not None else []
+        return list(self._tags)
 
     @property
     def scheduled_for(self) -> datetime | None:

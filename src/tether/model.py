@@ -227,6 +227,10 @@ class NewJob:
     exclusive_key: str | None = None
     #: the producer's tracing context as a JSON object (otel.py), not the user's meta
     trace_json: str | None = None
+    #: the job's tags as a JSON array of strings (payload.check_tags); None: none
+    tags_json: str | None = None
+    #: the job ``app.rerun()`` copied
+    rerun_of: int | None = None
 
 
 class ClaimedJob(NamedTuple):
@@ -304,6 +308,10 @@ class Job:
     exclusive_key: str | None = None
     #: the producer's tracing context (otel.py)
     trace: dict[str, Any] | None = None
+    #: the job's tags (``.using(tags=...)`` and the task's); None: none
+    tags: list[str] | None = None
+    #: the job ``app.rerun()`` copied; None: not a rerun
+    rerun_of: int | None = None
     #: attempts older than those in ``attempts``, which ``get_job`` leaves out:
     #: it gives the newest ``MAX_ATTEMPTS_SHOWN`` (issue 41)
     older_attempts: int = 0

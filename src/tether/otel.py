@@ -6,7 +6,12 @@ whatever span is current in the producer) whose W3C trace context
 in each job's ``trace`` column (``NewJob.trace_json``; not its meta, which is
 the user's). A job an older producer enqueued during a rolling deploy has it
 in its meta under ``"trace"`` (``META_KEY``) instead, and is read from there
-when its ``trace`` is empty. A worker runs each attempt in a
+when its ``trace`` is empty. That fallback stays now that meta is the user's
+(``.using(meta=...)``, issue 43): it applies only to a job with no trace
+column, and only a W3C carrier there (a ``traceparent`` of the right shape)
+becomes the parent; a user's own ``"trace"`` key of any other shape starts a
+new trace, as a job without context does. Drop it once no producer older
+than migration 0011 / 0009 can be running. A worker runs each attempt in a
 ``tether.job <task>`` span (kind CONSUMER) parented on that context: it starts
 when the worker starts the handler, is the current span while the handler
 runs (so the handler's own spans are its children, for ``async def`` and

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypedDict, TypeVar
@@ -25,6 +25,7 @@ from .context import JobContext
 from .errors import ArgsMisfit, ArgumentsError, ConfigError, PayloadError
 from .model import NewJob
 from .payload import check_key, dump_json
+from .search import check_meta, check_tags, merge_tags, tags_json
 from .store import Store
 
 __all__ = ["JobDefaults", "JobOptions", "Task", "TaskCall", "TaskHost", "TaskKeywords", "TaskOptions"]
@@ -64,6 +65,8 @@ class JobDefaults(TypedDict, total=False):
     timeout: float | None
     retry_backoff: float | Callable[[int], float]
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
+    #: the tags of every job of the task; a call's tags (``.using(tags=...)``) add to them
+    tags: Sequence[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,10 @@ class JobOptions:
     retry_on: tuple[type[BaseException], ...] | None = None
     #: at most one job with this key runs at a time, across every worker (the others wait queued)
     exclusive_key: str | None = None
+    #: the job's meta: a JSON object of the caller's (``.using(meta=...)``; ``ctx.meta``)
+    meta: Mapping[str, Any] | None = None
+    #: the job's tags: the task's (``@app.task(tags=...)``) and the call's (``ctx.tags``)
+    tags: tuple[str, ...] = ()
 
     @property
     def backoff_base(self) -> float:
@@ -114,6 +121,9 @@ class JobOptions:
         check_when(where, self.delay, self.run_at)
         for name in ("dedup_key", "exclusive_key"):
             check_key(where, name, getattr(self, name))
+        if self.meta is not None:
+            check_meta(where, self.meta)
+        check_tags(where, self.tags)
         return self
 
 
@@ -238,7 +248,10 @@ class Task(Generic[P, R]):
             # the worker runs the task's policy, not one a producer passed along
             raise ConfigError(f"task {self.name!r}: retry_on and a callable retry_backoff are set where the "
                               "task is registered (@app.task(...)), not per call")
-        merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
+        where = f"task {self.name!r}"
+        if "tags" in options:  # added to the task's own
+            options["tags"] = merge_tags(where, self.options.tags, options["tags"])
+        merged = replace(self.options, **options).checked(self.app.timers, where)
         return TaskCall(self, merged, connection)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
@@ -356,4 +369,6 @@ class Task(Generic[P, R]):
             delay=o.delay, max_attempts=o.max_attempts, lease_ttl=o.lease_ttl, timeout=o.timeout,
             backoff_base=o.backoff_base,
             dedup_key=o.dedup_key, exclusive_key=o.exclusive_key,
+            meta_json=None if o.meta is None else check_meta(f"task {self.name!r}", o.meta, self.app.max_payload_bytes),
+            tags_json=tags_json(o.tags) if o.tags else None,
         )

@@ -22,7 +22,7 @@ from .. import __version__
 from ..config import DEFAULT_DATABASE_URL, redact_url
 from ..display import visible
 from ..errors import JobNotFound, PayloadError
-from ..model import TERMINAL_STATES, Job, JobState
+from ..model import TERMINAL_STATES, Job
 from ..payload import unique_keys
 from .common import (
     EXIT_FAILURE,
@@ -57,6 +57,8 @@ __all__ = ["cli", "main"]
 LAZY_COMMANDS = {
     "chaos": "chaos_cmd", "prune": "control_cmd", "pause": "control_cmd", "resume": "control_cmd",
     "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd", "schedules": "schedules_cmd",
+    "jobs": "many_cmd", "cancel": "many_cmd", "retry": "many_cmd", "delete": "many_cmd", "purge": "many_cmd",
+    "rerun": "many_cmd",
 }
 #: what ``tether --help`` lists for them (the first paragraph of each one's
 #: docstring, which click shortens the same way), so that the listing imports
@@ -74,6 +76,16 @@ LAZY_HELP = {
     "resume": "Resume a paused QUEUE.",
     "schedules": "Periodic schedules: cron, time zone, next tick, last tick fired and its job; those added at "
                  "run time and paused ones marked. Subcommands manage them at run time.",
+    "jobs": "List jobs, newest first, with filters (combined: all must hold); prints the cursor of the next page "
+            "(--after).",
+    "cancel": "Cancel jobs, by id or by filter: queued ones at once, running ones at their worker's next heartbeat "
+              "(finished ones are left).",
+    "retry": "Send dead or cancelled jobs back to their queue, by id or by filter (with --transport NATS: and "
+             "publish them there, marked as retries).",
+    "delete": "Delete finished jobs (and their attempts), by id or by filter; a filter that matches queued or "
+              "running jobs is refused (add --state).",
+    "purge": "Cancel every queued job of QUEUE (running ones go on).",
+    "rerun": "Run a finished job again: a new job with its task, args and options.",
     "server": "Serve the database (--database) over HTTP to workers and producers that hold no database "
               "credentials: `tether worker --server http://HOST:PORT --token T`. It prunes the database too "
               "(--retention): its remote workers do not.",
@@ -238,27 +250,6 @@ def _json_object(text: str) -> dict[str, Any]:
 
 # -- inspection and admin -------------------------------------------------------------------
 @cli.command()
-@click.option("--state", "state_filter", type=click.Choice([str(s) for s in JobState]), help="Only this state.")
-@click.option("--queue", help="Only this queue.")
-@click.option("--task", help="Only this task.")
-@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True)
-@pass_state
-def jobs(state: CLIState, state_filter: str | None, queue: str | None, task: str | None, limit: int) -> None:
-    """List jobs, newest first."""
-    from . import render
-    with opened(state) as app:
-        found = app.store.list_jobs(state=state_filter, queue=queue, task=task, limit=limit)
-        now = app.store.db_now()
-    console = make_console()
-    if not found:
-        console.print("no jobs match" if (state_filter or queue or task) else "no jobs yet")
-        return
-    console.print(render.jobs_table(found, now))
-    if len(found) == limit:
-        console.print(f"[dim](showing the newest {limit}; use --limit for more)[/dim]")
-
-
-@cli.command()
 @click.argument("job_id", type=JobId())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--tracebacks", "-t", is_flag=True, help="Also print each failed attempt's traceback.")
@@ -293,32 +284,6 @@ def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool, follow: b
 
 
 @cli.command()
-@click.argument("job_id", type=JobId())
-@pass_state
-def cancel(state: CLIState, job_id: int) -> None:
-    """Cancel a job: a queued job at once, a running one at its next heartbeat."""
-    with opened(state) as app:
-        new_state = app.cancel(job_id)
-    if new_state is JobState.RUNNING:
-        click.echo(f"job {job_id}: cancel requested; it is running, and its worker will stop it at the next "
-                   "heartbeat (state: running)")
-    else:
-        click.echo(f"job {job_id}: {new_state}")
-
-
-@cli.command()
-@click.argument("job_id", type=JobId())
-@PUBLISH_OPTION
-@pass_state
-def retry(state: CLIState, job_id: int, transport: str | None) -> None:
-    """Send a dead or cancelled job back to the queue (with --transport NATS:
-    and publish it there, marked as a retry)."""
-    with opened(state, transport=transport) as app:
-        app.retry(job_id)
-        after = app.get_job(job_id)
-    shown = after.state if after is not None else JobState.QUEUED
-    extra = f" (attempts {after.attempts_used}/{after.max_attempts})" if after is not None else ""
-    click.echo(f"job {job_id}: {shown}{extra}")
 
 
 @cli.command()

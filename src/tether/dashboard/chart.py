@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..model import Outcome, Throughput
+from ..model import Attempt, Outcome, Throughput
 
-__all__ = ["BAR_GAP", "BAR_WIDTH", "FAILED", "HEIGHT", "Bar", "Chart", "chart"]
+__all__ = ["BAR_GAP", "BAR_WIDTH", "FAILED", "HEIGHT", "Bar", "Chart", "Span", "chart", "timeline"]
 
 #: the outcomes a bar's failed part counts (Outcome.failure)
 FAILED = tuple(o for o in Outcome if o.failure)
@@ -67,3 +67,35 @@ def chart(buckets: Sequence[Throughput]) -> Chart:
                  seconds=buckets[0].seconds if buckets else 60,
                  last=bars[-2] if len(bars) >= 2 else None,  # the last bar is the minute still running
                  totals=totals, failed_total=sum(totals[o] for o in FAILED))
+
+
+#: the attempts timeline's drawing units: its width, and each attempt's row
+TIMELINE_WIDTH, ROW = 600, 14
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One attempt on a job page's timeline (issue 43): from its claim to its
+    end (or now, while it runs), on one time axis for all the attempts shown."""
+
+    attempt: int
+    outcome: str  # its outcome, or "running"
+    x: float
+    y: int
+    width: float
+    seconds: float
+
+
+def timeline(attempts: Sequence[Attempt], now: datetime) -> list[Span]:
+    if not attempts:
+        return []
+    start = min(a.claimed_at for a in attempts)
+    end = max((a.finished_at or now) for a in attempts)
+    scale = TIMELINE_WIDTH / max((end - start).total_seconds(), 1e-3)
+    out = []
+    for row, a in enumerate(attempts):
+        took = max(((a.finished_at or now) - a.claimed_at).total_seconds(), 0.0)
+        out.append(Span(attempt=a.attempt, outcome=str(a.outcome or "running"), y=row * ROW,
+                        x=round((a.claimed_at - start).total_seconds() * scale, 2),
+                        width=max(round(took * scale, 2), 2.0), seconds=took))
+    return out

@@ -41,10 +41,11 @@ from ..display import (
 from ..errors import ConfigError, TetherError
 from ..model import JobState, Outcome
 from ..numbers import BadNumber, parse_int, parse_job_id
+from ..search import MAX_IDS, merge_expressions
 from ..server.requests import ApiError, client_gone, read_capped
 from ..server.throttle import Throttle
 from ..store.worker_rows import WORKERS_PAGE
-from .chart import chart
+from .chart import chart, timeline
 from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
 
 __all__ = ["MAX_FORM_BYTES", "create_app"]
@@ -63,6 +64,11 @@ SECURITY_HEADERS = {
 }
 STATIC = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
 JOBS_LIMIT = 100
+#: the jobs page's filter fields (the query string's and the bulk form's)
+FILTER_FIELDS = ("state", "queue", "task", "tag", "meta")
+#: the bulk actions on everything a filter matches, and the states each acts on (delete: the finished ones)
+BULK_STATES = {"cancel": ("queued", "running"), "retry": ("dead", "cancelled"), "delete": ("succeeded", "dead",
+                                                                                           "cancelled")}
 #: the largest form body read (the dashboard's forms are a few hundred bytes); larger ones get 413
 MAX_FORM_BYTES = 64 * 1024
 #: the most characters of one value (args, result, meta) a job's page shows
@@ -100,7 +106,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
     def render(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
         html = env.get_template(name).render(
             request=request, csrf=guard.csrf_token(session), auth=guard.auth_required, in_=session.authenticated,
-            notice=guard.notice(request), rel=fmt_rel, backend=tether.dsn.backend, **ctx)
+            notice=guard.notice(request), rel=fmt_rel, backend=tether.dsn.backend, timeline=timeline, **ctx)
         return _finish(HTMLResponse(html, status_code=status), guard, session)
 
     async def render_off(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
@@ -155,15 +161,53 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
             if wanted_id is not None and await run_in_threadpool(tether.get_job, wanted_id) is not None:
                 return RedirectResponse(f"/jobs/{wanted_id}", 303)
             return RedirectResponse("/jobs?" + noticed(f"no job with id {wanted[:40]}"), 303)
-        state = q.get("state") or None
-        if state is not None and state not in {str(s) for s in JobState}:
-            state = None
-        queue, task = q.get("queue") or None, q.get("task") or None
-        found, stats = await run_in_threadpool(
-            lambda: (store.list_jobs(state=state, queue=queue, task=task, limit=JOBS_LIMIT), store.stats()))
+        try:  # keyset pages (issue 43): the filters of app.jobs(), a tag and meta expressions (customer:42)
+            shown, filters = _filters(q)
+            page, stats = await run_in_threadpool(
+                lambda: (tether.jobs(limit=JOBS_LIMIT, after=q.get("after") or None, **filters), store.stats()))
+        except ConfigError as exc:
+            return render(request, session, "error.html", status=400, message=str(exc))
         queues = sorted({qu for qu, _ in stats.counts})
-        return render(request, session, "jobs.html", jobs=found, now=stats.now, states=STATE_ORDER, queues=queues,
-                      f_state=state or "", f_queue=queue or "", f_task=task or "", limit=JOBS_LIMIT)
+        older = None if page.next is None else "/jobs?" + urlencode({**shown, "after": page.next})
+        newest = ("/jobs?" + urlencode(shown)) if q.get("after") else None
+        return render(request, session, "jobs.html", jobs=page.jobs, now=stats.now, states=STATE_ORDER, queues=queues,
+                      f_state=shown.get("state", ""), f_queue=shown.get("queue", ""), f_task=shown.get("task", ""),
+                      f_tag=shown.get("tag", ""), f_meta=shown.get("meta", ""), shown=shown, older=older,
+                      newest=newest)
+
+    def would(act: str, filters: dict[str, Any]) -> int:
+        """How many jobs a bulk action would act on (those in the states it acts on)."""
+        if act == "delete":
+            return tether.count_deletable(**filters)
+        kept = [st for st in BULK_STATES[act] if filters.get("state") in (None, st)]
+        return tether.count_jobs(**{**filters, "state": kept}) if kept else 0
+
+    async def do_bulk(request: Request, session: Session, form: dict[str, str]) -> Response:
+        """A bulk action on everything the filter matches: the count and a
+        confirmation step first, then app.cancel_many / retry_many / delete_many."""
+        act = form.get("action", "")
+        selected = _selected(form)
+        try:
+            shown, filters = _filters(form)
+            if selected:  # rows ticked on the page: those jobs, whatever the filter
+                filters = {"ids": selected}
+            elif form.get("rows"):
+                raise ConfigError("tick the jobs to act on first")
+            if act not in BULK_STATES:
+                raise ConfigError(f"unknown action {act[:20]!r}")
+            if not any(v is not None for v in filters.values()):
+                raise ConfigError("filter the jobs first: an action on every job is not offered here")
+            if form.get("confirm") != "yes":
+                count = await run_in_threadpool(would, act, filters)
+                return render(request, session, "bulk.html", act=act, count=count, shown=shown,
+                              ids=",".join(map(str, selected)))
+            run = {"cancel": tether.cancel_many, "retry": tether.retry_many, "delete": tether.delete_many}[act]
+            done = await run_in_threadpool(lambda: run(**filters))
+            notice = f"{act}: {done} job(s)"
+        except TetherError as exc:
+            notice = str(exc)
+            shown = {k: form[k] for k in FILTER_FIELDS if form.get(k)}
+        return RedirectResponse("/jobs?" + noticed(notice, **shown), 303)
 
     async def job(request: Request, session: Session) -> Response:
         job_id = _job_id(request.path_params["job_id"])
@@ -330,6 +374,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/", page(overview)),
         Route("/jobs", page(jobs)),
         Route("/jobs/retry-dead", page(action(do_retry_dead)), methods=["POST"]),
+        Route("/jobs/bulk", page(action(do_bulk)), methods=["POST"]),
         Route("/jobs/{job_id}", page(job)),
         Route("/jobs/{job_id}/cancel", page(action(do_cancel)), methods=["POST"]),
         Route("/jobs/{job_id}/retry", page(action(do_retry)), methods=["POST"]),
@@ -424,3 +469,25 @@ def _zoned(dt: datetime, zone: str) -> str:
         return dt.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S %Z")
     except (KeyError, ValueError, OSError):
         return fmt_time(dt)
+
+
+def _filters(given: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """The jobs page's filter fields as given (the non-empty ones, for links
+    and forms) and as app.jobs()' filters; ConfigError for a bad one."""
+    shown = {k: str(given.get(k) or "").strip() for k in FILTER_FIELDS}
+    shown = {k: v for k, v in shown.items() if v}
+    state = shown.get("state")
+    if state is not None and state not in {str(s) for s in JobState}:
+        raise ConfigError(f"unknown state {state[:20]!r}")
+    tag = shown.get("tag")
+    return shown, {"state": state, "queue": shown.get("queue"), "task": shown.get("task"),
+                   "tags": [tag] if tag else None,
+                   "meta": merge_expressions(shown.get("meta", "").split(), "meta")}
+
+
+def _selected(form: dict[str, str]) -> list[int]:
+    """The job ids a bulk form names: its ticked rows (``id-N`` fields) or,
+    from the confirmation step, ``ids`` (comma-separated); at most MAX_IDS."""
+    texts = [k[3:] for k in form if k.startswith("id-")] + [t for t in form.get("ids", "").split(",") if t.strip()]
+    ids = {i for i in (_job_id(t.strip()) for t in texts) if i is not None}
+    return sorted(ids)[:MAX_IDS]

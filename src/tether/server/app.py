@@ -47,6 +47,7 @@ from .auth import Caller, TokenTable, identify
 from .context import Server
 from .duties import Duties
 from .jobs import JOBS
+from .many import MANY
 from .openapi import build_document
 from .requests import ApiError, Args, arguments, client_gone
 from .rounds import LONG_POLLS, ROUND_FIRST, ROUNDS, ROWS, WORKER_REPORTS, long_poll
@@ -60,8 +61,8 @@ log = logging.getLogger("tether.server")
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
 #: every operation but the rounds awaited on the loop (``ROUNDS``, ``LONG_POLLS``): run in a thread
-HANDLERS: dict[str, Callable[[Server, Args], Args]] = {**JOBS, **WORKER_REPORTS, **CONTROL}
-assert len(HANDLERS) == len(JOBS) + len(WORKER_REPORTS) + len(CONTROL), "an operation in two modules"
+HANDLERS: dict[str, Callable[[Server, Args], Args]] = {**JOBS, **MANY, **WORKER_REPORTS, **CONTROL}
+assert len(HANDLERS) == len(JOBS) + len(MANY) + len(WORKER_REPORTS) + len(CONTROL), "an operation in two modules"
 
 #: operations after which queued jobs may be due: wake long-polling claims
 WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused",

@@ -104,6 +104,10 @@ JOB_COLUMNS: tuple[Column, ...] = (
     Column("exclusive_key", "text", "TEXT", insert="exclusive_key", wire_optional=True),
     # the producer's tracing context (otel.py), kept out of meta (migrations 0011 / 0009)
     Column("trace", "jsonb", "TEXT", "json", insert="trace_json", wire_optional=True),
+    # a JSON array of short strings (issue 43; migrations 0013 / 0011): NULL for none
+    Column("tags", "jsonb", "TEXT", "json", insert="tags_json", wire_optional=True),
+    # the job app.rerun() copied (issue 43)
+    Column("rerun_of", "bigint", "INTEGER", insert="rerun_of", wire_optional=True),
     # stored, never read into a Job
     Column("backoff_base", "double precision", "REAL", read=False, insert="backoff_base"),
     Column("deadline", "timestamptz", "REAL", "time", read=False),

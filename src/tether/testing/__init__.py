@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,13 +75,16 @@ class LocalContext(JobContext):
 def context(job_id: int = 1, attempt: int = 1, *, task: str = "test", queue: str = "default",
             args: Mapping[str, Any] | None = None, max_attempts: int = 3, lease_ttl: float = 30.0,
             timeout: float | None = None, meta: dict[str, Any] | None = None,
-            worker_id: str = "test-worker") -> LocalContext:
-    """A handler's context for a unit test: ``my_handler(context(), path="a.png")``."""
+            worker_id: str = "test-worker", tags: Sequence[str] = ()) -> LocalContext:
+    """A handler's context for a unit test: ``my_handler(context(), path="a.png")``
+    (``meta`` and ``tags``: what ``ctx.meta`` and ``ctx.tags`` give)."""
     now = datetime.now(UTC)
     job = ClaimedJob(id=job_id, attempt=attempt, task=task, args=dict(args or {}), queue=queue, priority=0,
                      max_attempts=max_attempts, lease_ttl=lease_ttl, timeout=timeout, claimed_at=now, meta=meta,
                      run_at=now)
-    return LocalContext(job, worker_id)
+    ctx = LocalContext(job, worker_id)
+    ctx._tags = list(tags)  # what a worker reads from the job's row on first use
+    return ctx
 
 
 # -- assertions on what was enqueued ----------------------------------------------------------

@@ -107,6 +107,7 @@ class Executor:
         self._on_ctx_cancel_fn = self.on_ctx_cancel
         self._finished_fn = self._finished
         self._transaction_fn = partial(open_transaction, state)
+        self._load_job_fn = state.store.get_job
         self._nudge: asyncio.Event
 
     def bind(self) -> None:
@@ -156,7 +157,8 @@ class Executor:
         in-flight entry the heartbeat renews, its span. None when no handler is
         registered for its task (its failure is being reported)."""
         s = self.state
-        ctx = JobContext(job, s.id, self._progress_fn, self._on_ctx_cancel_fn, self._transaction_fn)
+        ctx = JobContext(job, s.id, self._progress_fn, self._on_ctx_cancel_fn, self._transaction_fn,
+                         self._load_job_fn)
         local = sent_at + job.lease_ttl
         hard = None
         if job.timeout:

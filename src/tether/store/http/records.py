@@ -13,6 +13,7 @@ from ...config import check_when, validate_queue
 from ...errors import PayloadError
 from ...model import Attempt, ClaimedJob, DueJob, Job, JobState, NewJob, Outcome, Reaped, Stats, Throughput, WorkerInfo
 from ...payload import check_key, dump_json
+from ...search import check_meta, check_tags
 from ..columns import INSERTED, READ, Column, Kind
 from .schema import parse_datetime
 from .wire_unknown import decode_unknown, encode_unknown
@@ -138,6 +139,10 @@ def decode_new_job(d: dict[str, Any], cap: int) -> NewJob:
     check_when(where, d.get("delay", 0.0), run_at)
     for name in _KEYS:
         check_key(where, name, d.get(name))
+    if d.get("tags") is not None:  # as an app checks them (search.py)
+        check_tags(where, d["tags"])
+    if d.get("meta") is not None:
+        check_meta(where, d["meta"], cap)
     values: dict[str, Any] = {"run_at": run_at}
     for c in INSERTED:
         if c.wire in d:

@@ -13,18 +13,6 @@ from dataclasses import dataclass, field
 
 from ...config import MAX_DELAY
 from ...cron import MAX_CATCH_UP
-from ...errors import (
-    ConfigError,
-    InvalidDSN,
-    InvalidTransition,
-    JobNotFound,
-    PayloadError,
-    ScheduleNotFound,
-    SchemaMissing,
-    StaleAttempt,
-    TetherError,
-    UnknownTask,
-)
 from ...model import (
     TERMINAL_STATES,
     Beat,
@@ -71,6 +59,8 @@ from .schema import (
     obj,
     string,
 )
+from .wire_errors import ERRORS, error_code
+from .wire_many import FILTER, MAX_PAGE_WIRE, TAGS
 from .wire_schedules import FIRE_BODY, control_ops, with_control, with_task
 from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
 
@@ -226,7 +216,7 @@ _NEW_JOB_FIELDS: dict[str, Schema] = {
     "lease_ttl": nullable(TTL), "timeout": nullable(TTL), "backoff_base": number(0, 1e6),
     "dedup_key": nullable(string(MAX_KEY_BYTES, 1)), "meta": nullable(JSON_OBJECT),
     "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),  # bytes are checked by the server (check_key)
-    "trace": nullable(JSON_OBJECT),
+    "trace": nullable(JSON_OBJECT), "tags": nullable(TAGS),
 }
 NEW_JOB = obj(
     {**{c.wire: _NEW_JOB_FIELDS.get(c.wire) or _by_type(c) for c in INSERTED},
@@ -288,6 +278,8 @@ class Op:
 W, P, A = ("worker",), ("producer",), ("admin",)
 ANY = ("worker", "producer")
 
+#: a bulk action's batch: how many, and the next `after` (null: done)
+_BATCH = obj({"count": integer(0, 2**63 - 1), "last": nullable(JOB_ID)})
 OPS: list[Op] = [
     # producers
     Op("enqueue", "POST", "/v1/jobs", P, "Enqueue jobs (one or many, in one statement); ids in input order",
@@ -297,6 +289,26 @@ OPS: list[Op] = [
        errors=(404,)),
     Op("list_jobs", "GET", "/v1/jobs", P, "Jobs, newest first", obj({"jobs": array(JOB_RECORD, 10_000)}),
        query={"state": STATE, "queue": string(1000), "task": string(1000), "limit": integer(1, 10_000)}),
+    # finding and acting on many jobs (issue 43): the filters of app.jobs(), same names (wire_many.FILTER)
+    Op("search_jobs", "POST", "/v1/jobs/search", P, "Jobs matching the filter, newest first, with an id below "
+       "`before` (keyset paging: the last id of the page before)", obj({"jobs": array(JOB_RECORD, MAX_PAGE_WIRE)}),
+       body=obj({"filter": FILTER, "limit": integer(1, MAX_PAGE_WIRE), "before": nullable(JOB_ID)}), errors=(422,)),
+    Op("count_jobs", "POST", "/v1/jobs/count", P, "How many jobs match the filter",
+       obj({"count": integer(0, 2**63 - 1)}), body=obj({"filter": FILTER}), errors=(422,)),
+    Op("cancel_many", "POST", "/v1/jobs/cancel-many", P, "Cancel a batch of the matching jobs above `after` "
+       "(id order): queued at once, running by request; how many, and the next `after` (null: done)", _BATCH,
+       body=obj({"filter": FILTER, "after": integer(0, INT53_MAX), "limit": integer(1, 10_000)}), takes_now=True,
+       errors=(422,)),
+    Op("retry_many", "POST", "/v1/jobs/retry-many", P, "Retry a batch of the matching dead or cancelled jobs "
+       "above `after`; the (id, queue) of each retried, and the next `after`",
+       obj({"jobs": array(obj({"id": JOB_ID, "queue": string(1000)}), 10_000), "last": nullable(JOB_ID)}),
+       body=obj({"filter": FILTER, "after": integer(0, INT53_MAX), "limit": integer(1, 10_000)}), takes_now=True,
+       errors=(422,)),
+    Op("delete_many", "POST", "/v1/jobs/delete-many", A, "Delete a batch of the matching finished jobs above "
+       "`after`", _BATCH, body=obj({"filter": FILTER, "after": integer(0, INT53_MAX), "limit": integer(1, 10_000)}),
+       errors=(422,)),
+    Op("rerun", "POST", "/v1/jobs/{job_id}/rerun", P, "A new job copied from a finished one; its id",
+       obj({"id": JOB_ID}), body=obj({}), takes_now=True, errors=(404, 409)),
     Op("cancel", "POST", "/v1/jobs/{job_id}/cancel", P,
        "Cancel: a queued job at once, a running one by a request its worker sees", obj({"state": STATE}),
        body=obj({}), takes_now=True, errors=(404, 409)),
@@ -473,27 +485,3 @@ def request_query(op: Op, *, client_clock: bool) -> dict[str, Schema]:
     if op.takes_now and op.body is None and client_clock:
         return {**op.query, "now": DATETIME}
     return op.query
-
-
-# -- errors -------------------------------------------------------------------------------
-#: error code -> (HTTP status, the exception the client raises)
-ERRORS: dict[str, tuple[int, type[TetherError]]] = {
-    "stale_attempt": (409, StaleAttempt),
-    "invalid_transition": (409, InvalidTransition),
-    "schema_missing": (409, SchemaMissing),
-    "job_not_found": (404, JobNotFound),
-    "schedule_not_found": (404, ScheduleNotFound),
-    "payload_error": (422, PayloadError),
-    "unknown_task": (422, UnknownTask),
-    "invalid_dsn": (422, InvalidDSN),
-    "config_error": (422, ConfigError),
-}
-
-
-def error_code(exc: TetherError) -> str:
-    """The wire code of one of tether's own errors (the most specific class wins)."""
-    for cls in type(exc).__mro__:
-        for code, (_, known) in ERRORS.items():
-            if cls is known:
-                return code
-    return "config_error"

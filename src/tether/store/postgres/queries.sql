@@ -1341,3 +1341,142 @@ RETURNING id
 
 -- name: unwatch_finished
 DELETE FROM {schema}.waiters WHERE id = %(id)s
+
+-- Finding and acting on many jobs (issue 43; store/many.py) -------------------
+
+-- name: _job_filter
+-- The filters of app.jobs() and of the bulk actions (search.JobFilter), ANDed;
+-- a NULL parameter is a filter not given. Unqualified columns: the statement
+-- reads the jobs table alone. A search plans each call with its values (a
+-- custom plan), so the NULL tests fold away and the filters left pick their
+-- indexes: tags and meta containment the partial GIN indexes of migration
+-- 0013 (a strict @> implies their IS NOT NULL), state with finished_at
+-- jobs_finished_idx, queue and task the claim indexes; the id order the
+-- primary key. Times are half-open: after <= t < before.
+(%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+AND (%(task)s::text IS NULL OR task = %(task)s::text)
+AND (%(tags)s::jsonb IS NULL OR tags @> %(tags)s::jsonb)
+AND (%(meta)s::jsonb IS NULL OR meta @> %(meta)s::jsonb)
+AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
+AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+AND (%(finished_after)s::timestamptz IS NULL OR finished_at >= %(finished_after)s::timestamptz)
+AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before)s::timestamptz)
+
+-- name: search_jobs
+-- A page of app.jobs(): newest first, keyset-paged on the id (an id never
+-- changes, so a walk neither repeats nor skips a job that matches throughout,
+-- whatever is inserted or finished meanwhile: new jobs have higher ids).
+SELECT {job_select}
+FROM {schema}.jobs
+WHERE {_job_filter}
+  AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: count_jobs
+SELECT count(*) FROM {schema}.jobs WHERE {_job_filter}
+
+-- name: cancel_many
+-- A batch of cancel: the next `limit` matching queued jobs, and running ones
+-- not yet asked, above `after` in id order. SKIP LOCKED: a row a claim,
+-- heartbeat or ending holds is passed over, not waited for (a heartbeat
+-- locks a worker's rows in its own order: waiting could deadlock); the
+-- caller repeats its walk until a pass cancels nothing, so a passed-over job
+-- is taken by the next pass (many.py). As cancel does, judged on the row:
+-- queued ends cancelled at once (an ending: _ending), running gets a cancel
+-- request its worker reads from its next heartbeat. Answer: how many were
+-- affected, and the last id picked (NULL: no more).
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE {_job_filter}
+      AND (state = 'queued' OR (state = 'running' AND NOT cancel_requested))
+      AND id > %(after)s
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), ended AS (
+    UPDATE {schema}.jobs AS j
+    SET state = CASE WHEN j.state = 'queued' THEN 'cancelled' ELSE j.state END,
+        finished_at = CASE WHEN j.state = 'queued' THEN {now} ELSE j.finished_at END,
+        cancel_requested = (j.state = 'running')
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.state IN ('queued', 'running')
+    RETURNING j.id, j.state
+), {_ending}
+SELECT (SELECT count(*) FROM {_ended}), (SELECT max(id) FROM picked)
+
+-- name: retry_many
+-- A batch of retry (as retry: queued now, with an attempt left) over the
+-- next `limit` matching dead or cancelled jobs above `after`. FOR UPDATE
+-- (waits): a finished row is locked only by another operator's statement or
+-- the pruner, briefly, and a passed-over row would be missed (a retried job
+-- can die again during the walk, so the walk is not repeated). A job whose
+-- dedup key an active job holds stays as it is, and of several with one key
+-- only the newest is retried (the unique dedup index allows one active job
+-- per key). Answer: a row per retried job (id, queue) and the last id picked
+-- on each (one row with NULLs when none was retried).
+WITH picked AS (
+    SELECT id FROM {schema}.jobs AS c
+    WHERE {_job_filter}
+      AND state IN ('dead', 'cancelled')
+      AND id > %(after)s
+      AND (dedup_key IS NULL
+           OR (NOT EXISTS (SELECT 1 FROM {schema}.jobs AS a
+                           WHERE a.dedup_key = c.dedup_key AND a.state IN ('queued', 'running'))
+               AND id = (SELECT max(b.id) FROM {schema}.jobs AS b
+                         WHERE b.dedup_key = c.dedup_key AND b.state IN ('dead', 'cancelled'))))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE
+), done AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'queued',
+        run_at = {now},
+        finished_at = NULL,
+        cancel_requested = false,
+        max_attempts = GREATEST(j.max_attempts, j.attempt - j.released + 1)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.state IN ('dead', 'cancelled')
+    RETURNING j.id, j.queue
+)
+SELECT d.id, d.queue, m.last
+FROM (SELECT max(id) AS last FROM picked) AS m LEFT JOIN done AS d ON true
+
+-- name: delete_many
+-- A batch of delete over the next `limit` matching finished jobs above
+-- `after`, with their attempts rows, as prune deletes (by the ctids picked
+-- locked, SKIP LOCKED; the caller repeats its walk until a pass deletes
+-- nothing). The DELETE checks the state once more: never a live job.
+WITH picked AS (
+    SELECT id, ctid FROM {schema}.jobs
+    WHERE {_job_filter}
+      AND state IN ('succeeded', 'dead', 'cancelled')
+      AND id > %(after)s
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.jobs AS j
+    WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM picked))
+      AND j.state IN ('succeeded', 'dead', 'cancelled')
+    RETURNING j.id
+), audit AS (
+    DELETE FROM {schema}.attempts AS a
+    WHERE a.job_id = ANY(ARRAY(SELECT id FROM gone))
+)
+SELECT (SELECT count(*) FROM gone), (SELECT max(id) FROM picked)
+
+-- name: rerun
+-- app.rerun(): a new job copied from a finished one (task, args and options;
+-- not its trace: the rerun is a new trace), queued now, rerun_of naming it.
+-- A dedup key an active job holds again inserts nothing (as enqueue).
+INSERT INTO {schema}.jobs (run_at, created_at, queue, task, args, priority, max_attempts, lease_ttl, timeout,
+                           dedup_key, meta, exclusive_key, tags, backoff_base, rerun_of)
+SELECT {now}, {now}, queue, task, args, priority, max_attempts, lease_ttl, timeout,
+       dedup_key, meta, exclusive_key, tags, backoff_base, id
+FROM {schema}.jobs
+WHERE id = %(id)s AND state IN ('succeeded', 'dead', 'cancelled')
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
+DO NOTHING
+RETURNING id

@@ -47,6 +47,7 @@ from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connectio
 from .control import PostgresControl
 from .ids import ClaimIdsMixin
 from .listener import NotifyListener
+from .many import PostgresMany
 from .schedules import PostgresSchedules
 from .steps import Rows, Steps, beats, claim_steps, complete_and_claim_steps, complete_steps, enqueue_steps
 from .tx import TransactionsMixin
@@ -93,7 +94,7 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return res is not None and res.status == TUPLES_OK
 
 
-class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresWorkers, TransactionsMixin, Store):
+class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresMany, PostgresWorkers, TransactionsMixin, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0

@@ -896,3 +896,91 @@ SELECT q.queue, q.concurrency, q.rate_limit, q.rate_period,
 FROM tether_queues AS q
 WHERE q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
 ORDER BY q.queue
+
+-- Finding and acting on many jobs (issue 43; store/many.py) -------------------
+
+-- name: _job_filter
+-- The filters of app.jobs() and of the bulk actions (search.JobFilter), ANDed;
+-- a NULL parameter is a filter not given. meta, args and tags match by JSON
+-- containment through tether_contains(doc, pattern) (search.contains_json,
+-- registered on each connection: SQLite has no @>); no index serves those,
+-- so they test the rows the other filters leave (migration 0011).
+(:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+AND (:queue IS NULL OR queue = :queue)
+AND (:task IS NULL OR task = :task)
+AND (:tags IS NULL OR tether_contains(tags, :tags))
+AND (:meta IS NULL OR tether_contains(meta, :meta))
+AND (:args IS NULL OR tether_contains(args, :args))
+AND (:created_after IS NULL OR created_at >= :created_after)
+AND (:created_before IS NULL OR created_at < :created_before)
+AND (:finished_after IS NULL OR finished_at >= :finished_after)
+AND (:finished_before IS NULL OR finished_at < :finished_before)
+
+-- name: search_jobs
+-- A page of app.jobs(): newest first, keyset-paged on the id.
+SELECT {job_select}
+FROM tether_jobs
+WHERE {_job_filter}
+  AND (:before IS NULL OR id < :before)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: count_jobs
+SELECT count(*) FROM tether_jobs WHERE {_job_filter}
+
+-- name: many_picked
+-- The next :limit matching jobs above :after in one of :picked (a JSON array
+-- of states), in id order, inside the bulk action's write transaction: a
+-- running job is picked for a cancel only while not yet asked.
+SELECT id FROM tether_jobs
+WHERE {_job_filter}
+  AND state IN (SELECT value FROM json_each(:picked))
+  AND NOT (state = 'running' AND cancel_requested)
+  AND id > :after
+ORDER BY id
+LIMIT :limit
+
+-- name: cancel_many
+-- cancel over the picked ids (:ids, a JSON array): an ending (ending.py).
+UPDATE tether_jobs
+SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
+    cancel_requested = (state = 'running')
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running')
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+
+-- name: retry_many
+-- retry over the picked ids. A job whose dedup key an active job holds
+-- stays as it is, and of several with one key only the newest is retried.
+UPDATE tether_jobs AS c
+SET state = 'queued',
+    run_at = {now},
+    finished_at = NULL,
+    cancel_requested = 0,
+    max_attempts = max(max_attempts, attempt - released + 1)
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('dead', 'cancelled')
+  AND (dedup_key IS NULL
+       OR (NOT EXISTS (SELECT 1 FROM tether_jobs AS a
+                       WHERE a.dedup_key = c.dedup_key AND a.state IN ('queued', 'running'))
+           AND id = (SELECT max(b.id) FROM tether_jobs AS b
+                     WHERE b.dedup_key = c.dedup_key AND b.state IN ('dead', 'cancelled'))))
+RETURNING id, queue
+
+-- name: delete_many
+-- The picked finished jobs (prune_attempts follows); never a live one.
+DELETE FROM tether_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ({finished_states})
+RETURNING id
+
+-- name: rerun
+-- app.rerun(): a new job copied from a finished one, queued now, rerun_of
+-- naming it. A dedup key an active job holds again inserts nothing.
+INSERT INTO tether_jobs (run_at, created_at, queue, task, args, priority, max_attempts, lease_ttl, timeout,
+                         dedup_key, meta, exclusive_key, tags, backoff_base, rerun_of)
+SELECT {now}, {now}, queue, task, args, priority, max_attempts, lease_ttl, timeout,
+       dedup_key, meta, exclusive_key, tags, backoff_base, id
+FROM tether_jobs
+WHERE id = :id AND state IN ('succeeded', 'dead', 'cancelled')
+ON CONFLICT DO NOTHING
+RETURNING id

@@ -49,6 +49,7 @@ from ..worker_rows import DEFAULT_WORKER_RETENTION
 from .conns import ThreadConnections
 from .control import SQLiteControl, finished_states_sql
 from .ending import end
+from .many import SQLiteMany, register_functions
 from .rounds import InlineRounds
 from .schedules import SQLiteSchedules
 from .schema import MISSING, SQLiteSchema
@@ -66,7 +67,7 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteWorkers, TransactionsMixin, InlineRounds, Store):
+class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteMany, SQLiteWorkers, TransactionsMixin, InlineRounds, Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2
@@ -105,6 +106,7 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteWorkers, T
             conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            register_functions(conn)
         except sqlite3.Error as exc:
             raise InvalidDSN(f"cannot open SQLite database {self.path!r}: {exc}") from None
         return conn

@@ -1,0 +1,59 @@
+"""The server's operations on many jobs (issue 43): search, count, the bulk
+actions' batches and rerun, each the store's own (store/many.py) with the
+filter decoded as an app's is checked (search.JobFilter). As an app's retry
+does, the server announces the jobs a retry or rerun makes queued on a
+delivering transport, after the store has committed them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..store.http import wire
+from ..store.http.wire_many import decode_filter
+from ..transport import announce
+from .context import Args, Server
+
+__all__ = ["MANY"]
+
+
+def _search(s: Server, a: Args) -> Args:
+    jobs = s.store.search_jobs(decode_filter(a["filter"]), limit=a["limit"], before_id=a.get("before"))
+    return {"jobs": [wire.encode_job(j) for j in jobs]}
+
+
+def _cancel_many(s: Server, a: Args) -> Args:
+    count, last = s.store.cancel_batch(decode_filter(a["filter"]), after_id=a["after"], limit=a["limit"],
+                                       now=a["now"])
+    return {"count": count, "last": last}
+
+
+def _retry_many(s: Server, a: Args) -> Args:
+    retried, last = s.store.retry_batch(decode_filter(a["filter"]), after_id=a["after"], limit=a["limit"],
+                                        now=a["now"])
+    if retried and s.transport is not None and s.transport.delivers:
+        announce(s.transport, retried, retry=True)
+    return {"jobs": [{"id": i, "queue": q} for i, q in retried], "last": last}
+
+
+def _delete_many(s: Server, a: Args) -> Args:
+    count, last = s.store.delete_batch(decode_filter(a["filter"]), after_id=a["after"], limit=a["limit"])
+    return {"count": count, "last": last}
+
+
+def _rerun(s: Server, a: Args) -> Args:
+    new_id = s.store.rerun(a["job_id"], now=a["now"])
+    if s.transport is not None and s.transport.delivers:
+        job = s.store.get_job(new_id)
+        if job is not None:
+            announce(s.transport, [(new_id, job.queue)])
+    return {"id": new_id}
+
+
+MANY: dict[str, Callable[[Server, Args], Args]] = {
+    "search_jobs": _search,
+    "count_jobs": lambda s, a: {"count": s.store.count_jobs(decode_filter(a["filter"]))},
+    "cancel_many": _cancel_many,
+    "retry_many": _retry_many,
+    "delete_many": _delete_many,
+    "rerun": _rerun,
+}
