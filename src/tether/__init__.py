@@ -27,7 +27,7 @@ from .errors import (
     TetherError,
     UnknownTask,
 )
-from .model import Attempt, Job, JobState, Outcome, QueueLimits
+from .model import Attempt, Job, JobId, JobState, Outcome, QueueLimits
 
 __all__ = [
     "ArgsMisfit",
@@ -43,6 +43,7 @@ __all__ = [
     "JobCancelled",
     "JobContext",
     "JobFailed",
+    "JobId",
     "JobNotFound",
     "JobState",
     "Outcome",

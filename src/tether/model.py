@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from .jobid import DuplicateJobId, JobId, job_id
+
 __all__ = [
     "ACTIVE_STATES",
     "FINISHED_STATES",
@@ -23,8 +25,10 @@ __all__ = [
     "Beat",
     "Buried",
     "ClaimedJob",
+    "DuplicateJobId",
     "FiredTick",
     "Job",
+    "JobId",
     "JobState",
     "NewJob",
     "Outcome",
@@ -37,6 +41,7 @@ __all__ = [
     "Throughput",
     "UnknownTaskJobs",
     "WorkerInfo",
+    "job_id",
 ]
 
 #: a worker last seen this many seconds ago or less counts as live when the
@@ -121,6 +126,9 @@ class Outcome(enum.StrEnum):
     SNOOZED = "snoozed"
     #: the handler raised ``tether.Discard(reason)``: dead at once
     DISCARDED = "discarded"
+    #: never started: its expiry (``using(expires=...)``) passed while it was queued;
+    #: the job ends cancelled (the expiry service, worker/expiry.py)
+    EXPIRED = "expired"
 
     @property
     def failure(self) -> bool:
@@ -187,6 +195,7 @@ OUTCOME_FACTS: dict[Outcome, OutcomeFacts] = {
     Outcome.RELEASED: OutcomeFacts(style="dim", counts=False),
     Outcome.SNOOZED: OutcomeFacts(style="cyan", counts=False),
     Outcome.DISCARDED: OutcomeFacts(style="bold red", failure=True, error=True),
+    Outcome.EXPIRED: OutcomeFacts(style="dim magenta", error=True, counts=False),
 }
 #: the facts of an outcome this release does not know (Outcome.read)
 _NO_FACTS = OutcomeFacts(style="")
@@ -227,6 +236,10 @@ class NewJob:
     exclusive_key: str | None = None
     #: the producer's tracing context as a JSON object (otel.py), not the user's meta
     trace_json: str | None = None
+    #: seconds the dedup_key stays taken after the job ended (None: freed at its end)
+    dedup_for: float | None = None
+    #: a job not started by then is never started: it ends cancelled, outcome expired
+    expires_at: datetime | None = None
 
 
 class ClaimedJob(NamedTuple):
@@ -304,6 +317,10 @@ class Job:
     exclusive_key: str | None = None
     #: the producer's tracing context (otel.py)
     trace: dict[str, Any] | None = None
+    #: seconds its dedup_key stays taken after it ended (None: none, or released)
+    dedup_for: float | None = None
+    #: not started by then, it is never started (``using(expires=...)``)
+    expires_at: datetime | None = None
     #: attempts older than those in ``attempts``, which ``get_job`` leaves out:
     #: it gives the newest ``MAX_ATTEMPTS_SHOWN`` (issue 41)
     older_attempts: int = 0
@@ -384,7 +401,9 @@ class UnknownTaskJobs:
 
 @dataclass(frozen=True, slots=True)
 class Buried:
-    """A job ended dead because no worker knew its task for the grace period."""
+    """A job a service ended without running it: dead, as no worker knew its
+    task for the grace period (worker/unknown.py), or cancelled, expired
+    (worker/expiry.py)."""
 
     id: int
     queue: str
