@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -279,3 +283,15 @@ def test_a_previous_release_producer_still_enqueues_on_the_new_schema(db_url: st
         assert [j.dedup_key for j in app.store.list_jobs()] == ["old"]
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"], indirect=True)
+def test_the_docs_example(db_url: str, tmp_path: Path) -> None:
+    """docs/examples/uniqueness-and-expiry/example.py, as a reader runs it."""
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "uniqueness-and-expiry" / "example.py"
+    env = {**os.environ, "TETHER_DATABASE_URL": db_url,
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    done = subprocess.run([sys.executable, str(example)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "before it is due to run" in done.stdout and ": done" in done.stdout

@@ -258,6 +258,9 @@ TASK_BOUNDS = {
     "dedup_key": "a non-empty string of at most `MAX_KEY_BYTES` bytes of UTF-8",
     "retry_on": "an exception class or a tuple of them (at `@app.task` only)",
     "exclusive_key": "a non-empty string of at most `MAX_KEY_BYTES` bytes of UTF-8",
+    "dedup_for": "a duration (`\"1h\"`, seconds, a timedelta) up to 100 years; needs `dedup_key` (per call)",
+    "expires": "a duration above 0, up to 100 years, ending after the run time; not with `expires_at`",
+    "expires_at": "a timezone-aware datetime after now and after the run time; not with `expires`",
 }
 
 

@@ -298,6 +298,9 @@ class Task(Generic[P, R]):
             # the worker runs the task's policy, not one a producer passed along
             raise ConfigError(f"task {self.name!r}: retry_on and a callable retry_backoff are set where the "
                               "task is registered (@app.task(...)), not per call")
+        for name in ("dedup_for", "expires"):  # parsed before the one replace, not in a second (checked's)
+            if options.get(name) is not None and not isinstance(options[name], float):
+                options[name] = _duration(options[name], f"task {self.name!r}: {name}")
         merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
         return TaskCall(self, merged, connection)
 
