@@ -295,3 +295,28 @@ def test_the_docs_example(db_url: str, tmp_path: Path) -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "before it is due to run" in done.stdout and ": done" in done.stdout
+
+
+def test_tether_enqueue_takes_a_window_and_says_duplicate(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    (tmp_path / "cli_app.py").write_text(
+        "from tether import JobContext, Tether\n"
+        f"app = Tether({url!r})\n"
+        "@app.task(name='hook')\n"
+        "def hook(ctx: JobContext) -> None: ...\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent / "src"),
+                                                        str(tmp_path)])}
+    env.pop("TETHER_DATABASE_URL", None)
+
+    def tether(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tether", *args], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+
+    assert tether("-d", url, "migrate").returncode == 0
+    first = tether("enqueue", "hook", "--app", "cli_app:app", "--dedup-key", "k", "--dedup-for", "1h", "--expires",
+                   "10m")
+    again = tether("enqueue", "hook", "--app", "cli_app:app", "--dedup-key", "k", "--dedup-for", "1h")
+    assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
+    assert first.stdout == again.stdout and "duplicate" in again.stderr and "duplicate" not in first.stderr
+    bad = tether("enqueue", "hook", "--app", "cli_app:app", "--dedup-key", "j", "--dedup-for", "soon")
+    assert bad.returncode != 0 and "dedup_for must be a duration" in bad.stderr
