@@ -52,10 +52,11 @@ RETURNING id, dedup_key
 -- For an enqueue's dedup hits: the job holding each key, active or inside its
 -- dedup window (finished less than dedup_for seconds ago). A finished job whose
 -- window has passed is released here (dedup_for = NULL takes it out of
--- jobs_dedup_window_idx) and not returned, so the caller inserts again. Its
+-- jobs_dedup_idx) and not returned, so the caller inserts again. Its
 -- SELECT reads the statement's snapshot, so it judges the window itself
 -- rather than trust dedup_for: a holder another enqueue released meanwhile is
--- not returned either (that enqueue's new job is found on the next try).
+-- not returned either (that enqueue's new job is found on the next try). A
+-- job with a window that has not finished holds its key in any state.
 WITH released AS (
     UPDATE {schema}.jobs SET dedup_for = NULL
     WHERE dedup_key = ANY(%(keys)s::text[]) AND dedup_for IS NOT NULL AND state NOT IN ('queued', 'running')
@@ -64,7 +65,8 @@ WITH released AS (
 SELECT id, dedup_key FROM {schema}.jobs
 WHERE dedup_key = ANY(%(keys)s::text[])
   AND (state IN ('queued', 'running')
-       OR (dedup_for IS NOT NULL AND finished_at + make_interval(secs => dedup_for) > {now}))
+       OR (dedup_for IS NOT NULL
+           AND (finished_at IS NULL OR finished_at + make_interval(secs => dedup_for) > {now})))
 
 -- name: _grant_lease
 -- The lease grant that claim and claim_ids share (UPDATE jobs AS j ...): running,
