@@ -175,6 +175,10 @@ class JobOptions:
         return at
 
 
+_OPTION_NAMES = frozenset(JobOptions.__dataclass_fields__)
+#: per-call options ``using`` checks on their own (the rest of a task's were checked at its registration)
+_KEYS_AND_WINDOWS = frozenset({"dedup_key", "dedup_for", "expires", "expires_at"})
+
 #: the names before issue 48, kept for code that imports them
 TaskOptions = JobOptions
 TaskKeywords = JobDefaults
@@ -289,7 +293,7 @@ class Task(Generic[P, R]):
         caller's own database connection (psycopg 3, sqlite3, or a SQLAlchemy
         Connection or Session) whose transaction the enqueue joins: the job
         exists once that transaction commits, and never if it rolls back."""
-        unknown = set(options) - set(JobOptions.__dataclass_fields__)
+        unknown = options.keys() - _OPTION_NAMES
         if unknown:
             raise ConfigError(f"unknown option(s) {sorted(unknown)} for task {self.name!r}")
         if "retry_backoff" in options and options["retry_backoff"] is None:
@@ -301,7 +305,14 @@ class Task(Generic[P, R]):
         for name in ("dedup_for", "expires"):  # parsed before the one replace, not in a second (checked's)
             if options.get(name) is not None and not isinstance(options[name], float):
                 options[name] = _duration(options[name], f"task {self.name!r}: {name}")
-        merged = replace(self.options, **options).checked(self.app.timers, f"task {self.name!r}")
+        merged = replace(self.options, **options)
+        if options.keys() <= _KEYS_AND_WINDOWS:
+            # the task's own options were checked where it was registered:
+            # check only what this call gives (the usual per-call options)
+            check_key(f"task {self.name!r}", "dedup_key", merged.dedup_key)
+            merged = merged._windows_checked(f"task {self.name!r}")
+        else:
+            merged = merged.checked(self.app.timers, f"task {self.name!r}")
         return TaskCall(self, merged, connection)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
