@@ -42,10 +42,16 @@ WHERE dedup_key IN (SELECT value FROM json_each(:keys)) AND dedup_for IS NOT NUL
   AND state NOT IN ('queued', 'running') AND finished_at + dedup_for <= {now}
 
 -- name: dedup_holders
--- The job holding each key: active, or finished inside its dedup window.
+-- The job holding each key: active, or with a window not yet released
+-- (release_dedup ran first). Two branches, each the exact predicate of one
+-- partial index (tether_jobs_dedup_idx, tether_jobs_dedup_window_idx), so
+-- each is a search by key: one OR over both was a scan of the whole table.
 SELECT id, dedup_key FROM tether_jobs
-WHERE dedup_key IN (SELECT value FROM json_each(:keys))
-  AND (state IN ('queued', 'running') OR dedup_for IS NOT NULL)
+WHERE dedup_key IN (SELECT value FROM json_each(:keys)) AND state IN ('queued', 'running')
+UNION ALL
+SELECT id, dedup_key FROM tether_jobs
+WHERE dedup_key IN (SELECT value FROM json_each(:keys)) AND dedup_for IS NOT NULL
+  AND state NOT IN ('queued', 'running')
 
 -- name: _grant_lease
 -- The lease grant that claim and claim_ids share: running, attempt + 1 (the
