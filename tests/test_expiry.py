@@ -26,7 +26,7 @@ from tether.model import JobState, Outcome
 from tether.store import Store, open_store
 from tether.worker.expiry import Expiry
 
-from .conftest import STORE_BACKENDS, backend_param, take_from
+from .conftest import STORE_BACKENDS, TEST_TOKEN, backend_param, take_from
 from .test_conformance import TTL, W2, Rounds, W, get, new_job
 from .test_dashboard import _client, login
 
@@ -266,3 +266,37 @@ def test_the_claim_stays_index_served_with_the_expiry_predicate(db_url: str) -> 
                 conn.rollback()
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("backend", ["http-sqlite", "http-postgresql"], indirect=True)
+def test_a_tether_server_ends_the_expired_jobs_of_its_workers(db_url: str) -> None:
+    """Workers through a server do not sweep (their store cannot): the
+    server's duties run the expiry service on its own store."""
+    from tether.server import create_app, parse_tokens
+    from tether.server.run import ServerThread
+
+    local = open_store(db_url)
+    local.migrate()
+    sweeper_store = open_store(db_url)
+    service = Expiry(sweeper_store, "tether-server:test", interval=0.05)
+    try:
+        with ServerThread(create_app(local, parse_tokens(f"{TEST_TOKEN} admin", "t"), services=[service])) as server:
+            app = Tether(server.url, token=TEST_TOKEN)
+            try:
+                @app.task(name="send_code")
+                def send_code(ctx: JobContext, n: int) -> None: ...
+
+                jid = send_code.using(expires=0.3).enqueue(n=1)
+                with pytest.raises(NotImplementedError, match="its server does"):
+                    app.store.expire("w", limit=1)
+                deadline = time.monotonic() + 30
+                while get(app.store, jid).state is not JobState.CANCELLED:
+                    assert time.monotonic() < deadline, "the server never ended the expired job"
+                    time.sleep(0.05)
+                assert [(a.outcome, a.worker) for a in get(app.store, jid).attempts] == [
+                    (Outcome.EXPIRED, "tether-server:test")]
+            finally:
+                app.close()
+    finally:
+        sweeper_store.close()
+        local.close()
