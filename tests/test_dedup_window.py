@@ -318,5 +318,7 @@ def test_tether_enqueue_takes_a_window_and_says_duplicate(tmp_path: Path) -> Non
     again = tether("enqueue", "hook", "--app", "cli_app:app", "--dedup-key", "k", "--dedup-for", "1h")
     assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
     assert first.stdout == again.stdout and "duplicate" in again.stderr and "duplicate" not in first.stderr
+    shown = tether("-d", url, "job", first.stdout.strip())
+    assert shown.returncode == 0 and "taken for 1h" in shown.stdout and "expires" in shown.stdout, shown.stdout
     bad = tether("enqueue", "hook", "--app", "cli_app:app", "--dedup-key", "j", "--dedup-for", "soon")
     assert bad.returncode != 0 and "dedup_for must be a duration" in bad.stderr

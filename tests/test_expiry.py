@@ -156,6 +156,7 @@ def test_tether_jobs_and_the_dashboard_show_expired(tmp_path: Path) -> None:
                                 text=True, timeout=60)
         assert shown.returncode == 0 and listed.returncode == 0, (shown.stderr, listed.stderr)
         assert "expired" in shown.stdout and "cancelled" in listed.stdout, (shown.stdout, listed.stdout)
+        assert "expires" in shown.stdout and "expired: not started" in listed.stdout
         assert outcome_text(Outcome.EXPIRED).plain == "expired"
         with _client(app) as c:
             login(c)
