@@ -161,7 +161,7 @@ def test_tether_jobs_and_the_dashboard_show_expired(tmp_path: Path) -> None:
         with _client(app) as c:
             login(c)
             page = c.get(f"/jobs/{jid}")
-            assert page.status_code == 200 and "o-expired" in page.text
+            assert page.status_code == 200 and "o-expired" in page.text and "never starts" in page.text
     finally:
         app.close()
 
