@@ -47,6 +47,7 @@ EXECUTED = {
     "schedules/runtime.py": "tests/test_dynamic_schedules.py::test_the_docs_example_runs",
     "many-jobs/example.py": "tests/test_docs_many.py",
     "many-jobs/cli.sh": "tests/test_docs_many.py (after example.py, on its database)",
+    "uniqueness-and-expiry/example.py": "tests/test_dedup_window.py::test_the_docs_example",
 }
 #: shell lines a page may show that no test can run as written (they name a
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them

@@ -41,7 +41,7 @@ TERMINAL = ("succeeded", "dead", "cancelled")
 MACROS = BACKENDS  # each backend's macros, as its store fills them
 #: the statements that end jobs today, so that the parser below is checked too
 POSTGRES_ENDINGS = {"complete", "complete_and_claim", "complete_and_claim_known", "complete_and_claim_ids",
-                    "fail", "release", "reap", "cancel", "bury_unknown", "cancel_many"}
+                    "fail", "release", "reap", "cancel", "bury_unknown", "cancel_many", "expire"}
 
 
 # -- static: no ending bypasses the shared piece -------------------------------------------

@@ -46,8 +46,9 @@ def test_the_faces_fill_from_the_facts() -> None:
     assert [where_it_went(s, Outcome.FAILED) for s in JobState if s is not JobState.SUCCEEDED] == [
         "job.retried", None, "job.dead", "job.cancelled"]
     assert [where_it_went(s) for s in JobState] == [None, None, "job.succeeded", "job.dead", "job.cancelled"]
-    assert {o for o in Outcome if not o.counts} == {Outcome.RELEASED, Outcome.SNOOZED}
-    assert {o for o in Outcome if o.error} == set(FAILED) | {Outcome.CANCELLED}
+    assert {o for o in Outcome if not o.counts} == {Outcome.RELEASED, Outcome.SNOOZED, Outcome.EXPIRED}
+    # an expiry ended the job without running it: an error its result shows, not a failed attempt
+    assert {o for o in Outcome if o.error} == set(FAILED) | {Outcome.CANCELLED, Outcome.EXPIRED}
 
 
 def test_an_outcome_this_release_does_not_know_is_read_and_shown_plainly() -> None:

@@ -18,7 +18,7 @@ ROOT = SRC / "tether"
 #: first prefix that matches a module's dotted name decides its layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("tether._version", "tether.errors", "tether.model", "tether.config", "tether.payload", "tether.logs",
-                "tether.naming", "tether.display", "tether.cron", "tether.scratch", "tether.numbers",
+                "tether.naming", "tether.display", "tether.cron", "tether.scratch", "tether.numbers", "tether.jobid", "tether.schedule_model",
                 "tether.convert", "tether.search")),
     ("store parts", ("tether.store.base", "tether.store.buckets", "tether.store.columns", "tether.store.rows",
                      "tether.store.sqlfile", "tether.store.many",

@@ -260,6 +260,9 @@ TASK_BOUNDS = {
     "exclusive_key": "a non-empty string of at most `MAX_KEY_BYTES` bytes of UTF-8",
     "meta": "a JSON object of at most `search.MAX_META_BYTES` (8192) bytes (per call only)",
     "tags": "a list of at most `search.MAX_TAGS` (32) strings of 1 to 64 characters; a call's add to the task's",
+    "dedup_for": "a duration (`\"1h\"`, seconds, a timedelta) up to 100 years; needs `dedup_key` (per call)",
+    "expires": "a duration above 0, up to 100 years, ending after the run time; not with `expires_at`",
+    "expires_at": "a timezone-aware datetime after now and after the run time; not with `expires`",
 }
 
 

@@ -28,7 +28,7 @@ from .errors import (
     TetherError,
     UnknownTask,
 )
-from .model import Attempt, Job, JobState, Outcome, QueueLimits
+from .model import Attempt, Job, JobId, JobState, Outcome, QueueLimits
 
 __all__ = [
     "ArgsMisfit",
@@ -44,6 +44,7 @@ __all__ = [
     "JobCancelled",
     "JobContext",
     "JobFailed",
+    "JobId",
     "JobNotFound",
     "JobState",
     "Outcome",

@@ -30,7 +30,7 @@ from .errors import ConfigError, JobFailed, UnknownTask
 from .events import Event, EventHook, Events, ending_event
 from .logs import configure_worker_logging
 from .many import ManyJobsApp
-from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
+from .model import Job, JobId, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name, script_loaded_twice, validate_task_name
 from .payload import check_job_id
 from .periodic import DEFAULT_CATCH_UP, check_schedule, check_stacked, merge_declared, schedule_spec
@@ -302,37 +302,37 @@ class Tether(ScheduleControl, ManyJobsApp):
         return self.store.migrate()
 
     # -- producers --------------------------------------------------------------------
-    def enqueue(self, task: str, /, *, connection: object = None, **kwargs: Any) -> int:
+    def enqueue(self, task: str, /, *, connection: object = None, **kwargs: Any) -> JobId:
         """Enqueue by task name (the name must be registered on this app);
         ``connection``: join that connection's transaction (see ``Task.using``)."""
         t = self.get_task(task)
         return t.enqueue(**kwargs) if connection is None else t.using(connection=connection).enqueue(**kwargs)
 
-    def enqueue_many(self, task: str, many: Iterable[Mapping[str, Any]], /, *, connection: object = None) -> list[int]:
+    def enqueue_many(self, task: str, many: Iterable[Mapping[str, Any]], /, *, connection: object = None) -> list[JobId]:
         """``enqueue_many`` by task name."""
         t = self.get_task(task)
         return t.enqueue_many(many) if connection is None else t.using(connection=connection).enqueue_many(many)
 
-    def _enqueue(self, jobs: list[NewJob], connection: object = None) -> list[int]:
+    def _enqueue(self, jobs: list[NewJob], connection: object = None) -> list[JobId]:
         write = self._write if connection is None else partial(write_on, self, connection)
         if self.tracing is not None:
             return self.tracing.enqueue(jobs, write)
         return write(jobs)
 
-    def _write(self, jobs: list[NewJob]) -> list[int]:
+    def _write(self, jobs: list[NewJob]) -> list[JobId]:
         ids = self.store.enqueue(jobs)
         self._enqueued(jobs, ids)
         if self.transport.delivers:  # after the commit: a job is announced only once it exists
             announce(self.transport, due_now(jobs, ids))
         return ids
 
-    async def _enqueue_async(self, jobs: list[NewJob], connection: object = None) -> list[int]:
+    async def _enqueue_async(self, jobs: list[NewJob], connection: object = None) -> list[JobId]:
         write = self._write_async if connection is None else partial(write_on_async, self, connection)
         if self.tracing is not None:
             return await self.tracing.enqueue_async(jobs, write)
         return await write(jobs)
 
-    async def _write_async(self, jobs: list[NewJob]) -> list[int]:
+    async def _write_async(self, jobs: list[NewJob]) -> list[JobId]:
         store = self._store
         if store is None:  # opening it connects and waits: not on the event loop
             store = await asyncio.to_thread(lambda: self.store)
@@ -344,7 +344,7 @@ class Tether(ScheduleControl, ManyJobsApp):
             await asyncio.to_thread(announce, self.transport, due_now(jobs, ids))
         return ids
 
-    def _enqueued(self, jobs: list[NewJob], ids: list[int]) -> None:
+    def _enqueued(self, jobs: list[NewJob], ids: list[JobId]) -> None:
         if self.events.active:
             for job_id, job in zip(ids, jobs, strict=True):
                 self.events.emit(Event("job.enqueued", job_id=job_id, task=job.task, queue=job.queue,

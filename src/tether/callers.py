@@ -22,7 +22,7 @@ import asyncio
 from functools import partial
 from typing import Protocol
 
-from .model import NewJob
+from .model import JobId, NewJob
 from .store import Store
 from .store.caller import after_commit, driver_connection, driver_connection_async
 from .transport import Transport, announce, due_now
@@ -39,23 +39,23 @@ class Producer(Protocol):
     @property
     def store(self) -> Store: ...
 
-    def _enqueued(self, jobs: list[NewJob], ids: list[int]) -> None: ...
+    def _enqueued(self, jobs: list[NewJob], ids: list[JobId]) -> None: ...
 
 
-def _announce_at_commit(app: Producer, connection: object, jobs: list[NewJob], ids: list[int]) -> None:
+def _announce_at_commit(app: Producer, connection: object, jobs: list[NewJob], ids: list[JobId]) -> None:
     due = due_now(jobs, ids) if app.transport.delivers else []
     if due:
         after_commit(connection, partial(announce, app.transport, due))
 
 
-def write_on(app: Producer, connection: object, jobs: list[NewJob]) -> list[int]:
+def write_on(app: Producer, connection: object, jobs: list[NewJob]) -> list[JobId]:
     ids = app.store.enqueue_on(driver_connection(connection), jobs)
     app._enqueued(jobs, ids)
     _announce_at_commit(app, connection, jobs, ids)
     return ids
 
 
-async def write_on_async(app: Producer, connection: object, jobs: list[NewJob]) -> list[int]:
+async def write_on_async(app: Producer, connection: object, jobs: list[NewJob]) -> list[JobId]:
     conn = await driver_connection_async(connection)
     store = app._store
     if store is None:  # opening it connects and waits: not on the event loop

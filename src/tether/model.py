@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from .jobid import DuplicateJobId, JobId, job_id
+from .schedule_model import FiredTick, ScheduleInfo, ScheduleSpec
+
 __all__ = [
     "ACTIVE_STATES",
     "FINISHED_STATES",
@@ -23,8 +26,10 @@ __all__ = [
     "Beat",
     "Buried",
     "ClaimedJob",
+    "DuplicateJobId",
     "FiredTick",
     "Job",
+    "JobId",
     "JobState",
     "NewJob",
     "Outcome",
@@ -37,6 +42,7 @@ __all__ = [
     "Throughput",
     "UnknownTaskJobs",
     "WorkerInfo",
+    "job_id",
 ]
 
 #: a worker last seen this many seconds ago or less counts as live when the
@@ -121,6 +127,9 @@ class Outcome(enum.StrEnum):
     SNOOZED = "snoozed"
     #: the handler raised ``tether.Discard(reason)``: dead at once
     DISCARDED = "discarded"
+    #: never started: its expiry (``using(expires=...)``) passed while it was queued;
+    #: the job ends cancelled (the expiry service, worker/expiry.py)
+    EXPIRED = "expired"
 
     @property
     def failure(self) -> bool:
@@ -187,6 +196,7 @@ OUTCOME_FACTS: dict[Outcome, OutcomeFacts] = {
     Outcome.RELEASED: OutcomeFacts(style="dim", counts=False),
     Outcome.SNOOZED: OutcomeFacts(style="cyan", counts=False),
     Outcome.DISCARDED: OutcomeFacts(style="bold red", failure=True, error=True),
+    Outcome.EXPIRED: OutcomeFacts(style="dim magenta", error=True, counts=False),
 }
 #: the facts of an outcome this release does not know (Outcome.read)
 _NO_FACTS = OutcomeFacts(style="")
@@ -231,6 +241,10 @@ class NewJob:
     tags_json: str | None = None
     #: the job ``app.rerun()`` copied
     rerun_of: int | None = None
+    #: seconds the dedup_key stays taken after the job ended (None: freed at its end)
+    dedup_for: float | None = None
+    #: a job not started by then is never started: it ends cancelled, outcome expired
+    expires_at: datetime | None = None
 
 
 class ClaimedJob(NamedTuple):
@@ -312,6 +326,10 @@ class Job:
     tags: list[str] | None = None
     #: the job ``app.rerun()`` copied; None: not a rerun
     rerun_of: int | None = None
+    #: seconds its dedup_key stays taken after it ended (None: none, or released)
+    dedup_for: float | None = None
+    #: not started by then, it is never started (``using(expires=...)``)
+    expires_at: datetime | None = None
     #: attempts older than those in ``attempts``, which ``get_job`` leaves out:
     #: it gives the newest ``MAX_ATTEMPTS_SHOWN`` (issue 41)
     older_attempts: int = 0
@@ -392,7 +410,9 @@ class UnknownTaskJobs:
 
 @dataclass(frozen=True, slots=True)
 class Buried:
-    """A job ended dead because no worker knew its task for the grace period."""
+    """A job a service ended without running it: dead, as no worker knew its
+    task for the grace period (worker/unknown.py), or cancelled, expired
+    (worker/expiry.py)."""
 
     id: int
     queue: str
@@ -422,72 +442,3 @@ class Throughput:
     start: datetime
     seconds: int
     counts: dict[Outcome, int]
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleSpec:
-    """A periodic schedule as an app declares it (``@app.periodic``): what a
-    worker syncs into the schedules table. The job options are the task's, so
-    the database can fire a tick without the task's code."""
-
-    name: str  # the schedule's and its task's name
-    cron: str
-    timezone: str
-    args_json: str
-    queue: str
-    catch_up: int
-    overlap: bool
-    priority: int = 0
-    max_attempts: int = 3
-    lease_ttl: float | None = None
-    timeout: float | None = None
-    backoff_base: float = 2.0
-    #: the task its ticks run: None for a code schedule (its own name); a
-    #: dynamic schedule (``app.add_schedule``) names one
-    task: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleInfo:
-    """A schedule as the database holds it, for ``app.schedules()`` and the CLI."""
-
-    name: str
-    cron: str
-    timezone: str
-    args: dict[str, Any]
-    queue: str
-    catch_up: int
-    overlap: bool
-    #: when the cron or time zone last changed (ticks before it are not owed)
-    since: datetime | None
-    #: the next tick after the database's now (None if the cron never fires again)
-    next_tick: datetime | None
-    #: the latest tick decided, fired or skipped
-    last_tick: datetime | None
-    #: the latest tick that made a job, and that job
-    last_fired: datetime | None
-    last_job_id: int | None
-    skipped: int  # ticks skipped because the previous job was active (overlap=False)
-    orphaned: bool  # the last app to sync did not declare it: no longer fired by it
-    last_seen: datetime | None  # when an app last declared it
-    #: the task its ticks run (a code schedule's is its own name)
-    task: str = ""
-    #: added at run time (``app.add_schedule``), not declared by an app's code
-    dynamic: bool = False
-    #: paused (``app.pause_schedule``): its ticks are not fired until resumed
-    paused: bool = False
-    #: jobs fired by ``app.trigger_schedule`` (manual ticks), and the latest one's time
-    triggered: int = 0
-    last_triggered: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FiredTick:
-    """One tick a fire operation decided: a job, or skipped (``job_id`` None)."""
-
-    schedule: str
-    tick: datetime
-    job_id: int | None
-    queue: str
-    #: the task its job runs (a code schedule's own name; a dynamic one's task)
-    task: str = ""

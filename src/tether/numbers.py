@@ -13,9 +13,13 @@ fit to show to whoever sent it.
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import timedelta
 
-__all__ = ["INT64_MAX", "INT64_MIN", "MAX_DIGITS", "BadNumber", "parse_int", "parse_job_id"]
+from .errors import ConfigError
+
+__all__ = ["INT64_MAX", "INT64_MIN", "MAX_DIGITS", "UNITS", "BadNumber", "parse_age", "parse_int", "parse_job_id"]
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -48,3 +52,26 @@ def parse_int(text: str, what: str, *, lo: int = 0, hi: int = INT64_MAX) -> int:
 def parse_job_id(text: str, what: str = "job id", *, hi: int = INT64_MAX) -> int:
     """A job id: 1 to ``hi`` (a 64-bit column's largest by default)."""
     return parse_int(text, what, lo=1, hi=hi)
+
+
+#: seconds in each unit a duration may name (parse_age)
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")  # no unit: seconds, as a number is
+
+
+def parse_age(value: object, what: str = "age") -> float:
+    """Seconds from ``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"``, a number of
+    seconds (``3600`` or ``"3600"``), or a ``timedelta``; ConfigError naming
+    ``what`` otherwise."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _AGE.fullmatch(value.lower())):
+        seconds = float(m.group(1)) * UNITS[m.group(2) or "s"]
+    else:
+        raise ConfigError(f"{what} must be a duration such as '7d', '12h', '30m', '90s' or '2w', a number of "
+                          f"seconds, or a timedelta; got {value!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"{what} must be zero or more seconds, got {value!r}")
+    return seconds

@@ -36,7 +36,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
 from ._version import __version__
-from .model import ClaimedJob, NewJob, Outcome
+from .model import ClaimedJob, JobId, NewJob, Outcome
 
 if TYPE_CHECKING:
     from .app import Tether
@@ -69,14 +69,14 @@ class Tracing:
         self.tracer = tracer
 
     # -- producer ------------------------------------------------------------------
-    def enqueue(self, jobs: list[NewJob], write: Callable[[list[NewJob]], list[int]]) -> list[int]:
+    def enqueue(self, jobs: list[NewJob], write: Callable[[list[NewJob]], list[JobId]]) -> list[JobId]:
         """Run ``write`` (the store's enqueue) in a producer span whose context
         each job carries in its trace."""
         with self._producer(jobs) as (span, traced):
             return _sent(span, write(traced))
 
     async def enqueue_async(self, jobs: list[NewJob],
-                            write: Callable[[list[NewJob]], Awaitable[list[int]]]) -> list[int]:
+                            write: Callable[[list[NewJob]], Awaitable[list[JobId]]]) -> list[JobId]:
         """``enqueue`` for a coroutine: awaits ``write`` in the producer span."""
         with self._producer(jobs) as (span, traced):
             return _sent(span, await write(traced))
@@ -145,7 +145,7 @@ class Tracing:
             otel_context.detach(token)
 
 
-def _sent(span: Span, ids: list[int]) -> list[int]:
+def _sent(span: Span, ids: list[JobId]) -> list[JobId]:
     if len(ids) == 1 and span.is_recording():
         span.set_attribute("tether.job.id", ids[0])
     return ids

@@ -16,14 +16,15 @@ import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypedDict, TypeVar
 
 from . import convert
 from .config import DEFAULT_BACKOFF_BASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, Timers, check_when, validate_queue
 from .context import JobContext
 from .errors import ArgsMisfit, ArgumentsError, ConfigError, PayloadError
-from .model import NewJob
+from .model import JobId, NewJob
+from .numbers import parse_age
 from .payload import check_key, dump_json
 from .search import check_meta, check_tags, merge_tags, tags_json
 from .store import Store
@@ -43,13 +44,26 @@ class TaskHost(Protocol):
     @property
     def store(self) -> Store: ...
 
-    def _enqueue(self, jobs: list[NewJob], connection: object = None) -> list[int]: ...
+    def _enqueue(self, jobs: list[NewJob], connection: object = None) -> list[JobId]: ...
 
-    def _enqueue_async(self, jobs: list[NewJob], connection: object = None) -> Awaitable[list[int]]: ...
+    def _enqueue_async(self, jobs: list[NewJob], connection: object = None) -> Awaitable[list[JobId]]: ...
 
 
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+#: the longest dedup window or expiry: the 100 years a delay may take
+_MAX_WINDOW = 100 * 365 * 86400.0
+
+
+def _duration(value: object, what: str) -> float:
+    """Seconds from a duration (parse_age: "10m", "1h", seconds, a timedelta),
+    at most a century; ConfigError naming ``what`` otherwise."""
+    seconds = parse_age(value, what)
+    if seconds > _MAX_WINDOW:
+        raise ConfigError(f"{what} must be at most 100 years, got {value!r}")
+    return seconds
 
 
 
@@ -92,6 +106,12 @@ class JobOptions:
     meta: Mapping[str, Any] | None = None
     #: the job's tags: the task's (``@app.task(tags=...)``) and the call's (``ctx.tags``)
     tags: tuple[str, ...] = ()
+    #: the dedup_key stays taken this long after the job ended ("1h", seconds or a timedelta)
+    dedup_for: float | str | timedelta | None = None
+    #: a job not started within this long of its enqueue never starts (ends cancelled, outcome expired)
+    expires: float | str | timedelta | None = None
+    #: a job not started by then never starts (timezone-aware)
+    expires_at: datetime | None = None
 
     @property
     def backoff_base(self) -> float:
@@ -124,8 +144,50 @@ class JobOptions:
         if self.meta is not None:
             check_meta(where, self.meta)
         check_tags(where, self.tags)
-        return self
+        return self._windows_checked(where)
 
+    def _windows_checked(self, where: str) -> JobOptions:
+        """dedup_for and expires as seconds (parse_age's durations), expires_at
+        checked; each ConfigError names the option. Whether an expiry lies
+        ahead of now and of the run time is judged per job (``expiry``)."""
+        changes: dict[str, Any] = {}
+        if self.dedup_for is not None and not isinstance(self.dedup_for, float):
+            changes["dedup_for"] = _duration(self.dedup_for, f"{where}: dedup_for")
+        if self.expires is not None:
+            if self.expires_at is not None:
+                raise ConfigError(f"{where}: give either expires or expires_at, not both")
+            if not isinstance(self.expires, float):
+                changes["expires"] = _duration(self.expires, f"{where}: expires")
+            if not changes.get("expires", self.expires):
+                raise ConfigError(f"{where}: expires must be more than 0 seconds, got {self.expires!r}")
+        if self.expires_at is not None and (not isinstance(self.expires_at, datetime)
+                                            or self.expires_at.tzinfo is None):
+            raise ConfigError(f"{where}: expires_at must be a timezone-aware datetime "
+                              f"(e.g. datetime.now(timezone.utc) + timedelta(minutes=10)), got {self.expires_at!r}")
+        return replace(self, **changes) if changes else self
+
+    def expiry(self, where: str) -> datetime | None:
+        """When a job enqueued now with these options expires (None: never).
+        ConfigError when that is not ahead of now, or not after the job's run
+        time (it could never start). Judged on this machine's clock, as
+        ``run_at`` is; the claim then judges the stored time on the database's."""
+        if self.expires is None and self.expires_at is None:
+            return None
+        now = datetime.now(UTC)
+        at = (self.expires_at if self.expires_at is not None
+              else now + timedelta(seconds=_duration(self.expires, f"{where}: expires")))
+        if at <= now:
+            raise ConfigError(f"{where}: expires_at {at.isoformat()} is not in the future (nothing was enqueued)")
+        starts = self.run_at if self.run_at is not None else now + timedelta(seconds=self.delay)
+        if at <= starts:
+            raise ConfigError(f"{where}: the job would expire ({at.isoformat()}) before it is due to run "
+                              f"({starts.isoformat()}); expiry must come after run_at/delay (nothing was enqueued)")
+        return at
+
+
+_OPTION_NAMES = frozenset(JobOptions.__dataclass_fields__)
+#: per-call options ``using`` checks on their own (the rest of a task's were checked at its registration)
+_KEYS_AND_WINDOWS = frozenset({"dedup_key", "dedup_for", "expires", "expires_at"})
 
 #: the names before issue 48, kept for code that imports them
 TaskOptions = JobOptions
@@ -142,20 +204,22 @@ class TaskCall(Generic[P]):
         #: the caller's connection whose transaction enqueues join; None: tether's own
         self.connection = connection
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
+        """The job's id; ``.duplicate`` is True when a job holding its
+        ``dedup_key`` was there already (that job's id, and nothing added)."""
         if args:
             _positional(self.task, args)
         return self.task.app._enqueue([self.task._new_job(kwargs, self.options)], self.connection)[0]
 
-    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
         if args:
             _positional(self.task, args)
         return (await self.task.app._enqueue_async([self.task._new_job(kwargs, self.options)], self.connection))[0]
 
-    def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+    def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[JobId]:
         return self.task.app._enqueue(self._many(many), self.connection)
 
-    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[JobId]:
         return await self.task.app._enqueue_async(self._many(many), self.connection)
 
     def _many(self, many: Iterable[Mapping[str, Any]]) -> list[NewJob]:
@@ -239,7 +303,7 @@ class Task(Generic[P, R]):
         caller's own database connection (psycopg 3, sqlite3, or a SQLAlchemy
         Connection or Session) whose transaction the enqueue joins: the job
         exists once that transaction commits, and never if it rolls back."""
-        unknown = set(options) - set(JobOptions.__dataclass_fields__)
+        unknown = options.keys() - _OPTION_NAMES
         if unknown:
             raise ConfigError(f"unknown option(s) {sorted(unknown)} for task {self.name!r}")
         if "retry_backoff" in options and options["retry_backoff"] is None:
@@ -251,19 +315,29 @@ class Task(Generic[P, R]):
         where = f"task {self.name!r}"
         if "tags" in options:  # added to the task's own
             options["tags"] = merge_tags(where, self.options.tags, options["tags"])
-        merged = replace(self.options, **options).checked(self.app.timers, where)
+        for name in ("dedup_for", "expires"):  # parsed before the one replace, not in a second (checked's)
+            if options.get(name) is not None and not isinstance(options[name], float):
+                options[name] = _duration(options[name], f"{where}: {name}")
+        merged = replace(self.options, **options)
+        if options.keys() <= _KEYS_AND_WINDOWS:
+            # the task's own options were checked where it was registered:
+            # check only what this call gives (the usual per-call options)
+            check_key(where, "dedup_key", merged.dedup_key)
+            merged = merged._windows_checked(where)
+        else:
+            merged = merged.checked(self.app.timers, where)
         return TaskCall(self, merged, connection)
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
         return TaskCall(self, self.options).enqueue(*args, **kwargs)
 
-    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
         return await TaskCall(self, self.options).enqueue_async(*args, **kwargs)
 
-    def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+    def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[JobId]:
         return TaskCall(self, self.options).enqueue_many(many)
 
-    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[int]:
+    async def enqueue_many_async(self, many: Iterable[Mapping[str, Any]]) -> list[JobId]:
         return await TaskCall(self, self.options).enqueue_many_async(many)
 
     def check_args(self, kwargs: Mapping[str, Any]) -> None:
@@ -364,11 +438,23 @@ class Task(Generic[P, R]):
         self.check_args(kwargs)
         kwargs = self.dump_args(kwargs)
         args = dump_json(kwargs, f"args of task {self.name!r}", self.app.max_payload_bytes)
+        dedup_for = expires_at = None
+        if o.dedup_for is not None or o.expires is not None or o.expires_at is not None:
+            dedup_for, expires_at = self._windows(o)
         return NewJob(
             task=self.name, args_json=args, queue=o.queue, priority=o.priority, run_at=o.run_at,
             delay=o.delay, max_attempts=o.max_attempts, lease_ttl=o.lease_ttl, timeout=o.timeout,
             backoff_base=o.backoff_base,
-            dedup_key=o.dedup_key, exclusive_key=o.exclusive_key,
+            dedup_key=o.dedup_key, exclusive_key=o.exclusive_key, dedup_for=dedup_for, expires_at=expires_at,
             meta_json=None if o.meta is None else check_meta(f"task {self.name!r}", o.meta, self.app.max_payload_bytes),
             tags_json=tags_json(o.tags) if o.tags else None,
         )
+
+    def _windows(self, o: JobOptions) -> tuple[float | None, datetime | None]:
+        """A job's dedup window (seconds; None for 0: freed at its end, as
+        without one) and expiry time, from options ``checked`` already parsed."""
+        where = f"task {self.name!r}"
+        if o.dedup_for is not None and o.dedup_key is None:
+            raise ConfigError(f"{where}: dedup_for needs a dedup_key (the key it keeps taken)")
+        window = None if o.dedup_for is None else _duration(o.dedup_for, f"{where}: dedup_for")
+        return window or None, o.expiry(where)

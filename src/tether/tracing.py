@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from .model import ClaimedJob, NewJob
+from .model import ClaimedJob, JobId, NewJob
 
 __all__ = ["AttemptTracer", "EnqueueTracer", "Tracer"]
 
@@ -20,10 +20,10 @@ __all__ = ["AttemptTracer", "EnqueueTracer", "Tracer"]
 class EnqueueTracer(Protocol):
     """The producer's side: a span around writing new jobs."""
 
-    def enqueue(self, jobs: list[NewJob], write: Callable[[list[NewJob]], list[int]]) -> list[int]: ...
+    def enqueue(self, jobs: list[NewJob], write: Callable[[list[NewJob]], list[JobId]]) -> list[JobId]: ...
 
     async def enqueue_async(self, jobs: list[NewJob],
-                            write: Callable[[list[NewJob]], Awaitable[list[int]]]) -> list[int]: ...
+                            write: Callable[[list[NewJob]], Awaitable[list[JobId]]]) -> list[JobId]: ...
 
 
 class AttemptTracer(Protocol):

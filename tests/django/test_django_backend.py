@@ -96,6 +96,17 @@ def test_a_rolled_back_result_id_never_names_another_job(backend: str) -> None:
             b.get_result(wrong)
 
 
+def test_a_dedup_window_and_the_duplicate_flag(backend: str) -> None:
+    """Issue 44 through the backend: ``using(dedup_key=..., dedup_for=...)``;
+    the second enqueue's result is the first's, with ``duplicate`` True."""
+    call = tasks.add.using(backend=backend, dedup_key="django-dedup", dedup_for="1h", expires="10m")
+    first = call.enqueue(a=1, b=1)
+    again = call.enqueue(a=1, b=1)
+    assert first.duplicate is False and again.duplicate is True and again.id == first.id
+    job = task_backends[backend].app.get_job(task_backends[backend].job_id(first.id))
+    assert job.dedup_for == 3600.0 and job.expires_at is not None
+
+
 def test_get_result_inside_atomic_sees_the_task_it_enqueued(backend: str) -> None:
     """Inside atomic(), results are read through Django's connection, as
     Django's own database backend reads them: the transaction's task is

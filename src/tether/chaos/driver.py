@@ -296,12 +296,9 @@ class _Run:
             self._event("failover_failed", error=str(exc)[:500])
             return
         self.failovers.append(f)
-        # Nothing commits from the kill to the promotion; asynchronous, what
-        # committed in the loss window is undone too. A promotion slower than
-        # the pools' RECONNECT_TIMEOUT: the pool gave up re-opening, and a call
-        # already waiting asks again every WAIT_SLICE (outage.py; it used to
-        # wait until its POOL_TIMEOUT: found here, a scheduler tick 5 s late
-        # after a 5 s promotion), whose connect may still be in its back-off.
+        # Nothing commits from the kill to the promotion; asynchronous, what committed in the loss window is
+        # undone too. A promotion slower than RECONNECT_TIMEOUT: a waiting call asks again every WAIT_SLICE
+        # (outage.py; it waited its POOL_TIMEOUT: a tick 5 s late), its connect maybe in a back-off.
         sync, end = self.cfg.replication == "sync", f.promoted_at
         if end - f.killed_at > RECONNECT_TIMEOUT:
             end += RECONNECT_TIMEOUT + WAIT_SLICE

@@ -88,7 +88,7 @@ class Demo:
             if not self.wait_registered(store):
                 return False
             specs = [{"n": i, "seconds": 1.0 + (i * 7 % 5) * 0.25} for i in range(self.n_jobs)]
-            self.job_ids = demo_app.work.enqueue_many(specs)
+            self.job_ids = list(demo_app.work.enqueue_many(specs))
             self.say(f"enqueued {self.n_jobs} jobs (ids {self.job_ids[0]}-{self.job_ids[-1]}): each sleeps 1-2 s "
                      "in 8 steps, calling ctx.progress() after each, and first appends "
                      "job_id,attempt,pid to runs.csv")

@@ -207,11 +207,14 @@ def _database_on_command_line(ctx: click.Context) -> bool:
 @click.option("--delay", type=Seconds(allow_zero=True), help="Seconds before the job is due.")
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before the job ends dead.")
 @click.option("--dedup-key", help="At most one queued or running job per key.")
+@click.option("--dedup-for", metavar="DURATION", help="Keep --dedup-key taken this long after the job ended (1h).")
+@click.option("--expires", metavar="DURATION", help="Never start the job if not started within this (10m).")
 @PUBLISH_OPTION
 @click.pass_context
 def enqueue(
     ctx: click.Context, task_name: str, app_ref: str, args_json: str, queue: str | None, priority: int | None,
-    delay: float | None, max_attempts: int | None, dedup_key: str | None, transport: str | None,
+    delay: float | None, max_attempts: int | None, dedup_key: str | None, dedup_for: str | None,
+    expires: str | None, transport: str | None,
 ) -> None:
     """Enqueue TASK (a name registered on the app); prints the job id.
 
@@ -226,11 +229,14 @@ def enqueue(
         task = app.get_task(task_name)
         require_database(app)
         options = {k: v for k, v in {"queue": queue, "priority": priority, "delay": delay,
-                                     "max_attempts": max_attempts, "dedup_key": dedup_key}.items() if v is not None}
+                                     "max_attempts": max_attempts, "dedup_key": dedup_key, "dedup_for": dedup_for,
+                                     "expires": expires}.items() if v is not None}
         job_id = task.using(**options).enqueue(**task.parse_args(args))  # typed args from their JSON
     finally:
         app.close()
-    click.echo(f"enqueued {task.name} on queue {options.get('queue', task.options.queue)}: job {job_id}", err=True)
+    held = " (a duplicate: a job held its dedup key)" if job_id.duplicate else ""
+    click.echo(f"enqueued {task.name} on queue {options.get('queue', task.options.queue)}: job {job_id}{held}",
+               err=True)
     click.echo(str(job_id))
 
 
@@ -281,9 +287,6 @@ def job(state: CLIState, job_id: int, as_json: bool, tracebacks: bool, follow: b
                 time.sleep(interval)
                 found, shown = view()
                 live.update(shown, refresh=True)
-
-
-@cli.command()
 
 
 @cli.command()

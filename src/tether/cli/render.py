@@ -157,7 +157,11 @@ def job_details(job: Job, now: datetime, *, tracebacks: bool = False) -> Rendera
     if job.last_error:
         grid.add_row("last error", data(job.last_error, "red", lines=True))
     if job.dedup_key:
-        grid.add_row("dedup key", data(job.dedup_key))
+        window = f" (taken for {fmt_age(job.dedup_for)} after the job ends)" if job.dedup_for else ""
+        grid.add_row("dedup key", data(job.dedup_key + window))
+    if job.expires_at is not None:
+        grid.add_row("expires", f"{fmt_time(job.expires_at)} ({fmt_rel(job.expires_at, now)}): not started by "
+                                "then, it never starts")
     if job.schedule is not None:
         grid.add_row("schedule", data(f"{job.schedule}, tick {fmt_time(job.scheduled_for)}"))
     if job.lease_ttl is not None or job.timeout is not None:

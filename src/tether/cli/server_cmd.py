@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from ..config import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SERVER_ROUND_CONNECTIONS
 from ..errors import ConfigError
 from ..model import JobState
 from ..store.worker_rows import DEFAULT_LIVE_WORKERS_PER_QUEUE, DEFAULT_WORKERS_PER_TOKEN
+from ..worker.expiry import Expiry
 from ..worker.pruner import (
     DEFAULT_PRUNE_INTERVAL,
     RETENTION_DEFAULTS,
@@ -147,6 +149,8 @@ def server(state: CLIState, host: str, port: int, token_file: Path | None, max_b
                            f"{worker_retention!r}: a server trusts a worker's binding to its token for minutes")
         services: list[PeriodicService] = [Pruner(store, retention, interval=prune_interval, worker_age=worker_age)
                                            ] if retention or worker_age is not None else []
+        # its workers reach the database through it: the server ends the expired jobs (worker/expiry.py)
+        services.append(Expiry(store, f"tether-server:{socket.gethostname()}"))
         serve(create_app(store, tokens, client_clock=unsafe_client_clock, max_body=max_body,
                          max_payload_bytes=max_payload, transport=app.transport, services=services,
                          round_connections=round_connections,

@@ -26,7 +26,8 @@ def _enqueue(s: Server, a: Args) -> Args:
     ids = s.store.enqueue(jobs, now=a["now"])
     if s.transport is not None and s.transport.delivers:  # committed: announce it (never raises)
         announce(s.transport, due_now(jobs, ids))
-    return {"ids": ids}
+    duplicates = [k for k, i in enumerate(ids) if getattr(i, "duplicate", False)]
+    return {"ids": ids, "duplicates": duplicates} if duplicates else {"ids": ids}
 
 
 def _retry(s: Server, a: Args) -> Args:

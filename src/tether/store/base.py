@@ -38,6 +38,7 @@ from ..model import (
     ClaimedJob,
     DueJob,
     Job,
+    JobId,
     JobState,
     NewJob,
     Outcome,
@@ -97,14 +98,14 @@ class Store(PushChannels, SharedTransactions, JobControl, ManyJobs, WorkerRows, 
 
     # -- producers --------------------------------------------------------------
     @abc.abstractmethod
-    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[JobId]:
         """Insert jobs in one statement; return their ids in order.
 
         A job whose ``dedup_key`` matches an active (queued or running) job is not
         inserted; the active job's id is returned in its place.
         """
 
-    async def enqueue_async(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+    async def enqueue_async(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[JobId]:
         """``enqueue`` for a coroutine. This default runs it on a worker thread;
         PostgreSQL talks to the database from the event loop itself."""
         return await asyncio.to_thread(self.enqueue, jobs, now=now)
@@ -168,6 +169,15 @@ class Store(PushChannels, SharedTransactions, JobControl, ManyJobs, WorkerRows, 
         whose task no worker seen in the last ``grace`` seconds (stopped or
         not) that serves their queue knows. Jobs of a task any such worker
         knows are never touched."""
+
+    def expire(self, worker: str, *, limit: int, now: datetime | None = None) -> list[Buried]:
+        """End up to ``limit`` queued jobs whose ``expires_at`` has passed:
+        cancelled, with an attempts row of outcome ``expired`` recorded for
+        ``worker`` (no claim ever starts such a job: the claims judge expiry
+        themselves). The oldest expiry first; safe on every worker at once.
+        A store that cannot (a tether server's client: the server sweeps)
+        raises NotImplementedError."""
+        raise NotImplementedError(f"the {self.backend} store does not expire jobs; its server does")
 
     # -- workers: claim, heartbeat, report (all fenced) ---------------------------
     @abc.abstractmethod

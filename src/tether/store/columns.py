@@ -108,6 +108,10 @@ JOB_COLUMNS: tuple[Column, ...] = (
     Column("tags", "jsonb", "TEXT", "json", insert="tags_json", wire_optional=True),
     # the job app.rerun() copied (issue 43)
     Column("rerun_of", "bigint", "INTEGER", insert="rerun_of", wire_optional=True),
+    # issue 44 (migrations 0014 / 0012): the dedup window, and the expiry the claim obeys.
+    # dedup_for is cleared once its window has passed (the key is free again).
+    Column("dedup_for", "double precision", "REAL", insert="dedup_for", wire_optional=True),
+    Column("expires_at", "timestamptz", "REAL", "time", insert="expires_at", wire_optional=True),
     # stored, never read into a Job
     Column("backoff_base", "double precision", "REAL", read=False, insert="backoff_base"),
     Column("deadline", "timestamptz", "REAL", "time", read=False),
@@ -161,12 +165,18 @@ def sqlite_macros() -> dict[str, str]:
         "job_select": _select_list(),
         "job_insert_columns": ", ".join(c.name for c in INSERTED),
         "job_insert_json": ", ".join(f"n.value ->> {2 + k}" for k in range(len(INSERTED))),
+        "job_dedup_key_json": f"n.value ->> {2 + [c.name for c in INSERTED].index('dedup_key')}",
     }
 
 
-def sqlite_row(job: NewJob, run_at: float | None) -> list[Any]:
-    """One job of the SQLite enqueue's JSON array (``run_at``: the job's as epoch seconds)."""
-    return [run_at, job.delay, *insert_values(job)]
+def sqlite_row(job: NewJob, run_at: float | None, ts: Callable[[Any], Any]) -> list[Any]:
+    """One job of the SQLite enqueue's JSON array (``run_at``: the job's as
+    epoch seconds; ``ts``: what turns the other times it carries into them)."""
+    row = [run_at, job.delay, *insert_values(job)]
+    for k in _SQLITE_TIMES:
+        if row[k] is not None:
+            row[k] = ts(row[k])
+    return row
 
 
 def pg_params(job: NewJob) -> dict[str, Any]:
@@ -181,3 +191,5 @@ def pg_arrays(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
 
 
 _INSERT_NAMES = tuple(c.name for c in INSERTED)
+#: the positions in sqlite_row's array of the inserted times (after run_at and delay)
+_SQLITE_TIMES = tuple(2 + k for k, c in enumerate(INSERTED) if c.kind == "time")

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
-from ..model import MAX_ATTEMPTS_SHOWN, Attempt, ClaimedJob, Job, JobState, NewJob, Outcome, WorkerInfo
+from ..model import MAX_ATTEMPTS_SHOWN, Attempt, ClaimedJob, Job, JobId, JobState, NewJob, Outcome, WorkerInfo, job_id
 from .columns import READ
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "attempt_from_row",
     "claimed_from_rows",
     "epoch_to_dt",
+    "inserted_ids",
     "job_from_row",
     "job_with_newest",
     "json_text",
@@ -154,18 +155,33 @@ def missing_keys(jobs: Sequence[NewJob], rows: Sequence[Row]) -> list[str]:
     return sorted({j.dedup_key for j in jobs if j.dedup_key is not None and j.dedup_key not in inserted})
 
 
-def assign_ids(jobs: Sequence[NewJob], rows: Sequence[Row], held: Mapping[str, int]) -> list[int | None]:
+def inserted_ids(rows: Sequence[Row]) -> list[JobId]:
+    """An enqueue's ids when every job was inserted (no dedup hit): the rows' first column."""
+    return [JobId(r[0]) for r in rows]
+
+
+def assign_ids(jobs: Sequence[NewJob], rows: Sequence[Row], held: Mapping[str, int]) -> list[JobId | None]:
     """Map an enqueue's returned ``(id, dedup_key)`` rows back to the input order.
 
     Key-less jobs are always inserted, in order. A keyed job maps to the row
-    inserted for its key, or (a dedup hit) to the active job holding it, from
-    ``held`` (the lookup of ``missing_keys``). A keyed job gets None when its
-    key's holder finished between the insert and the lookup: that one job is
-    to be inserted again (and only it: the others are in).
+    inserted for its key, or (a dedup hit: ``duplicate``) to the job holding
+    it, from ``held`` (the lookup of ``missing_keys``). A keyed job gets None
+    when its key's holder finished (or its window passed) between the insert
+    and the lookup: that one job is to be inserted again (and only it: the
+    others are in).
     """
     keyless = iter([row[0] for row in rows if row[1] is None])
-    by_key: dict[str, int] = {**held, **{row[1]: row[0] for row in rows if row[1] is not None}}
-    return [next(keyless) if job.dedup_key is None else by_key.get(job.dedup_key) for job in jobs]
+    inserted: dict[str, int] = {row[1]: row[0] for row in rows if row[1] is not None}
+    out: list[JobId | None] = []
+    for job in jobs:
+        if job.dedup_key is None:
+            out.append(JobId(next(keyless)))
+        elif job.dedup_key in inserted:
+            out.append(JobId(inserted[job.dedup_key]))
+        else:
+            found = held.get(job.dedup_key)
+            out.append(None if found is None else job_id(found, duplicate=True))
+    return out
 
 
 #: what a time past Python's datetime reads as (``epoch_to_dt``; PostgreSQL's

@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 
 from ..errors import ConfigError
-from ..model import Job, NewJob
+from ..model import Job, JobId, NewJob
 
 __all__ = ["SharedTransactions"]
 
@@ -29,7 +29,7 @@ class SharedTransactions:
 
     backend: str
 
-    def enqueue_on(self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+    def enqueue_on(self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[JobId]:
         """``enqueue`` on the caller's own DBAPI connection (``conn``), inside
         whatever transaction it is in, without committing: the jobs exist once
         the caller commits, and never if it rolls back."""
@@ -37,7 +37,7 @@ class SharedTransactions:
 
     async def enqueue_on_async(
         self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None
-    ) -> list[int]:
+    ) -> list[JobId]:
         """``enqueue_on`` for a coroutine: an async driver connection is awaited,
         a sync one is used in place (it is the caller's, on the caller's thread)."""
         raise ConfigError(_NO_SHARED_TX.format(backend=self.backend, what="enqueue_async(connection=...)"))

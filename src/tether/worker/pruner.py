@@ -30,14 +30,14 @@ workers grew without end."""
 from __future__ import annotations
 
 import logging
-import math
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import ClassVar
 
 from ..errors import ConfigError
 from ..model import FINISHED_STATES, TERMINAL_STATES, JobState
+from ..numbers import UNITS as _UNITS
+from ..numbers import parse_age
 from ..store import Store
 from ..store.schedules import TICK_KEEP
 from ..store.worker_rows import DEFAULT_WORKER_RETENTION
@@ -57,28 +57,8 @@ DEFAULT_PRUNE_LIMIT = 1000
 #: statements per tick at most, while each comes back full
 MAX_ROUNDS = 20
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")  # no unit: seconds, as a number is
 
 RetentionSpec = Mapping[str, "str | float | timedelta | None"]
-
-
-def parse_age(value: object, what: str = "age") -> float:
-    """Seconds from ``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"``, a number of
-    seconds (``3600`` or ``"3600"``), or a ``timedelta``; ConfigError naming
-    ``what`` otherwise."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _AGE.fullmatch(value.lower())):
-        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    else:
-        raise ConfigError(f"{what} must be a duration such as '7d', '12h', '30m', '90s' or '2w', a number of "
-                          f"seconds, or a timedelta; got {value!r}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ConfigError(f"{what} must be zero or more seconds, got {value!r}")
-    return seconds
 
 
 def parse_retention(retention: RetentionSpec | None) -> dict[JobState, float]:

@@ -42,6 +42,7 @@ from .appview import AppView
 from .burst import BurstClaimer
 from .claimer import STOP_GRACE, Claimer
 from .executor import Executor
+from .expiry import Expiry
 from .heartbeat import Heartbeater
 from .history import recorder_from_env
 from .identity import host_name, make_worker_id, process_start_time
@@ -138,6 +139,9 @@ class Worker:
         #: the timer-driven duties this worker runs
         self.unknown_tasks = UnknownTasks(s.store, queues, grace=unknown_task_grace, events=s.events)
         self.services: list[PeriodicService] = [self.reaper, self.unknown_tasks, *Pruner.for_app(s.store, app)]
+        if s.store.backend != "http":  # through a tether server, the server ends expired jobs
+            self.expiry = Expiry(s.store, self.id, events=s.events)
+            self.services.append(self.expiry)
         if s.transport.delivers:
             self.services.append(self.sweeper)
         #: fires the app's schedules (I6; its first tick syncs them) and the

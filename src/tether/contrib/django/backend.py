@@ -192,7 +192,7 @@ class TetherBackend(BaseTaskBackend):
         _check_signature(task, positional, kwargs)
         run_after = _aware(task.run_after)
         options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority, "run_at": run_after}
-        for name in ("dedup_key", "max_attempts", "timeout"):
+        for name in ("dedup_key", "dedup_for", "expires", "max_attempts", "timeout"):
             value = getattr(task, name, None)
             if value is not None:
                 options[name] = value
@@ -211,7 +211,7 @@ class TetherBackend(BaseTaskBackend):
                 job = self.read_job(job_id)
         except PayloadError as exc:  # Django's contract: arguments that are not JSON raise TypeError
             raise TaskArgumentsError(str(exc)) from exc
-        result = task_result(task, job, self.alias)
+        result = task_result(task, job, self.alias, duplicate=getattr(job_id, "duplicate", False))
         task_enqueued.send(type(self), task_result=result)
         return result
 

@@ -18,6 +18,7 @@ its job id alone.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +30,7 @@ from django.utils import timezone
 
 from ...model import Attempt, Job, JobState, Outcome
 
-__all__ = ["STATUS", "TOKEN", "parse_result_id", "payload", "result_id", "task_result"]
+__all__ = ["STATUS", "TOKEN", "TetherTaskResult", "parse_result_id", "payload", "result_id", "task_result"]
 
 #: the key of a job's meta that holds its result id's token
 TOKEN = "django_result_token"
@@ -75,15 +76,26 @@ def parse_result_id(given: Any) -> tuple[int, str | None]:
     return int(number), token if dash else None
 
 
-def task_result(task: Any, job: Job, alias: str) -> TaskResult:
-    """``job`` as a result of ``task`` (a Django ``Task``), on the backend ``alias``."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TetherTaskResult(TaskResult):
+    """Django's ``TaskResult`` and ``duplicate``: True when the enqueue that
+    made it added nothing, because a job held its ``dedup_key`` (the result
+    is that job's)."""
+
+    duplicate: bool = False
+
+
+def task_result(task: Any, job: Job, alias: str, *, duplicate: bool = False) -> TaskResult:
+    """``job`` as a result of ``task`` (a Django ``Task``), on the backend
+    ``alias``; ``duplicate``: the enqueue found it there (TetherTaskResult)."""
     args = job.args
     run_after = args.get("run_after")
     # backend: this one's, not that of the Task first defined with the path (result.refresh() reads it)
     shown = task.using(queue_name=job.queue, priority=job.priority, backend=alias,
                        run_after=_local(datetime.fromisoformat(run_after)) if run_after else None)
     attempts = job.attempts
-    result = TaskResult(
+    result = TetherTaskResult(
+        duplicate=duplicate,
         task=shown,
         id=result_id(job),
         status=STATUS[job.state],

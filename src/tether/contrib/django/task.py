@@ -44,14 +44,22 @@ class TetherTask(Task):
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None
     #: at most one queued or running job per key (per call: ``using(dedup_key=...)``)
     dedup_key: str | None = None
+    #: the dedup_key stays taken this long after the job ended ("1h"; per call)
+    dedup_for: float | str | None = None
+    #: a task not started within this long of its enqueue never starts ("10m"; per call)
+    expires: float | str | None = None
 
     def using(self, *, dedup_key: str | None = None, max_attempts: int | None = None,
-              timeout: float | None = None, **django: Any) -> TetherTask:
+              timeout: float | None = None, dedup_for: float | str | None = None,
+              expires: float | str | None = None, **django: Any) -> TetherTask:
         """Django's ``using`` (priority, queue_name, run_after, backend), and
-        tether's per-call ``dedup_key``, ``max_attempts`` and ``timeout``."""
+        tether's per-call ``dedup_key`` (with ``dedup_for``), ``max_attempts``,
+        ``timeout`` and ``expires``. The enqueue's result says ``duplicate``
+        (``TetherTaskResult``) when a job held the key already."""
         changed: TetherTask = Task.using(self, **django)
         extra: dict[str, Any] = {k: v for k, v in {"dedup_key": dedup_key, "max_attempts": max_attempts,
-                                   "timeout": timeout}.items() if v is not None}
+                                   "timeout": timeout, "dedup_for": dedup_for,
+                                   "expires": expires}.items() if v is not None}
         return replace(changed, **extra) if extra else changed
 
 

@@ -127,7 +127,9 @@ def encode_new_job(j: NewJob) -> dict[str, Any]:
 
 def _new_value(c: Column, j: NewJob) -> Any:
     value = getattr(j, c.insert or c.name)
-    return json.loads(value) if c.kind == "json" and value is not None else value
+    if value is None:
+        return None
+    return json.loads(value) if c.kind == "json" else _dt(value) if c.kind == "time" else value
 
 
 def decode_new_job(d: dict[str, Any], cap: int) -> NewJob:
@@ -149,6 +151,8 @@ def decode_new_job(d: dict[str, Any], cap: int) -> NewJob:
             value = d[c.wire]
             if c.kind == "json" and value is not None:
                 value = dump_json(value, f"args of {where}" if c.name == "args" else c.wire, cap)
+            elif c.kind == "time" and value is not None:
+                value = parse_datetime(value)
             values[c.insert or c.name] = value
     values["queue"] = validate_queue(values.get("queue", "default"))
     for name in _FLOATS:

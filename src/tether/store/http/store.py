@@ -37,6 +37,7 @@ from ...model import (
     DueJob,
     FiredTick,
     Job,
+    JobId,
     JobState,
     NewJob,
     Outcome,
@@ -46,6 +47,7 @@ from ...model import (
     ScheduleSpec,
     Stats,
     WorkerInfo,
+    job_id,
 )
 from ...naming import check_worker_identity
 from ..base import Store, check_prune
@@ -96,10 +98,12 @@ class HttpStore(HttpClient, HttpMany, Store):
         return dict(self._call("schema_objects")["objects"])
 
     # -- producers ------------------------------------------------------------------------
-    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[JobId]:
         if not jobs:
             return []
-        return list(self._call("enqueue", {"jobs": [wire.encode_new_job(j) for j in jobs]}, now=now)["ids"])
+        found = self._call("enqueue", {"jobs": [wire.encode_new_job(j) for j in jobs]}, now=now)
+        duplicates = set(found.get("duplicates", ()))
+        return [job_id(i, k in duplicates) for k, i in enumerate(found["ids"])]
 
     def get_job(self, job_id: int) -> Job | None:
         try:

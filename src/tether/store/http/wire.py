@@ -217,6 +217,7 @@ _NEW_JOB_FIELDS: dict[str, Schema] = {
     "dedup_key": nullable(string(MAX_KEY_BYTES, 1)), "meta": nullable(JSON_OBJECT),
     "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),  # bytes are checked by the server (check_key)
     "trace": nullable(JSON_OBJECT), "tags": nullable(TAGS),
+    "dedup_for": nullable(number(0, 1e10)), "expires_at": nullable(DATETIME),
 }
 NEW_JOB = obj(
     {**{c.wire: _NEW_JOB_FIELDS.get(c.wire) or _by_type(c) for c in INSERTED},
@@ -283,7 +284,9 @@ _BATCH = obj({"count": integer(0, 2**63 - 1), "last": nullable(JOB_ID)})
 OPS: list[Op] = [
     # producers
     Op("enqueue", "POST", "/v1/jobs", P, "Enqueue jobs (one or many, in one statement); ids in input order",
-       obj({"ids": array(JOB_ID, 10_000)}), body=obj({"jobs": array(NEW_JOB, 10_000)}), takes_now=True,
+       # duplicates: the positions (in ids) of dedup hits, left out when none (an older server sends none)
+       obj({"ids": array(JOB_ID, 10_000), "duplicates": array(integer(0, 9_999), 10_000)}, optional=("duplicates",)),
+       body=obj({"jobs": array(NEW_JOB, 10_000)}), takes_now=True,
        errors=(422,)),
     Op("get_job", "GET", "/v1/jobs/{job_id}", ANY, "One job with its attempts history", JOB_RECORD,
        errors=(404,)),

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ...config import check_limits, validate_queue
-from ...model import JobState, QueueLimits
+from ...model import Buried, JobState, QueueLimits
 from ..base import check_prune
 
 __all__ = ["WATCH_MAX", "PostgresControl"]
@@ -32,6 +32,10 @@ class PostgresControl:
 
     def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
         return {JobState(s): int(n) for s, n in self._all("prune", _ages(ages, limit, now))}
+
+    def expire(self, worker: str, *, limit: int, now: datetime | None = None) -> list[Buried]:
+        rows = self._all("expire", {"worker": worker, "limit": limit, "now": now})
+        return [Buried(id=r[0], queue=r[1], task=r[2], error=r[3]) for r in rows]
 
     def set_paused(self, queue: str, paused: bool, *, now: datetime | None = None) -> None:
         self._all("set_paused", {"queue": validate_queue(queue), "paused": bool(paused), "now": now})

@@ -9,8 +9,9 @@
 
 -- name: enqueue
 -- Many rows, one statement: the columns arrive as arrays and unnest into rows.
--- ON CONFLICT names the partial dedup index, so a job whose key is already held
--- by an active job inserts nothing; the caller looks that job's id up by key.
+-- ON CONFLICT names the partial dedup index (migration 0014), so a job whose
+-- key an active job holds, or a finished job inside its dedup window, inserts
+-- nothing; the caller looks that job's id up by key (dedup_holders).
 -- job_insert_* are the columns a NewJob fills (store/columns.py: INSERTED),
 -- in one order in each list; run_at (the given time or now plus delay) and
 -- created_at are worked out here.
@@ -19,7 +20,7 @@ SELECT coalesce(n.run_at, {now} + make_interval(secs => n.delay)), {now}, {job_i
 FROM unnest(%(run_at)s::timestamptz[], %(delay)s::float8[], {job_insert_arrays})
      WITH ORDINALITY AS n(run_at, delay, {job_insert_columns}, ord)
 ORDER BY n.ord
-ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND (state IN ('queued', 'running') OR dedup_for IS NOT NULL)
 DO NOTHING
 RETURNING id, dedup_key
 
@@ -30,7 +31,7 @@ RETURNING id, dedup_key
 INSERT INTO {schema}.jobs (run_at, created_at, {job_insert_columns})
 VALUES (coalesce(%(run_at)s::timestamptz, {now} + make_interval(secs => %(delay)s::float8)), {now},
         {job_insert_params})
-ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND (state IN ('queued', 'running') OR dedup_for IS NOT NULL)
 DO NOTHING
 RETURNING id, dedup_key
 
@@ -47,9 +48,25 @@ FROM jsonb_array_elements(%(args)s::jsonb) WITH ORDINALITY AS a(value, ord)
 ORDER BY a.ord
 RETURNING id, dedup_key
 
--- name: active_by_dedup_key
+-- name: dedup_holders
+-- For an enqueue's dedup hits: the job holding each key, active or inside its
+-- dedup window (finished less than dedup_for seconds ago). A finished job whose
+-- window has passed is released here (dedup_for = NULL takes it out of
+-- jobs_dedup_idx) and not returned, so the caller inserts again. Its
+-- SELECT reads the statement's snapshot, so it judges the window itself
+-- rather than trust dedup_for: a holder another enqueue released meanwhile is
+-- not returned either (that enqueue's new job is found on the next try). A
+-- job with a window that has not finished holds its key in any state.
+WITH released AS (
+    UPDATE {schema}.jobs SET dedup_for = NULL
+    WHERE dedup_key = ANY(%(keys)s::text[]) AND dedup_for IS NOT NULL AND state NOT IN ('queued', 'running')
+      AND finished_at + make_interval(secs => dedup_for) <= {now}
+)
 SELECT id, dedup_key FROM {schema}.jobs
-WHERE dedup_key = ANY(%(keys)s::text[]) AND state IN ('queued', 'running')
+WHERE dedup_key = ANY(%(keys)s::text[])
+  AND (state IN ('queued', 'running')
+       OR (dedup_for IS NOT NULL
+           AND (finished_at IS NULL OR finished_at + make_interval(secs => dedup_for) > {now})))
 
 -- name: _grant_lease
 -- The lease grant that claim and claim_ids share (UPDATE jobs AS j ...): running,
@@ -119,6 +136,18 @@ CASE WHEN jobs.exclusive_key IS NULL THEN true
 (SELECT u.name FROM unnest(%(queues)s::text[]) AS u(name)
  WHERE u.name <> ALL(ARRAY(SELECT queue FROM {schema}.queues WHERE paused)))
 
+-- name: _due
+-- (A condition on a queued row of jobs, unaliased.) Due, and not expired: a
+-- job is claimable from its run_at up to and including its expires_at (issue
+-- 44; NULL: never expires), so an expired job is never started, whatever the
+-- expiry service has swept yet. One BETWEEN, not a second comparison of its
+-- own: the claim statements sit at psycopg's 4,096-character parse cache
+-- (tests/test_sqlfile.py). It is the same run_at <= now for the planner
+-- (BETWEEN is parsed into run_at <= now AND now <= coalesce(...)), so the
+-- claim indexes serve it as before, the expiry a filter on the rows they hand
+-- over (tests/test_expiry.py checks the plan).
+{now} BETWEEN run_at AND coalesce(expires_at, 'infinity')
+
 -- name: _limits
 -- (A CTE for the claims' WITH lists: limits.) The room of each limited queue
 -- of the claim (claim_room: migration 0007 says why a function), as (limited,
@@ -145,14 +174,16 @@ limits AS (
 -- `limit` rows; only the best `limit` are taken, the rest are unlocked when the
 -- statement ends.
 -- Paused queues are left out of the list (_open_queues) and limited queues
--- give no more than their room (_limits).
+-- give no more than their room (_limits). `c.*` (here and in _known) is the
+-- lateral's own five columns, spelled short: the statements that include
+-- this sit at psycopg's 4,096-character parse cache (tests/test_sqlfile.py).
 {_limits}, candidates AS (
-    SELECT c.ctid, c.id, c.priority, c.run_at, c.exclusive_key
+    SELECT c.*
     FROM (SELECT o.name, coalesce((SELECT room FROM limits WHERE limited = o.name), %(limit)s) AS room
           FROM {_open_queues} AS o) AS q
     CROSS JOIN LATERAL (
         SELECT ctid, id, priority, run_at, exclusive_key FROM {schema}.jobs
-        WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
+        WHERE state = 'queued' AND queue = q.name AND {_due}
           AND {_key_free}
         ORDER BY priority DESC, run_at, id
         LIMIT least(%(limit)s, q.room)
@@ -188,16 +219,16 @@ limits AS (
 -- filter by task instead (it did, on a table without statistics; migration
 -- 0006 says more). Paused queues are left out of the list, as in _claim_picked.
 {_limits}, candidates AS (
-    SELECT c.ctid, c.id, c.priority, c.run_at, c.exclusive_key
+    SELECT c.*
     FROM (SELECT o.name, coalesce((SELECT room FROM limits WHERE limited = o.name), %(limit)s) AS room
           FROM {_open_queues} AS o) AS q
     CROSS JOIN LATERAL (
         -- a queue's pairs together take no more than its room
-        SELECT p.ctid, p.id, p.priority, p.run_at, p.exclusive_key
+        SELECT p.*
         FROM unnest(%(tasks)s::text[]) AS t(name)
         CROSS JOIN LATERAL (
             SELECT ctid, id, priority, run_at, exclusive_key FROM {schema}.jobs
-            WHERE coalesce(state, '') = 'queued' AND queue = q.name AND task = t.name AND run_at <= {now}
+            WHERE coalesce(state, '') = 'queued' AND queue = q.name AND task = t.name AND {_due}
                 AND {_key_free}
             ORDER BY priority DESC, run_at, id
             LIMIT least(%(limit)s, q.room)
@@ -274,7 +305,7 @@ SELECT * FROM claimed
 {_limits}, locked AS (
     SELECT ctid, id, queue, exclusive_key FROM {schema}.jobs
     WHERE id = ANY(%(delivered)s::bigint[]) AND nullif(state, '') = 'queued'
-      AND queue = ANY(ARRAY(SELECT name FROM {_open_queues} AS o)) AND run_at <= {now}
+      AND queue = ANY(ARRAY(SELECT name FROM {_open_queues} AS o)) AND {_due}
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
       AND {_key_free}
     ORDER BY id
@@ -326,7 +357,7 @@ SELECT c.id, c.queue, c.attempt, c.run_at
 FROM {_open_queues} AS q
 CROSS JOIN LATERAL (
     SELECT id, queue, attempt, run_at, priority FROM {schema}.jobs
-    WHERE state = 'queued' AND queue = q.name AND run_at <= {now}
+    WHERE state = 'queued' AND queue = q.name AND {_due}
       AND (run_at <= {now} - make_interval(secs => %(grace)s) OR run_at > created_at)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
@@ -946,6 +977,38 @@ WITH RECURSIVE pairs AS (
     RETURNING j.id, j.state, j.queue, j.task, j.last_error
 ), {_ending}
 SELECT id, queue, task, last_error FROM {_ended}
+
+-- name: expire
+-- The expiry service's rule (worker/expiry.py; issue 44): a queued job whose
+-- expires_at has passed is never started (the claims' _due), and this ends it:
+-- cancelled, with an attempts row of outcome 'expired' (worker: the one that
+-- swept it; claimed_at = finished_at = now: it never ran) and the reason in
+-- last_error. The row's attempt and released both go up by one, so the audit
+-- row has an attempt number of its own (a retried job's next claim takes the
+-- one after) and the budget is untouched (attempt - released). A waiter is
+-- woken (_attempt_ending), as for every ending. Oldest expiry first over
+-- jobs_expiry_idx (queued jobs with an expiry only), bounded; SKIP LOCKED lets
+-- every worker run it at once, and a claim locking a row first wins it: the
+-- claim's own _due has then judged it (expired jobs are never started).
+WITH doomed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state = 'queued' AND expires_at IS NOT NULL AND expires_at < {now}
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), ended AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'cancelled',
+        finished_at = {now},
+        attempt = j.attempt + 1,
+        released = j.released + 1,
+        last_error = 'expired: not started by its expires_at'
+    FROM doomed AS d
+    WHERE j.id = d.id AND j.state = 'queued'
+    RETURNING j.id, j.state, 'expired'::text AS outcome, j.attempt, %(worker)s::text AS worker,
+              {now} AS claimed_at, j.last_error AS error, NULL::text AS traceback, j.queue, j.task
+), {_attempt_ending}
+SELECT id, queue, task, error FROM {_ended}
 
 -- name: notify
 -- Wake idle workers when jobs become due again without an insert (the enqueue

@@ -14,9 +14,9 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from ...model import Beat, ClaimedJob, NewJob
+from ...model import Beat, ClaimedJob, JobId, NewJob
 from ..columns import pg_arrays, pg_params
-from ..rows import assign_ids, claimed_from_rows, missing_keys
+from ..rows import assign_ids, claimed_from_rows, inserted_ids, missing_keys
 
 __all__ = [
     "DONE_CHUNK",
@@ -44,15 +44,16 @@ Steps = Generator[tuple[str, dict[str, Any]], Rows, T]
 DONE_CHUNK = 200
 
 
-def enqueue_steps(jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[int]]:
-    """The insert, and for dedup hits the lookup of the active jobs holding
-    their keys. Each statement commits on its own: when a key's holder
-    finished between the insert and the lookup, only the jobs still without
-    an id are inserted again (the rest are in, and inserting them again would
-    make them twice)."""
+def enqueue_steps(jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[JobId]]:
+    """The insert, and for dedup hits the lookup of the jobs holding their
+    keys (active, or inside their dedup window; dedup_holders releases the
+    windows that have passed). Each statement commits on its own: when a
+    key's holder finished (or its window was released) between the insert and
+    the lookup, only the jobs still without an id are inserted again (the rest
+    are in, and inserting them again would make them twice)."""
     if not jobs:
         return []
-    ids: list[int | None] = [None] * len(jobs)
+    ids: list[JobId | None] = [None] * len(jobs)
     pending = list(range(len(jobs)))
     for _ in range(3):
         batch = [jobs[i] for i in pending]
@@ -60,11 +61,13 @@ def enqueue_steps(jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[in
         # Ids follow the ORDER BY of the insert's SELECT; RETURNING's own
         # order is unspecified, so sort by id to get the input order back.
         rows = sorted((yield query, params))
+        if len(rows) == len(batch) and len(batch) == len(jobs):  # the plain case: all in, at the first try
+            return inserted_ids(rows)
         if len(rows) == len(batch):
-            got: list[int | None] = [r[0] for r in rows]
+            got: list[JobId | None] = list(inserted_ids(rows))
         else:
             keys = missing_keys(batch, rows)
-            held = {k: i for i, k in (yield "active_by_dedup_key", {"keys": keys})} if keys else {}
+            held = {k: i for i, k in (yield "dedup_holders", {"keys": keys, "now": now})} if keys else {}
             got = assign_ids(batch, rows, held)
         for i, job_id in zip(pending, got, strict=True):
             ids[i] = job_id

@@ -29,6 +29,7 @@ from ...model import (
     ClaimedJob,
     DueJob,
     Job,
+    JobId,
     JobState,
     NewJob,
     Outcome,
@@ -250,10 +251,10 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresM
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[JobId]:
         return self._drive(enqueue_steps(jobs, now))
 
-    async def enqueue_async(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+    async def enqueue_async(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[JobId]:
         return await self._drive_async(enqueue_steps(jobs, now))
 
     def get_job(self, job_id: int) -> Job | None:
@@ -447,7 +448,7 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresM
             self._all("notify", {"queues": sorted(queues)})
 
     # -- hooks of tx.TransactionsMixin (enqueue on a caller's connection, ctx.transaction())
-    def _enqueue_plan(self, jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[int]]:
+    def _enqueue_plan(self, jobs: Sequence[NewJob], now: datetime | None) -> Steps[list[JobId]]:
         return enqueue_steps(jobs, now)
 
     def _fence(self, worker: str, job_id: int, attempt: int) -> dict[str, Any]:

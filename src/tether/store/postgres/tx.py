@@ -29,7 +29,7 @@ from psycopg_pool import ConnectionPool
 
 from ...config import DatabaseURL
 from ...errors import ConfigError, SchemaMissing, StaleAttempt
-from ...model import MAX_ATTEMPTS_SHOWN, Job, NewJob
+from ...model import MAX_ATTEMPTS_SHOWN, Job, JobId, NewJob
 from ..rows import job_with_newest
 from .loop_connections import LoopConnections
 
@@ -95,7 +95,7 @@ class PgTransactions:
             f"tether's tables are missing from schema {self.schema!r} of database {dbname!r} (the connection "
             "you passed): run `tether migrate` against it. Your transaction is now aborted: roll it back")
 
-    def enqueue_on(self, conn: psycopg.Connection[Any], steps: Steps) -> list[int]:
+    def enqueue_on(self, conn: psycopg.Connection[Any], steps: Steps) -> list[JobId]:
         """Drive an enqueue's statements on the caller's connection, no commit.
         A cursor of our own: the caller's row factory (dict_row, say) is theirs."""
         cur = conn.cursor(row_factory=tuple_row)
@@ -131,7 +131,7 @@ class PgTransactions:
         finally:
             cur.close()
 
-    async def enqueue_on_async(self, conn: psycopg.AsyncConnection[Any], steps: Steps) -> list[int]:
+    async def enqueue_on_async(self, conn: psycopg.AsyncConnection[Any], steps: Steps) -> list[JobId]:
         cur = conn.cursor(row_factory=tuple_row)
         try:
             step = next(steps)
@@ -235,7 +235,7 @@ class TransactionsMixin:
         if "_tx" in self.__dict__:
             self._tx.close()
 
-    def enqueue_on(self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+    def enqueue_on(self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[JobId]:
         self._tx.check(conn, want_async=False)
         assert isinstance(conn, psycopg.Connection)
         return self._tx.enqueue_on(conn, self._enqueue_plan(jobs, now)) if jobs else []
@@ -249,7 +249,7 @@ class TransactionsMixin:
 
     async def enqueue_on_async(
         self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None
-    ) -> list[int]:
+    ) -> list[JobId]:
         self._tx.check(conn, want_async=True)
         if not jobs:
             return []

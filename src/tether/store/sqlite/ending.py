@@ -27,7 +27,7 @@ from typing import Any
 __all__ = ["ENDINGS", "end"]
 
 #: the named queries that can end a job
-ENDINGS = frozenset({"complete", "fail", "release", "reap_one", "cancel", "bury_unknown", "cancel_many"})
+ENDINGS = frozenset({"complete", "fail", "release", "reap_one", "cancel", "bury_unknown", "cancel_many", "expire"})
 
 
 def end(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], name: str,

@@ -14,18 +14,44 @@
 -- (store/columns.py: INSERTED; job_insert_json reads them from position 2).
 -- "WHERE true" is SQLite's required disambiguation before ON CONFLICT in an
 -- INSERT ... SELECT. A dedup hit inserts nothing; the caller looks it up.
+-- A key is taken by an active job (tether_jobs_dedup_idx) or by a job with a
+-- dedup window (tether_jobs_dedup_window_idx, migration 0012), as on
+-- PostgreSQL. No conflict target: both indexes are arbiters (no other unique
+-- index of the table can conflict with a new job). A job without a window of
+-- its own is not in the window index, so the NOT EXISTS keeps it out while a
+-- window holds its key: one write transaction, so that read decides alone.
+-- (0001's index is kept as it was, and the window index leaves active jobs
+-- to it, for a producer of the previous release: its ON CONFLICT names 0001's
+-- predicate, and SQLite raises on a conflict in an index it did not name.)
 INSERT INTO tether_jobs (run_at, created_at, {job_insert_columns})
 SELECT coalesce(n.value ->> 0, {now} + (n.value ->> 1)), {now}, {job_insert_json}
 FROM json_each(:jobs) AS n
-WHERE true
+WHERE {job_dedup_key_json} IS NULL
+   OR NOT EXISTS (SELECT 1 FROM tether_jobs AS h WHERE h.dedup_key = {job_dedup_key_json} AND h.dedup_for IS NOT NULL)
 ORDER BY n.key
-ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
-DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING id, dedup_key
 
--- name: active_by_dedup_key
+-- name: release_dedup
+-- For an enqueue's dedup hits, first: the finished jobs among the keys' holders
+-- whose dedup window has passed give their key up (dedup_for = NULL takes
+-- them out of tether_jobs_dedup_window_idx), so that the enqueue inserts
+-- again. In the enqueue's write transaction, as dedup_holders.
+UPDATE tether_jobs SET dedup_for = NULL
+WHERE dedup_key IN (SELECT value FROM json_each(:keys)) AND dedup_for IS NOT NULL
+  AND state NOT IN ('queued', 'running') AND finished_at + dedup_for <= {now}
+
+-- name: dedup_holders
+-- The job holding each key: active, or with a window not yet released
+-- (release_dedup ran first). Two branches, each the exact predicate of one
+-- partial index (tether_jobs_dedup_idx, tether_jobs_dedup_window_idx), so
+-- each is a search by key: one OR over both was a scan of the whole table.
 SELECT id, dedup_key FROM tether_jobs
 WHERE dedup_key IN (SELECT value FROM json_each(:keys)) AND state IN ('queued', 'running')
+UNION ALL
+SELECT id, dedup_key FROM tether_jobs
+WHERE dedup_key IN (SELECT value FROM json_each(:keys)) AND dedup_for IS NOT NULL
+  AND state NOT IN ('queued', 'running')
 
 -- name: _grant_lease
 -- The lease grant that claim and claim_ids share: running, attempt + 1 (the
@@ -73,6 +99,13 @@ rooms AS (
     FROM {_open_queues} AS o
 )
 
+-- name: _due
+-- (A condition on a queued job j.) Due, and not expired: claimable from its
+-- run_at up to and including its expires_at (issue 44; NULL: never), so an
+-- expired job is never started, whatever the expiry service swept yet. The
+-- expiry is a filter on the rows tether_jobs_claim_idx hands over in order.
+j.run_at <= {now} AND {now} <= coalesce(j.expires_at, 1e18)
+
 -- name: _key_free
 -- (A condition on a queued job j.) Its exclusive key, if it has one, is free:
 -- no job with the key is running, and j is the first queued, due job of its
@@ -99,7 +132,7 @@ SELECT id FROM (
     -- queues without limits: the best :limit due jobs, as always
     SELECT * FROM (
         SELECT j.id, j.priority, j.run_at FROM tether_jobs AS j
-        WHERE j.state = 'queued' AND j.run_at <= {now}
+        WHERE j.state = 'queued' AND {_due}
           AND j.queue IN (SELECT name FROM rooms WHERE room IS NULL)
           AND j.task IN (SELECT name FROM tasks)
           AND {_key_free}
@@ -115,7 +148,7 @@ SELECT id FROM (
         FROM rooms AS r CROSS JOIN tether_jobs AS c  -- CROSS: rooms drives; no limited queue, no scan
         WHERE r.room > 0 AND c.id IN (
             SELECT j.id FROM tether_jobs AS j
-            WHERE j.queue = r.name AND j.state = 'queued' AND j.run_at <= {now}
+            WHERE j.queue = r.name AND j.state = 'queued' AND {_due}
               AND j.task IN (SELECT name FROM tasks)
               AND {_key_free}
             ORDER BY j.priority DESC, j.run_at, j.id
@@ -189,7 +222,7 @@ WHERE id IN (
         SELECT j.id, r.room, row_number() OVER (PARTITION BY j.queue ORDER BY j.id) AS nth
         FROM tether_jobs AS j JOIN rooms AS r ON r.name = j.queue
         WHERE j.id IN (SELECT value FROM json_each(:ids))
-          AND j.state = 'queued' AND j.run_at <= {now}
+          AND j.state = 'queued' AND {_due}
           AND (:tasks IS NULL OR j.task IN (SELECT value FROM json_each(:tasks)))
           AND {_key_free})
     WHERE room IS NULL OR nth <= room)
@@ -647,6 +680,26 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, queue, task, last_error
+
+-- name: expire
+-- An ending (store/sqlite/ending.py) with an attempts row of outcome
+-- 'expired'. The expiry service's rule (see the PostgreSQL query for the
+-- why): queued jobs whose expires_at has passed end cancelled, attempt and
+-- released both one up, oldest expiry first over tether_jobs_expiry_idx,
+-- bounded. SQLite runs one writer at a time, so a row is swept once.
+UPDATE tether_jobs
+SET state = 'cancelled',
+    finished_at = {now},
+    attempt = attempt + 1,
+    released = released + 1,
+    last_error = 'expired: not started by its expires_at'
+WHERE id IN (
+    SELECT j.id FROM tether_jobs AS j
+    WHERE j.state = 'queued' AND j.expires_at IS NOT NULL AND j.expires_at < {now}
+    ORDER BY j.expires_at
+    LIMIT :limit
+)
+RETURNING id, state, 'expired', attempt, :worker, {now}, {now}, last_error, NULL, queue, task, last_error
 
 -- name: db_now
 SELECT {now}

@@ -24,6 +24,7 @@ from ...model import (
     ClaimedJob,
     DueJob,
     Job,
+    JobId,
     JobState,
     NewJob,
     Outcome,
@@ -39,6 +40,7 @@ from ..rows import (
     attempt_from_row,
     claimed_from_rows,
     epoch_to_dt,
+    inserted_ids,
     job_from_row,
     job_with_newest,
     json_text,
@@ -157,28 +159,41 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteMany, SQLi
         return value
 
     # -- producers ----------------------------------------------------------------
-    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+    def enqueue(self, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[JobId]:
         if not jobs:
             return []
         with self._write() as conn:
             return self._enqueue_in(conn, jobs, now)
 
     def _enqueue_in(self, conn: sqlite3.Connection | sqlite3.Cursor, jobs: Sequence[NewJob],
-                    now: datetime | None) -> list[int]:
+                    now: datetime | None) -> list[JobId]:
         """The insert and its dedup lookups, inside a write transaction the
-        caller holds, so no key's holder can finish in between."""
-        payload = json.dumps([sqlite_row(j, _ts(j.run_at)) for j in jobs])
-        rows = sorted(conn.execute(self.q["enqueue"], {"jobs": payload, "now": _ts(now)}).fetchall())
+        caller holds, so no key's holder can finish in between. A key held by
+        a finished job whose dedup window has passed is released
+        (release_dedup), and the jobs that wanted it are inserted in a second
+        pass, in the same transaction."""
+        rows = self._insert(conn, jobs, now)
         if len(rows) == len(jobs):
-            return [r[0] for r in rows]
+            return inserted_ids(rows)
         keys = missing_keys(jobs, rows)
-        ids = assign_ids(jobs, rows, self._active_by_key(conn, keys) if keys else {})
+        if keys:
+            conn.execute(self.q["release_dedup"], {"keys": json.dumps(keys), "now": _ts(now)})
+        ids = assign_ids(jobs, rows, self._holders(conn, keys) if keys else {})
+        again = [j for j, i in zip(jobs, ids, strict=True) if i is None]
+        if again:  # released windows: their keys are free now
+            more = iter(self._enqueue_in(conn, again, now))
+            ids = [next(more) if i is None else i for i in ids]
         # One write transaction: a key's holder cannot finish between the insert and the lookup.
         assert None not in ids, "a dedup key changed hands inside a write transaction"
         return [i for i in ids if i is not None]
 
-    def _active_by_key(self, conn: sqlite3.Connection | sqlite3.Cursor, keys: list[str]) -> dict[str, int]:
-        rows = conn.execute(self.q["active_by_dedup_key"], {"keys": json.dumps(keys)}).fetchall()
+    def _insert(self, conn: sqlite3.Connection | sqlite3.Cursor, jobs: Sequence[NewJob],
+                now: datetime | None) -> list[Any]:
+        payload = json.dumps([sqlite_row(j, _ts(j.run_at), _ts) for j in jobs])
+        return sorted(conn.execute(self.q["enqueue"], {"jobs": payload, "now": _ts(now)}).fetchall())
+
+    def _holders(self, conn: sqlite3.Connection | sqlite3.Cursor, keys: list[str]) -> dict[str, int]:
+        rows = conn.execute(self.q["dedup_holders"], {"keys": json.dumps(keys)}).fetchall()
         return {k: i for i, k in rows}
 
     def get_job(self, job_id: int) -> Job | None:
@@ -257,6 +272,11 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteMany, SQLi
         with self._write() as conn:
             rows = end(conn, self.q, "bury_unknown", {"queues": json.dumps(list(queues)), "since": grace,
                                                       "limit": limit, "now": _ts(now)})
+        return [model.Buried(id=r[0], queue=r[9], task=r[10], error=r[11]) for r in rows]
+
+    def expire(self, worker: str, *, limit: int, now: datetime | None = None) -> list[model.Buried]:
+        with self._write() as conn:
+            rows = end(conn, self.q, "expire", {"worker": worker, "limit": limit, "now": _ts(now)})
         return [model.Buried(id=r[0], queue=r[9], task=r[10], error=r[11]) for r in rows]
 
     # -- worker operations --------------------------------------------------------

@@ -37,7 +37,7 @@ from functools import cached_property, partial
 from typing import Any, TypeVar
 
 from ...errors import ConfigError, SchemaMissing, StaleAttempt
-from ...model import MAX_ATTEMPTS_SHOWN, Job, NewJob
+from ...model import MAX_ATTEMPTS_SHOWN, Job, JobId, NewJob
 from ..rows import epoch_to_dt, job_with_newest, json_text
 
 __all__ = ["SqliteTransactions", "TransactionsMixin"]
@@ -220,7 +220,7 @@ class TransactionsMixin:
         raise NotImplementedError
 
     def _enqueue_in(self, conn: sqlite3.Connection | sqlite3.Cursor, jobs: Sequence[NewJob],
-                    now: datetime | None) -> list[int]:
+                    now: datetime | None) -> list[JobId]:
         raise NotImplementedError
 
     def _complete_in(self, conn: sqlite3.Connection | sqlite3.Cursor, worker: str,
@@ -239,7 +239,7 @@ class TransactionsMixin:
         if "_tx" in self.__dict__:
             self._tx.close()
 
-    def enqueue_on(self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[int]:
+    def enqueue_on(self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None) -> list[JobId]:
         mine = self._tx.check(conn)
         if not jobs:
             return []
@@ -258,7 +258,7 @@ class TransactionsMixin:
 
     async def enqueue_on_async(
         self, conn: object, jobs: Sequence[NewJob], *, now: datetime | None = None
-    ) -> list[int]:
+    ) -> list[JobId]:
         # sqlite3 has no async driver: the caller's connection is used where
         # the caller uses it (it may refuse other threads).
         return self.enqueue_on(conn, jobs, now=now)
