@@ -23,6 +23,7 @@ EXECUTED = {
     "tutorial/app.py": "test_tutorial (imported by its workers and producers)",
     "tutorial/steps.sh": "test_tutorial",
     "tutorial/install.sh": "tests/test_wheel.py (against the built wheel)",
+    "handlers/middleware.py": "tests/test_handler_events.py (with sentry_sdk and an in-memory transport)",
 }
 #: shell lines a page may show that no test can run as written (they name a
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them

@@ -28,6 +28,7 @@ from .config import (
 from .context import JobCancelled, JobContext
 from .errors import ConfigError, JobFailed, UnknownTask
 from .events import Event, EventHook, Events, ending_event
+from .handlers import HandlerHooks
 from .logs import configure_worker_logging
 from .model import Job, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name, script_loaded_twice, validate_task_name
@@ -71,7 +72,7 @@ def _ended(job: Job) -> Job:
     return job
 
 
-class Tether:
+class Tether(HandlerHooks):
     """A tether application: where jobs live, which tasks exist, and the timers.
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the
@@ -124,6 +125,7 @@ class Tether:
         self.schedule_specs: dict[str, ScheduleSpec] = {}
         #: lifecycle hooks (see ``on``)
         self.events = Events()
+        self.middlewares = []  # @app.middleware (tether.handlers)
         #: OpenTelemetry tracing, set by ``tether.otel.instrument(app)``
         self.tracing: Tracer | None = None
         self._store: Store | None = None

@@ -23,10 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import sys
 import time
 from collections import deque
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -39,8 +38,11 @@ from ..payload import dump_json, traceback_text
 from ..transport import Delivery
 from . import failpoints
 from .appview import TaskView
+from .calls import call_sync as _call_sync
+from .calls import start_task as _start
 from .heartbeat import report_progress
 from .inflight import Running
+from .middleware import Middleware, wrap
 from .policy import on_error
 from .pool import HandlerThreads, ThreadCall
 from .reporter import Reporter, ended
@@ -78,7 +80,8 @@ PREFETCH_DRAIN = 0.05
 
 class Executor:
     def __init__(self, state: WorkerState, reporter: Reporter, tasks: Mapping[str, TaskView], *, concurrency: int,
-                 claim_batch: int | None, prefetch: bool, max_payload_bytes: int) -> None:
+                 claim_batch: int | None, prefetch: bool, max_payload_bytes: int,
+                 middlewares: Sequence[Middleware] = ()) -> None:
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if claim_batch is not None and (not isinstance(claim_batch, int) or claim_batch < 1):
@@ -88,6 +91,9 @@ class Executor:
         self.tasks = tasks
         self.concurrency = concurrency
         self.max_payload_bytes = max_payload_bytes
+        #: ``@app.middleware``, and each task's run inside those of its kind (built on first use)
+        self.middlewares = tuple(middlewares)
+        self._wrapped: dict[str, Callable[..., Any]] = {}
         #: how many jobs one claim takes when not prefetching
         self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
         #: the most a claim ahead takes (the store's prefetch_factor batches)
@@ -245,6 +251,7 @@ class Executor:
         assert loop is not None
         job, ctx = running.job, running.ctx
         task = self.tasks[job.task]
+        run = task.run if not self.middlewares else self._run_of(job.task, task)
         running.started = time.monotonic()
         if s.events.active:
             wait = (job.claimed_at - job.run_at).total_seconds() if job.run_at is not None else None
@@ -260,8 +267,8 @@ class Executor:
             # attempt as a raise inside would.
             fut: asyncio.Future[Any]
             try:
-                coro = (task.run(ctx, **job.args) if tracing is None else  # the span is current while it runs
-                        tracing.call_async(running.span, task.run, ctx, job.args))
+                coro = (run(ctx, **job.args) if tracing is None else  # the span is current while it runs
+                        tracing.call_async(running.span, run, ctx, job.args))
             except Exception as exc:
                 fut = loop.create_future()
                 fut.set_exception(exc)
@@ -273,13 +280,19 @@ class Executor:
             # A def handler's call goes to the handler threads; its outcome
             # comes back in a batch with the others that finished meanwhile
             # (_thread_done), on a later turn of this loop.
-            call = (ThreadCall(self.handlers, running, _call_sync, (task, ctx, job.args)) if tracing is None else
-                    ThreadCall(self.handlers, running, tracing.call_sync, (running.span, task.run, ctx, job.args)))
+            call = (ThreadCall(self.handlers, running, _call_sync, (run, ctx, job.args)) if tracing is None else
+                    ThreadCall(self.handlers, running, tracing.call_sync, (running.span, run, ctx, job.args)))
             running.handler = call
             self.handlers.submit(call)
         hard = running.hard_deadline  # from the claim: a prefetched job's wait counts against it
         if hard is not None:
             loop.call_at(loop.time() + (hard - time.monotonic()), self._timed_out, running)
+
+    def _run_of(self, name: str, task: TaskView) -> Callable[..., Any]:
+        run = self._wrapped.get(name)
+        if run is None:
+            run = self._wrapped[name] = wrap(task.run, task.is_async, self.middlewares)
+        return run
 
     async def _drive(self, running: Running, coro: Coroutine[Any, Any, Any]) -> None:
         """An async handler's task: the handler, then its outcome, in the same
@@ -379,6 +392,7 @@ class Executor:
             task = self.tasks.get(job.task)
             if type(exc) is TypeError and task is not None:  # args a deploy's new signature does not take?
                 exc = task.misfit(job.args, exc)
+            running.exception = exc
             reporter.fail(running, *on_error(task.options if task is not None else None, job, exc))
             return
         try:
@@ -468,25 +482,9 @@ class Executor:
         return leftovers
 
 
-if sys.version_info >= (3, 12):
-    def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
-        """A handler's task, started at once (an eager task, Python 3.12+): it
-        runs up to its first real wait now, as the current task, and one that
-        finishes without waiting costs no trip through the loop."""
-        return asyncio.Task(coro, loop=loop, eager_start=True)
-else:
-    def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
-        """A handler's task (eager where Python has eager tasks, 3.12+)."""
-        return loop.create_task(coro)
-
-
 def _committing_thread(running: Running) -> bool:
     """A def handler inside ctx.transaction() (or committing it) at a shutdown:
     left to end, not released beside its commit (on SQLite the release waited
     for the block's lock, was refused, and the result was dropped)."""
     return (running.ctx.cancel_reason == CancelReason.SHUTDOWN and not running.lost
             and isinstance(running.handler, ThreadCall) and (running.in_block or running.reporting))
-
-
-def _call_sync(task: TaskView, ctx: JobContext, args: dict[str, Any]) -> Any:
-    return task.run(ctx, **args)

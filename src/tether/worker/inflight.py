@@ -69,6 +69,8 @@ class Running:
     #: ctx.transaction_on(): monotonic time its block wrote the success into
     #: the caller's transaction, until the caller says how the commit went
     joined_written: float | None = None
+    #: what the handler raised, when its failure is being reported (the events' ``exception``)
+    exception: BaseException | None = None
 
 
 class InFlight(dict[int, Running]):

@@ -46,6 +46,7 @@ from .heartbeat import Heartbeater
 from .history import recorder_from_env
 from .identity import host_name, make_worker_id, process_start_time
 from .inflight import InFlight
+from .middleware import unwrapped
 from .pruner import Pruner
 from .reaper import Reaper
 from .reconcile import Reconciler
@@ -107,7 +108,7 @@ class Worker:
         reporter = Reporter(s, carry=False)
         self.executor = executor = Executor(s, reporter, app.tasks, concurrency=concurrency,
                                             claim_batch=claim_batch, prefetch=prefetch,
-                                            max_payload_bytes=app.max_payload_bytes)
+                                            max_payload_bytes=app.max_payload_bytes, middlewares=app.middlewares)
         #: whether claims carry successes (complete_and_claim, or with a
         #: delivering transport complete_and_claim_ids): small ones do, and
         #: any through a tether server (each round is a request)
@@ -255,6 +256,10 @@ class Worker:
         s = self.state
         await s.db(s.store.check_schema)
         s.tasks = sorted(self.app.tasks)  # the handlers now, which the claims name and the row records
+        bare = unwrapped({n: t.is_async for n, t in self.app.tasks.items()}, self.app.middlewares)
+        if bare:
+            log.warning("no middleware wraps task(s) %s: a middleware wraps handlers of its own kind (def or "
+                        "async def), and every one registered is of the other kind", ", ".join(bare))
         await s.db(s.store.register_worker, WorkerInfo(
             id=self.id, host=self.host, pid=os.getpid(), proc_start=process_start_time(os.getpid()),
             started_at=None, last_seen=None, queues=s.queues, concurrency=self.concurrency,  # type: ignore[arg-type]
