@@ -61,6 +61,9 @@ class WorkerOptions(TypedDict, total=False):
     prefetch: bool
     burst: bool
     unknown_task_grace: float | None
+    isolation: str  # "thread" (default) or "process": every def handler in a child process (worker/isolation.py)
+    max_tasks_per_child: int | None
+    max_memory_per_child: int | str | None
 
 
 def _ended(job: Job) -> Job:
@@ -152,6 +155,7 @@ class Tether(HandlerHooks):
         timeout: float | None = None,
         retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        isolation: str = "thread",
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 
     def task(
@@ -167,6 +171,7 @@ class Tether(HandlerHooks):
         timeout: float | None = None,
         retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        isolation: str = "thread",
     ) -> Any:
         """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``.
         Its name defaults to ``module.qualname``, the module named as importers
@@ -177,7 +182,9 @@ class Tether(HandlerHooks):
         seconds before the first retry, doubling (capped at an hour, jittered),
         or a callable ``(attempt) -> seconds``. A handler may also raise
         ``tether.Retry(delay=...)`` (again later, no failure counted) or
-        ``tether.Discard(reason)`` (dead now)."""
+        ``tether.Discard(reason)`` (dead now). ``isolation="process"``: the ``def``
+        handler runs in a child process the worker kills when its attempt ends
+        (timeout, cancel, lost lease), instead of on a thread that cannot be stopped."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             if isinstance(f, Task):
@@ -189,7 +196,7 @@ class Tether(HandlerHooks):
             opts = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
                                timeout=timeout, retry_backoff=retry_backoff,
                                retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on)
-            t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
+            t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"), isolation)
             self.tasks[task_name] = t
             return t
 

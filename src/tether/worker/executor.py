@@ -25,7 +25,7 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping
 from functools import partial
 from typing import Any
 
@@ -38,11 +38,11 @@ from ..payload import dump_json, traceback_text
 from ..transport import Delivery
 from . import failpoints
 from .appview import TaskView
+from .calls import Runners
 from .calls import call_sync as _call_sync
 from .calls import start_task as _start
 from .heartbeat import report_progress
 from .inflight import Running
-from .middleware import Middleware, wrap
 from .policy import on_error
 from .pool import HandlerThreads, ThreadCall
 from .reporter import Reporter, ended
@@ -80,8 +80,7 @@ PREFETCH_DRAIN = 0.05
 
 class Executor:
     def __init__(self, state: WorkerState, reporter: Reporter, tasks: Mapping[str, TaskView], *, concurrency: int,
-                 claim_batch: int | None, prefetch: bool, max_payload_bytes: int,
-                 middlewares: Sequence[Middleware] = ()) -> None:
+                 claim_batch: int | None, prefetch: bool, max_payload_bytes: int, runners: Runners) -> None:
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if claim_batch is not None and (not isinstance(claim_batch, int) or claim_batch < 1):
@@ -91,9 +90,8 @@ class Executor:
         self.tasks = tasks
         self.concurrency = concurrency
         self.max_payload_bytes = max_payload_bytes
-        #: ``@app.middleware``, and each task's run inside those of its kind (built on first use)
-        self.middlewares = tuple(middlewares)
-        self._wrapped: dict[str, Callable[..., Any]] = {}
+        #: what each task's handler call is: middleware, process isolation (calls.py)
+        self.runners = runners
         #: how many jobs one claim takes when not prefetching
         self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
         #: the most a claim ahead takes (the store's prefetch_factor batches)
@@ -251,7 +249,7 @@ class Executor:
         assert loop is not None
         job, ctx = running.job, running.ctx
         task = self.tasks[job.task]
-        run = task.run if not self.middlewares else self._run_of(job.task, task)
+        run, running.isolated = self.runners.get(job.task, task)
         running.started = time.monotonic()
         if s.events.active:
             wait = (job.claimed_at - job.run_at).total_seconds() if job.run_at is not None else None
@@ -287,12 +285,6 @@ class Executor:
         hard = running.hard_deadline  # from the claim: a prefetched job's wait counts against it
         if hard is not None:
             loop.call_at(loop.time() + (hard - time.monotonic()), self._timed_out, running)
-
-    def _run_of(self, name: str, task: TaskView) -> Callable[..., Any]:
-        run = self._wrapped.get(name)
-        if run is None:
-            run = self._wrapped[name] = wrap(task.run, task.is_async, self.middlewares)
-        return run
 
     async def _drive(self, running: Running, coro: Coroutine[Any, Any, Any]) -> None:
         """An async handler's task: the handler, then its outcome, in the same
@@ -433,6 +425,8 @@ class Executor:
         fut = running.handler
         if fut is None or fut.done():
             return
+        if running.isolated:  # killed before the attempt's outcome is written: no retry runs beside it
+            self.runners.kill(running.ctx, now=running.lost or running.ctx.cancel_reason != CancelReason.REQUESTED)
         # A coroutine is cancelled at its next await. A thread cannot be
         # interrupted: on a cancel request it reads ctx.cancelled and decides; when
         # the attempt is lost, timed out or shut down we stop waiting for it.
@@ -446,6 +440,8 @@ class Executor:
             return
         s = self.state
         running.lost = True
+        if running.isolated:  # at once, here: this worker may be about to run the job's next attempt
+            self.runners.kill(running.ctx, now=True)
         s.counts["lost"] += 1
         if running.span is not None:
             ended(running, "lost", why)
@@ -477,6 +473,8 @@ class Executor:
             # A pending cancel request keeps its reason (the job ends cancelled);
             # otherwise the job is released without spending its budget.
             running.ctx.cancel(CancelReason.SHUTDOWN)
+            if running.isolated:
+                self.runners.kill(running.ctx, now=True)
             if running.handler is not None and not _committing_thread(running):
                 running.handler.cancel()
         return leftovers

@@ -40,6 +40,7 @@ from ..store import Listener, Store
 from ..transport import Transport, announce
 from .appview import AppView
 from .burst import BurstClaimer
+from .calls import Runners
 from .claimer import STOP_GRACE, Claimer
 from .executor import Executor
 from .heartbeat import Heartbeater
@@ -82,6 +83,9 @@ class Worker:
         prefetch: bool = True,
         burst: bool = False,
         unknown_task_grace: float | None = DEFAULT_UNKNOWN_TASK_GRACE,
+        isolation: str = "thread",
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | str | None = None,
     ) -> None:
         if shutdown_timeout < 0:
             raise ConfigError(f"shutdown_timeout must be >= 0 seconds, got {shutdown_timeout!r}")
@@ -108,7 +112,9 @@ class Worker:
         reporter = Reporter(s, carry=False)
         self.executor = executor = Executor(s, reporter, app.tasks, concurrency=concurrency,
                                             claim_batch=claim_batch, prefetch=prefetch,
-                                            max_payload_bytes=app.max_payload_bytes, middlewares=app.middlewares)
+                                            max_payload_bytes=app.max_payload_bytes, runners=Runners(
+            app.tasks, app.middlewares, isolation=isolation, worker_id=self.id, max_payload_bytes=app.max_payload_bytes,
+            max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child))
         #: whether claims carry successes (complete_and_claim, or with a
         #: delivering transport complete_and_claim_ids): small ones do, and
         #: any through a tether server (each round is a request)
@@ -307,6 +313,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             self.executor.handlers.shutdown(wait=False)
+            await asyncio.to_thread(self.executor.runners.close)  # children: told to exit, or killed
             if s.transport.delivers:  # before this loop ends: a NATS client running on it goes
                 with contextlib.suppress(Exception):
                     await s.transport.stop(s.queues)
