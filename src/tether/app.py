@@ -61,7 +61,7 @@ class WorkerOptions(TypedDict, total=False):
     prefetch: bool
     burst: bool
     unknown_task_grace: float | None
-    isolation: str  # "thread" (default) or "process": every def handler in a child process (worker/isolation.py)
+    isolation: str  # "thread" or "process" (worker/isolation.py); and with "process":
     max_tasks_per_child: int | None
     max_memory_per_child: int | str | None
 
@@ -182,9 +182,8 @@ class Tether(HandlerHooks):
         seconds before the first retry, doubling (capped at an hour, jittered),
         or a callable ``(attempt) -> seconds``. A handler may also raise
         ``tether.Retry(delay=...)`` (again later, no failure counted) or
-        ``tether.Discard(reason)`` (dead now). ``isolation="process"``: the ``def``
-        handler runs in a child process the worker kills when its attempt ends
-        (timeout, cancel, lost lease), instead of on a thread that cannot be stopped."""
+        ``tether.Discard(reason)`` (dead now). ``isolation="process"``: the def
+        handler runs in a child process, killed when its attempt ends."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             if isinstance(f, Task):
@@ -464,14 +463,14 @@ class Tether(HandlerHooks):
             logging.getLogger("tether.worker").warning("%s", twice)
         return Worker(self, **options)
 
-    def run_worker(self, **options: Unpack[WorkerOptions]) -> None:
+    def run_worker(self, *, processes: int = 1, **options: Unpack[WorkerOptions]) -> None:
         """Run a worker until SIGTERM/SIGINT (blocking): the first signal stops
         claiming and waits ``shutdown_timeout`` for running jobs, then releases
-        the rest; a second signal stops at once."""
-        if not logging.getLogger().handlers:
-            # `python app.py` ending in app.run_worker(), with no logging set
-            # up: the same log as `tether worker` (no start line, and a
-            # bare "SIGTERM: no new claims" with no time, before)
+        the rest; a second signal stops at once. ``processes``: more than one
+        becomes ``tether worker --processes N`` (``tether.handlers``)."""
+        if processes != 1:
+            return self._run_processes(processes, options)
+        if not logging.getLogger().handlers:  # `python app.py` with no logging set up: `tether worker`'s log
             configure_worker_logging()
         asyncio.run(self.worker(**options).run(install_signal_handlers=True))
 

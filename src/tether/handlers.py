@@ -1,11 +1,17 @@
 """The app's registrations around handlers: ``@app.middleware`` (what wraps
-every execution; the chain itself is ``tether.worker.middleware``). A mixin
-of ``Tether``, kept out of app.py, which holds the registry and the enqueue API."""
+every execution; the chain itself is ``tether.worker.middleware``), and
+``app.run_worker(processes=N)``, which becomes ``tether worker --processes N``.
+A mixin of ``Tether``, kept out of app.py, which holds the registry and the
+enqueue API."""
 
 from __future__ import annotations
 
 import inspect
-from typing import TypeVar
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
 
 from .errors import ConfigError
 from .worker.middleware import Middleware
@@ -41,3 +47,66 @@ class HandlerHooks:
             raise ConfigError(f"middleware {getattr(fn, '__qualname__', fn)!r} is registered twice")
         self.middlewares.append(fn)
         return fn
+
+    def _run_processes(self, processes: int, options: Mapping[str, Any]) -> None:
+        """``run_worker(processes=N)``: this process becomes ``tether worker
+        --app REF --processes N`` with the same options (exec: the same pid, so a
+        service manager's signals reach the supervisor). Each worker process
+        imports the app by its reference, as ``tether worker`` does: the module
+        that defines it (for a script, the script's file by its name, with
+        ``if __name__ == "__main__":`` around its ``run_worker`` call)."""
+        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+            raise ConfigError(f"processes must be an int >= 1, got {processes!r}")
+        flags = _worker_flags(options)
+        if getattr(self, "scratch", None) is not None:
+            raise ConfigError("run_worker(processes=N): a sqlite:///:memory: database is this process's alone")
+        argv = [sys.executable, "-m", "tether", "worker", "--app", self._reference(), "--processes", str(processes),
+                *flags]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, argv)
+
+    def _reference(self) -> str:
+        """``module:attribute`` naming this app, for a worker process to import;
+        a script's directory goes first on PYTHONPATH for its children."""
+        found = [(name, attr) for name, module in list(sys.modules.items()) if not name.startswith("__")
+                 for attr, value in list(vars(module).items()) if value is self]
+        if found:
+            name, attr = found[0]
+            return f"{name}:{attr}"
+        main = sys.modules.get("__main__")
+        path = getattr(main, "__file__", None)
+        attrs = [attr for attr, value in vars(main).items() if value is self] if main is not None else []
+        if path is None or not attrs or not Path(path).stem.isidentifier():
+            raise ConfigError("run_worker(processes=N) needs the app at the top level of a module or script that a "
+                              "worker process can import (module:attribute); run `tether worker --app module:app "
+                              "--processes N` instead")
+        where = str(Path(path).resolve().parent)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (where, os.environ.get("PYTHONPATH")) if p)
+        return f"{Path(path).stem}:{attrs[0]}"
+
+
+#: run_worker's options as ``tether worker``'s flags (None: left to the flag's default)
+_FLAGS = {"concurrency": "--concurrency", "shutdown_timeout": "--shutdown-timeout",
+          "poll_interval": "--poll-interval", "unknown_task_grace": "--unknown-task-grace",
+          "isolation": "--isolation", "max_tasks_per_child": "--max-tasks-per-child",
+          "max_memory_per_child": "--max-memory-per-child"}
+
+
+def _worker_flags(options: Mapping[str, Any]) -> list[str]:
+    flags: list[str] = []
+    for name, value in options.items():
+        if name in _FLAGS:
+            if value is not None or name == "unknown_task_grace":
+                flags += [_FLAGS[name], str(0 if value is None else value)]
+        elif name == "queues":
+            if isinstance(value, str):
+                raise ConfigError(f"queues must be a list of queue names, not the string {value!r}")
+            if value is not None:
+                flags += ["--queues", ",".join(value)]
+        elif name in ("prefetch", "burst"):
+            if bool(value) != (name == "prefetch"):  # not the default
+                flags.append("--no-prefetch" if name == "prefetch" else "--burst")
+        else:
+            raise ConfigError(f"run_worker(processes=N) does not take {name}= (tether worker has no flag for it)")
+    return flags
