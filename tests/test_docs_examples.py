@@ -24,6 +24,7 @@ EXECUTED = {
     "tutorial/steps.sh": "test_tutorial",
     "tutorial/install.sh": "tests/test_wheel.py (against the built wheel)",
     "handlers/middleware.py": "tests/test_handler_events.py (with sentry_sdk and an in-memory transport)",
+    "handlers/isolation.py": "tests/test_isolation_cli.py (run as a script: its worker runs render in a child)",
 }
 #: shell lines a page may show that no test can run as written (they name a
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them

@@ -84,3 +84,33 @@ def test_sigterm_past_the_shutdown_timeout_kills_the_child_and_releases_the_job(
     job = app.get_job(jid)
     assert job is not None and job.state is JobState.QUEUED, job
     assert [a.outcome for a in job.attempts] == [Outcome.RELEASED]  # handed back, its budget untouched
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "handlers" / "isolation.py"
+
+
+def test_docs_isolation_example_runs_render_in_a_child(db_url: str, tmp_path: Path) -> None:
+    """docs/examples/handlers/isolation.py run as its page says (``python isolation.py``):
+    render's result names a pid other than the worker's."""
+    app = Tether(db_url)
+    app.migrate()
+
+    @app.task(name="render")
+    def render(ctx: JobContext, pages: int) -> None: ...
+
+    try:
+        jid = render.enqueue(pages=3)
+        log = tmp_path / "worker.log"
+        with log.open("wb") as err:
+            proc = subprocess.Popen([sys.executable, str(EXAMPLE)], env={**os.environ, "TETHER_DATABASE_URL": db_url},
+                                    cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            job = app.wait(jid, timeout=30)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=15)
+        assert job.result is not None and job.result["pages"] == 3
+        assert job.result["pid"] != proc.pid and not alive(job.result["pid"])
+        assert job.progress_message == "page 2"
+    finally:
+        app.close()
