@@ -291,6 +291,9 @@ def _serve(conn: Connection, pool: ChildPool) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(ValueError, OSError):
         signal.set_wakeup_fd(-1)  # the worker's event loop's: a signal here must not wake it
+    from .. import context
+
+    context._CANCEL_LOCK = threading.Lock()  # another thread of the worker may have held it at the fork
     _die_with(os.getppid())
     while True:
         try:
