@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from collections import deque
@@ -328,8 +329,10 @@ class Executor:
             running.slot_kept = False
             self.busy -= 1
             took = time.monotonic() - running.started
-            self.state.log.warning("job %d attempt %d: its def handler returned %.1fs after it started, past the end "
-                                   "of its attempt; its slot is free again", running.job.id, running.job.attempt, took)
+            self.state.log.log(logging.INFO if running.isolated else logging.WARNING,
+                               "job %d attempt %d: its %s %.1fs after it started, past the end of its attempt; its "
+                               "slot is free again", running.job.id, running.job.attempt, "handler's process was "
+                               "killed and reaped" if running.isolated else "def handler returned", took)
             if self.ready:
                 self.start_ready()
             self._nudge.set()
@@ -344,6 +347,7 @@ class Executor:
         running.reporting = True
         if keep_slot:
             running.slot_kept = True
+        if keep_slot and not running.isolated:  # (a child was killed: its slot frees once it is reaped)
             self.state.log.warning("job %d attempt %d ended, but its def handler is still running (a thread cannot "
                                    "be interrupted): its slot stays taken until it returns", job.id, job.attempt)
         else:
