@@ -115,13 +115,15 @@ def test_a_handler_stuck_in_a_c_call_is_killed_at_its_timeout(make_app: Callable
     assert job.state is JobState.DEAD and [a.outcome for a in job.attempts] == [Outcome.TIMED_OUT]
 
 
-def test_a_cancel_request_kills_a_handler_stuck_in_a_c_call(make_app: Callable[..., Tether], tmp_path: Path) -> None:
+@pytest.mark.parametrize("hang", sorted(HANGS))
+def test_a_cancel_request_kills_a_handler_stuck_in_a_c_call(make_app: Callable[..., Tether], tmp_path: Path,
+                                                            hang: str) -> None:
     app = make_app(**FAST)
 
     @app.task(name="stuck", isolation="process")
     def stuck(ctx: JobContext, where: str) -> None:
         Path(where, "pid").write_text(str(os.getpid()))
-        time.sleep(3600)
+        HANGS[hang]()
 
     jid = stuck.enqueue(where=str(tmp_path))
     with running(app):
