@@ -444,8 +444,6 @@ class Executor:
             return
         s = self.state
         running.lost = True
-        if running.isolated:  # at once, here: this worker may be about to run the job's next attempt
-            self.runners.kill(running.ctx, now=True)
         s.counts["lost"] += 1
         if running.span is not None:
             ended(running, "lost", why)
@@ -457,6 +455,8 @@ class Executor:
             s.emit("job.lost", running, time.monotonic() - running.started, error=why)
         if not running.ctx.cancel(CancelReason.LOST):
             self.on_ctx_cancel(running.ctx)  # already cancelled for another reason: interrupt anyway
+        if running.isolated:  # at once, here (after the signal: isolation.ChildPool._start): this worker
+            self.runners.kill(running.ctx, now=True)  # may be about to run the job's next attempt
 
     def beat_lost(self, running: Running, why: str) -> None:
         """Heartbeat thread. Once the handler has finished, its report decides:

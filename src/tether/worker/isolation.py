@@ -41,7 +41,7 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..context import JobCancelled, JobContext
+from ..context import CancelReason, JobCancelled, JobContext
 from ..errors import ConfigError, StaleAttempt, TetherError
 from ..payload import describe, dump_json, traceback_text
 
@@ -124,15 +124,13 @@ class ChildPool:
         """A handler thread: run ``task``'s handler for ``ctx``'s job in a child;
         its result, or what it raised (``JobCancelled`` once the attempt was
         cancelled and its child killed)."""
-        child = self._take()
         key = id(ctx)
-        with self._lock:
-            self._busy[key] = child
+        child = self._start(task, ctx, key)
         try:
-            child.conn.send(("run", task, ctx._job))
             while True:
-                if ctx.cancelled and child.kill_at is None:
-                    self._signal(child, signal.SIGTERM)
+                if ctx.cancelled and child.kill_at is None:  # (the executor's kill() came first, as a rule)
+                    self._signal(child, signal.SIGTERM if ctx.cancel_reason == CancelReason.REQUESTED
+                                 else signal.SIGKILL)
                 if child.kill_at is not None and time.monotonic() >= child.kill_at:
                     self._signal(child, signal.SIGKILL)
                 try:
@@ -157,6 +155,32 @@ class ChildPool:
         finally:
             with self._lock:
                 self._busy.pop(key, None)
+
+    def _start(self, task: str, ctx: JobContext, key: int) -> _Child:
+        """A child, registered for ``kill`` and sent the job. Registered first,
+        then the cancel signal read: a kill() that found no child came after the
+        signal was set (the executor sets it first), so it is read here, and the
+        handler never starts. An idle child found dead is replaced, once."""
+        for tries_left in (1, 0):
+            child = self._take()
+            with self._lock:
+                self._busy[key] = child
+            if ctx.cancelled:
+                with self._lock:
+                    self._busy.pop(key, None)
+                self._give_back(child)
+                raise JobCancelled(ctx.job_id, ctx.cancel_reason or "cancelled")
+            try:
+                child.conn.send(("run", task, ctx._job))
+            except OSError:
+                with self._lock:
+                    self._busy.pop(key, None)
+                self._retire(child)
+                if not tries_left:
+                    raise
+                continue
+            return child
+        raise AssertionError("unreachable")
 
     def kill(self, ctx: JobContext, *, now: bool) -> None:
         """Any thread: end the child running ``ctx``'s handler: SIGKILL (``now``)
