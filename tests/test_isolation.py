@@ -165,9 +165,9 @@ def test_a_lost_lease_kills_the_child_before_anyone_else_runs_the_job(make_app: 
         wait_until(lambda: bool(ticks(2)), 10, "the next attempt's start")  # this worker claims it again
         app.cancel(jid)
         wait_job(app, jid, is_final)
-    assert max(ticks(1)) < min(ticks(2))  # no straggler beside the next attempt
+    assert max(ticks(1)) < min(ticks(2)), (max(ticks(1)), min(ticks(2)))  # no straggler beside the next attempt
     assert int((tmp_path / "pid-2").read_text()) != pid
-    assert w.state.counts["lost"] == 1
+    assert w.state.counts["lost"] == 1, dict(w.state.counts)
 
 
 @pytest.mark.parametrize(("how", "reason"), [("segfault", "killed by signal SIGSEGV"),
