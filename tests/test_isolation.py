@@ -293,3 +293,26 @@ def test_an_idle_child_that_died_is_replaced_and_the_job_runs(make_app: Callable
         wait_until(lambda: not alive(first), what="the idle child's death")
         second = wait_job(app, pid.enqueue(), is_final)
     assert second.state is JobState.SUCCEEDED and second.result != first
+
+
+def test_a_handler_in_a_child_enqueues_and_reads_on_connections_of_its_own(make_app: Callable[..., Tether]) -> None:
+    """The child lets go of the worker's store (its sockets are the worker's)
+    and opens its own: the follow-up it enqueues runs, and the worker, whose
+    connections the child never touched, goes on."""
+    app = make_app(**FAST)
+
+    @app.task(name="follow")
+    def follow(ctx: JobContext, n: int) -> int:
+        return n + 1
+
+    @app.task(name="first", isolation="process")
+    def first(ctx: JobContext, n: int) -> dict[str, Any]:
+        seen = app.get_job(ctx.job_id)
+        return {"next": follow.enqueue(n=n), "state": None if seen is None else seen.state.value}
+
+    ids = [first.enqueue(n=i) for i in range(4)]
+    with running(app, concurrency=2):
+        results = [wait_job(app, j, is_final).result for j in ids]
+        followed = [wait_job(app, r["next"], is_final) for r in results]
+    assert [r["state"] for r in results] == ["running"] * 4
+    assert [(j.state, j.result) for j in followed] == [(JobState.SUCCEEDED, i + 1) for i in range(4)]

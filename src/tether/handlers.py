@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,6 +49,15 @@ class HandlerHooks:
         self.middlewares.append(fn)
         return fn
 
+    def _forked(self) -> None:
+        """In a handler's child process (isolation="process"): the worker's
+        store, connections and all, is the worker's. Set aside, never used nor
+        closed here (closing would end the worker's sessions on the sockets it
+        shares); the child opens its own on first use (``app.enqueue``,
+        ``app.get_job`` from a handler)."""
+        _INHERITED.append(vars(self).copy())
+        vars(self).update(_store=None, _finish_watch=None, _store_lock=threading.Lock())
+
     def _run_processes(self, processes: int, options: Mapping[str, Any]) -> None:
         """``run_worker(processes=N)``: this process becomes ``tether worker
         --app REF --processes N`` with the same options (exec: the same pid, so a
@@ -85,6 +95,9 @@ class HandlerHooks:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (where, os.environ.get("PYTHONPATH")) if p)
         return f"{Path(path).stem}:{attrs[0]}"
 
+
+#: what a handler's child process inherited from its worker and must not touch (HandlerHooks._forked)
+_INHERITED: list[object] = []
 
 #: run_worker's options as ``tether worker``'s flags (None: left to the flag's default)
 _FLAGS = {"concurrency": "--concurrency", "shutdown_timeout": "--shutdown-timeout",

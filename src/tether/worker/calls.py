@@ -51,14 +51,15 @@ class Runners:
 
     def __init__(self, tasks: Mapping[str, TaskView], middlewares: Sequence[Middleware], *, isolation: str,
                  worker_id: str, max_payload_bytes: int, max_tasks_per_child: int | None = None,
-                 max_memory_per_child: int | str | None = None) -> None:
+                 max_memory_per_child: int | str | None = None, forked: Callable[[], object] | None = None) -> None:
         if isolation not in ISOLATIONS:
             raise ConfigError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
         self.tasks = tasks
         self.middlewares = tuple(middlewares)
         self.isolation = isolation
         self._pool = partial(ChildPool, self.lookup, worker_id=worker_id, max_payload_bytes=max_payload_bytes,
-                             max_tasks=max_tasks_per_child, max_memory=parse_size(max_memory_per_child))
+                             max_tasks=max_tasks_per_child, max_memory=parse_size(max_memory_per_child),
+                             forked=forked)
         self._pool()  # checks the options now, at start-up (it forks nothing until its first call)
         self.pool: ChildPool | None = None
         self._lock = threading.Lock()

@@ -102,10 +102,13 @@ class ChildPool:
     for a task (the handler inside its ``def`` middleware), read in the child."""
 
     def __init__(self, lookup: Callable[[str], Callable[..., Any]], *, worker_id: str, max_payload_bytes: int,
-                 max_tasks: int | None = None, max_memory: int | None = None) -> None:
+                 max_tasks: int | None = None, max_memory: int | None = None,
+                 forked: Callable[[], object] | None = None) -> None:
         if max_tasks is not None and (not isinstance(max_tasks, int) or isinstance(max_tasks, bool) or max_tasks < 1):
             raise ConfigError(f"max_tasks_per_child must be an int >= 1 (or None), got {max_tasks!r}")
         self.lookup = lookup
+        #: called first thing in each child: the app lets go of the worker's connections (``Tether._forked``)
+        self.forked = forked
         self.worker_id = worker_id
         self.max_payload_bytes = max_payload_bytes
         self.max_tasks = max_tasks
@@ -319,6 +322,8 @@ def _serve(conn: Connection, pool: ChildPool) -> None:
 
     context._CANCEL_LOCK = threading.Lock()  # another thread of the worker may have held it at the fork
     _die_with(os.getppid())
+    if pool.forked is not None:
+        pool.forked()
     while True:
         try:
             msg = conn.recv()

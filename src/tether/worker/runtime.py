@@ -114,7 +114,8 @@ class Worker:
                                             claim_batch=claim_batch, prefetch=prefetch,
                                             max_payload_bytes=app.max_payload_bytes, runners=Runners(
             app.tasks, app.middlewares, isolation=isolation, worker_id=self.id, max_payload_bytes=app.max_payload_bytes,
-            max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child))
+            max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
+            forked=getattr(app, "_forked", None)))
         #: whether claims carry successes (complete_and_claim, or with a
         #: delivering transport complete_and_claim_ids): small ones do, and
         #: any through a tether server (each round is a request)
