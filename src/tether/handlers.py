@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ConfigError
+from .transport import Transport, open_transport
 from .worker.middleware import Middleware
 
 __all__ = ["HandlerHooks"]
@@ -25,6 +26,7 @@ M = TypeVar("M", bound=Middleware)
 class HandlerHooks:
     #: ``@app.middleware``, in registration order (the first is outermost)
     middlewares: list[Middleware]
+    transport: Transport
 
     def middleware(self, fn: M, /) -> M:
         """Register a middleware around every handler's execution:
@@ -54,9 +56,13 @@ class HandlerHooks:
         store, connections and all, is the worker's. Set aside, never used nor
         closed here (closing would end the worker's sessions on the sockets it
         shares); the child opens its own on first use (``app.enqueue``,
-        ``app.get_job`` from a handler)."""
+        ``app.get_job`` from a handler). A delivering transport (NATS) runs on
+        a thread of the worker, not here: jobs enqueued here are left to the
+        database (NOTIFY, and the workers' sweep)."""
         _INHERITED.append(vars(self).copy())
         vars(self).update(_store=None, _finish_watch=None, _store_lock=threading.Lock())
+        if getattr(self, "transport", None) is not None and self.transport.delivers:
+            self.transport = open_transport(None)
 
     def _run_processes(self, processes: int, options: Mapping[str, Any]) -> None:
         """``run_worker(processes=N)``: this process becomes ``tether worker

@@ -108,7 +108,7 @@ def main() -> None:
     try:
         with one_line_errors(lambda: bool(spec["debug"]), "tether --debug worker ..."):
             if spec.get("django") is not None:  # manage.py tether_worker --processes N
-                from ..contrib.django.command import backend_app
+                from ..contrib.django.child import backend_app
 
                 app = backend_app(spec["django"])
             else:

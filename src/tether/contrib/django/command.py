@@ -41,7 +41,7 @@ def tether_worker(alias: str, debug: bool, processes: int, **options: Any) -> No
         if not options["queues"] and backend.queues:
             options["queues"] = (",".join(sorted(backend.queues)),)
         _refuse_unknown_queues(alias, backend, options["queues"])
-        if processes > 1:  # each child runs this backend's app (backend_app), in its own process
+        if processes > 1:  # each child runs this backend's app (child.backend_app), in its own process
             from ...cli.processes import run_processes
 
             backend.close()
@@ -52,16 +52,6 @@ def tether_worker(alias: str, debug: bool, processes: int, **options: Any) -> No
             return
         run_worker(app, f"django TASKS[{alias!r}]", database=None, configure_logging=_configure_logging, **options)
         backend.close()
-
-
-def backend_app(alias: str) -> Any:
-    """In a worker process of ``--processes N``: Django set up from the
-    environment (DJANGO_SETTINGS_MODULE, which manage.py set), then the app
-    of TASKS[alias]."""
-    import django
-
-    django.setup()
-    return task_backends[alias].worker_app()
 
 
 def _configure_logging(level: str, fmt: str) -> None:
