@@ -55,6 +55,7 @@ class Runners:
         if isolation not in ISOLATIONS:
             raise ConfigError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
         self.tasks = tasks
+        self._middlewares = middlewares  # the app's list: read again at the worker's start (refresh)
         self.middlewares = tuple(middlewares)
         self.isolation = isolation
         self._pool = partial(ChildPool, self.lookup, worker_id=worker_id, max_payload_bytes=max_payload_bytes,
@@ -64,6 +65,16 @@ class Runners:
         self.pool: ChildPool | None = None
         self._lock = threading.Lock()
         self._runs: dict[str, tuple[Callable[..., Any], bool]] = {}
+        self.plain = False
+        self.refresh()
+
+    def refresh(self) -> None:
+        """``plain``: no middleware and no process isolation, for any task
+        registered now (the worker's start): each job calls ``task.run`` itself."""
+        self.middlewares = tuple(self._middlewares)
+        self._runs.clear()
+        self.plain = not self.middlewares and self.isolation == "thread" and not any(
+            getattr(t, "isolation", "") == "process" for t in list(self.tasks.values()))
 
     def get(self, name: str, task: TaskView) -> tuple[Callable[..., Any], bool]:
         """The loop: (what to call with ``(ctx, **args)``, whether it runs in a child)."""

@@ -116,6 +116,7 @@ class Executor:
 
     def bind(self) -> None:
         self._nudge = self.state.nudge
+        self.runners.refresh()  # the tasks registered by now
         assert self.state.loop is not None
         self.handlers.bind(self.state.loop, self._thread_done, self._straggler_returned)
 
@@ -250,7 +251,10 @@ class Executor:
         assert loop is not None
         job, ctx = running.job, running.ctx
         task = self.tasks[job.task]
-        run, running.isolated = self.runners.get(job.task, task)
+        if self.runners.plain:  # no middleware, no process isolation: the handler itself, nothing to look up
+            run = task.run
+        else:
+            run, running.isolated = self.runners.get(job.task, task)
         running.started = time.monotonic()
         if s.events.active:
             wait = (job.claimed_at - job.run_at).total_seconds() if job.run_at is not None else None
