@@ -21,19 +21,19 @@ from .config import (
     DEFAULT_QUEUE,
     DEFAULT_REAPER_INTERVAL,
     Timers,
-    check_limits,
     parse_database_url,
-    validate_queue,
 )
 from .context import JobCancelled, JobContext
 from .errors import ConfigError, JobFailed, UnknownTask
 from .events import Event, EventHook, Events, ending_event
+from .handlers import HandlerHooks
 from .logs import configure_worker_logging
 from .many import ManyJobsApp
-from .model import Job, JobId, JobState, NewJob, QueueLimits, ScheduleInfo, ScheduleSpec
+from .model import Job, JobId, JobState, NewJob, ScheduleInfo, ScheduleSpec
 from .naming import default_task_name, script_loaded_twice, validate_task_name
 from .payload import check_job_id
 from .periodic import DEFAULT_CATCH_UP, check_schedule, check_stacked, merge_declared, schedule_spec
+from .queue_control import QueueControl
 from .schedule_control import ScheduleControl
 from .scratch import scratch_database
 from .search import check_tags
@@ -44,7 +44,7 @@ from .task import JobDefaults, JobOptions, Task, TaskCall, TaskOptions
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
 from .worker.drain import Drained, drain, drain_async
-from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_age, parse_retention
+from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_retention
 from .worker.runtime import Worker
 
 __all__ = ["JobOptions", "Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
@@ -63,6 +63,9 @@ class WorkerOptions(TypedDict, total=False):
     prefetch: bool
     burst: bool
     unknown_task_grace: float | None
+    isolation: str  # "thread" or "process" (worker/isolation.py); and with "process":
+    max_tasks_per_child: int | None
+    max_memory_per_child: int | str | None
 
 
 def _ended(job: Job) -> Job:
@@ -74,7 +77,7 @@ def _ended(job: Job) -> Job:
     return job
 
 
-class Tether(ScheduleControl, ManyJobsApp):
+class Tether(QueueControl, ScheduleControl, ManyJobsApp, HandlerHooks):
     """A tether application: where jobs live, which tasks exist, and the timers.
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the
@@ -127,6 +130,7 @@ class Tether(ScheduleControl, ManyJobsApp):
         self.schedule_specs: dict[str, ScheduleSpec] = {}
         #: lifecycle hooks (see ``on``)
         self.events = Events()
+        self.middlewares = []  # @app.middleware (tether.handlers)
         #: OpenTelemetry tracing, set by ``tether.otel.instrument(app)``
         self.tracing: Tracer | None = None
         self._store: Store | None = None
@@ -154,6 +158,7 @@ class Tether(ScheduleControl, ManyJobsApp):
         retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
         tags: Sequence[str] = (),
+        isolation: str = "thread",
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 
     def task(
@@ -170,6 +175,7 @@ class Tether(ScheduleControl, ManyJobsApp):
         retry_backoff: float | Callable[[int], float] = DEFAULT_BACKOFF_BASE,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
         tags: Sequence[str] = (),
+        isolation: str = "thread",
     ) -> Any:
         """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``.
         Its name defaults to ``module.qualname``, the module named as importers
@@ -180,7 +186,8 @@ class Tether(ScheduleControl, ManyJobsApp):
         seconds before the first retry, doubling (capped at an hour, jittered),
         or a callable ``(attempt) -> seconds``. A handler may also raise
         ``tether.Retry(delay=...)`` (again later, no failure counted) or
-        ``tether.Discard(reason)`` (dead now)."""
+        ``tether.Discard(reason)`` (dead now). ``isolation="process"``: the def
+        handler runs in a child process, killed when its attempt ends."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             if isinstance(f, Task):
@@ -193,7 +200,7 @@ class Tether(ScheduleControl, ManyJobsApp):
                                timeout=timeout, retry_backoff=retry_backoff,
                                retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on,
                                tags=check_tags(f"task {task_name!r}", tags))
-            t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"))
+            t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"), isolation)
             self.tasks[task_name] = t
             return t
 
@@ -384,39 +391,6 @@ class Tether(ScheduleControl, ManyJobsApp):
                 watch = self._finish_watch
         return watch
 
-    # -- admin ------------------------------------------------------------------------
-    def pause(self, queue: str) -> None:
-        """Pause a queue: from their next claim round on, no worker claims its
-        jobs (stored in the database, so for every worker); running jobs finish."""
-        self.store.set_paused(validate_queue(queue), True)
-
-    def resume(self, queue: str) -> None:
-        """Resume a paused queue (idle workers on PostgreSQL are woken at once)."""
-        self.store.set_paused(validate_queue(queue), False)
-
-    def configure_queue(self, queue: str, *, concurrency: int | None = None,
-                        rate: tuple[int, float | str] | None = None) -> QueueLimits:
-        """Set a queue's global limits, enforced inside the claim statement for
-        every worker on every machine: at most ``concurrency`` of its jobs
-        running at once, at most ``rate[0]`` started in any ``rate[1]`` seconds
-        (a number, or a duration such as ``"1m"``). Each call sets both: one
-        left out (None) is lifted. Stored in the database, read from the next
-        claim on; returns the limits as stored, with what counts against them."""
-        if rate is None:
-            count, period = None, None
-        elif isinstance(rate, tuple) and len(rate) == 2:
-            count, period = rate[0], parse_age(rate[1], f"queue {queue!r}: the rate's period")
-        else:
-            raise ConfigError(f"queue {queue!r}: rate must be (count, period), e.g. (100, 60) or (100, '1m'); "
-                              f"got {rate!r}")
-        self.store.set_limits(check_limits(QueueLimits(queue, concurrency, count, period)))
-        return next((q for q in self.store.queue_limits() if q.queue == queue), QueueLimits(queue))
-
-    def queue_limits(self) -> list[QueueLimits]:
-        """Every queue with a limit (``configure_queue``), with its running jobs
-        and its starts within the rate window now."""
-        return self.store.queue_limits()
-
     def get_job(self, job_id: int, *, connection: object = None) -> Job | None:
         """The job and its attempts, or None. ``connection``: read it through
         that connection, inside its transaction, as ``enqueue(connection=...)``
@@ -461,14 +435,14 @@ class Tether(ScheduleControl, ManyJobsApp):
             logging.getLogger("tether.worker").warning("%s", twice)
         return Worker(self, **options)
 
-    def run_worker(self, **options: Unpack[WorkerOptions]) -> None:
+    def run_worker(self, *, processes: int = 1, **options: Unpack[WorkerOptions]) -> None:
         """Run a worker until SIGTERM/SIGINT (blocking): the first signal stops
         claiming and waits ``shutdown_timeout`` for running jobs, then releases
-        the rest; a second signal stops at once."""
-        if not logging.getLogger().handlers:
-            # `python app.py` ending in app.run_worker(), with no logging set
-            # up: the same log as `tether worker` (no start line, and a
-            # bare "SIGTERM: no new claims" with no time, before)
+        the rest; a second signal stops at once. ``processes``: more than one
+        becomes ``tether worker --processes N`` (``tether.handlers``)."""
+        if processes != 1:
+            return self._run_processes(processes, options)
+        if not logging.getLogger().handlers:  # `python app.py` with no logging set up: `tether worker`'s log
             configure_worker_logging()
         asyncio.run(self.worker(**options).run(install_signal_handlers=True))
 

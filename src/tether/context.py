@@ -273,6 +273,10 @@ class Retry(Exception):
         self.delay = float(delay)
         super().__init__(f"retry in {self.delay:g}s")
 
+    def __reduce__(self) -> tuple[type[Retry], tuple[float]]:
+        # from a handler's child process (isolation="process"): rebuilt from its delay, not its message
+        return (Retry, (self.delay,))
+
 
 class Discard(Exception):
     """Raise in a handler to end the job ``dead`` at once, whatever attempts

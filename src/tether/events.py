@@ -61,6 +61,11 @@ class Event:
     duration: float | None = None
     #: seconds between the job being due and its claim (job.started)
     queue_wait: float | None = None
+    #: the live exception the handler (or its middleware) raised, for the events
+    #: of an attempt that raised in this worker (job.failed, then job.retried or
+    #: job.dead); None where the worker has none: a timeout, a cancel, a lapsed
+    #: lease (job.recovered), an event from another process
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 

@@ -199,8 +199,10 @@ def stored_failure(snoozed: bool, error: str | None, traceback: str | None) -> t
 
 def traceback_text(exc: BaseException) -> str:
     """The traceback an attempt records (an exception whose ``str()`` raises
-    is shown as ``<exception str() failed>``, not raised)."""
-    return "".join(traceback.format_exception(exc))
+    is shown as ``<exception str() failed>``, not raised); for one raised in
+    a handler's child process (isolation="process"), the child's traceback."""
+    remote = getattr(exc, "__tether_traceback__", None)
+    return remote if isinstance(remote, str) else "".join(traceback.format_exception(exc))
 
 
 def safe_str(value: object) -> str:

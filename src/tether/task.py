@@ -255,12 +255,20 @@ class Task(Generic[P, R]):
     """A registered handler. Call ``.enqueue(**args)`` to run it in a worker;
     ``P`` (its parameters after ``ctx``) types those args, ``R`` its result."""
 
-    def __init__(self, app: TaskHost, fn: Callable[..., Any], name: str, options: JobOptions) -> None:
+    def __init__(self, app: TaskHost, fn: Callable[..., Any], name: str, options: JobOptions,
+                 isolation: str = "thread") -> None:
         self.app = app
         self.fn = fn
         self.name = name
         self.options = options
         self.is_async = inspect.iscoroutinefunction(fn)
+        if isolation not in ("thread", "process"):
+            raise ConfigError(f"task {name!r}: isolation must be 'thread' or 'process', got {isolation!r}")
+        if isolation == "process" and self.is_async:
+            raise ConfigError(f"task {name!r}: isolation='process' runs def handlers in a child process; an async "
+                              "def handler runs on the worker's event loop (make it a def handler)")
+        #: where its def handler runs: "thread" (the worker's handler threads) or "process" (a child it can kill)
+        self.isolation = isolation
         self._signature = inspect.signature(fn)
         params = list(self._signature.parameters.values())
         if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):

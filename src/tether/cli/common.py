@@ -282,6 +282,24 @@ class Seconds(_FloatParam):
         return seconds
 
 
+class Size(_IntParam):
+    """A size in bytes: a number, or with a unit (``500MB``, ``2GB``, ``200MiB``; units of 1024)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        from ..worker.isolation import parse_size
+
+        try:
+            size = parse_size(str(value), param.name if param is not None and param.name else "size")
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+        assert size is not None
+        return size
+
+
 class JobId(_IntParam):
     """A job id: ASCII digits, 1 to 2**63-1 (``numbers.parse_job_id``; click's
     INT would read "٣" as 3 and hand 2**70 to the database)."""

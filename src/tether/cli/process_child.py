@@ -107,7 +107,12 @@ def main() -> None:
 
     try:
         with one_line_errors(lambda: bool(spec["debug"]), "tether --debug worker ..."):
-            app = load_app(spec["app"])
+            if spec.get("django") is not None:  # manage.py tether_worker --processes N
+                from ..contrib.django.child import backend_app
+
+                app = backend_app(spec["django"])
+            else:
+                app = load_app(spec["app"])
             run_worker(app, spec["app"], database=spec["database"], **spec["options"],
                        configure_logging=_logging(index), on_started=started)
     except click.ClickException as exc:

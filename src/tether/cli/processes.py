@@ -304,13 +304,16 @@ class Supervisor:
         return [(s.index, s.metrics_port) for s in self.slots if s.alive and s.metrics_port is not None]
 
 
-def run_processes(processes: int, *, app_ref: str, database: str | None, debug: bool, options: dict[str, Any]) -> int:
+def run_processes(processes: int, *, app_ref: str, database: str | None, debug: bool, options: dict[str, Any],
+                  django: str | None = None) -> int:
     """``tether worker --processes N`` with the worker's other options (as
-    ``worker_options`` gives them); returns the exit code."""
+    ``worker_options`` gives them); returns the exit code. ``django``: the
+    TASKS alias whose TetherBackend each child runs (``manage.py tether_worker
+    --processes N``), instead of importing ``app_ref``."""
     metrics = None if options["metrics_port"] is None else {
         "port": options["metrics_port"], "host": options["metrics_host"], "token": options["metrics_token"],
         "no_auth": options["metrics_no_auth"]}
-    spec = {"app": app_ref, "database": database, "debug": debug,
+    spec = {"app": app_ref, "django": django, "database": database, "debug": debug,
             "options": {**options, "queues": list(options["queues"])}}
     return Supervisor(PoolConfig(processes=processes), spec, log_level=options["log_level"],
                       log_format=options["log_format"], metrics=metrics).run()

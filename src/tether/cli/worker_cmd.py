@@ -18,7 +18,7 @@ from ..app import Tether
 from ..config import redact_url
 from ..logs import configure_worker_logging
 from ..worker.unknown import DEFAULT_UNKNOWN_TASK_GRACE
-from .common import BadUsage, Seconds, configure_app, require_database
+from .common import BadUsage, Seconds, Size, configure_app, require_database
 
 __all__ = ["run_worker", "worker_options"]
 
@@ -47,6 +47,15 @@ _OPTIONS: list[Callable[[F], F]] = [
                  show_default=True,
                  help="End dead the jobs of a task no worker serving their queue has known for this long "
                       "(at least 60; 0: never, they wait, shown by `tether status`)."),
+    click.option("--isolation", type=click.Choice(["thread", "process"]), default="thread", show_default=True,
+                 help="Where def handlers run: on the worker's threads, or each in a child process that is killed "
+                      "when its attempt ends (timeout, cancel, lost lease), so no handler outlives its attempt. "
+                      "A task's @app.task(isolation='process') asks for it alone."),
+    click.option("--max-tasks-per-child", type=click.IntRange(min=1), metavar="N",
+                 help="With process isolation: replace a child after it ran N jobs."),
+    click.option("--max-memory-per-child", type=Size(), metavar="SIZE",
+                 help="With process isolation: replace a child, between jobs, once its resident memory is past "
+                      "SIZE (e.g. 500MB, 2GB; units of 1024)."),
     click.option("--transport", metavar="notify|poll|nats://HOST:PORT", envvar="TETHER_TRANSPORT",
                  help="How job ids reach workers: the database (notify, the default; poll) or NATS JetStream, "
                       "e.g. nats://127.0.0.1:4222?prefix=myapp (env TETHER_TRANSPORT)."),
@@ -79,7 +88,8 @@ def run_worker(
     app: Tether, label: str, *, database: str | None, concurrency: int, queues: tuple[str, ...],
     shutdown_timeout: float, lease_ttl: float | None, heartbeat_interval: float | None,
     reaper_interval: float | None, poll_interval: float | None, prefetch: bool, burst: bool,
-    unknown_task_grace: float, transport: str | None, log_level: str, log_format: str,
+    unknown_task_grace: float, isolation: str, max_tasks_per_child: int | None, max_memory_per_child: int | None,
+    transport: str | None, log_level: str, log_format: str,
     metrics_port: int | None, metrics_host: str, metrics_token: str | None, metrics_no_auth: bool,
     server: str | None, token: str | None, configure_logging: Callable[[str, str], None] = configure_worker_logging,
     on_started: Callable[[str, int | None], None] | None = None,
@@ -106,7 +116,8 @@ def run_worker(
         logging.getLogger("tether").info("app %s: tasks %s", label, ", ".join(sorted(app.tasks)) or "none")
         w = app.worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
                        poll_interval=poll_interval, prefetch=prefetch, burst=burst,
-                       unknown_task_grace=unknown_task_grace or None)
+                       unknown_task_grace=unknown_task_grace or None, isolation=isolation,
+                       max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child)
         with contextlib.ExitStack() as stack:
             served_on: int | None = None
             if metrics_port is not None:

@@ -8,7 +8,7 @@ way, app -> runtime, and a worker could as well be given any other registry
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..config import Timers
@@ -74,6 +74,11 @@ class AppView(Protocol):
 
     @property
     def max_payload_bytes(self) -> int: ...
+
+    @property
+    def middlewares(self) -> Sequence[Callable[..., Any]]:
+        """``@app.middleware``, in registration order (``worker.middleware``)."""
+        ...
 
     @property
     def schedule_specs(self) -> Mapping[str, ScheduleSpec]:

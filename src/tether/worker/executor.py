@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
-import sys
 import time
 from collections import deque
 from collections.abc import Coroutine, Mapping
@@ -39,6 +39,9 @@ from ..payload import dump_json, traceback_text
 from ..transport import Delivery
 from . import failpoints
 from .appview import TaskView
+from .calls import Runners
+from .calls import call_sync as _call_sync
+from .calls import start_task as _start
 from .heartbeat import report_progress
 from .inflight import Running
 from .policy import on_error
@@ -78,7 +81,7 @@ PREFETCH_DRAIN = 0.05
 
 class Executor:
     def __init__(self, state: WorkerState, reporter: Reporter, tasks: Mapping[str, TaskView], *, concurrency: int,
-                 claim_batch: int | None, prefetch: bool, max_payload_bytes: int) -> None:
+                 claim_batch: int | None, prefetch: bool, max_payload_bytes: int, runners: Runners) -> None:
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if claim_batch is not None and (not isinstance(claim_batch, int) or claim_batch < 1):
@@ -88,6 +91,8 @@ class Executor:
         self.tasks = tasks
         self.concurrency = concurrency
         self.max_payload_bytes = max_payload_bytes
+        #: what each task's handler call is: middleware, process isolation (calls.py)
+        self.runners = runners
         #: how many jobs one claim takes when not prefetching
         self.claim_batch = min(claim_batch or concurrency, MAX_CLAIM_BATCH)
         #: the most a claim ahead takes (the store's prefetch_factor batches)
@@ -112,6 +117,7 @@ class Executor:
 
     def bind(self) -> None:
         self._nudge = self.state.nudge
+        self.runners.refresh()  # the tasks registered by now
         assert self.state.loop is not None
         self.handlers.bind(self.state.loop, self._thread_done, self._straggler_returned)
 
@@ -247,6 +253,10 @@ class Executor:
         assert loop is not None
         job, ctx = running.job, running.ctx
         task = self.tasks[job.task]
+        if self.runners.plain:  # no middleware, no process isolation: the handler itself, nothing to look up
+            run = task.run
+        else:
+            run, running.isolated = self.runners.get(job.task, task)
         running.started = time.monotonic()
         if s.events.active:
             wait = (job.claimed_at - job.run_at).total_seconds() if job.run_at is not None else None
@@ -262,8 +272,8 @@ class Executor:
             # attempt as a raise inside would.
             fut: asyncio.Future[Any]
             try:
-                coro = (task.run(ctx, **job.args) if tracing is None else  # the span is current while it runs
-                        tracing.call_async(running.span, task.run, ctx, job.args))
+                coro = (run(ctx, **job.args) if tracing is None else  # the span is current while it runs
+                        tracing.call_async(running.span, run, ctx, job.args))
             except Exception as exc:
                 fut = loop.create_future()
                 fut.set_exception(exc)
@@ -275,8 +285,8 @@ class Executor:
             # A def handler's call goes to the handler threads; its outcome
             # comes back in a batch with the others that finished meanwhile
             # (_thread_done), on a later turn of this loop.
-            call = (ThreadCall(self.handlers, running, _call_sync, (task, ctx, job.args)) if tracing is None else
-                    ThreadCall(self.handlers, running, tracing.call_sync, (running.span, task.run, ctx, job.args)))
+            call = (ThreadCall(self.handlers, running, _call_sync, (run, ctx, job.args)) if tracing is None else
+                    ThreadCall(self.handlers, running, tracing.call_sync, (running.span, run, ctx, job.args)))
             running.handler = call
             self.handlers.submit(call)
         hard = running.hard_deadline  # from the claim: a prefetched job's wait counts against it
@@ -325,8 +335,10 @@ class Executor:
             running.slot_kept = False
             self.busy -= 1
             took = time.monotonic() - running.started
-            self.state.log.warning("job %d attempt %d: its def handler returned %.1fs after it started, past the end "
-                                   "of its attempt; its slot is free again", running.job.id, running.job.attempt, took)
+            self.state.log.log(logging.INFO if running.isolated else logging.WARNING,
+                               "job %d attempt %d: its %s %.1fs after it started, past the end of its attempt; its "
+                               "slot is free again", running.job.id, running.job.attempt, "handler's process was "
+                               "killed and reaped" if running.isolated else "def handler returned", took)
             if self.ready:
                 self.start_ready()
             self._nudge.set()
@@ -341,6 +353,7 @@ class Executor:
         running.reporting = True
         if keep_slot:
             running.slot_kept = True
+        if keep_slot and not running.isolated:  # (a child was killed: its slot frees once it is reaped)
             self.state.log.warning("job %d attempt %d ended, but its def handler is still running (a thread cannot "
                                    "be interrupted): its slot stays taken until it returns", job.id, job.attempt)
         else:
@@ -381,6 +394,7 @@ class Executor:
             task = self.tasks.get(job.task)
             if type(exc) is TypeError and task is not None:  # args a deploy's new signature does not take?
                 exc = task.misfit(job.args, exc)
+            running.exception = exc
             reporter.fail(running, *on_error(task.options if task is not None else None, job, exc))
             return
         try:
@@ -421,6 +435,8 @@ class Executor:
         fut = running.handler
         if fut is None or fut.done():
             return
+        if running.isolated:  # killed before the attempt's outcome is written: no retry runs beside it
+            self.runners.kill(running.ctx, now=running.lost or running.ctx.cancel_reason != CancelReason.REQUESTED)
         # A coroutine is cancelled at its next await. A thread cannot be
         # interrupted: on a cancel request it reads ctx.cancelled and decides; when
         # the attempt is lost, timed out or shut down we stop waiting for it.
@@ -445,6 +461,8 @@ class Executor:
             s.emit("job.lost", running, time.monotonic() - running.started, error=why)
         if not running.ctx.cancel(CancelReason.LOST):
             self.on_ctx_cancel(running.ctx)  # already cancelled for another reason: interrupt anyway
+        if running.isolated:  # at once, here (after the signal: isolation.ChildPool._start): this worker
+            self.runners.kill(running.ctx, now=True)  # may be about to run the job's next attempt
 
     def beat_lost(self, running: Running, why: str) -> None:
         """Heartbeat thread. Once the handler has finished, its report decides:
@@ -465,21 +483,11 @@ class Executor:
             # A pending cancel request keeps its reason (the job ends cancelled);
             # otherwise the job is released without spending its budget.
             running.ctx.cancel(CancelReason.SHUTDOWN)
+            if running.isolated:
+                self.runners.kill(running.ctx, now=True)
             if running.handler is not None and not _committing_thread(running):
                 running.handler.cancel()
         return leftovers
-
-
-if sys.version_info >= (3, 12):
-    def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
-        """A handler's task, started at once (an eager task, Python 3.12+): it
-        runs up to its first real wait now, as the current task, and one that
-        finishes without waiting costs no trip through the loop."""
-        return asyncio.Task(coro, loop=loop, eager_start=True)
-else:
-    def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
-        """A handler's task (eager where Python has eager tasks, 3.12+)."""
-        return loop.create_task(coro)
 
 
 def _committing_thread(running: Running) -> bool:
@@ -488,7 +496,3 @@ def _committing_thread(running: Running) -> bool:
     for the block's lock, was refused, and the result was dropped)."""
     return (running.ctx.cancel_reason == CancelReason.SHUTDOWN and not running.lost
             and isinstance(running.handler, ThreadCall) and (running.in_block or running.reporting))
-
-
-def _call_sync(task: TaskView, ctx: JobContext, args: dict[str, Any]) -> Any:
-    return task.run(ctx, **args)

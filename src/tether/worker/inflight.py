@@ -69,6 +69,10 @@ class Running:
     #: ctx.transaction_on(): monotonic time its block wrote the success into
     #: the caller's transaction, until the caller says how the commit went
     joined_written: float | None = None
+    #: its def handler runs in a child process (isolation="process"), killed when the attempt ends
+    isolated: bool = False
+    #: what the handler raised, when its failure is being reported (the events' ``exception``)
+    exception: BaseException | None = None
 
 
 class InFlight(dict[int, Running]):

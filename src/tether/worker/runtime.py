@@ -40,6 +40,7 @@ from ..store import Listener, Store
 from ..transport import Transport, announce
 from .appview import AppView
 from .burst import BurstClaimer
+from .calls import Runners
 from .claimer import STOP_GRACE, Claimer
 from .executor import Executor
 from .expiry import Expiry
@@ -47,6 +48,7 @@ from .heartbeat import Heartbeater
 from .history import recorder_from_env
 from .identity import host_name, make_worker_id, process_start_time
 from .inflight import InFlight
+from .middleware import unwrapped
 from .pruner import Pruner
 from .reaper import Reaper
 from .reconcile import Reconciler
@@ -82,6 +84,9 @@ class Worker:
         prefetch: bool = True,
         burst: bool = False,
         unknown_task_grace: float | None = DEFAULT_UNKNOWN_TASK_GRACE,
+        isolation: str = "thread",
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | str | None = None,
     ) -> None:
         if shutdown_timeout < 0:
             raise ConfigError(f"shutdown_timeout must be >= 0 seconds, got {shutdown_timeout!r}")
@@ -108,7 +113,10 @@ class Worker:
         reporter = Reporter(s, carry=False)
         self.executor = executor = Executor(s, reporter, app.tasks, concurrency=concurrency,
                                             claim_batch=claim_batch, prefetch=prefetch,
-                                            max_payload_bytes=app.max_payload_bytes)
+                                            max_payload_bytes=app.max_payload_bytes, runners=Runners(
+            app.tasks, app.middlewares, isolation=isolation, worker_id=self.id, max_payload_bytes=app.max_payload_bytes,
+            max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
+            forked=getattr(app, "_forked", None)))
         #: whether claims carry successes (complete_and_claim, or with a
         #: delivering transport complete_and_claim_ids): small ones do, and
         #: any through a tether server (each round is a request)
@@ -266,6 +274,10 @@ class Worker:
         s.tasks = sorted(self.app.tasks)  # the handlers now, which the claims name and the row records
         if self.scheduler is not None:  # and whose dynamic schedules it fires
             self.scheduler.tasks = self._served_tasks()
+        bare = unwrapped({n: t.is_async for n, t in self.app.tasks.items()}, self.app.middlewares)
+        if bare:
+            log.warning("no middleware wraps task(s) %s: a middleware wraps handlers of its own kind (def or "
+                        "async def), and every one registered is of the other kind", ", ".join(bare))
         await s.db(s.store.register_worker, WorkerInfo(
             id=self.id, host=self.host, pid=os.getpid(), proc_start=process_start_time(os.getpid()),
             started_at=None, last_seen=None, queues=s.queues, concurrency=self.concurrency,  # type: ignore[arg-type]
@@ -313,6 +325,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             self.executor.handlers.shutdown(wait=False)
+            await asyncio.to_thread(self.executor.runners.close)  # children: told to exit, or killed
             if s.transport.delivers:  # before this loop ends: a NATS client running on it goes
                 with contextlib.suppress(Exception):
                     await s.transport.stop(s.queues)

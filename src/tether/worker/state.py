@@ -145,7 +145,8 @@ class WorkerState:
         """An attempt's event (only called while ``events.active``)."""
         job = running.job
         self.events.emit(Event(name, job_id=job.id, attempt=job.attempt, task=job.task, queue=job.queue,
-                               worker=self.id, state=state, outcome=outcome, error=error, duration=duration))
+                               worker=self.id, state=state, outcome=outcome, error=error, duration=duration,
+                               exception=running.exception))
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:

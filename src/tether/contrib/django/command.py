@@ -24,7 +24,9 @@ __all__ = ["tether_worker"]
               help="The TASKS entry (a TetherBackend) whose tasks to run.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @worker_options
-def tether_worker(alias: str, debug: bool, **options: Any) -> None:
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes, each with --concurrency slots, under one supervisor that restarts them.")
+def tether_worker(alias: str, debug: bool, processes: int, **options: Any) -> None:
     """Run a tether worker for this project's tasks until SIGTERM/SIGINT (first: finish running jobs;
     second: stop now), or with --burst until no job is due. It imports each installed app's tasks
     module and runs every task defined there with this backend; its queues default to the
@@ -39,6 +41,15 @@ def tether_worker(alias: str, debug: bool, **options: Any) -> None:
         if not options["queues"] and backend.queues:
             options["queues"] = (",".join(sorted(backend.queues)),)
         _refuse_unknown_queues(alias, backend, options["queues"])
+        if processes > 1:  # each child runs this backend's app (child.backend_app), in its own process
+            from ...cli.processes import run_processes
+
+            backend.close()
+            code = run_processes(processes, app_ref=f"django TASKS[{alias!r}]", database=None, debug=debug,
+                                 options=options, django=alias)
+            if code:
+                raise click.exceptions.Exit(code)
+            return
         run_worker(app, f"django TASKS[{alias!r}]", database=None, configure_logging=_configure_logging, **options)
         backend.close()
 
