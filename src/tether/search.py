@@ -188,7 +188,7 @@ class JobFilter:
             if (isinstance(ids, str | bytes) or not isinstance(ids, Iterable)
                     or not all(isinstance(i, int) and not isinstance(i, bool) and 1 <= i < 2**63 for i in ids)):
                 raise ConfigError(f"{where}: ids must be a list of job ids, got {ids!r:.80}")
-            ids = tuple(ids)
+            ids = tuple(int(i) for i in ids)  # plain ints: a JobId beside an int is a mixed list to psycopg
             if not 1 <= len(ids) <= MAX_IDS:
                 raise ConfigError(f"{where}: ids must name 1 to {MAX_IDS} jobs, got {len(ids)}")
         return cls(ids=ids, states=states, queue=f.get("queue"), task=f.get("task"), tags=tags, meta=json_filters.get("meta"),
