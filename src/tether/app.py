@@ -43,6 +43,7 @@ from .transport import Transport, announce, due_now, open_transport
 from .worker.drain import Drained, drain, drain_async
 from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_age, parse_retention
 from .worker.runtime import Worker
+from .workflows import WorkflowsMixin
 
 __all__ = ["JobOptions", "Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
 
@@ -71,7 +72,7 @@ def _ended(job: Job) -> Job:
     return job
 
 
-class Tether:
+class Tether(WorkflowsMixin):
     """A tether application: where jobs live, which tasks exist, and the timers.
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the

@@ -12,6 +12,7 @@ exactly once per job (see ``JobContext.transaction``).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -101,6 +102,39 @@ class JobContext:
         self._open_transaction = open_transaction
         self._reason: str | None = None  # set once, under _CANCEL_LOCK: the cancel signal itself
         self._event: threading.Event | None = None  # made only for a handler that waits on it
+
+    #: the worker's store, for what a handler reads only when it asks (ctx.upstream,
+    #: ctx.workflow_id): never added to the claim (issue 42). Set by the worker.
+    _links: Any = None
+
+    # -- workflows (issue 42) ---------------------------------------------------------
+    @property
+    def workflow_id(self) -> int | None:
+        """The workflow run this job is a step of; None for an ordinary job (read when asked)."""
+        if self._links is None:
+            return None
+        found: int | None = self._links.job_workflow(self.job_id)
+        return found
+
+    @property
+    def upstream(self) -> dict[str, Any]:
+        """{step name: result} of this step's direct dependencies (JSON values;
+        None for one that ended dead or cancelled: ``upstream_states`` says
+        which, for an ``on_failure="run"`` step). Read when first asked."""
+        return {name: None if result is None else json.loads(result)
+                for name, (_, result) in self._upstream().items()}
+
+    @property
+    def upstream_states(self) -> dict[str, str]:
+        """{step name: the state it ended in} of this step's direct dependencies."""
+        return {name: str(state) for name, (state, _) in self._upstream().items()}
+
+    def _upstream(self) -> dict[str, tuple[Any, str | None]]:
+        cached: dict[str, tuple[Any, str | None]] | None = self.__dict__.get("_upstream_rows")
+        if cached is None:
+            cached = {} if self._links is None else self._links.upstream_results(self.job_id)
+            self.__dict__["_upstream_rows"] = cached
+        return cached
 
     # -- identity -------------------------------------------------------------------
     @property

@@ -157,6 +157,7 @@ class Executor:
         registered for its task (its failure is being reported)."""
         s = self.state
         ctx = JobContext(job, s.id, self._progress_fn, self._on_ctx_cancel_fn, self._transaction_fn)
+        ctx._links = s.store
         local = sent_at + job.lease_ttl
         hard = None
         if job.timeout:

@@ -377,14 +377,18 @@ RETURNING cancel_requested
 -- fragment below), which runs it. Every statement that can set a terminal
 -- state includes this, and tests/test_ending.py fails if one does not (it
 -- parses both queries.sql).
--- woken:  app.wait's wake-up for the jobs now finished that someone waits
---         for (migration 0008: only those, since a NOTIFY takes a server-wide
---         lock at commit): their ids, 400 to a payload, one notification per
---         statement, and nothing at all while nobody waits. The uncorrelated
---         EXISTS is a one-time test: one probe of the empty waiters table.
--- Issue 42's release of the jobs waiting for these goes here too, as a CTE
--- over `ended`'s finished rows: a data-modifying CTE runs whether read or
--- not, in the ending's own statement and transaction.
+-- woken:  what an ending does for the jobs now finished that someone waits for
+--         (app.wait's wake-up: migration 0008) and for the ended jobs that
+--         have dependents (issue 42, I9: the workflow steps and batch
+--         callbacks waiting for them are released or cancelled, in this
+--         statement, so exactly once and fenced like it): jobs_ended()
+--         (migration 0012), called once per statement with the rows that need
+--         it, and never for a plain job while nobody waits: the uncorrelated
+--         EXISTS tests are one-time probes of tables that are empty then, and
+--         the correlated one is one index probe of job_deps per ended job
+--         while workflows exist. It was the notification's SQL itself before;
+--         as a call it also keeps complete_and_claim_known under psycopg's
+--         4,096-character parse cache (test_sqlfile.py).
 -- Why CTEs and not a trigger on jobs: measured (bench/ending_ab.py; the
 -- commit that made this has the numbers), a row trigger WHEN the state
 -- becomes terminal cost 16-22% more PostgreSQL CPU on a round of
@@ -396,12 +400,11 @@ RETURNING cancel_requested
 -- trigger with transition tables), and it cannot see a failure's traceback,
 -- which the attempts row needs, so the audit would stay in each statement.
 woken AS (
-    SELECT pg_notify({done_channel}, string_agg(f.id::text, ','))
-    FROM (SELECT e.id, (row_number() OVER ()) / 400 AS chunk FROM ended AS e
-          WHERE EXISTS (SELECT 1 FROM {schema}.waiters)
-            AND e.state IN ('succeeded', 'dead', 'cancelled')
-            AND EXISTS (SELECT 1 FROM {schema}.waiters AS w WHERE w.job_id = e.id AND w.expires_at > now())) AS f
-    GROUP BY f.chunk
+    SELECT {schema}.jobs_ended(array_agg(e.id), array_agg(e.state::text)) FROM ended AS e
+    WHERE EXISTS (SELECT 1 FROM {schema}.waiters)
+       OR (EXISTS (SELECT 1 FROM {schema}.job_deps)
+           AND EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.upstream_id = e.id))
+    HAVING count(*) > 0
 )
 
 -- name: _attempt_ending
@@ -421,8 +424,8 @@ audit AS (
 
 -- name: _ended
 -- The FROM item of an ending statement's answer: its ended rows, joined to
--- the count of woken's notifications so that woken runs (a CTE that is not
--- read is not run; the count is one row, whatever was sent).
+-- the count of woken's rows so that woken runs (a CTE that is not read is not
+-- run; the count is one row, whatever was done).
 ended CROSS JOIN (SELECT count(*) FROM woken) AS w
 
 -- name: _fenced_success
@@ -646,12 +649,14 @@ RETURNING id
 -- A queued job cancelled here ran no attempt: no attempts row (_ending
 -- alone); a running one is not ended here (its state stays running), and
 -- _ending leaves it alone.
+-- A waiting job (a workflow step, issue 42) is cancelled as a queued one is,
+-- and its ending cancels what waits for it (woken).
 WITH ended AS (
     UPDATE {schema}.jobs
-    SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-        finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
+    SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+        finished_at = CASE WHEN state = 'running' THEN finished_at ELSE {now} END,
         cancel_requested = (state = 'running')
-    WHERE id = %(id)s AND state IN ('queued', 'running')
+    WHERE id = %(id)s AND state IN ('waiting', 'queued', 'running')
     RETURNING id, state
 ), {_ending}
 SELECT state FROM {_ended}
@@ -660,14 +665,21 @@ SELECT state FROM {_ended}
 -- An operator's second chance for a dead or cancelled job: queued now, with at
 -- least one attempt left in its budget. The queue comes back so that the
 -- caller can announce the job on a transport (NATS) once this has committed.
-UPDATE {schema}.jobs
-SET state = 'queued',
-    run_at = {now},
-    finished_at = NULL,
-    cancel_requested = false,
-    max_attempts = GREATEST(max_attempts, attempt - released + 1)
-WHERE id = %(id)s AND state IN ('dead', 'cancelled')
-RETURNING queue
+-- The workflow steps its ending cancelled wait for it again (jobs_reopened,
+-- migration 0012), called only for a job that has dependents.
+WITH r AS (
+    UPDATE {schema}.jobs
+    SET state = 'queued',
+        run_at = {now},
+        finished_at = NULL,
+        cancel_requested = false,
+        max_attempts = GREATEST(max_attempts, attempt - released + 1)
+    WHERE id = %(id)s AND state IN ('dead', 'cancelled')
+    RETURNING id, queue
+)
+SELECT r.queue, CASE WHEN EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.upstream_id = r.id)
+                THEN {schema}.jobs_reopened(r.id)::text END
+FROM r
 
 -- name: job_state
 SELECT state FROM {schema}.jobs WHERE id = %(id)s
@@ -1261,3 +1273,54 @@ RETURNING id
 
 -- name: unwatch_finished
 DELETE FROM {schema}.waiters WHERE id = %(id)s
+
+-- name: workflow_insert
+-- A workflow run (issue 42): its id is the database's; the steps follow in
+-- the same transaction (store/flows.py).
+INSERT INTO {schema}.workflows (name, created_at) VALUES (%(name)s, {now}) RETURNING id
+
+-- name: workflow_link
+-- The steps of a run whose jobs were just inserted in this transaction: their
+-- names, the edges, each waiting job's count of pending dependencies, and
+-- those jobs moved to 'waiting' before anyone can see them (the transaction
+-- has not committed), so no claim ever takes one early.
+WITH steps AS (
+    INSERT INTO {schema}.workflow_steps (job_id, workflow_id, name)
+    SELECT s.job_id, %(workflow)s, s.name FROM unnest(%(jobs)s::bigint[], %(names)s::text[]) AS s(job_id, name)
+), deps AS (
+    INSERT INTO {schema}.job_deps (upstream_id, job_id)
+    SELECT u, d FROM unnest(%(ups)s::bigint[], %(downs)s::bigint[]) AS e(u, d)
+), waits AS (
+    INSERT INTO {schema}.job_waits (job_id, pending, on_failure)
+    SELECT w, p, o FROM unnest(%(waiting)s::bigint[], %(pending)s::int[], %(policies)s::text[]) AS x(w, p, o)
+)
+UPDATE {schema}.jobs SET state = 'waiting' WHERE id = ANY(%(waiting)s::bigint[]) RETURNING id
+
+-- name: workflow_get
+SELECT id, name, created_at FROM {schema}.workflows WHERE id = %(id)s
+
+-- name: workflow_steps
+-- A run's steps in the order they were added (their jobs' ids rise with it),
+-- each with its job's state (NULL once retention deleted it) and the names of
+-- the steps it waits for.
+SELECT s.name, s.job_id, j.state, coalesce(w.on_failure, 'cancel'),
+       ARRAY(SELECT u.name FROM {schema}.job_deps AS d
+             JOIN {schema}.workflow_steps AS u ON u.job_id = d.upstream_id
+             WHERE d.job_id = s.job_id ORDER BY u.job_id)
+FROM {schema}.workflow_steps AS s
+LEFT JOIN {schema}.jobs AS j ON j.id = s.job_id
+LEFT JOIN {schema}.job_waits AS w ON w.job_id = s.job_id
+WHERE s.workflow_id = %(id)s
+ORDER BY s.job_id
+
+-- name: job_workflow
+SELECT workflow_id FROM {schema}.workflow_steps WHERE job_id = %(id)s
+
+-- name: upstream_results
+-- ctx.upstream, read when a handler asks (never by the claim): the direct
+-- dependencies' step names, states and results.
+SELECT u.name, j.state, j.result::text
+FROM {schema}.job_deps AS d
+JOIN {schema}.workflow_steps AS u ON u.job_id = d.upstream_id
+JOIN {schema}.jobs AS j ON j.id = d.upstream_id
+WHERE d.job_id = %(id)s

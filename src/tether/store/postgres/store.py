@@ -45,6 +45,7 @@ from ..worker_rows import DEFAULT_WORKER_RETENTION
 from . import connect
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote, warn_if_jit
 from .control import PostgresControl
+from .flows import PostgresWorkflows
 from .ids import ClaimIdsMixin
 from .listener import NotifyListener
 from .schedules import PostgresSchedules
@@ -93,7 +94,8 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return res is not None and res.status == TUPLES_OK
 
 
-class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresWorkers, TransactionsMixin, Store):
+class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, PostgresControl, PostgresWorkers,
+                    TransactionsMixin, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0

@@ -1,0 +1,117 @@
+"""Workflows: jobs that wait for jobs (issue 42; I9), as the store sees them.
+
+A part of the store interface (``Store`` inherits ``Workflows``), in a module
+of its own. A workflow's steps are inserted in one transaction: the jobs
+(those with dependencies in the state ``waiting``, which no claim takes), the
+edges (``job_deps``), each waiting job's count of dependencies still pending
+(``job_waits``) and the step names (``workflow_steps``). The release is no
+operation here: the statement or transaction that ends a job releases what
+waits for it (PostgreSQL: queries.sql's ``_ending``; SQLite: ending.py).
+
+The defaults refuse, as a tether server must for now: its store has no
+workflow endpoints yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..errors import ConfigError
+from ..model import JobState, NewJob
+
+__all__ = ["ON_FAILURE", "NewWorkflow", "StepInfo", "WorkflowInfo", "Workflows"]
+
+#: a step's policy when a dependency ends dead or cancelled
+ON_FAILURE = ("cancel", "run")
+
+
+@dataclass(frozen=True, slots=True)
+class NewWorkflow:
+    """A workflow as the app hands it to the store: its steps in order (each a
+    job, a name, the indexes of the steps it waits for, and its on_failure)."""
+
+    name: str
+    jobs: Sequence[NewJob]
+    names: Sequence[str]
+    after: Sequence[Sequence[int]]
+    on_failure: Sequence[str]
+
+    def link_params(self, workflow_id: int, ids: Sequence[int]) -> dict[str, Any]:
+        """The parameters of the statement that records the steps, edges and counts."""
+        waiting = [i for i, ups in enumerate(self.after) if ups]
+        return {
+            "workflow": workflow_id, "jobs": list(ids), "names": list(self.names),
+            "ups": [ids[u] for ups in self.after for u in ups],
+            "downs": [ids[i] for i, ups in enumerate(self.after) for _ in ups],
+            "waiting": [ids[i] for i in waiting],
+            "pending": [len(set(self.after[i])) for i in waiting],
+            "policies": [self.on_failure[i] for i in waiting],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    """One step of a workflow run: its job, the job's state, the steps it waits for."""
+
+    name: str
+    job_id: int
+    state: JobState | None  # None: the job was deleted (retention)
+    after: tuple[str, ...]
+    on_failure: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    """``app.get_workflow(run_id)``: the run's steps, in the order they were added."""
+
+    id: int
+    name: str
+    created_at: datetime
+    steps: list[StepInfo] = field(default_factory=list)
+
+    @property
+    def jobs(self) -> dict[str, int]:
+        """{step name: job id}"""
+        return {s.name: s.job_id for s in self.steps}
+
+    @property
+    def edges(self) -> list[tuple[str, str]]:
+        """(upstream step, step) for every dependency."""
+        return [(u, s.name) for s in self.steps for u in s.after]
+
+    @property
+    def finished(self) -> bool:
+        """Every step's job has ended (or was deleted)."""
+        return all(s.state is None or s.state.terminal for s in self.steps)
+
+
+_NOT_HERE = ("workflows need a direct connection to tether's database (a postgresql:// or sqlite:/// URL); "
+             "this app's store is {backend}, and a tether server has no workflow endpoints yet")
+
+
+class Workflows:
+    """The workflow operations of ``Store``; the defaults refuse."""
+
+    backend: str
+
+    def enqueue_workflow(self, flow: NewWorkflow, *, conn: object = None) -> tuple[int, list[int]]:
+        """Insert the workflow and all its steps in one transaction (tether's own,
+        or, given ``conn``, the caller's, without committing); (run id, job ids)."""
+        raise ConfigError(_NOT_HERE.format(backend=self.backend))
+
+    async def enqueue_workflow_async(self, flow: NewWorkflow, *, conn: object = None) -> tuple[int, list[int]]:
+        raise ConfigError(_NOT_HERE.format(backend=self.backend))
+
+    def get_workflow(self, run_id: int) -> WorkflowInfo | None:
+        raise ConfigError(_NOT_HERE.format(backend=self.backend))
+
+    def job_workflow(self, job_id: int) -> int | None:
+        """The workflow run a job is a step of (None: an ordinary job)."""
+        return None
+
+    def upstream_results(self, job_id: int) -> dict[str, tuple[JobState, str | None]]:
+        """{step name: (state, result as JSON text)} of a step's direct dependencies."""
+        return {}

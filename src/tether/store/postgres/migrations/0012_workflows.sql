@@ -1,0 +1,163 @@
+-- tether schema, version 12 (PostgreSQL): workflows, jobs that wait for jobs
+-- (issue 42; I9). {schema} is a validated, quoted identifier filled in at load time.
+--
+-- A job with dependencies is inserted 'waiting', a state no claim takes (the
+-- claim statements read only 'queued' rows). The statement that ends one of
+-- its dependencies releases it, in that statement: queries.sql's _ending
+-- calls jobs_ended() below for the ended rows that have dependents, and every
+-- ending (complete, complete_and_claim, fail, release, reap, cancel,
+-- bury_unknown; for the server's remote workers too) goes through _ending.
+-- The ending is fenced (id AND attempt AND locked_by), so a zombie's late
+-- report ends nothing and releases nothing.
+ALTER TABLE {schema}.jobs DROP CONSTRAINT jobs_state_check;
+ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_state_check
+    CHECK (state IN ('waiting', 'queued', 'running', 'succeeded', 'dead', 'cancelled'));
+
+-- A workflow run: a name for people; its id is the database's.
+CREATE TABLE {schema}.workflows (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name       text        NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Its steps: one row per job (ctx.workflow_id and ctx.upstream read it by job).
+CREATE TABLE {schema}.workflow_steps (
+    job_id      bigint PRIMARY KEY,
+    workflow_id bigint NOT NULL,
+    name        text   NOT NULL,
+    UNIQUE (workflow_id, name)
+);
+
+-- The edges: job_id waits for upstream_id. Keyed by the upstream, which is
+-- how an ending finds its dependents (one index probe per ended job that
+-- _ending makes only while this table has rows at all).
+CREATE TABLE {schema}.job_deps (
+    upstream_id bigint NOT NULL,
+    job_id      bigint NOT NULL,
+    PRIMARY KEY (upstream_id, job_id)
+);
+CREATE INDEX job_deps_job_idx ON {schema}.job_deps (job_id);
+
+-- One row per job that waits: how many of its dependencies have not ended
+-- (pending) and how many ended otherwise than in success (failed). Each ending
+-- decrements its dependents' rows in an UPDATE, so two upstreams ending at
+-- once serialize on the dependent's row lock and the second one sees the
+-- first one's count (READ COMMITTED re-reads the locked row): exactly one of
+-- them takes pending to 0 and releases the job. A count, not a scan of the
+-- upstreams' states, which two concurrent endings would each read as the
+-- other's not yet ended. cancelled_by: the upstream whose failure cancelled
+-- this job (app.retry of it puts the job back to waiting).
+CREATE TABLE {schema}.job_waits (
+    job_id       bigint  PRIMARY KEY,
+    pending      integer NOT NULL,
+    failed       integer NOT NULL DEFAULT 0,
+    on_failure   text    NOT NULL CHECK (on_failure IN ('cancel', 'run')),
+    cancelled_by bigint
+);
+CREATE INDEX job_waits_cancelled_by_idx ON {schema}.job_waits (cancelled_by) WHERE cancelled_by IS NOT NULL;
+
+-- What every ending does besides its audit, for the ended jobs that someone
+-- waits for (app.wait: migration 0008's notification, which _ending sent
+-- itself before) or that have dependents. Called by _ending once per
+-- statement, only when one of those exists: a plain job's ending never calls
+-- it. A VOLATILE function: its statements see the calling statement's
+-- updates, and take the dependents' row locks in the calling transaction.
+--   cut:     the waiting dependents (transitively) of a job that ended dead or
+--            cancelled, whose policy is on_failure='cancel', end cancelled
+--            with a reason naming the upstream that failed.
+--   counted: every other dependent of an ended job (or of a cut one) counts
+--            that dependency as ended (and failed, when it did not succeed).
+--   freed:   those with nothing pending, and no failure or the policy
+--            on_failure='run', are queued; idle workers are woken.
+CREATE FUNCTION {schema}.jobs_ended(ids bigint[], states text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    woke bigint;
+BEGIN
+    IF EXISTS (SELECT 1 FROM {schema}.waiters) THEN
+        PERFORM pg_notify({done_channel}, string_agg(f.id::text, ','))
+        FROM (SELECT u.id, (row_number() OVER ()) / 400 AS chunk
+              FROM unnest(ids, states) AS u(id, state)
+              WHERE u.state IN ('succeeded', 'dead', 'cancelled')
+                AND EXISTS (SELECT 1 FROM {schema}.waiters AS w
+                            WHERE w.job_id = u.id AND w.expires_at > now())) AS f
+        GROUP BY f.chunk;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.upstream_id = ANY(ids)) THEN
+        RETURN;
+    END IF;
+    WITH RECURSIVE fin AS (
+        SELECT u.id, u.state FROM unnest(ids, states) AS u(id, state)
+        WHERE u.state IN ('succeeded', 'dead', 'cancelled')
+    ), doomed(id, root, why) AS (
+        SELECT d.job_id, f.id, f.state
+        FROM fin AS f
+        JOIN {schema}.job_deps AS d ON d.upstream_id = f.id
+        JOIN {schema}.job_waits AS w ON w.job_id = d.job_id AND w.on_failure = 'cancel'
+        WHERE f.state <> 'succeeded'
+        UNION
+        SELECT d.job_id, c.root, c.why
+        FROM doomed AS c
+        JOIN {schema}.job_deps AS d ON d.upstream_id = c.id
+        JOIN {schema}.job_waits AS w ON w.job_id = d.job_id AND w.on_failure = 'cancel'
+    ), cut AS (
+        UPDATE {schema}.jobs AS j
+        SET state = 'cancelled', finished_at = now(),
+            last_error = 'upstream job ' || c.root || ' ended ' || c.why
+        FROM (SELECT DISTINCT ON (id) id, root, why FROM doomed ORDER BY id, root) AS c
+        WHERE j.id = c.id AND j.state = 'waiting'
+        RETURNING j.id, c.root
+    ), marked AS (
+        UPDATE {schema}.job_waits AS w SET cancelled_by = c.root
+        FROM cut AS c WHERE w.job_id = c.id
+    ), gone AS (
+        SELECT id, state <> 'succeeded' AS bad FROM fin
+        UNION ALL
+        SELECT id, true FROM cut
+    ), counted AS (
+        UPDATE {schema}.job_waits AS w
+        SET pending = w.pending - g.n, failed = w.failed + g.bad
+        FROM (SELECT d.job_id, count(*) AS n, count(*) FILTER (WHERE g.bad) AS bad
+              FROM gone AS g JOIN {schema}.job_deps AS d ON d.upstream_id = g.id
+              GROUP BY d.job_id) AS g
+        WHERE w.job_id = g.job_id AND g.job_id NOT IN (SELECT id FROM doomed)
+        RETURNING w.job_id, w.pending, w.failed, w.on_failure
+    ), freed AS (
+        UPDATE {schema}.jobs AS j SET state = 'queued', run_at = least(j.run_at, now())
+        FROM counted AS c
+        WHERE j.id = c.job_id AND j.state = 'waiting'
+          AND c.pending <= 0 AND (c.failed = 0 OR c.on_failure = 'run')
+        RETURNING j.queue
+    )
+    SELECT count(*) INTO woke
+    FROM (SELECT pg_notify({channel}, q.queue) FROM (SELECT DISTINCT queue FROM freed) AS q) AS n;
+END
+$fn$;
+
+-- app.retry of a dead or cancelled job: the dependents its ending cancelled
+-- (cancelled_by) wait again, and the dependents that counted it, or one of
+-- those, as ended and failed (on_failure='run'), and still wait, count it as
+-- pending again.
+CREATE FUNCTION {schema}.jobs_reopened(upstream bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+    WITH back AS (
+        UPDATE {schema}.jobs AS j
+        SET state = 'waiting', finished_at = NULL, last_error = NULL
+        FROM {schema}.job_waits AS w
+        WHERE w.cancelled_by = upstream AND j.id = w.job_id AND j.state = 'cancelled'
+        RETURNING j.id
+    ), unmarked AS (
+        UPDATE {schema}.job_waits AS w SET cancelled_by = NULL
+        FROM back AS b WHERE w.job_id = b.id
+    )
+    UPDATE {schema}.job_waits AS w
+    SET pending = w.pending + g.n, failed = greatest(w.failed - g.n, 0)
+    FROM (SELECT d.job_id, count(*) AS n
+          FROM {schema}.job_deps AS d
+          WHERE d.upstream_id = upstream OR d.upstream_id IN (SELECT id FROM back)
+          GROUP BY d.job_id) AS g
+    JOIN {schema}.jobs AS j ON j.id = g.job_id
+    WHERE w.job_id = g.job_id AND j.state = 'waiting' AND g.job_id NOT IN (SELECT id FROM back);
+END
+$fn$;
