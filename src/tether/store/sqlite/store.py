@@ -48,7 +48,8 @@ from ..sqlfile import load_migrations, load_queries
 from ..worker_rows import DEFAULT_WORKER_RETENTION
 from .conns import ThreadConnections
 from .control import SQLiteControl, finished_states_sql
-from .ending import end
+from .ending import end, reopen
+from .flows import SQLiteWorkflows
 from .rounds import InlineRounds
 from .schedules import SQLiteSchedules
 from .schema import MISSING, SQLiteSchema
@@ -66,7 +67,7 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteWorkers, TransactionsMixin, InlineRounds, Store):
+class SQLiteStore(SQLiteSchema, SQLiteWorkflows, SQLiteSchedules, SQLiteControl, SQLiteWorkers, TransactionsMixin, InlineRounds, Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2
@@ -221,7 +222,10 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteWorkers, T
 
     def retry(self, job_id: int, *, now: datetime | None = None) -> str:
         try:
-            rows = self._all("retry", {"id": job_id, "now": _ts(now)})
+            with self._write() as conn:
+                rows = conn.execute(self.q["retry"], {"id": job_id, "now": _ts(now)}).fetchall()
+                if rows and rows[0][1]:  # it has dependents: those its ending cancelled wait again
+                    reopen(conn, self.q, job_id)
         except sqlite3.IntegrityError:
             raise InvalidTransition(
                 f"job {job_id} cannot be retried: another active job holds its dedup key"
