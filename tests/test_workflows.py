@@ -1,0 +1,295 @@
+"""Workflows (issue 42; I9): a step waits until the ending of its last
+dependency releases it, in that ending's statement or transaction, fenced
+like it. Conformance on every store: SQLite, PostgreSQL, PostgreSQL through
+PgBouncer, and both through a tether server (its remote workers end jobs
+through the server; the run is enqueued on the database itself, since a
+server has no workflow endpoints yet)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+
+import psycopg
+import pytest
+
+from tether import ConfigError, JobContext, JobState, Outcome, Tether, UnknownTask
+from tether.config import parse_database_url
+from tether.store import Store, open_store
+from tether.store.flows import NewWorkflow
+
+from .conftest import STORE_BACKENDS, backend_param
+from .test_conformance import TTL, W, get, new_job, sec
+
+W2 = "worker-2"
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return backend_param(request)
+
+
+@pytest.fixture
+def direct(backend: str, db_url: str, store: Store) -> Iterator[Store]:
+    """The database itself (where a run is enqueued); ``store`` is the same one,
+    or the tether server in front of it."""
+    if not backend.startswith("http-"):
+        yield store
+        return
+    s = open_store(db_url)
+    yield s
+    s.close()
+
+
+def enqueue(direct: Store, steps: dict[str, Sequence[str]], *, run: Sequence[str] = (),
+            max_attempts: int = 3) -> dict[str, int]:
+    """A run whose steps (in order) wait for the named ones; ``run``: the steps
+    whose policy is on_failure='run'. {step: job id}"""
+    names = list(steps)
+    flow = NewWorkflow("test", [new_job(args={"step": n}, max_attempts=max_attempts) for n in names], names,
+                       [[names.index(u) for u in ups] for ups in steps.values()],
+                       ["run" if n in run else "cancel" for n in names])
+    _, ids = direct.enqueue_workflow(flow)
+    return dict(zip(names, ids, strict=True))
+
+
+def states(store: Store, jobs: dict[str, int]) -> dict[str, str]:
+    return {n: str(get(store, i).state) for n, i in jobs.items()}
+
+
+def claim(store: Store, worker: str = W) -> dict[int, int]:
+    """{job id: attempt} of everything claimable now."""
+    return {c.id: c.attempt for c in store.claim(worker, ["default"], 50, TTL)}
+
+
+def succeed(store: Store, jobs: dict[str, int], *names: str) -> None:
+    """Claim exactly the named steps and complete them."""
+    got = claim(store)
+    assert set(got) == {jobs[n] for n in names}, (got, names, states(store, jobs))
+    assert store.complete(W, [(i, a, f'{{"from": "{i}"}}') for i, a in got.items()]) == set(got)
+
+
+def test_a_chain_runs_step_by_step(store: Store, direct: Store) -> None:
+    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["b"]})
+    assert states(store, jobs) == {"a": "queued", "b": "waiting", "c": "waiting"}
+    succeed(store, jobs, "a")
+    assert states(store, jobs) == {"a": "succeeded", "b": "queued", "c": "waiting"}
+    succeed(store, jobs, "b")
+    succeed(store, jobs, "c")
+    assert set(states(store, jobs).values()) == {"succeeded"}
+
+
+def test_a_diamond_joins_once_both_branches_succeeded(store: Store, direct: Store) -> None:
+    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})
+    succeed(store, jobs, "a")
+    got = claim(store)
+    assert set(got) == {jobs["b"], jobs["c"]}
+    assert store.complete(W, [(jobs["b"], got[jobs["b"]], None)]) == {jobs["b"]}
+    assert states(store, jobs)["d"] == "waiting"
+    # the last one ends through a round (complete_and_claim): it releases d in that statement
+    done, claimed = store.complete_and_claim(W, [(jobs["c"], got[jobs["c"]], None)], ["default"], 5, TTL)
+    assert done == {jobs["c"]}
+    assert states(store, jobs)["d"] in ("queued", "running")
+    if not claimed:  # the round's claim ran before the release in its statement: the next one takes it
+        claimed = store.claim(W, ["default"], 5, TTL)
+    assert [c.id for c in claimed] == [jobs["d"]]
+
+
+def test_fan_in_waits_for_every_upstream(store: Store, direct: Store) -> None:
+    parts = {f"p{i}": [] for i in range(6)}
+    jobs = enqueue(direct, {**parts, "join": list(parts)})
+    got = claim(store)
+    assert set(got) == {jobs[p] for p in parts}
+    for i, (job_id, attempt) in enumerate(got.items()):
+        assert states(store, jobs)["join"] == "waiting", i
+        store.complete(W, [(job_id, attempt, None)])
+    assert states(store, jobs)["join"] == "queued"
+
+
+def test_a_dead_upstream_cancels_its_dependents_transitively(store: Store, direct: Store) -> None:
+    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["b"], "side": []}, max_attempts=1)
+    (a_attempt,) = [att for i, att in claim(store).items() if i == jobs["a"]]
+    assert store.fail(W, jobs["a"], a_attempt, outcome=Outcome.FAILED, error="boom") is JobState.DEAD
+    assert states(store, jobs) == {"a": "dead", "b": "cancelled", "c": "cancelled", "side": "running"}
+    for step in ("b", "c"):
+        job = get(store, jobs[step])
+        assert job.last_error == f"upstream job {jobs['a']} ended dead" and job.finished_at is not None
+
+
+def test_on_failure_run_runs_once_every_dependency_ended(store: Store, direct: Store) -> None:
+    jobs = enqueue(direct, {"ok": [], "bad": [], "after_bad": ["bad"], "report": ["ok", "after_bad"]},
+                   run=["report"], max_attempts=1)
+    got = claim(store)
+    assert store.fail(W, jobs["bad"], got[jobs["bad"]], outcome=Outcome.FAILED, error="x") is JobState.DEAD
+    # after_bad is cut (policy cancel); report counts it as ended, failed, and still waits for ok
+    assert states(store, jobs) == {"ok": "running", "bad": "dead", "after_bad": "cancelled", "report": "waiting"}
+    store.complete(W, [(jobs["ok"], got[jobs["ok"]], None)])
+    assert states(store, jobs)["report"] == "queued"
+
+
+def test_retry_of_a_dead_upstream_puts_what_it_cancelled_back_to_waiting(store: Store, direct: Store) -> None:
+    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["b"], "r": ["a"]}, run=["r"], max_attempts=1)
+    got = claim(store)
+    store.fail(W, jobs["a"], got[jobs["a"]], outcome=Outcome.FAILED, error="boom")
+    assert states(store, jobs) == {"a": "dead", "b": "cancelled", "c": "cancelled", "r": "queued"}
+    store.retry(jobs["a"])
+    assert states(store, jobs) == {"a": "queued", "b": "waiting", "c": "waiting", "r": "queued"}
+    got = claim(store)
+    assert set(got) == {jobs["a"], jobs["r"]}
+    store.complete(W, [(jobs["a"], got[jobs["a"]], None)])
+    succeed(store, jobs, "b")
+    succeed(store, jobs, "c")
+
+
+def test_cancelling_a_waiting_step_cancels_what_waits_for_it(store: Store, direct: Store) -> None:
+    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["b"]})
+    assert store.cancel(jobs["b"]) is JobState.CANCELLED
+    assert states(store, jobs) == {"a": "queued", "b": "cancelled", "c": "cancelled"}
+    assert get(store, jobs["c"]).last_error == f"upstream job {jobs['b']} ended cancelled"
+
+
+def test_the_reaper_releases_the_dependents_of_a_job_whose_worker_died(store: Store, direct: Store) -> None:
+    jobs = enqueue(direct, {"a": [], "b": ["a"]}, max_attempts=1)
+    claim(store)
+    [r] = store.reap(10, now=store.db_now() + sec(TTL + 1))  # its lease lapsed: its last attempt
+    assert (r.id, r.state) == (jobs["a"], JobState.DEAD)
+    assert states(store, jobs) == {"a": "dead", "b": "cancelled"}
+
+
+def test_a_zombies_late_completion_releases_nothing(store: Store, direct: Store) -> None:
+    jobs = enqueue(direct, {"a": [], "b": ["a"]})
+    first = claim(store)[jobs["a"]]
+    [r] = store.reap(10, now=store.db_now() + sec(TTL + 1))  # lapsed, budget left: queued again
+    assert r.state is JobState.QUEUED
+    second = claim(store, W2)[jobs["a"]]
+    assert second == first + 1
+    assert store.complete(W, [(jobs["a"], first, None)]) == set()  # the zombie's report: fenced out
+    assert states(store, jobs) == {"a": "running", "b": "waiting"}
+    assert store.complete(W2, [(jobs["a"], second, None)]) == {jobs["a"]}
+    assert states(store, jobs) == {"a": "succeeded", "b": "queued"}
+
+
+# -- the app's API (a store of its own: SQLite and PostgreSQL) ---------------------------------
+
+
+@pytest.fixture
+def app(db_url: str, backend: str) -> Iterator[Tether]:
+    if backend.startswith("http-") or backend.endswith("pgbouncer"):
+        pytest.skip("the app's workflow API is tested on a direct store")
+    a = Tether(db_url)
+    a.migrate()
+    yield a
+    a.close()
+
+
+def _tasks(app: Tether) -> tuple[Callable[..., object], ...]:
+    @app.task(name="fetch")
+    def fetch(ctx: JobContext, url: str) -> dict[str, str]:
+        return {"body": url}
+
+    @app.task(name="parse")
+    def parse(ctx: JobContext) -> dict[str, object]:
+        return {"up": ctx.upstream, "states": ctx.upstream_states, "wf": ctx.workflow_id}
+
+    @app.task(name="boom", max_attempts=1)
+    def boom(ctx: JobContext) -> None:
+        raise RuntimeError("boom")
+
+    return fetch, parse, boom
+
+
+def test_a_workflow_runs_with_its_upstream_results(app: Tether) -> None:
+    fetch, parse, boom = _tasks(app)
+    wf = app.workflow("import-42")
+    a = wf.add(fetch.spec(url="u"))  # type: ignore[attr-defined]
+    b = wf.add(parse.spec(), after=[a])  # type: ignore[attr-defined]
+    x = wf.add(boom.spec(), after=[a])  # type: ignore[attr-defined]
+    wf.add(parse.spec(), after=[b, x], name="report", on_failure="run")  # type: ignore[attr-defined]
+    run = wf.enqueue()
+    assert list(run.jobs) == ["fetch", "parse", "boom", "report"]
+    app.drain()
+    report = get(app.store, run.jobs["report"])
+    assert report.state is JobState.SUCCEEDED
+    assert report.result == {"up": {"parse": {"up": {"fetch": {"body": "u"}}, "states": {"fetch": "succeeded"},
+                                              "wf": run.id}, "boom": None},
+                             "states": {"parse": "succeeded", "boom": "dead"}, "wf": run.id}
+    info = app.get_workflow(run.id)
+    assert info is not None and info.finished and info.name == "import-42"
+    assert info.edges == [("fetch", "parse"), ("fetch", "boom"), ("parse", "report"), ("boom", "report")]
+    assert app.get_workflow(run.id + 1000) is None
+
+
+def test_chain_and_enqueue_async(app: Tether) -> None:
+    fetch, parse, _ = _tasks(app)
+    run = app.chain(fetch.spec(url="v"), parse.spec(), parse.spec())  # type: ignore[attr-defined]
+    assert list(run.jobs) == ["fetch", "parse", "parse-2"]
+    assert states(app.store, run.jobs) == {"fetch": "queued", "parse": "waiting", "parse-2": "waiting"}
+    wf = app.workflow("async")
+    wf.add(parse.using(queue="other").spec(), name="p")  # type: ignore[attr-defined]
+    other = asyncio.run(wf.enqueue_async())
+    assert get(app.store, other.jobs["p"]).queue == "other"
+    app.drain()
+    assert set(states(app.store, run.jobs).values()) == {"succeeded"}
+
+
+def _count_jobs(app: Tether) -> int:
+    return sum(app.store.stats().counts.values())
+
+
+def test_bad_workflows_get_a_clear_error_and_write_nothing(app: Tether, db_url: str) -> None:
+    fetch, parse, _ = _tasks(app)
+    other = Tether(db_url)
+
+    @other.task(name="stranger")
+    def stranger(ctx: JobContext) -> None: ...
+
+    wf = app.workflow("bad")
+    a = wf.add(fetch.spec(url="u"))  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="a step named 'fetch' exists already"):
+        wf.add(fetch.spec(url="w"))  # type: ignore[attr-defined]
+    with pytest.raises(UnknownTask, match="'stranger' of this spec is not registered on this app"):
+        wf.add(stranger.spec())
+    with pytest.raises(ConfigError, match="on_failure must be 'cancel' or 'run'"):
+        wf.add(parse.spec(), after=[a], on_failure="ignore")  # type: ignore[attr-defined]
+    elsewhere = app.workflow("elsewhere")
+    with pytest.raises(ConfigError, match="after= names step 'fetch' of another workflow"):
+        elsewhere.add(parse.spec(), after=[a])  # type: ignore[attr-defined]
+    # a cycle (by name, the only way to name a later step)
+    wf.add(parse.spec(), after=["report"], name="p1")  # type: ignore[attr-defined]
+    wf.add(parse.spec(), after=["p1"], name="report")  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"has a cycle: steps 'p1', 'report' wait for each other"):
+        wf.enqueue()
+    with pytest.raises(ConfigError, match="has no steps"):
+        app.workflow("empty").enqueue()
+    with pytest.raises(ConfigError, match="cannot have a dedup_key"):
+        app.workflow("d").add(fetch.using(dedup_key="k").spec(url="u"))  # type: ignore[attr-defined]
+    assert _count_jobs(app) == 0
+    other.close()
+
+
+def test_connection_joins_the_callers_transaction(app: Tether, backend: str, db_url: str) -> None:
+    fetch, parse, _ = _tasks(app)
+    dsn = parse_database_url(db_url)
+
+    def build() -> object:
+        wf = app.workflow("tx")
+        wf.add(parse.spec(), after=[wf.add(fetch.spec(url="u"))])  # type: ignore[attr-defined]
+        return wf
+
+    if backend == "sqlite":
+        conn = sqlite3.connect(dsn.url)
+        build().enqueue(connection=conn)  # type: ignore[attr-defined]
+        conn.rollback()
+        assert _count_jobs(app) == 0
+        run = build().enqueue(connection=conn)  # type: ignore[attr-defined]
+        conn.commit()
+        conn.close()
+    else:
+        with psycopg.connect(dsn.url) as pg:
+            build().enqueue(connection=pg)  # type: ignore[attr-defined]
+            pg.rollback()
+            assert _count_jobs(app) == 0
+            run = build().enqueue(connection=pg)  # type: ignore[attr-defined]
+            pg.commit()
+    assert states(app.store, run.jobs) == {"fetch": "queued", "parse": "waiting"}
