@@ -293,3 +293,16 @@ def test_connection_joins_the_callers_transaction(app: Tether, backend: str, db_
             run = build().enqueue(connection=pg)  # type: ignore[attr-defined]
             pg.commit()
     assert states(app.store, run.jobs) == {"fetch": "queued", "parse": "waiting"}
+
+
+def test_retention_keeps_a_run_until_every_step_ended(store: Store, direct: Store) -> None:
+    jobs = enqueue(direct, {"a": [], "b": ["a"]})
+    succeed(store, jobs, "a")
+    later = store.db_now() + sec(3600)
+    assert store.prunable({JobState.SUCCEEDED: 60}, now=later) == {JobState.SUCCEEDED: 0}
+    assert store.prune({JobState.SUCCEEDED: 60}, 100, now=later) == {}
+    assert states(store, jobs) == {"a": "succeeded", "b": "queued"}  # b still reads a's result
+    succeed(store, jobs, "b")
+    later = store.db_now() + sec(3600)
+    assert store.prune({JobState.SUCCEEDED: 60}, 100, now=later) == {JobState.SUCCEEDED: 2}
+    assert store.get_job(jobs["a"]) is None

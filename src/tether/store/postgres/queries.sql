@@ -1175,12 +1175,17 @@ SELECT count(*) FROM gone
 -- a locked row cannot move, and no join is left for the planner to turn into
 -- a scan of the table (with a join on id it hashed the whole jobs table).
 -- The attempts go by `job_id = ANY(...)`: the primary key (job_id, attempt).
+-- A step of a workflow that has not ended (a step of it still waiting, queued
+-- or running) stays (issue 42: its result is a later step's ctx.upstream, and
+-- its edges are what a retry reopens: _unfinished_run); a pruned step takes
+-- its step row, edges and counts with it.
 WITH doomed AS (
     SELECT c.ctid, c.finished_at
     FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(state, age)
     CROSS JOIN LATERAL (
         SELECT ctid, finished_at FROM {schema}.jobs
         WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age)
+          AND NOT {_unfinished_run}
         ORDER BY finished_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -1195,15 +1200,37 @@ WITH doomed AS (
 ), audit AS (
     DELETE FROM {schema}.attempts AS a
     WHERE a.job_id = ANY(ARRAY(SELECT id FROM gone))
+), steps AS (
+    DELETE FROM {schema}.workflow_steps AS s WHERE s.job_id = ANY(ARRAY(SELECT id FROM gone))
+), edges AS (
+    DELETE FROM {schema}.job_deps AS d
+    WHERE d.job_id = ANY(ARRAY(SELECT id FROM gone)) OR d.upstream_id = ANY(ARRAY(SELECT id FROM gone))
+), counts AS (
+    DELETE FROM {schema}.job_waits AS w WHERE w.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT state, count(*) FROM gone GROUP BY state
+
+-- name: _unfinished_run
+-- Whether the job (jobs, unaliased) is a step of a workflow run that has a
+-- step not yet ended: one probe of workflow_steps' primary key for a job of
+-- no workflow, and none at all while there are no workflows (a one-time
+-- test). The run is found by a scalar subquery, and the AND sits between
+-- the tests: written as one EXISTS over a join, NOT EXISTS became an anti
+-- join, or a hashed subplan, each reading every unfinished job of the table
+-- (test_retention.py).
+(EXISTS (SELECT 1 FROM {schema}.workflow_steps)
+ AND EXISTS (SELECT 1 FROM {schema}.workflow_steps AS o
+             JOIN {schema}.jobs AS oj ON oj.id = o.job_id
+             WHERE o.workflow_id = (SELECT s.workflow_id FROM {schema}.workflow_steps AS s WHERE s.job_id = jobs.id)
+               AND oj.state IN ('waiting', 'queued', 'running')))
 
 -- name: prunable
 -- What prune would delete, by state (tether prune --dry-run, and the total of
 -- its progress bar): the same WHERE, counted over jobs_finished_idx.
 SELECT r.state,
        (SELECT count(*) FROM {schema}.jobs
-        WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age))
+        WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age)
+          AND NOT {_unfinished_run})
 FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(state, age)
 
 -- ---------------------------------------------------------------------------

@@ -802,6 +802,7 @@ WHERE state IN ({finished_states}) AND id IN (
     FROM json_each(:ages) AS r
     JOIN tether_jobs AS j ON j.id IN (SELECT x.id FROM tether_jobs AS x
                                       WHERE x.state = r.key AND x.finished_at < {now} - r.value
+                                        AND NOT {_unfinished_run}
                                       ORDER BY x.finished_at LIMIT :limit)
     ORDER BY j.finished_at
     LIMIT :limit
@@ -812,9 +813,30 @@ RETURNING id, state
 -- The pruned jobs' attempts rows, by the primary key's first column.
 DELETE FROM tether_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
 
+-- name: prune_steps
+-- The pruned jobs' workflow rows (issue 42): their step, edges and counts.
+DELETE FROM tether_workflow_steps WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_edges
+DELETE FROM tether_job_deps
+WHERE job_id IN (SELECT value FROM json_each(:ids)) OR upstream_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_counts
+DELETE FROM tether_job_waits WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: _unfinished_run
+-- Whether the job x is a step of a workflow run with a step not yet ended
+-- (issue 42: retention keeps such a run whole); one probe of the steps'
+-- primary key for a job of no workflow.
+EXISTS (SELECT 1 FROM tether_workflow_steps AS s
+        JOIN tether_workflow_steps AS o ON o.workflow_id = s.workflow_id
+        JOIN tether_jobs AS oj ON oj.id = o.job_id
+        WHERE s.job_id = x.id AND oj.state IN ('waiting', 'queued', 'running'))
+
 -- name: prunable
 -- What prune would delete, by state asked: the same WHERE, counted.
-SELECT r.key, (SELECT count(*) FROM tether_jobs AS x WHERE x.state = r.key AND x.finished_at < {now} - r.value)
+SELECT r.key, (SELECT count(*) FROM tether_jobs AS x WHERE x.state = r.key AND x.finished_at < {now} - r.value
+                AND NOT {_unfinished_run})
 FROM json_each(:ages) AS r
 
 -- ---------------------------------------------------------------------------
