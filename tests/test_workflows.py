@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -306,3 +308,26 @@ def test_retention_keeps_a_run_until_every_step_ended(store: Store, direct: Stor
     later = store.db_now() + sec(3600)
     assert store.prune({JobState.SUCCEEDED: 60}, 100, now=later) == {JobState.SUCCEEDED: 2}
     assert store.get_job(jobs["a"]) is None
+
+
+def test_upstreams_ending_at_once_release_their_join_exactly_once(store: Store, direct: Store) -> None:
+    """The endings of a join's upstreams on concurrent connections: each decrements
+    the join's count under its row lock, so exactly one of them sees it reach
+    zero (read apart, each could see the others as still running)."""
+    for _ in range(3):
+        parts = {f"p{i}": [] for i in range(8)}
+        jobs = enqueue(direct, {**parts, "join": list(parts)})
+        held = [(f"w{i}", c.id, c.attempt) for i in range(8) for c in store.claim(f"w{i}", ["default"], 1, TTL)]
+        assert len(held) == 8
+        barrier = threading.Barrier(8)
+
+        def finish(worker: str, job_id: int, attempt: int) -> set[int]:
+            barrier.wait()
+            return store.complete(worker, [(job_id, attempt, None)])
+
+        with ThreadPoolExecutor(8) as pool:
+            assert all(pool.map(lambda h: finish(*h), held))
+        assert states(store, jobs)["join"] == "queued"
+        (c,) = store.claim(W, ["default"], 5, TTL)
+        assert c.id == jobs["join"]
+        store.complete(W, [(c.id, c.attempt, None)])

@@ -86,6 +86,13 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.upstream_id = ANY(ids)) THEN
         RETURN;
     END IF;
+    -- The direct dependents' count rows, locked in id order first: two
+    -- statements ending jobs with dependents in common then queue on them in
+    -- one order, never in a deadlock.
+    PERFORM 1 FROM {schema}.job_waits AS w
+    WHERE w.job_id IN (SELECT d.job_id FROM {schema}.job_deps AS d WHERE d.upstream_id = ANY(ids))
+    ORDER BY w.job_id
+    FOR UPDATE;
     WITH RECURSIVE fin AS (
         SELECT u.id, u.state FROM unnest(ids, states) AS u(id, state)
         WHERE u.state IN ('succeeded', 'dead', 'cancelled')
