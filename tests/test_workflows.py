@@ -8,6 +8,7 @@ server has no workflow endpoints yet)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -331,3 +332,25 @@ def test_upstreams_ending_at_once_release_their_join_exactly_once(store: Store, 
         (c,) = store.claim(W, ["default"], 5, TTL)
         assert c.id == jobs["join"]
         store.complete(W, [(c.id, c.attempt, None)])
+
+
+def test_the_cli_shows_a_run_and_lists_waiting_jobs(app: Tether, db_url: str) -> None:
+    from click.testing import CliRunner
+
+    from tether.cli.main import cli
+
+    fetch, parse, _ = _tasks(app)
+    run = app.chain(fetch.spec(url="u"), parse.spec(), name="cli-run")  # type: ignore[attr-defined]
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["-d", db_url, "workflow", str(run.id), "--json"], catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    got = json.loads(shown.output)
+    assert got["name"] == "cli-run" and not got["finished"]
+    assert [(s["name"], s["state"], s["after"]) for s in got["steps"]] == [
+        ("fetch", "queued", []), ("parse", "waiting", ["fetch"])]
+    table = runner.invoke(cli, ["-d", db_url, "workflow", str(run.id)], catch_exceptions=False)
+    assert "parse" in table.output and "waiting" in table.output
+    listed = runner.invoke(cli, ["-d", db_url, "jobs", "--state", "waiting"], catch_exceptions=False)
+    assert listed.exit_code == 0 and str(run.jobs["parse"]) in listed.output
+    missing = runner.invoke(cli, ["-d", db_url, "workflow", str(run.id + 99)])
+    assert missing.exit_code != 0 and f"no workflow run {run.id + 99}" in missing.output

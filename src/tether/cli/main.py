@@ -56,7 +56,7 @@ __all__ = ["cli", "main"]
 #: (about a tenth of a second of CPU per worker start)
 LAZY_COMMANDS = {
     "chaos": "chaos_cmd", "prune": "control_cmd", "pause": "control_cmd", "resume": "control_cmd",
-    "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd",
+    "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd", "workflow": "flows_cmd",
 }
 #: what ``tether --help`` lists for them (the first paragraph of each one's
 #: docstring, which click shortens the same way), so that the listing imports
@@ -72,6 +72,7 @@ LAZY_HELP = {
     "prune": "Delete finished jobs (and their attempts) older than their retention, oldest first, in batches that "
              "never block running workers. Queued and running jobs are never touched.",
     "resume": "Resume a paused QUEUE.",
+    "workflow": "Show a workflow run: its steps, each step's job and state, and what each waits for.",
     "server": "Serve the database (--database) over HTTP to workers and producers that hold no database "
               "credentials: `tether worker --server http://HOST:PORT --token T`. It prunes the database too "
               "(--retention): its remote workers do not.",
