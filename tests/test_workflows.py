@@ -322,12 +322,13 @@ def test_upstreams_ending_at_once_release_their_join_exactly_once(store: Store, 
         assert len(held) == 8
         barrier = threading.Barrier(8)
 
-        def finish(worker: str, job_id: int, attempt: int) -> set[int]:
+        def finish(held: tuple[str, int, int], barrier: threading.Barrier = barrier) -> set[int]:
+            worker, job_id, attempt = held
             barrier.wait()
             return store.complete(worker, [(job_id, attempt, None)])
 
         with ThreadPoolExecutor(8) as pool:
-            assert all(pool.map(lambda h: finish(*h), held))
+            assert all(pool.map(finish, held))
         assert states(store, jobs)["join"] == "queued"
         (c,) = store.claim(W, ["default"], 5, TTL)
         assert c.id == jobs["join"]
@@ -354,3 +355,18 @@ def test_the_cli_shows_a_run_and_lists_waiting_jobs(app: Tether, db_url: str) ->
     assert listed.exit_code == 0 and str(run.jobs["parse"]) in listed.output
     missing = runner.invoke(cli, ["-d", db_url, "workflow", str(run.id + 99)])
     assert missing.exit_code != 0 and f"no workflow run {run.id + 99}" in missing.output
+
+
+def test_the_docs_example_runs(app: Tether, db_url: str, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/examples/workflows/example.py, on this backend (registered in test_docs_examples.EXECUTED)."""
+    import runpy
+    from pathlib import Path
+
+    monkeypatch.setenv("TETHER_DATABASE_URL", db_url)
+    path = Path(__file__).resolve().parent.parent / "docs" / "examples" / "workflows" / "example.py"
+    runpy.run_path(str(path), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "parse-checked cancelled after ['check']" in out
+    assert "cancelled upstream job" in out and "ended dead" in out
+    assert "'check': 'dead'" in out and "'parse': 'succeeded'" in out  # report's ctx.upstream_states

@@ -1351,3 +1351,4 @@ FROM {schema}.job_deps AS d
 JOIN {schema}.workflow_steps AS u ON u.job_id = d.upstream_id
 JOIN {schema}.jobs AS j ON j.id = d.upstream_id
 WHERE d.job_id = %(id)s
+ORDER BY d.upstream_id

@@ -975,3 +975,4 @@ FROM tether_job_deps AS d
 JOIN tether_workflow_steps AS u ON u.job_id = d.upstream_id
 JOIN tether_jobs AS j ON j.id = d.upstream_id
 WHERE d.job_id = :id
+ORDER BY d.upstream_id
