@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store seam", ("tether.store",)),
     ("runtime parts", ("tether.events", "tether.context", "tether.tracing", "tether.transport")),
     ("runtime", ("tether.worker",)),
-    ("app", ("tether.app", "tether.workflows", "tether.task", "tether.periodic", "tether.callers")),
+    ("app", ("tether.app", "tether.workflows", "tether.batches", "tether.task", "tether.periodic", "tether.callers")),
     ("package", ("tether",)),
     ("faces", ("tether.cli", "tether.dashboard", "tether.server", "tether.otel", "tether.metrics",
                "tether.chaos", "tether.__main__", "tether.testing", "tether.contrib")),

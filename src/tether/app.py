@@ -11,6 +11,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
+from .batches import BatchesMixin
 from .callers import write_on, write_on_async
 from .config import (
     DEFAULT_BACKOFF_BASE,
@@ -72,7 +73,7 @@ def _ended(job: Job) -> Job:
     return job
 
 
-class Tether(WorkflowsMixin):
+class Tether(WorkflowsMixin, BatchesMixin):
     """A tether application: where jobs live, which tasks exist, and the timers.
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the

@@ -24,7 +24,7 @@ from .store.flows import ON_FAILURE, NewWorkflow, WorkflowInfo
 from .task import JobSpec, Task
 from .transport import Transport, announce, due_now
 
-__all__ = ["FlowHost", "Step", "Workflow", "WorkflowRun", "WorkflowsMixin"]
+__all__ = ["FlowHost", "Step", "Workflow", "WorkflowRun", "WorkflowsMixin", "registered"]
 
 
 class FlowHost(Protocol):
@@ -90,7 +90,7 @@ class Workflow:
         if not isinstance(spec, JobSpec):
             raise ConfigError(f"workflow {self.name!r}: add() takes a job spec, task.spec(**args), "
                               f"not a {type(spec).__name__}")
-        _registered(self.app, spec.task)
+        registered(self.app, spec.task)
         if spec.job.dedup_key is not None:
             raise ConfigError(f"workflow {self.name!r}: a step cannot have a dedup_key (its job could be "
                               "another run's); leave it out of the spec")
@@ -177,7 +177,7 @@ class Workflow:
         return run
 
 
-def _registered(app: FlowHost, task: Task[Any, Any]) -> None:
+def registered(app: FlowHost, task: Task[Any, Any]) -> None:
     if app.tasks.get(task.name) is not task:
         raise UnknownTask(f"task {task.name!r} of this spec is not registered on this app; register it with "
                           "@app.task on the app whose workflow or batch runs it")

@@ -47,7 +47,7 @@ from ..model import (
 )
 from .buckets import Buckets
 from .control import JobControl, Schedules
-from .flows import Workflows
+from .flows import Batches, Workflows
 from .pruning import check_prune
 from .push import Listener, PushChannels
 from .shared_tx import SharedTransactions
@@ -58,7 +58,7 @@ T = TypeVar("T")
 __all__ = ["Listener", "Store", "check_prune"]
 
 
-class Store(PushChannels, SharedTransactions, Workflows, JobControl, WorkerRows, Schedules, abc.ABC):
+class Store(PushChannels, SharedTransactions, Workflows, Batches, JobControl, WorkerRows, Schedules, abc.ABC):
     backend: str
     #: how often an idle worker polls when no push channel wakes it (seconds)
     default_poll_interval: float

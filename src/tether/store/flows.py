@@ -22,7 +22,8 @@ from typing import Any
 from ..errors import ConfigError
 from ..model import JobState, NewJob
 
-__all__ = ["ON_FAILURE", "NewWorkflow", "StepInfo", "WorkflowInfo", "Workflows"]
+__all__ = ["BATCH_SHARDS", "ON_FAILURE", "BatchInfo", "Batches", "NewBatch", "NewWorkflow", "StepInfo", "WorkflowInfo",
+           "Workflows", "batch_edge"]
 
 #: a step's policy when a dependency ends dead or cancelled
 ON_FAILURE = ("cancel", "run")
@@ -115,3 +116,80 @@ class Workflows:
     def upstream_results(self, job_id: int) -> dict[str, tuple[JobState, str | None]]:
         """{step name: (state, result as JSON text)} of a step's direct dependencies."""
         return {}
+
+
+#: at most this many counter rows per batch (the edge encodes the shard in 4 bits)
+BATCH_SHARDS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class NewBatch:
+    """A batch as the app hands it to the store: its members and its callbacks."""
+
+    members: Sequence[NewJob]
+    on_complete: NewJob | None = None
+    on_success: NewJob | None = None
+
+    @property
+    def shards(self) -> int:
+        return max(1, min(BATCH_SHARDS, len(self.members)))
+
+    @property
+    def callbacks(self) -> list[NewJob]:
+        return [j for j in (self.on_complete, self.on_success) if j is not None]
+
+    def link_params(self, batch_id: int, members: Sequence[int], callbacks: Sequence[int]) -> dict[str, Any]:
+        it = iter(callbacks)
+        on_complete = next(it) if self.on_complete is not None else None
+        on_success = next(it) if self.on_success is not None else None
+        return {"batch": batch_id, "shards": self.shards, "members": list(members), "callbacks": list(callbacks),
+                "on_complete": on_complete, "on_success": on_success}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """``app.get_batch(id)``: its members' counts by state and its callbacks' job ids."""
+
+    id: int
+    created_at: datetime
+    counts: dict[JobState, int]
+    on_complete: int | None
+    on_success: int | None
+    finished_at: datetime | None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> bool:
+        """Every member has ended (the callbacks were released then)."""
+        return self.finished_at is not None
+
+
+def batch_edge(batch_id: int, shard: int) -> int:
+    """The job_deps job_id that marks a member of ``batch_id`` in ``shard``."""
+    return -(batch_id * BATCH_SHARDS + shard)
+
+
+class Batches:
+    """The batch operations of ``Store``; the defaults refuse."""
+
+    backend: str
+
+    def enqueue_batch(self, batch: NewBatch, *, conn: object = None) -> tuple[int, list[int], list[int]]:
+        """Insert the batch, its members and its callbacks in one transaction;
+        (batch id, member ids, callback ids)."""
+        raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
+
+    def batch_add(self, member_id: int, jobs: Sequence[NewJob]) -> list[int]:
+        """Members added by a running member of a batch (``ctx.batch.add``), in
+        one transaction; refused once the batch may have completed."""
+        raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
+
+    def get_batch(self, batch_id: int) -> BatchInfo | None:
+        raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
+
+    def job_batch(self, job_id: int) -> int | None:
+        """The batch a job is a member of (None: none)."""
+        return None

@@ -1352,3 +1352,54 @@ JOIN {schema}.workflow_steps AS u ON u.job_id = d.upstream_id
 JOIN {schema}.jobs AS j ON j.id = d.upstream_id
 WHERE d.job_id = %(id)s
 ORDER BY d.upstream_id
+
+-- name: batch_insert
+-- A batch (issue 42): its members' count is split over `shards` rows
+-- (migration 0012 says why); its members and callbacks follow in this transaction.
+INSERT INTO {schema}.batches (created_at, shards) VALUES ({now}, %(shards)s) RETURNING id
+
+-- name: batch_link
+-- The members' edges (to no job: -(batch * 16 + shard), the i-th member in
+-- shard i mod shards), each shard's count, the callbacks held 'waiting'
+-- before anyone can see them, and the batch's callback ids.
+WITH members AS (
+    SELECT x.m, mod(x.o - 1, %(shards)s)::int AS shard
+    FROM unnest(%(members)s::bigint[]) WITH ORDINALITY AS x(m, o)
+), edges AS (
+    INSERT INTO {schema}.job_deps (upstream_id, job_id)
+    SELECT m, -(%(batch)s * 16 + shard) FROM members
+), counts AS (
+    INSERT INTO {schema}.batch_shards (batch_id, shard, pending)
+    SELECT %(batch)s, shard, count(*) FROM members GROUP BY shard
+), held AS (
+    UPDATE {schema}.jobs SET state = 'waiting' WHERE id = ANY(%(callbacks)s::bigint[])
+)
+UPDATE {schema}.batches SET on_complete = %(on_complete)s, on_success = %(on_success)s
+WHERE id = %(batch)s RETURNING id
+
+-- name: batch_of
+-- The batch edge of a member: -(batch * 16 + shard).
+SELECT -job_id FROM {schema}.job_deps WHERE upstream_id = %(id)s AND job_id < 0
+
+-- name: batch_grow
+-- ctx.batch.add: the adding member's shard counts the new members before they
+-- exist, and only while it is not zero (its own member still running keeps it
+-- above zero; a zero shard means the batch may be complete already).
+UPDATE {schema}.batch_shards SET pending = pending + %(n)s
+WHERE batch_id = %(batch)s AND shard = %(shard)s AND pending > 0
+RETURNING pending
+
+-- name: batch_join
+INSERT INTO {schema}.job_deps (upstream_id, job_id)
+SELECT m, %(edge)s FROM unnest(%(members)s::bigint[]) AS m
+RETURNING upstream_id
+
+-- name: batch_get
+SELECT id, created_at, on_complete, on_success, finished_at FROM {schema}.batches WHERE id = %(id)s
+
+-- name: batch_counts
+-- Its members by state (the edges' job_id index: the batch's 16 edge values).
+SELECT j.state, count(*)
+FROM {schema}.job_deps AS d JOIN {schema}.jobs AS j ON j.id = d.upstream_id
+WHERE d.job_id BETWEEN -(%(id)s * 16 + 15) AND -(%(id)s * 16)
+GROUP BY j.state

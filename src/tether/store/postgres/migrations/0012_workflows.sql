@@ -56,6 +56,32 @@ CREATE TABLE {schema}.job_waits (
 );
 CREATE INDEX job_waits_cancelled_by_idx ON {schema}.job_waits (cancelled_by) WHERE cancelled_by IS NOT NULL;
 
+-- Batches: many jobs, callbacks when they have all ended. A member is marked
+-- by an edge in job_deps to no job: job_id = -(batch id * 16 + shard), so the
+-- check _ending makes for dependents finds members too, and the member's
+-- shard rides in the edge. Each batch's count of members still pending is
+-- split over up to 16 shard rows (a member's ending decrements its own
+-- shard's): members ending on many workers at once do not all queue on one
+-- row. A shard that reaches zero adds one to its batch's `zeroed`, once per
+-- shard, under the batch row's lock; the ending that takes `zeroed` to
+-- `shards` is the last one, and releases the callbacks in its statement.
+CREATE TABLE {schema}.batches (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    shards      integer     NOT NULL CHECK (shards BETWEEN 1 AND 16),
+    zeroed      integer     NOT NULL DEFAULT 0,
+    on_complete bigint,
+    on_success  bigint,
+    finished_at timestamptz
+);
+CREATE TABLE {schema}.batch_shards (
+    batch_id bigint  NOT NULL,
+    shard    integer NOT NULL,
+    pending  integer NOT NULL,
+    failed   integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (batch_id, shard)
+);
+
 -- What every ending does besides its audit, for the ended jobs that someone
 -- waits for (app.wait: migration 0008's notification, which _ending sent
 -- itself before) or that have dependents. Called by _ending once per
@@ -93,6 +119,9 @@ BEGIN
     WHERE w.job_id IN (SELECT d.job_id FROM {schema}.job_deps AS d WHERE d.upstream_id = ANY(ids))
     ORDER BY w.job_id
     FOR UPDATE;
+    IF EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.upstream_id = ANY(ids) AND d.job_id < 0) THEN
+        PERFORM {schema}.batch_members_ended(ids, states);
+    END IF;
     WITH RECURSIVE fin AS (
         SELECT u.id, u.state FROM unnest(ids, states) AS u(id, state)
         WHERE u.state IN ('succeeded', 'dead', 'cancelled')
@@ -166,5 +195,56 @@ BEGIN
           GROUP BY d.job_id) AS g
     JOIN {schema}.jobs AS j ON j.id = g.job_id
     WHERE w.job_id = g.job_id AND j.state = 'waiting' AND g.job_id NOT IN (SELECT id FROM back);
+END
+$fn$;
+
+-- jobs_ended for the batch members among the ended jobs: each shard's count
+-- down, then, for a batch whose last shard reached zero, the callbacks: the
+-- on_complete one queued, the on_success one queued if every member
+-- succeeded and cancelled otherwise.
+CREATE FUNCTION {schema}.batch_members_ended(ids bigint[], states text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    done bigint[];
+    b record;
+    bad bigint;
+BEGIN
+    WITH m AS (
+        SELECT (-d.job_id) / 16 AS batch_id, ((-d.job_id) % 16)::int AS shard, count(*) AS n,
+               count(*) FILTER (WHERE u.state <> 'succeeded') AS bad
+        FROM unnest(ids, states) AS u(id, state)
+        JOIN {schema}.job_deps AS d ON d.upstream_id = u.id AND d.job_id < 0
+        WHERE u.state IN ('succeeded', 'dead', 'cancelled')
+        GROUP BY 1, 2
+        ORDER BY 1, 2
+    ), dec AS (
+        UPDATE {schema}.batch_shards AS s SET pending = s.pending - m.n, failed = s.failed + m.bad
+        FROM m WHERE s.batch_id = m.batch_id AND s.shard = m.shard
+        RETURNING s.batch_id, s.pending
+    ), zero AS (
+        UPDATE {schema}.batches AS bt SET zeroed = bt.zeroed + z.n
+        FROM (SELECT batch_id, count(*) AS n FROM dec WHERE pending <= 0 GROUP BY batch_id) AS z
+        WHERE bt.id = z.batch_id
+        RETURNING bt.id, bt.zeroed, bt.shards
+    )
+    SELECT array_agg(id) INTO done FROM zero WHERE zeroed >= shards;
+    IF done IS NULL THEN
+        RETURN;
+    END IF;
+    FOR b IN UPDATE {schema}.batches SET finished_at = now()
+             WHERE id = ANY(done) AND finished_at IS NULL
+             RETURNING id, on_complete, on_success LOOP
+        SELECT coalesce(sum(failed), 0) INTO bad FROM {schema}.batch_shards WHERE batch_id = b.id;
+        UPDATE {schema}.jobs SET state = 'queued', run_at = least(run_at, now())
+        WHERE id = b.on_complete AND state = 'waiting';
+        UPDATE {schema}.jobs
+        SET state = CASE WHEN bad = 0 THEN 'queued' ELSE 'cancelled' END,
+            finished_at = CASE WHEN bad = 0 THEN NULL ELSE now() END,
+            last_error = CASE WHEN bad = 0 THEN NULL
+                              ELSE 'batch ' || b.id || ': ' || bad || ' member(s) did not succeed' END
+        WHERE id = b.on_success AND state = 'waiting';
+        PERFORM pg_notify({channel}, j.queue) FROM {schema}.jobs AS j
+        WHERE j.id IN (b.on_complete, b.on_success) AND j.state = 'queued';
+    END LOOP;
 END
 $fn$;
