@@ -43,6 +43,9 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
     "workflow_steps": {"job_id", "workflow_id", "name"},
     "job_deps": {"upstream_id", "job_id"},
     "job_waits": {"job_id", "pending", "failed", "on_failure", "cancelled_by"},
+    # batches (issue 42): the callbacks, and the members' count split over shard rows
+    "batches": {"id", "created_at", "shards", "zeroed", "on_complete", "on_success", "finished_at"},
+    "batch_shards": {"batch_id", "shard", "pending", "failed"},
 }
 #: PostgreSQL only: who waits for which job (its finish trigger notifies only
 #: those; SQLite's app.wait polls)

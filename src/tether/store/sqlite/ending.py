@@ -32,7 +32,8 @@ from typing import Any
 __all__ = ["ENDINGS", "end", "release", "reopen"]
 
 #: the named queries that can end a job
-ENDINGS = frozenset({"complete", "fail", "release", "reap_one", "cancel", "bury_unknown", "dep_cut"})
+ENDINGS = frozenset({"complete", "fail", "release", "reap_one", "cancel", "bury_unknown", "dep_cut",
+                     "batch_release"})
 _FINISHED = frozenset({"succeeded", "dead", "cancelled"})
 
 
@@ -61,6 +62,8 @@ def release(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], job_id
     any other counts this dependency as ended, and is queued once none is
     pending, if none failed or its policy is on_failure='run'."""
     bad = state != "succeeded"
+    for (edge,) in conn.execute(q["batch_edges"], {"id": job_id}).fetchall():
+        _member_ended(conn, q, edge, bad, now)
     cause = root if root is not None else (job_id, state)
     for dep, dep_state, policy in conn.execute(q["dependents"], {"id": job_id}).fetchall():
         if bad and policy == "cancel":
@@ -72,6 +75,24 @@ def release(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], job_id
         pending, failed, policy = conn.execute(q["dep_count"], {"id": dep, "bad": bad}).fetchone()
         if dep_state == "waiting" and pending <= 0 and (failed == 0 or policy == "run"):
             conn.execute(q["dep_free"], {"id": dep, "now": now})
+
+
+def _member_ended(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], edge: int, bad: bool,
+                  now: Any) -> None:
+    """A batch member ended: its shard counts down; the shard that reaches zero
+    counts once on its batch; the last one releases the callbacks."""
+    batch, shard = divmod(edge, 16)
+    (pending,) = conn.execute(q["batch_count"], {"batch": batch, "shard": shard, "bad": bad}).fetchone()
+    if pending > 0:
+        return
+    (complete,) = conn.execute(q["batch_zeroed"], {"batch": batch}).fetchone()
+    if not complete:
+        return
+    finished = conn.execute(q["batch_finish"], {"batch": batch, "now": now}).fetchone()
+    if finished is not None:
+        on_complete, on_success, failed = finished
+        end(conn, q, "batch_release", {"batch": batch, "on_complete": on_complete, "on_success": on_success,
+                                       "bad": failed or 0, "now": now})
 
 
 def reopen(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], job_id: int) -> None:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ...errors import InvalidTransition
 from ...model import JobState, NewJob
-from ..flows import NewWorkflow, StepInfo, WorkflowInfo
+from ..flows import BATCH_SHARDS, BatchInfo, NewBatch, NewWorkflow, StepInfo, WorkflowInfo, batch_edge
 from ..rows import epoch_to_dt
 
 __all__ = ["SQLiteWorkflows"]
@@ -71,3 +73,54 @@ class SQLiteWorkflows:
 
     def upstream_results(self, job_id: int) -> dict[str, tuple[JobState, str | None]]:
         return {name: (JobState(state), result) for name, state, result in self._all("upstream_results", {"id": job_id})}
+
+    # -- batches ----------------------------------------------------------------------------
+    def _batch_in(self, conn: sqlite3.Connection | sqlite3.Cursor, batch: NewBatch) -> tuple[int, list[int], list[int]]:
+        (batch_id,), = conn.execute(self.q["batch_insert"], {"shards": batch.shards, "now": None}).fetchall()
+        members = self._enqueue_in(conn, list(batch.members), None)
+        callbacks = self._enqueue_in(conn, batch.callbacks, None) if batch.callbacks else []
+        p = batch.link_params(batch_id, members, callbacks)
+        shards = [i % batch.shards for i in range(len(members))]
+        conn.executemany(self.q["workflow_dep"], [{"up": m, "down": batch_edge(batch_id, k)}
+                                                  for m, k in zip(members, shards, strict=True)])
+        conn.executemany(self.q["batch_shard"], [{"batch": batch_id, "shard": k, "pending": shards.count(k)}
+                                                 for k in range(batch.shards)])
+        conn.executemany(self.q["workflow_hold"], [{"job": j} for j in callbacks])
+        conn.execute(self.q["batch_callbacks"], p)
+        return int(batch_id), members, callbacks
+
+    def enqueue_batch(self, batch: NewBatch, *, conn: object = None) -> tuple[int, list[int], list[int]]:
+        if conn is not None:
+            result: tuple[int, list[int], list[int]] = self._tx.run(self._tx.check(conn),
+                                                                    lambda cur: self._batch_in(cur, batch))
+            return result
+        with self._write() as own:
+            return self._batch_in(own, batch)
+
+    def batch_add(self, member_id: int, jobs: Sequence[NewJob]) -> list[int]:
+        with self._write() as conn:
+            found = conn.execute(self.q["batch_of"], {"id": member_id}).fetchall()
+            if not found:
+                raise InvalidTransition(f"job {member_id} is no member of a batch: ctx.batch.add needs one")
+            edge = int(found[0][0])
+            batch_id, shard = divmod(edge, BATCH_SHARDS)
+            grown = conn.execute(self.q["batch_grow"], {"batch": batch_id, "shard": shard, "n": len(jobs)}).fetchall()
+            if not grown:
+                raise InvalidTransition(f"batch {batch_id} may have completed already: no member can be added to it")
+            ids = self._enqueue_in(conn, list(jobs), None)
+            conn.executemany(self.q["workflow_dep"], [{"up": i, "down": -edge} for i in ids])
+            return ids
+
+    def get_batch(self, batch_id: int) -> BatchInfo | None:
+        head = self._all("batch_get", {"id": batch_id})
+        if not head:
+            return None
+        counts = {JobState(s): int(n) for s, n in self._all("batch_counts", {"id": batch_id})}
+        bid, created, on_complete, on_success, finished = head[0]
+        created_at = epoch_to_dt(created)
+        assert created_at is not None
+        return BatchInfo(bid, created_at, counts, on_complete, on_success, epoch_to_dt(finished))
+
+    def job_batch(self, job_id: int) -> int | None:
+        rows = self._all("batch_of", {"id": job_id})
+        return int(rows[0][0]) // BATCH_SHARDS if rows else None

@@ -976,3 +976,62 @@ JOIN tether_workflow_steps AS u ON u.job_id = d.upstream_id
 JOIN tether_jobs AS j ON j.id = d.upstream_id
 WHERE d.job_id = :id
 ORDER BY d.upstream_id
+
+-- name: batch_edges
+-- The batch edges of an ended job (issue 42): -(batch * 16 + shard).
+SELECT -job_id FROM tether_job_deps WHERE upstream_id = :id AND job_id < 0
+
+-- name: batch_count
+UPDATE tether_batch_shards SET pending = pending - 1, failed = failed + :bad
+WHERE batch_id = :batch AND shard = :shard
+RETURNING pending
+
+-- name: batch_zeroed
+UPDATE tether_batches SET zeroed = zeroed + 1 WHERE id = :batch
+RETURNING zeroed >= shards
+
+-- name: batch_finish
+UPDATE tether_batches SET finished_at = {now}
+WHERE id = :batch AND finished_at IS NULL
+RETURNING on_complete, on_success, (SELECT sum(failed) FROM tether_batch_shards WHERE batch_id = :batch)
+
+-- name: batch_release
+-- An ending (ending.py) when on_success is cancelled, which ran no attempt.
+-- A batch's callbacks once its last member ended: on_complete queued;
+-- on_success queued if every member succeeded (:bad = 0), else cancelled.
+UPDATE tether_jobs
+SET state = CASE WHEN id = :on_complete OR :bad = 0 THEN 'queued' ELSE 'cancelled' END,
+    run_at = min(run_at, {now}),
+    finished_at = CASE WHEN id = :on_complete OR :bad = 0 THEN NULL ELSE {now} END,
+    last_error = CASE WHEN id = :on_complete OR :bad = 0 THEN NULL
+                      ELSE 'batch ' || :batch || ': ' || :bad || ' member(s) did not succeed' END
+WHERE id IN (:on_complete, :on_success) AND state = 'waiting'
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
+
+-- name: batch_insert
+INSERT INTO tether_batches (created_at, shards) VALUES ({now}, :shards) RETURNING id
+
+-- name: batch_shard
+INSERT INTO tether_batch_shards (batch_id, shard, pending) VALUES (:batch, :shard, :pending)
+
+-- name: batch_callbacks
+UPDATE tether_batches SET on_complete = :on_complete, on_success = :on_success WHERE id = :batch
+
+-- name: batch_of
+SELECT -job_id FROM tether_job_deps WHERE upstream_id = :id AND job_id < 0
+
+-- name: batch_grow
+-- ctx.batch.add: the adding member's shard counts the new members first, and
+-- only while it is not zero.
+UPDATE tether_batch_shards SET pending = pending + :n
+WHERE batch_id = :batch AND shard = :shard AND pending > 0
+RETURNING pending
+
+-- name: batch_get
+SELECT id, created_at, on_complete, on_success, finished_at FROM tether_batches WHERE id = :id
+
+-- name: batch_counts
+SELECT j.state, count(*)
+FROM tether_job_deps AS d JOIN tether_jobs AS j ON j.id = d.upstream_id
+WHERE d.job_id BETWEEN -(:id * 16 + 15) AND -(:id * 16)
+GROUP BY j.state

@@ -112,3 +112,24 @@ CREATE TABLE tether_job_waits (
     cancelled_by INTEGER
 );
 CREATE INDEX tether_job_waits_cancelled_by_idx ON tether_job_waits (cancelled_by) WHERE cancelled_by IS NOT NULL;
+
+-- Batches (as on PostgreSQL, migration 0012, which says why the members'
+-- count is split over shard rows; SQLite has one writer at a time, so the
+-- shards only keep the two backends alike). A member is marked by an edge in
+-- tether_job_deps to no job: job_id = -(batch id * 16 + shard).
+CREATE TABLE tether_batches (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_at  REAL    NOT NULL,
+    shards      INTEGER NOT NULL CHECK (shards BETWEEN 1 AND 16),
+    zeroed      INTEGER NOT NULL DEFAULT 0,
+    on_complete INTEGER,
+    on_success  INTEGER,
+    finished_at REAL
+);
+CREATE TABLE tether_batch_shards (
+    batch_id INTEGER NOT NULL,
+    shard    INTEGER NOT NULL,
+    pending  INTEGER NOT NULL,
+    failed   INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (batch_id, shard)
+) WITHOUT ROWID;
