@@ -151,6 +151,19 @@ def store(backend: str, db_url: str) -> Iterator[Store]:
 
 
 @pytest.fixture
+def direct(backend: str, db_url: str, store: Store) -> Iterator[Store]:
+    """The database itself: ``store``, or, for an ``http-*`` backend, the
+    database behind the server (what a server has no endpoint for yet, such
+    as enqueueing a workflow, is done here)."""
+    if not backend.startswith("http-"):
+        yield store
+        return
+    s = open_store(db_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
 def make_app(db_url: str) -> Iterator[object]:
     """``make_app(**timers) -> Tether`` on this test's database, migrated."""
     apps: list[Tether] = []

@@ -19,7 +19,7 @@ import pytest
 
 from tether import ConfigError, JobContext, JobState, Outcome, Tether, UnknownTask
 from tether.config import parse_database_url
-from tether.store import Store, open_store
+from tether.store import Store
 from tether.store.flows import NewWorkflow
 
 from .conftest import STORE_BACKENDS, backend_param
@@ -31,18 +31,6 @@ W2 = "worker-2"
 @pytest.fixture(params=STORE_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return backend_param(request)
-
-
-@pytest.fixture
-def direct(backend: str, db_url: str, store: Store) -> Iterator[Store]:
-    """The database itself (where a run is enqueued); ``store`` is the same one,
-    or the tether server in front of it."""
-    if not backend.startswith("http-"):
-        yield store
-        return
-    s = open_store(db_url)
-    yield s
-    s.close()
 
 
 def enqueue(direct: Store, steps: dict[str, Sequence[str]], *, run: Sequence[str] = (),

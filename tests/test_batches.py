@@ -1,0 +1,192 @@
+"""Batches (issue 42; I9): callbacks released exactly once, by the ending of
+the last member, whatever ended it. Conformance on every store (SQLite,
+PostgreSQL, through PgBouncer, and both through a tether server, whose remote
+workers end the members; the batch itself is enqueued on the database)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tether import ConfigError, InvalidTransition, JobContext, JobState, Outcome, Tether, UnknownTask
+from tether.store import Store
+from tether.store.flows import NewBatch
+
+from .conftest import STORE_BACKENDS, backend_param
+from .test_conformance import TTL, W, get, new_job, sec
+
+W2 = "worker-2"
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return backend_param(request)
+
+
+def enqueue(direct: Store, n: int, *, max_attempts: int = 3) -> tuple[int, list[int], int, int]:
+    """A batch of ``n`` members with both callbacks: (id, members, on_complete, on_success)."""
+    batch = NewBatch([new_job(args={"i": i}, max_attempts=max_attempts) for i in range(n)],
+                     new_job("done"), new_job("ok"))
+    batch_id, members, (on_complete, on_success) = direct.enqueue_batch(batch)
+    return batch_id, members, on_complete, on_success
+
+
+def state(store: Store, job_id: int) -> str:
+    return str(get(store, job_id).state)
+
+
+def claim_all(store: Store, worker: str = W) -> dict[int, int]:
+    return {c.id: c.attempt for c in store.claim(worker, ["default"], 100, TTL)}
+
+
+def test_the_callbacks_wait_for_the_last_member_and_fire_once(store: Store, direct: Store) -> None:
+    batch_id, members, done, ok = enqueue(direct, 20)
+    assert (state(store, done), state(store, ok)) == ("waiting", "waiting")
+    got = claim_all(store)
+    assert set(got) == set(members)  # the callbacks are not claimable
+    last = members[-1]
+    assert store.complete(W, [(i, a, None) for i, a in got.items() if i != last]) == set(members) - {last}
+    info = direct.get_batch(batch_id)
+    assert info is not None and not info.finished and info.counts == {JobState.SUCCEEDED: 19, JobState.RUNNING: 1}
+    assert (state(store, done), state(store, ok)) == ("waiting", "waiting")
+    store.complete(W, [(last, got[last], None)])
+    assert (state(store, done), state(store, ok)) == ("queued", "queued")
+    info = direct.get_batch(batch_id)
+    assert info is not None and info.finished and (info.on_complete, info.on_success) == (done, ok)
+    assert info.counts == {JobState.SUCCEEDED: 20} and info.total == 20
+    assert direct.job_batch(members[0]) == batch_id and direct.job_batch(done) is None
+
+
+def test_a_failed_member_fires_on_complete_and_cancels_on_success(store: Store, direct: Store) -> None:
+    batch_id, members, done, ok = enqueue(direct, 3, max_attempts=1)
+    got = claim_all(store)
+    assert store.fail(W, members[0], got[members[0]], outcome=Outcome.FAILED, error="x") is JobState.DEAD
+    assert store.cancel(members[1]) is JobState.RUNNING  # a request; its worker then ends it cancelled
+    assert store.fail(W, members[1], got[members[1]], outcome=Outcome.CANCELLED, error="c") is JobState.CANCELLED
+    assert state(store, done) == "waiting"
+    store.complete(W, [(members[2], got[members[2]], None)])
+    assert state(store, done) == "queued"
+    assert state(store, ok) == "cancelled"
+    assert get(store, ok).last_error == f"batch {batch_id}: 2 member(s) did not succeed"
+
+
+def test_members_ending_at_once_fire_the_callbacks_exactly_once(store: Store, direct: Store) -> None:
+    batch_id, members, done, ok = enqueue(direct, 40)
+    held = [(f"w{i}", c.id, c.attempt) for i in range(8) for c in store.claim(f"w{i}", ["default"], 5, TTL)]
+    assert len(held) == 40
+    barrier = threading.Barrier(8)
+
+    def finish(worker: str) -> set[int]:
+        mine = [(i, a, None) for w, i, a in held if w == worker]
+        barrier.wait()
+        out: set[int] = set()
+        for one in mine:  # one statement each: forty endings racing over the shards
+            out |= store.complete(worker, [one])
+        return out
+
+    with ThreadPoolExecutor(8) as pool:
+        assert set().union(*pool.map(finish, [f"w{i}" for i in range(8)])) == set(members)
+    assert (state(store, done), state(store, ok)) == ("queued", "queued")
+    assert sorted(c.id for c in store.claim(W, ["default"], 10, TTL)) == [done, ok]
+    info = direct.get_batch(batch_id)
+    assert info is not None and info.finished
+
+
+def test_members_added_by_a_running_member_count(store: Store, direct: Store) -> None:
+    batch_id, members, done, _ = enqueue(direct, 2)
+    got = claim_all(store)
+    (added,) = direct.batch_add(members[0], [new_job(args={"child": 1})])
+    assert direct.job_batch(added) == batch_id
+    store.complete(W, [(i, a, None) for i, a in got.items()])
+    assert state(store, done) == "waiting"  # the added member has not ended
+    (child,) = claim_all(store).items()
+    store.complete(W, [(child[0], child[1], None)])
+    assert state(store, done) == "queued"
+    with pytest.raises(InvalidTransition, match=f"batch {batch_id} may have completed already"):
+        direct.batch_add(members[0], [new_job()])
+    with pytest.raises(InvalidTransition, match="is no member of a batch"):
+        direct.batch_add(done, [new_job()])
+
+
+def test_the_reaper_ends_a_member_whose_worker_died(store: Store, direct: Store) -> None:
+    _, members, done, ok = enqueue(direct, 2, max_attempts=1)
+    got = claim_all(store)
+    store.complete(W, [(members[0], got[members[0]], None)])
+    [r] = store.reap(10, now=store.db_now() + sec(TTL + 1))
+    assert (r.id, r.state) == (members[1], JobState.DEAD)
+    assert (state(store, done), state(store, ok)) == ("queued", "cancelled")
+
+
+def test_a_zombies_late_completion_counts_nothing(store: Store, direct: Store) -> None:
+    _, (member,), done, _ = enqueue(direct, 1)
+    first = claim_all(store)[member]
+    [r] = store.reap(10, now=store.db_now() + sec(TTL + 1))
+    assert r.state is JobState.QUEUED
+    second = claim_all(store, W2)[member]
+    assert store.complete(W, [(member, first, None)]) == set()
+    assert state(store, done) == "waiting"
+    assert store.complete(W2, [(member, second, None)]) == {member}
+    assert state(store, done) == "queued"
+
+
+# -- the app's API -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def app(db_url: str, backend: str) -> Iterator[Tether]:
+    if backend.startswith("http-") or backend.endswith("pgbouncer"):
+        pytest.skip("the app's batch API is tested on a direct store")
+    a = Tether(db_url)
+    a.migrate()
+    yield a
+    a.close()
+
+
+def test_a_batch_with_a_member_that_adds_members(app: Tether, db_url: str) -> None:
+    @app.task(name="resize", max_attempts=1)
+    def resize(ctx: JobContext, path: str) -> dict[str, object]:
+        if path == "bad":
+            raise RuntimeError("bad")
+        if path == "spawn":
+            ctx.batch.add(resize.spec(path="child"))
+        return {"path": path, "batch": ctx.batch_id}
+
+    @app.task(name="summarize")
+    def summarize(ctx: JobContext, report_id: int) -> int:
+        return report_id
+
+    @app.task(name="notify")
+    def notify(ctx: JobContext) -> str:
+        return "sent"
+
+    with app.batch(on_complete=summarize.spec(report_id=7), on_success=notify.spec()) as batch:
+        batch.add(resize.spec(path="spawn"))
+        batch.add_many(resize, [{"path": f"p{i}"} for i in range(5)])
+    assert len(batch.jobs) == 6 and set(batch.callbacks) == {"on_complete", "on_success"}
+    drained = app.drain()
+    assert [d.task for d in drained][-2:] == ["summarize", "notify"]
+    info = app.get_batch(batch.id)
+    assert info is not None and info.finished and info.counts == {JobState.SUCCEEDED: 7}
+    child = [d for d in drained if d.result == {"path": "child", "batch": batch.id}]
+    assert len(child) == 1
+
+    with app.batch(on_success=notify.spec()) as failing:
+        failing.add_many(resize, [{"path": "bad"}, {"path": "fine"}])
+    app.drain()
+    assert get(app.store, failing.callbacks["on_success"]).state is JobState.CANCELLED
+
+    with pytest.raises(ConfigError, match="an empty batch"), app.batch(on_complete=notify.spec()):
+        pass
+    other = Tether(db_url)
+
+    @other.task(name="stranger")
+    def stranger(ctx: JobContext) -> None: ...
+
+    with pytest.raises(UnknownTask, match="not registered on this app"), app.batch() as b:
+        b.add(stranger.spec())
+    other.close()
+    with pytest.raises(ConfigError, match="no id until"):
+        _ = app.batch().id
