@@ -6,7 +6,6 @@ workers end the members; the batch itself is enqueued on the database)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -135,18 +134,8 @@ def test_a_zombies_late_completion_counts_nothing(store: Store, direct: Store) -
 # -- the app's API -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def app(db_url: str, backend: str) -> Iterator[Tether]:
-    if backend.startswith("http-") or backend.endswith("pgbouncer"):
-        pytest.skip("the app's batch API is tested on a direct store")
-    a = Tether(db_url)
-    a.migrate()
-    yield a
-    a.close()
-
-
-def test_a_batch_with_a_member_that_adds_members(app: Tether, db_url: str) -> None:
-    @app.task(name="resize", max_attempts=1)
+def test_a_batch_with_a_member_that_adds_members(flows_app: Tether, db_url: str) -> None:
+    @flows_app.task(name="resize", max_attempts=1)
     def resize(ctx: JobContext, path: str) -> dict[str, object]:
         if path == "bad":
             raise RuntimeError("bad")
@@ -154,39 +143,39 @@ def test_a_batch_with_a_member_that_adds_members(app: Tether, db_url: str) -> No
             ctx.batch.add(resize.spec(path="child"))
         return {"path": path, "batch": ctx.batch_id}
 
-    @app.task(name="summarize")
+    @flows_app.task(name="summarize")
     def summarize(ctx: JobContext, report_id: int) -> int:
         return report_id
 
-    @app.task(name="notify")
+    @flows_app.task(name="notify")
     def notify(ctx: JobContext) -> str:
         return "sent"
 
-    with app.batch(on_complete=summarize.spec(report_id=7), on_success=notify.spec()) as batch:
+    with flows_app.batch(on_complete=summarize.spec(report_id=7), on_success=notify.spec()) as batch:
         batch.add(resize.spec(path="spawn"))
         batch.add_many(resize, [{"path": f"p{i}"} for i in range(5)])
     assert len(batch.jobs) == 6 and set(batch.callbacks) == {"on_complete", "on_success"}
-    drained = app.drain()
+    drained = flows_app.drain()
     assert [d.task for d in drained][-2:] == ["summarize", "notify"]
-    info = app.get_batch(batch.id)
+    info = flows_app.get_batch(batch.id)
     assert info is not None and info.finished and info.counts == {JobState.SUCCEEDED: 7}
     child = [d for d in drained if d.result == {"path": "child", "batch": batch.id}]
     assert len(child) == 1
 
-    with app.batch(on_success=notify.spec()) as failing:
+    with flows_app.batch(on_success=notify.spec()) as failing:
         failing.add_many(resize, [{"path": "bad"}, {"path": "fine"}])
-    app.drain()
-    assert get(app.store, failing.callbacks["on_success"]).state is JobState.CANCELLED
+    flows_app.drain()
+    assert get(flows_app.store, failing.callbacks["on_success"]).state is JobState.CANCELLED
 
-    with pytest.raises(ConfigError, match="an empty batch"), app.batch(on_complete=notify.spec()):
+    with pytest.raises(ConfigError, match="an empty batch"), flows_app.batch(on_complete=notify.spec()):
         pass
     other = Tether(db_url)
 
     @other.task(name="stranger")
     def stranger(ctx: JobContext) -> None: ...
 
-    with pytest.raises(UnknownTask, match="not registered on this app"), app.batch() as b:
+    with pytest.raises(UnknownTask, match="not registered on this app"), flows_app.batch() as b:
         b.add(stranger.spec())
     other.close()
     with pytest.raises(ConfigError, match="no id until"):
-        _ = app.batch().id
+        _ = flows_app.batch().id

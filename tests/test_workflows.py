@@ -11,7 +11,7 @@ import asyncio
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -164,78 +164,68 @@ def test_a_zombies_late_completion_releases_nothing(store: Store, direct: Store)
 # -- the app's API (a store of its own: SQLite and PostgreSQL) ---------------------------------
 
 
-@pytest.fixture
-def app(db_url: str, backend: str) -> Iterator[Tether]:
-    if backend.startswith("http-") or backend.endswith("pgbouncer"):
-        pytest.skip("the app's workflow API is tested on a direct store")
-    a = Tether(db_url)
-    a.migrate()
-    yield a
-    a.close()
-
-
-def _tasks(app: Tether) -> tuple[Callable[..., object], ...]:
-    @app.task(name="fetch")
+def _tasks(flows_app: Tether) -> tuple[Callable[..., object], ...]:
+    @flows_app.task(name="fetch")
     def fetch(ctx: JobContext, url: str) -> dict[str, str]:
         return {"body": url}
 
-    @app.task(name="parse")
+    @flows_app.task(name="parse")
     def parse(ctx: JobContext) -> dict[str, object]:
         return {"up": ctx.upstream, "states": ctx.upstream_states, "wf": ctx.workflow_id}
 
-    @app.task(name="boom", max_attempts=1)
+    @flows_app.task(name="boom", max_attempts=1)
     def boom(ctx: JobContext) -> None:
         raise RuntimeError("boom")
 
     return fetch, parse, boom
 
 
-def test_a_workflow_runs_with_its_upstream_results(app: Tether) -> None:
-    fetch, parse, boom = _tasks(app)
-    wf = app.workflow("import-42")
+def test_a_workflow_runs_with_its_upstream_results(flows_app: Tether) -> None:
+    fetch, parse, boom = _tasks(flows_app)
+    wf = flows_app.workflow("import-42")
     a = wf.add(fetch.spec(url="u"))  # type: ignore[attr-defined]
     b = wf.add(parse.spec(), after=[a])  # type: ignore[attr-defined]
     x = wf.add(boom.spec(), after=[a])  # type: ignore[attr-defined]
     wf.add(parse.spec(), after=[b, x], name="report", on_failure="run")  # type: ignore[attr-defined]
     run = wf.enqueue()
     assert list(run.jobs) == ["fetch", "parse", "boom", "report"]
-    app.drain()
-    report = get(app.store, run.jobs["report"])
+    flows_app.drain()
+    report = get(flows_app.store, run.jobs["report"])
     assert report.state is JobState.SUCCEEDED
     assert report.result == {"up": {"parse": {"up": {"fetch": {"body": "u"}}, "states": {"fetch": "succeeded"},
                                               "wf": run.id}, "boom": None},
                              "states": {"parse": "succeeded", "boom": "dead"}, "wf": run.id}
-    info = app.get_workflow(run.id)
+    info = flows_app.get_workflow(run.id)
     assert info is not None and info.finished and info.name == "import-42"
     assert info.edges == [("fetch", "parse"), ("fetch", "boom"), ("parse", "report"), ("boom", "report")]
-    assert app.get_workflow(run.id + 1000) is None
+    assert flows_app.get_workflow(run.id + 1000) is None
 
 
-def test_chain_and_enqueue_async(app: Tether) -> None:
-    fetch, parse, _ = _tasks(app)
-    run = app.chain(fetch.spec(url="v"), parse.spec(), parse.spec())  # type: ignore[attr-defined]
+def test_chain_and_enqueue_async(flows_app: Tether) -> None:
+    fetch, parse, _ = _tasks(flows_app)
+    run = flows_app.chain(fetch.spec(url="v"), parse.spec(), parse.spec())  # type: ignore[attr-defined]
     assert list(run.jobs) == ["fetch", "parse", "parse-2"]
-    assert states(app.store, run.jobs) == {"fetch": "queued", "parse": "waiting", "parse-2": "waiting"}
-    wf = app.workflow("async")
+    assert states(flows_app.store, run.jobs) == {"fetch": "queued", "parse": "waiting", "parse-2": "waiting"}
+    wf = flows_app.workflow("async")
     wf.add(parse.using(queue="other").spec(), name="p")  # type: ignore[attr-defined]
     other = asyncio.run(wf.enqueue_async())
-    assert get(app.store, other.jobs["p"]).queue == "other"
-    app.drain()
-    assert set(states(app.store, run.jobs).values()) == {"succeeded"}
+    assert get(flows_app.store, other.jobs["p"]).queue == "other"
+    flows_app.drain()
+    assert set(states(flows_app.store, run.jobs).values()) == {"succeeded"}
 
 
-def _count_jobs(app: Tether) -> int:
-    return sum(app.store.stats().counts.values())
+def _count_jobs(flows_app: Tether) -> int:
+    return sum(flows_app.store.stats().counts.values())
 
 
-def test_bad_workflows_get_a_clear_error_and_write_nothing(app: Tether, db_url: str) -> None:
-    fetch, parse, _ = _tasks(app)
+def test_bad_workflows_get_a_clear_error_and_write_nothing(flows_app: Tether, db_url: str) -> None:
+    fetch, parse, _ = _tasks(flows_app)
     other = Tether(db_url)
 
     @other.task(name="stranger")
     def stranger(ctx: JobContext) -> None: ...
 
-    wf = app.workflow("bad")
+    wf = flows_app.workflow("bad")
     a = wf.add(fetch.spec(url="u"))  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="a step named 'fetch' exists already"):
         wf.add(fetch.spec(url="w"))  # type: ignore[attr-defined]
@@ -243,7 +233,7 @@ def test_bad_workflows_get_a_clear_error_and_write_nothing(app: Tether, db_url: 
         wf.add(stranger.spec())
     with pytest.raises(ConfigError, match="on_failure must be 'cancel' or 'run'"):
         wf.add(parse.spec(), after=[a], on_failure="ignore")  # type: ignore[attr-defined]
-    elsewhere = app.workflow("elsewhere")
+    elsewhere = flows_app.workflow("elsewhere")
     with pytest.raises(ConfigError, match="after= names step 'fetch' of another workflow"):
         elsewhere.add(parse.spec(), after=[a])  # type: ignore[attr-defined]
     # a cycle (by name, the only way to name a later step)
@@ -252,19 +242,19 @@ def test_bad_workflows_get_a_clear_error_and_write_nothing(app: Tether, db_url: 
     with pytest.raises(ConfigError, match=r"has a cycle: steps 'p1', 'report' wait for each other"):
         wf.enqueue()
     with pytest.raises(ConfigError, match="has no steps"):
-        app.workflow("empty").enqueue()
+        flows_app.workflow("empty").enqueue()
     with pytest.raises(ConfigError, match="cannot have a dedup_key"):
-        app.workflow("d").add(fetch.using(dedup_key="k").spec(url="u"))  # type: ignore[attr-defined]
-    assert _count_jobs(app) == 0
+        flows_app.workflow("d").add(fetch.using(dedup_key="k").spec(url="u"))  # type: ignore[attr-defined]
+    assert _count_jobs(flows_app) == 0
     other.close()
 
 
-def test_connection_joins_the_callers_transaction(app: Tether, backend: str, db_url: str) -> None:
-    fetch, parse, _ = _tasks(app)
+def test_connection_joins_the_callers_transaction(flows_app: Tether, backend: str, db_url: str) -> None:
+    fetch, parse, _ = _tasks(flows_app)
     dsn = parse_database_url(db_url)
 
     def build() -> object:
-        wf = app.workflow("tx")
+        wf = flows_app.workflow("tx")
         wf.add(parse.spec(), after=[wf.add(fetch.spec(url="u"))])  # type: ignore[attr-defined]
         return wf
 
@@ -272,7 +262,7 @@ def test_connection_joins_the_callers_transaction(app: Tether, backend: str, db_
         conn = sqlite3.connect(dsn.url)
         build().enqueue(connection=conn)  # type: ignore[attr-defined]
         conn.rollback()
-        assert _count_jobs(app) == 0
+        assert _count_jobs(flows_app) == 0
         run = build().enqueue(connection=conn)  # type: ignore[attr-defined]
         conn.commit()
         conn.close()
@@ -280,10 +270,10 @@ def test_connection_joins_the_callers_transaction(app: Tether, backend: str, db_
         with psycopg.connect(dsn.url) as pg:
             build().enqueue(connection=pg)  # type: ignore[attr-defined]
             pg.rollback()
-            assert _count_jobs(app) == 0
+            assert _count_jobs(flows_app) == 0
             run = build().enqueue(connection=pg)  # type: ignore[attr-defined]
             pg.commit()
-    assert states(app.store, run.jobs) == {"fetch": "queued", "parse": "waiting"}
+    assert states(flows_app.store, run.jobs) == {"fetch": "queued", "parse": "waiting"}
 
 
 def test_retention_keeps_a_run_until_every_step_ended(store: Store, direct: Store) -> None:
@@ -323,13 +313,13 @@ def test_upstreams_ending_at_once_release_their_join_exactly_once(store: Store, 
         store.complete(W, [(c.id, c.attempt, None)])
 
 
-def test_the_cli_shows_a_run_and_lists_waiting_jobs(app: Tether, db_url: str) -> None:
+def test_the_cli_shows_a_run_and_lists_waiting_jobs(flows_app: Tether, db_url: str) -> None:
     from click.testing import CliRunner
 
     from tether.cli.main import cli
 
-    fetch, parse, _ = _tasks(app)
-    run = app.chain(fetch.spec(url="u"), parse.spec(), name="cli-run")  # type: ignore[attr-defined]
+    fetch, parse, _ = _tasks(flows_app)
+    run = flows_app.chain(fetch.spec(url="u"), parse.spec(), name="cli-run")  # type: ignore[attr-defined]
     runner = CliRunner()
     shown = runner.invoke(cli, ["-d", db_url, "workflow", str(run.id), "--json"], catch_exceptions=False)
     assert shown.exit_code == 0, shown.output
@@ -345,7 +335,7 @@ def test_the_cli_shows_a_run_and_lists_waiting_jobs(app: Tether, db_url: str) ->
     assert missing.exit_code != 0 and f"no workflow run {run.id + 99}" in missing.output
 
 
-def test_the_docs_example_runs(app: Tether, db_url: str, monkeypatch: pytest.MonkeyPatch,
+def test_the_docs_example_runs(flows_app: Tether, db_url: str, monkeypatch: pytest.MonkeyPatch,
                                capsys: pytest.CaptureFixture[str]) -> None:
     """docs/examples/workflows/example.py, on this backend (registered in test_docs_examples.EXECUTED)."""
     import runpy
