@@ -179,3 +179,17 @@ def test_a_batch_with_a_member_that_adds_members(flows_app: Tether, db_url: str)
     other.close()
     with pytest.raises(ConfigError, match="no id until"):
         _ = flows_app.batch().id
+
+
+def test_the_docs_example_runs(flows_app: Tether, db_url: str, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/examples/workflows/batch.py, on this backend (registered in test_docs_examples.EXECUTED)."""
+    import runpy
+    from pathlib import Path
+
+    monkeypatch.setenv("TETHER_DATABASE_URL", db_url)
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "docs" / "examples" / "workflows" / "batch.py"),
+                   run_name="__main__")
+    out = capsys.readouterr().out
+    assert "True {'succeeded': 6}" in out
+    assert "on_complete succeeded report 7 done" in out and "on_success succeeded every image resized" in out

@@ -24,6 +24,7 @@ EXECUTED = {
     "tutorial/steps.sh": "test_tutorial",
     "tutorial/install.sh": "tests/test_wheel.py (against the built wheel)",
     "workflows/example.py": "tests/test_workflows.py::test_the_docs_example_runs",
+    "workflows/batch.py": "tests/test_batches.py::test_the_docs_example_runs",
 }
 #: shell lines a page may show that no test can run as written (they name a
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them
