@@ -193,3 +193,15 @@ def test_the_docs_example_runs(flows_app: Tether, db_url: str, monkeypatch: pyte
     out = capsys.readouterr().out
     assert "True {'succeeded': 6}" in out
     assert "on_complete succeeded report 7 done" in out and "on_success succeeded every image resized" in out
+
+
+def test_retention_keeps_the_members_of_an_unfinished_batch(store: Store, direct: Store) -> None:
+    _, members, done, _ = enqueue(direct, 2)
+    got = claim_all(store)
+    store.complete(W, [(members[0], got[members[0]], None)])
+    later = store.db_now() + sec(3600)
+    assert store.prune({JobState.SUCCEEDED: 60}, 100, now=later) == {}
+    store.complete(W, [(members[1], got[members[1]], None)])
+    later = store.db_now() + sec(3600)
+    assert store.prune({JobState.SUCCEEDED: 60}, 100, now=later) == {JobState.SUCCEEDED: 2}
+    assert state(store, done) == "queued"

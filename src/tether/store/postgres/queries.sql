@@ -1218,11 +1218,17 @@ SELECT state, count(*) FROM gone GROUP BY state
 -- the tests: written as one EXISTS over a join, NOT EXISTS became an anti
 -- join, or a hashed subplan, each reading every unfinished job of the table
 -- (test_retention.py).
-(EXISTS (SELECT 1 FROM {schema}.workflow_steps)
- AND EXISTS (SELECT 1 FROM {schema}.workflow_steps AS o
-             JOIN {schema}.jobs AS oj ON oj.id = o.job_id
-             WHERE o.workflow_id = (SELECT s.workflow_id FROM {schema}.workflow_steps AS s WHERE s.job_id = jobs.id)
-               AND oj.state IN ('waiting', 'queued', 'running')))
+-- A member of a batch not yet finished stays too (batches_open_idx: a
+-- one-time probe while no batch is open).
+((EXISTS (SELECT 1 FROM {schema}.workflow_steps)
+  AND EXISTS (SELECT 1 FROM {schema}.workflow_steps AS o
+              JOIN {schema}.jobs AS oj ON oj.id = o.job_id
+              WHERE o.workflow_id = (SELECT s.workflow_id FROM {schema}.workflow_steps AS s WHERE s.job_id = jobs.id)
+                AND oj.state IN ('waiting', 'queued', 'running')))
+ OR (EXISTS (SELECT 1 FROM {schema}.batches WHERE finished_at IS NULL)
+     AND EXISTS (SELECT 1 FROM {schema}.job_deps AS bd
+                 JOIN {schema}.batches AS b ON b.id = (-bd.job_id) / 16
+                 WHERE bd.upstream_id = jobs.id AND bd.job_id < 0 AND b.finished_at IS NULL)))
 
 -- name: prunable
 -- What prune would delete, by state (tether prune --dry-run, and the total of

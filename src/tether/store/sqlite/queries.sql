@@ -828,10 +828,14 @@ DELETE FROM tether_job_waits WHERE job_id IN (SELECT value FROM json_each(:ids))
 -- Whether the job x is a step of a workflow run with a step not yet ended
 -- (issue 42: retention keeps such a run whole); one probe of the steps'
 -- primary key for a job of no workflow.
-EXISTS (SELECT 1 FROM tether_workflow_steps AS s
-        JOIN tether_workflow_steps AS o ON o.workflow_id = s.workflow_id
-        JOIN tether_jobs AS oj ON oj.id = o.job_id
-        WHERE s.job_id = x.id AND oj.state IN ('waiting', 'queued', 'running'))
+-- A member of a batch not yet finished stays too.
+(EXISTS (SELECT 1 FROM tether_workflow_steps AS s
+         JOIN tether_workflow_steps AS o ON o.workflow_id = s.workflow_id
+         JOIN tether_jobs AS oj ON oj.id = o.job_id
+         WHERE s.job_id = x.id AND oj.state IN ('waiting', 'queued', 'running'))
+ OR EXISTS (SELECT 1 FROM tether_job_deps AS bd
+            JOIN tether_batches AS b ON b.id = (-bd.job_id) / 16
+            WHERE bd.upstream_id = x.id AND bd.job_id < 0 AND b.finished_at IS NULL))
 
 -- name: prunable
 -- What prune would delete, by state asked: the same WHERE, counted.

@@ -74,6 +74,8 @@ CREATE TABLE {schema}.batches (
     on_success  bigint,
     finished_at timestamptz
 );
+-- The batches not yet finished: retention keeps their members (queries.sql, _unfinished_run).
+CREATE INDEX batches_open_idx ON {schema}.batches (id) WHERE finished_at IS NULL;
 CREATE TABLE {schema}.batch_shards (
     batch_id bigint  NOT NULL,
     shard    integer NOT NULL,

@@ -126,6 +126,7 @@ CREATE TABLE tether_batches (
     on_success  INTEGER,
     finished_at REAL
 );
+CREATE INDEX tether_batches_open_idx ON tether_batches (id) WHERE finished_at IS NULL;
 CREATE TABLE tether_batch_shards (
     batch_id INTEGER NOT NULL,
     shard    INTEGER NOT NULL,
