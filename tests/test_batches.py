@@ -205,3 +205,26 @@ def test_retention_keeps_the_members_of_an_unfinished_batch(store: Store, direct
     later = store.db_now() + sec(3600)
     assert store.prune({JobState.SUCCEEDED: 60}, 100, now=later) == {JobState.SUCCEEDED: 2}
     assert state(store, done) == "queued"
+
+
+def test_the_cli_shows_a_batch(flows_app: Tether, db_url: str) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from tether.cli.main import cli
+
+    @flows_app.task(name="member")
+    def member(ctx: JobContext) -> None: ...
+
+    with flows_app.batch(on_complete=member.spec()) as batch:
+        batch.add_many(member, [{}, {}])
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["-d", db_url, "batch", str(batch.id), "--json"], catch_exceptions=False)
+    got = json.loads(shown.output)
+    assert (got["total"], got["counts"], got["finished"]) == (2, {"queued": 2}, False)
+    assert got["on_complete"] == batch.callbacks["on_complete"] and got["on_success"] is None
+    text = runner.invoke(cli, ["-d", db_url, "batch", str(batch.id)], catch_exceptions=False).output
+    assert f"batch {batch.id}: 2 member(s): queued 2; not finished" in text
+    missing = runner.invoke(cli, ["-d", db_url, "batch", str(batch.id + 9)])
+    assert missing.exit_code != 0 and f"no batch {batch.id + 9}" in missing.output

@@ -57,12 +57,14 @@ __all__ = ["cli", "main"]
 LAZY_COMMANDS = {
     "chaos": "chaos_cmd", "prune": "control_cmd", "pause": "control_cmd", "resume": "control_cmd",
     "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd", "workflow": "flows_cmd",
+    "batch": "flows_cmd",
 }
 #: what ``tether --help`` lists for them (the first paragraph of each one's
 #: docstring, which click shortens the same way), so that the listing imports
 #: none of them: the server's and the dashboard's modules bring starlette and
 #: uvicorn. tests/test_cli.py checks each against its command.
 LAZY_HELP = {
+    "batch": "Show a batch: its members' counts by state, and its callbacks' jobs.",
     "chaos": "Run workers under faults and check the contract (I1-I8) held.",
     "dashboard": "Serve the dashboard: queues, jobs, attempts, workers, recoveries; cancel and retry.",
     "limit": "Set QUEUE's limits, enforced in the claim for every worker: both at once, as app.configure_queue "
