@@ -64,6 +64,7 @@ def succeed(store: Store, jobs: dict[str, int], *names: str) -> None:
 def test_a_chain_runs_step_by_step(store: Store, direct: Store) -> None:
     jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["b"]})
     assert states(store, jobs) == {"a": "queued", "b": "waiting", "c": "waiting"}
+    assert store.stats().counts[("default", "waiting")] == 2  # tether_queue_depth{state="waiting"}
     succeed(store, jobs, "a")
     assert states(store, jobs) == {"a": "succeeded", "b": "queued", "c": "waiting"}
     succeed(store, jobs, "b")
