@@ -228,3 +228,29 @@ def test_the_cli_shows_a_batch(flows_app: Tether, db_url: str) -> None:
     assert f"batch {batch.id}: 2 member(s): queued 2; not finished" in text
     missing = runner.invoke(cli, ["-d", db_url, "batch", str(batch.id + 9)])
     assert missing.exit_code != 0 and f"no batch {batch.id + 9}" in missing.output
+
+
+def test_a_retried_member_counts_again_until_its_batch_has_finished(store: Store, direct: Store) -> None:
+    _, members, done, ok = enqueue(direct, 2, max_attempts=1)
+    got = claim_all(store)
+    store.fail(W, members[0], got[members[0]], outcome=Outcome.FAILED, error="x")
+    store.retry(members[0])  # before the batch finished: it is pending (and not failed) again
+    store.complete(W, [(members[1], got[members[1]], None)])
+    assert state(store, done) == "waiting"
+    (again,) = claim_all(store).items()
+    store.complete(W, [(*again, None)])
+    assert (state(store, done), state(store, ok)) == ("queued", "queued")
+
+
+def test_a_member_retried_after_its_batch_finished_fires_nothing_again(store: Store, direct: Store) -> None:
+    batch_id, (member,), done, ok = enqueue(direct, 1, max_attempts=1)
+    got = claim_all(store)
+    store.fail(W, member, got[member], outcome=Outcome.FAILED, error="x")
+    assert (state(store, done), state(store, ok)) == ("queued", "cancelled")
+    store.retry(member)
+    got = claim_all(store)
+    assert set(got) == {member, done}
+    store.complete(W, [(i, a, None) for i, a in got.items()])
+    assert (state(store, done), state(store, ok)) == ("succeeded", "cancelled")
+    info = direct.get_batch(batch_id)
+    assert info is not None and info.finished and info.counts == {JobState.SUCCEEDED: 1}

@@ -99,6 +99,12 @@ def reopen(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], job_id:
     """``app.retry`` of ``job_id``, which has dependents: the steps its failure
     cancelled wait again, and the steps that counted it (or one of those) as
     ended and failed, and still wait, count it as pending again."""
+    for (edge,) in conn.execute(q["batch_edges"], {"id": job_id}).fetchall():
+        # a member of a batch not yet finished counts as pending (and not failed) again
+        batch, shard = divmod(edge, 16)
+        (pending,) = conn.execute(q["batch_reopen"], {"batch": batch, "shard": shard}).fetchone()
+        if pending == 1 and not conn.execute(q["batch_unzero"], {"batch": batch}).fetchall():
+            conn.execute(q["batch_count"], {"batch": batch, "shard": shard, "bad": True})  # finished: undo
     cut = [r[0] for r in conn.execute(q["dep_reopen"], {"id": job_id}).fetchall()]
     back = [r[0] for r in conn.execute(q["dep_back"], {"ids": json.dumps(cut)}).fetchall()] if cut else []
     conn.execute(q["dep_unmark"], {"back": json.dumps(back)})

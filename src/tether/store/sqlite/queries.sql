@@ -1039,3 +1039,12 @@ SELECT j.state, count(*)
 FROM tether_job_deps AS d JOIN tether_jobs AS j ON j.id = d.upstream_id
 WHERE d.job_id BETWEEN -(:id * 16 + 15) AND -(:id * 16)
 GROUP BY j.state
+
+-- name: batch_reopen
+-- app.retry of a batch member (dead or cancelled: counted as failed).
+UPDATE tether_batch_shards SET pending = pending + 1, failed = max(failed - 1, 0)
+WHERE batch_id = :batch AND shard = :shard
+RETURNING pending
+
+-- name: batch_unzero
+UPDATE tether_batches SET zeroed = zeroed - 1 WHERE id = :batch AND finished_at IS NULL RETURNING id

@@ -178,7 +178,26 @@ $fn$;
 -- pending again.
 CREATE FUNCTION {schema}.jobs_reopened(upstream bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    edge bigint;
+    left_before integer;
 BEGIN
+    -- A member of a batch not yet finished counts as pending again (its shard
+    -- first, then its batch: the order in which an ending locks them). Its
+    -- ending counted it as failed (retry takes dead and cancelled jobs only).
+    SELECT -d.job_id INTO edge FROM {schema}.job_deps AS d WHERE d.upstream_id = upstream AND d.job_id < 0;
+    IF edge IS NOT NULL THEN
+        UPDATE {schema}.batch_shards SET pending = pending + 1, failed = greatest(failed - 1, 0)
+        WHERE batch_id = edge / 16 AND shard = edge % 16
+        RETURNING pending - 1 INTO left_before;
+        IF left_before = 0 THEN
+            UPDATE {schema}.batches SET zeroed = zeroed - 1 WHERE id = edge / 16 AND finished_at IS NULL;
+            IF NOT FOUND THEN  -- finished already: the member runs again on its own
+                UPDATE {schema}.batch_shards SET pending = pending - 1, failed = failed + 1
+                WHERE batch_id = edge / 16 AND shard = edge % 16;
+            END IF;
+        END IF;
+    END IF;
     WITH back AS (
         UPDATE {schema}.jobs AS j
         SET state = 'waiting', finished_at = NULL, last_error = NULL
