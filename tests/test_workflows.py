@@ -13,13 +13,15 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from tether import ConfigError, JobContext, JobState, Outcome, Tether, UnknownTask
 from tether.config import parse_database_url
-from tether.store import Store
+from tether.store import Store, open_store
 from tether.store.flows import NewWorkflow
 
 from .conftest import STORE_BACKENDS, backend_param
@@ -349,3 +351,37 @@ def test_the_docs_example_runs(flows_app: Tether, db_url: str, monkeypatch: pyte
     assert "parse-checked cancelled after ['check']" in out
     assert "cancelled upstream job" in out and "ended dead" in out
     assert "'check': 'dead'" in out and "'parse': 'succeeded'" in out  # report's ctx.upstream_states
+
+
+def test_the_sqlite_upgrade_rebuilds_jobs_keeping_rows_indexes_and_ids(tmp_path: Path) -> None:
+    """Migration 0010 rebuilds tether_jobs (SQLite cannot change a CHECK in place):
+    the rows stay, the indexes and trigger come back, and an id that was
+    handed out before (even if deleted since) is never handed out again."""
+    from tether.model import NewJob
+    from tether.store.sqlfile import load_migrations
+    from tether.store.sqlite.schema import _split
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.execute("CREATE TABLE tether_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)")
+    for version, name, sql in load_migrations("tether.store.sqlite.migrations", {})[:9]:
+        for statement in _split(sql):
+            old.execute(statement)
+        old.execute("INSERT INTO tether_migrations VALUES (?, ?, 0)", (version, name))
+    indexes = {r[0] for r in old.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'tether_jobs'")}
+    for _ in range(5):
+        old.execute("INSERT INTO tether_jobs (queue, task, args, run_at, max_attempts, created_at) "
+                    "VALUES ('default', 't', '{}', 0, 3, 0)")
+    old.execute("DELETE FROM tether_jobs WHERE id = 5")
+    old.close()
+    store = open_store(f"sqlite:///{path}")
+    try:
+        assert store.migrate() == ["0010_workflows"]
+        assert store.enqueue([NewJob(task="t", args_json="{}")]) == [6]
+        assert len(store.list_jobs()) == 5
+        with closing(sqlite3.connect(path)) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'tether_jobs'")} \
+                == indexes
+    finally:
+        store.close()
