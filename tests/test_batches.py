@@ -144,8 +144,9 @@ def test_a_batch_with_a_member_that_adds_members(flows_app: Tether, db_url: str)
         return {"path": path, "batch": ctx.batch_id}
 
     @flows_app.task(name="summarize")
-    def summarize(ctx: JobContext, report_id: int) -> int:
-        return report_id
+    def summarize(ctx: JobContext, report_id: int) -> dict[str, object]:
+        info = ctx.batch.info()  # a callback's view of its batch
+        return {"report": report_id, "batch": ctx.batch.id, "counts": {str(s): n for s, n in info.counts.items()}}
 
     @flows_app.task(name="notify")
     def notify(ctx: JobContext) -> str:
@@ -161,6 +162,7 @@ def test_a_batch_with_a_member_that_adds_members(flows_app: Tether, db_url: str)
     assert info is not None and info.finished and info.counts == {JobState.SUCCEEDED: 7}
     child = [d for d in drained if d.result == {"path": "child", "batch": batch.id}]
     assert len(child) == 1
+    assert drained[-2].result == {"report": 7, "batch": batch.id, "counts": {"succeeded": 7}}
 
     with flows_app.batch(on_success=notify.spec()) as failing:
         failing.add_many(resize, [{"path": "bad"}, {"path": "fine"}])

@@ -42,7 +42,14 @@ class MemberBatch:
 
     @property
     def id(self) -> int | None:
-        return None if self._store is None else self._store.job_batch(self._job_id)
+        """The batch this job is a member of, or a callback of."""
+        return None if self._store is None else self._store.job_batch(self._job_id, callback=True)
+
+    def info(self) -> Any:
+        """The batch's ``BatchInfo`` (its members' counts by state, its callbacks' job
+        ids), for a member or a callback; None for a job of no batch."""
+        batch_id = self.id
+        return None if batch_id is None else self._store.get_batch(batch_id)
 
     def add(self, spec: Any) -> int:
         """Add a member (a job spec, ``task.spec(**args)``); its job id."""

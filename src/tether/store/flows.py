@@ -190,6 +190,6 @@ class Batches:
     def get_batch(self, batch_id: int) -> BatchInfo | None:
         raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
 
-    def job_batch(self, job_id: int) -> int | None:
-        """The batch a job is a member of (None: none)."""
+    def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:
+        """The batch a job is a member of (with ``callback``: or a callback of; None: none)."""
         return None

@@ -134,6 +134,9 @@ class PostgresWorkflows:
         bid, created, on_complete, on_success, finished = head[0]
         return BatchInfo(bid, created, {JobState(s): int(n) for s, n in counts}, on_complete, on_success, finished)
 
-    def job_batch(self, job_id: int) -> int | None:
+    def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:
         rows = self._all("batch_of", {"id": job_id})
-        return int(rows[0][0]) // BATCH_SHARDS if rows else None
+        if rows:
+            return int(rows[0][0]) // BATCH_SHARDS
+        called = self._all("batch_called", {"id": job_id}) if callback else []
+        return int(called[0][0]) if called else None

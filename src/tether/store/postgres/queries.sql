@@ -1409,3 +1409,9 @@ SELECT j.state, count(*)
 FROM {schema}.job_deps AS d JOIN {schema}.jobs AS j ON j.id = d.upstream_id
 WHERE d.job_id BETWEEN -(%(id)s * 16 + 15) AND -(%(id)s * 16)
 GROUP BY j.state
+
+-- name: batch_called
+-- The batch whose callback a job is (a callback's ctx.batch).
+SELECT id FROM {schema}.batches WHERE on_complete = %(id)s
+UNION ALL
+SELECT id FROM {schema}.batches WHERE on_success = %(id)s

@@ -121,6 +121,9 @@ class SQLiteWorkflows:
         assert created_at is not None
         return BatchInfo(bid, created_at, counts, on_complete, on_success, epoch_to_dt(finished))
 
-    def job_batch(self, job_id: int) -> int | None:
+    def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:
         rows = self._all("batch_of", {"id": job_id})
-        return int(rows[0][0]) // BATCH_SHARDS if rows else None
+        if rows:
+            return int(rows[0][0]) // BATCH_SHARDS
+        called = self._all("batch_called", {"id": job_id}) if callback else []
+        return int(called[0][0]) if called else None

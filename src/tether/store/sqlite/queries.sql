@@ -1048,3 +1048,9 @@ RETURNING pending
 
 -- name: batch_unzero
 UPDATE tether_batches SET zeroed = zeroed - 1 WHERE id = :batch AND finished_at IS NULL RETURNING id
+
+-- name: batch_called
+-- The batch whose callback a job is (a callback's ctx.batch).
+SELECT id FROM tether_batches WHERE on_complete = :id
+UNION ALL
+SELECT id FROM tether_batches WHERE on_success = :id

@@ -76,6 +76,9 @@ CREATE TABLE {schema}.batches (
 );
 -- The batches not yet finished: retention keeps their members (queries.sql, _unfinished_run).
 CREATE INDEX batches_open_idx ON {schema}.batches (id) WHERE finished_at IS NULL;
+-- A callback's ctx.batch finds its batch by these.
+CREATE INDEX batches_on_complete_idx ON {schema}.batches (on_complete) WHERE on_complete IS NOT NULL;
+CREATE INDEX batches_on_success_idx ON {schema}.batches (on_success) WHERE on_success IS NOT NULL;
 CREATE TABLE {schema}.batch_shards (
     batch_id bigint  NOT NULL,
     shard    integer NOT NULL,

@@ -127,6 +127,8 @@ CREATE TABLE tether_batches (
     finished_at REAL
 );
 CREATE INDEX tether_batches_open_idx ON tether_batches (id) WHERE finished_at IS NULL;
+CREATE INDEX tether_batches_on_complete_idx ON tether_batches (on_complete) WHERE on_complete IS NOT NULL;
+CREATE INDEX tether_batches_on_success_idx ON tether_batches (on_success) WHERE on_success IS NOT NULL;
 CREATE TABLE tether_batch_shards (
     batch_id INTEGER NOT NULL,
     shard    INTEGER NOT NULL,
