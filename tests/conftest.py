@@ -151,6 +151,31 @@ def store(backend: str, db_url: str) -> Iterator[Store]:
 
 
 @pytest.fixture
+def direct(backend: str, db_url: str, store: Store) -> Iterator[Store]:
+    """The database itself: ``store``, or, for an ``http-*`` backend, the
+    database behind the server (what a server has no endpoint for yet, such
+    as enqueueing a workflow, is done here)."""
+    if not backend.startswith("http-"):
+        yield store
+        return
+    s = open_store(db_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def flows_app(db_url: str, backend: str) -> Iterator[Tether]:
+    """An app on this test's database (migrated), for the workflow and batch
+    APIs, which need a direct store: skipped for the others."""
+    if backend.startswith("http-") or backend.endswith("pgbouncer"):
+        pytest.skip("the app's workflow and batch API is tested on a direct store")
+    app = Tether(db_url)
+    app.migrate()
+    yield app
+    app.close()
+
+
+@pytest.fixture
 def make_app(db_url: str) -> Iterator[object]:
     """``make_app(**timers) -> Tether`` on this test's database, migrated."""
     apps: list[Tether] = []

@@ -123,6 +123,8 @@ def test_every_sqlite_statement_that_ends_a_job_runs_through_end() -> None:
     for name in ENDINGS:  # the nine columns end() reads lead the answer
         returning = loaded[name].rsplit("RETURNING", 1)[1]
         assert returning.count(",") >= 8, name
+        # ... and the last says whether the job has dependents to release (issue 42)
+        assert returning.rstrip().endswith("upstream_id = tether_jobs.id)"), name
     # ... and the store runs them through end(), never on their own
     source = Path(sqlite_backend.__file__).parent
     through_end: set[str] = set()
@@ -130,7 +132,7 @@ def test_every_sqlite_statement_that_ends_a_job_runs_through_end() -> None:
         text = path.read_text(encoding="utf-8")
         direct = set(re.findall(r"""(?:q\[|_all\(|_all_async\()\s*["'](\w+)["']""", text))
         assert not direct & ENDINGS, f"{path.name} runs {direct & ENDINGS} without end()"
-        through_end |= set(re.findall(r"""\bend\(\w+, self\.q, ["'](\w+)["']""", text))
+        through_end |= set(re.findall(r"""\bend\(\w+, (?:self\.)?q, ["'](\w+)["']""", text))
         through_end |= set(re.findall(r"""\bend\(\w+, self\.q, (\w+)""", text)) & {"query"}
     assert ENDINGS - {"fail", "release"} <= through_end  # fail and release pass their name on (_finish)
 

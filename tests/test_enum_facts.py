@@ -44,8 +44,8 @@ def test_the_faces_fill_from_the_facts() -> None:
     assert list(RETENTION_DEFAULTS.items()) == [("succeeded", "7d"), ("cancelled", "30d"), ("dead", "30d")]
     # where a failed attempt left its job (a success is no failure), and where an ending left it
     assert [where_it_went(s, Outcome.FAILED) for s in JobState if s is not JobState.SUCCEEDED] == [
-        "job.retried", None, "job.dead", "job.cancelled"]
-    assert [where_it_went(s) for s in JobState] == [None, None, "job.succeeded", "job.dead", "job.cancelled"]
+        None, "job.retried", None, "job.dead", "job.cancelled"]
+    assert [where_it_went(s) for s in JobState] == [None, None, None, "job.succeeded", "job.dead", "job.cancelled"]
     assert {o for o in Outcome if not o.counts} == {Outcome.RELEASED, Outcome.SNOOZED, Outcome.EXPIRED}
     # an expiry ended the job without running it: an error its result shows, not a failed attempt
     assert {o for o in Outcome if o.error} == set(FAILED) | {Outcome.CANCELLED, Outcome.EXPIRED}

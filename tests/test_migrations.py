@@ -39,6 +39,14 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
     "schedule_ticks": {"schedule", "tick", "skipped", "decided_at", "manual"},
     "queues": {"queue", "paused", "updated_at", "concurrency", "rate_limit", "rate_period"},
     "queue_starts": {"queue", "started_at"},
+    # workflows (issue 42): runs, their steps, the edges, and each waiting job's counts
+    "workflows": {"id", "name", "created_at"},
+    "workflow_steps": {"job_id", "workflow_id", "name"},
+    "job_deps": {"upstream_id", "job_id"},
+    "job_waits": {"job_id", "pending", "failed", "on_failure", "cancelled_by"},
+    # batches (issue 42): the callbacks, and the members' count split over shard rows
+    "batches": {"id", "created_at", "shards", "zeroed", "on_complete", "on_success", "finished_at"},
+    "batch_shards": {"batch_id", "shard", "pending", "failed"},
 }
 #: PostgreSQL only: who waits for which job (its finish trigger notifies only
 #: those; SQLite's app.wait polls)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
+from .batches import BatchesMixin
 from .callers import write_on, write_on_async
 from .config import (
     DEFAULT_BACKOFF_BASE,
@@ -46,6 +47,7 @@ from .transport import Transport, announce, due_now, open_transport
 from .worker.drain import Drained, drain, drain_async
 from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_retention
 from .worker.runtime import Worker
+from .workflows import WorkflowsMixin
 
 __all__ = ["JobOptions", "Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
 
@@ -77,7 +79,7 @@ def _ended(job: Job) -> Job:
     return job
 
 
-class Tether(QueueControl, ScheduleControl, ManyJobsApp, HandlerHooks):
+class Tether(WorkflowsMixin, BatchesMixin, QueueControl, ScheduleControl, ManyJobsApp, HandlerHooks):
     """A tether application: where jobs live, which tasks exist, and the timers.
 
     ``Tether()`` uses ``TETHER_DATABASE_URL``, else ``sqlite:///tether.db`` in the

@@ -12,6 +12,7 @@ exactly once per job (see ``JobContext.transaction``).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -21,7 +22,8 @@ from .config import MAX_DELAY
 from .errors import ConfigError, StaleAttempt, TetherError
 from .model import ClaimedJob, Job
 
-__all__ = ["CancelReason", "Discard", "JobCancelled", "JobContext", "JoinedTransaction", "Retry", "Transaction"]
+__all__ = ["CancelReason", "Discard", "JobCancelled", "JobContext", "JoinedTransaction", "MemberBatch", "Retry",
+           "Transaction"]
 
 
 class CancelReason:
@@ -29,6 +31,39 @@ class CancelReason:
     LOST = "lost ownership"  # the fence failed, or the lease could not be renewed in time
     TIMED_OUT = "timed out"
     SHUTDOWN = "worker shutting down"
+
+
+class MemberBatch:
+    """``ctx.batch``: the batch of a running member (issue 42)."""
+
+    def __init__(self, store: Any, job_id: int) -> None:
+        self._store = store
+        self._job_id = job_id
+
+    @property
+    def id(self) -> int | None:
+        """The batch this job is a member of, or a callback of."""
+        return None if self._store is None else self._store.job_batch(self._job_id, callback=True)
+
+    def info(self) -> Any:
+        """The batch's ``BatchInfo`` (its members' counts by state, its callbacks' job
+        ids), for a member or a callback; None for a job of no batch."""
+        batch_id = self.id
+        return None if batch_id is None else self._store.get_batch(batch_id)
+
+    def add(self, spec: Any) -> int:
+        """Add a member (a job spec, ``task.spec(**args)``); its job id."""
+        return self.add_specs([spec])[0]
+
+    def add_specs(self, specs: list[Any]) -> list[int]:
+        """Add several members in one transaction; their job ids."""
+        if self._store is None:
+            raise ConfigError("ctx.batch needs a worker's context (this one has no store)")
+        for spec in specs:
+            if getattr(spec, "job", None) is None:
+                raise ConfigError(f"ctx.batch.add() takes a job spec, task.spec(**args), not a {type(spec).__name__}")
+        ids: list[int] = self._store.batch_add(self._job_id, [spec.job for spec in specs])
+        return ids
 
 
 class JobCancelled(TetherError):
@@ -104,6 +139,53 @@ class JobContext:
         self._tags: list[str] | None = None
         self._reason: str | None = None  # set once, under _CANCEL_LOCK: the cancel signal itself
         self._event: threading.Event | None = None  # made only for a handler that waits on it
+
+    #: the worker's store, for what a handler reads only when it asks (ctx.upstream,
+    #: ctx.workflow_id): never added to the claim (issue 42). Set by the worker.
+    _links: Any = None
+
+    # -- workflows (issue 42) ---------------------------------------------------------
+    @property
+    def workflow_id(self) -> int | None:
+        """The workflow run this job is a step of; None for an ordinary job (read when asked)."""
+        if self._links is None:
+            return None
+        found: int | None = self._links.job_workflow(self.job_id)
+        return found
+
+    @property
+    def upstream(self) -> dict[str, Any]:
+        """{step name: result} of this step's direct dependencies (JSON values;
+        None for one that ended dead or cancelled: ``upstream_states`` says
+        which, for an ``on_failure="run"`` step). Read when first asked."""
+        return {name: None if result is None else json.loads(result)
+                for name, (_, result) in self._upstream().items()}
+
+    @property
+    def upstream_states(self) -> dict[str, str]:
+        """{step name: the state it ended in} of this step's direct dependencies."""
+        return {name: str(state) for name, (state, _) in self._upstream().items()}
+
+    @property
+    def batch_id(self) -> int | None:
+        """The batch this job is a member of; None for any other job (read when asked)."""
+        if self._links is None:
+            return None
+        found: int | None = self._links.job_batch(self.job_id)
+        return found
+
+    @property
+    def batch(self) -> MemberBatch:
+        """This member's batch: ``ctx.batch.add(task.spec(...))`` adds a member,
+        counted before the batch can complete."""
+        return MemberBatch(self._links, self.job_id)
+
+    def _upstream(self) -> dict[str, tuple[Any, str | None]]:
+        cached: dict[str, tuple[Any, str | None]] | None = self.__dict__.get("_upstream_rows")
+        if cached is None:
+            cached = {} if self._links is None else self._links.upstream_results(self.job_id)
+            self.__dict__["_upstream_rows"] = cached
+        return cached
 
     # -- identity -------------------------------------------------------------------
     @property

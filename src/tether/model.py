@@ -62,6 +62,9 @@ STATS_WORKERS = 100
 
 
 class JobState(enum.StrEnum):
+    #: a workflow step or batch callback whose dependencies have not all ended:
+    #: no claim takes it; the ending of its last dependency releases it (I9)
+    WAITING = "waiting"
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -102,6 +105,7 @@ class StateFacts:
 #: finished states come in the order operators read them (retention settings,
 #: prune summaries: FINISHED_STATES); JobState's own order is the display's.
 STATE_FACTS: dict[JobState, StateFacts] = {
+    JobState.WAITING: StateFacts(terminal=False, style="blue"),
     JobState.QUEUED: StateFacts(terminal=False, style="cyan", event="job.retried"),
     JobState.RUNNING: StateFacts(terminal=False, style="yellow"),
     JobState.SUCCEEDED: StateFacts(terminal=True, style="green", retention="7d", event="job.succeeded"),

@@ -29,7 +29,7 @@ from .payload import check_key, dump_json
 from .search import check_meta, check_tags, merge_tags, tags_json
 from .store import Store
 
-__all__ = ["JobDefaults", "JobOptions", "Task", "TaskCall", "TaskHost", "TaskKeywords", "TaskOptions"]
+__all__ = ["JobDefaults", "JobOptions", "JobSpec", "Task", "TaskCall", "TaskHost", "TaskKeywords", "TaskOptions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -189,6 +189,21 @@ _OPTION_NAMES = frozenset(JobOptions.__dataclass_fields__)
 #: per-call options ``using`` checks on their own (the rest of a task's were checked at its registration)
 _KEYS_AND_WINDOWS = frozenset({"dedup_key", "dedup_for", "expires", "expires_at"})
 
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A task call not yet enqueued (``task.spec(**args)``, ``task.using(...).spec(**args)``):
+    a workflow's step or a batch's member. Its args were checked and stored as
+    JSON when it was made, so a spec that does not fit its task fails there."""
+
+    task: Task[Any, Any]
+    job: NewJob
+
+    @property
+    def name(self) -> str:
+        """The task's short name: a workflow step's default name."""
+        return self.task.name.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
+
+
 #: the names before issue 48, kept for code that imports them
 TaskOptions = JobOptions
 TaskKeywords = JobDefaults
@@ -215,6 +230,15 @@ class TaskCall(Generic[P]):
         if args:
             _positional(self.task, args)
         return (await self.task.app._enqueue_async([self.task._new_job(kwargs, self.options)], self.connection))[0]
+
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """This call as a job spec, not yet enqueued (a workflow step, a batch member)."""
+        if args:
+            _positional(self.task, args)
+        if self.connection is not None:
+            raise ConfigError(f"task {self.task.name!r}: a spec is enqueued by its workflow or batch; give "
+                              "connection= to wf.enqueue(connection=...), not to using()")
+        return JobSpec(self.task, self.task._new_job(kwargs, self.options))
 
     def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[JobId]:
         return self.task.app._enqueue(self._many(many), self.connection)
@@ -341,6 +365,11 @@ class Task(Generic[P, R]):
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobId:
         return await TaskCall(self, self.options).enqueue_async(*args, **kwargs)
+
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """A call of this task as a job spec, not yet enqueued: a workflow's
+        step (``wf.add(spec)``) or a batch's member (``batch.add(spec)``)."""
+        return TaskCall(self, self.options).spec(*args, **kwargs)
 
     def enqueue_many(self, many: Iterable[Mapping[str, Any]]) -> list[JobId]:
         return TaskCall(self, self.options).enqueue_many(many)

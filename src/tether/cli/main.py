@@ -58,13 +58,14 @@ LAZY_COMMANDS = {
     "chaos": "chaos_cmd", "prune": "control_cmd", "pause": "control_cmd", "resume": "control_cmd",
     "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd", "schedules": "schedules_cmd",
     "jobs": "many_cmd", "cancel": "many_cmd", "retry": "many_cmd", "delete": "many_cmd", "purge": "many_cmd",
-    "rerun": "many_cmd",
+    "rerun": "many_cmd", "workflow": "flows_cmd", "batch": "flows_cmd",
 }
 #: what ``tether --help`` lists for them (the first paragraph of each one's
 #: docstring, which click shortens the same way), so that the listing imports
 #: none of them: the server's and the dashboard's modules bring starlette and
 #: uvicorn. tests/test_cli.py checks each against its command.
 LAZY_HELP = {
+    "batch": "Show a batch: its members' counts by state, and its callbacks' jobs.",
     "chaos": "Run workers under faults and check the contract (I1-I8) held.",
     "dashboard": "Serve the dashboard: queues, jobs, attempts, workers, recoveries; cancel and retry.",
     "limit": "Set QUEUE's limits, enforced in the claim for every worker: both at once, as app.configure_queue "
@@ -86,6 +87,7 @@ LAZY_HELP = {
               "running jobs is refused (add --state).",
     "purge": "Cancel every queued job of QUEUE (running ones go on).",
     "rerun": "Run a finished job again: a new job with its task, args and options.",
+    "workflow": "Show a workflow run: its steps, each step's job and state, and what each waits for.",
     "server": "Serve the database (--database) over HTTP to workers and producers that hold no database "
               "credentials: `tether worker --server http://HOST:PORT --token T`. It prunes the database too "
               "(--retention): its remote workers do not.",

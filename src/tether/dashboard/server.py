@@ -219,7 +219,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         # off the event loop: its values are pretty-printed (_pretty), which
         # took seconds for a deep one while every other request waited
         return await render_off(request, session, "job.html", job=found, now=now,
-                                can_cancel=found.state in (JobState.QUEUED, JobState.RUNNING),
+                                can_cancel=found.state in (JobState.WAITING, JobState.QUEUED, JobState.RUNNING),
                                 can_retry=found.state in (JobState.DEAD, JobState.CANCELLED))
 
     async def workers(request: Request, session: Session) -> Response:

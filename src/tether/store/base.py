@@ -48,6 +48,7 @@ from ..model import (
 )
 from .buckets import Buckets
 from .control import JobControl, Schedules
+from .flows import Batches, Workflows
 from .many import ManyJobs
 from .pruning import check_prune
 from .push import Listener, PushChannels
@@ -59,7 +60,8 @@ T = TypeVar("T")
 __all__ = ["Listener", "Store", "check_prune"]
 
 
-class Store(PushChannels, SharedTransactions, JobControl, ManyJobs, WorkerRows, Schedules, abc.ABC):
+class Store(PushChannels, SharedTransactions, Workflows, Batches, JobControl, ManyJobs, WorkerRows, Schedules,
+            abc.ABC):
     backend: str
     #: how often an idle worker polls when no push channel wakes it (seconds)
     default_poll_interval: float

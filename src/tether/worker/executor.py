@@ -165,6 +165,7 @@ class Executor:
         s = self.state
         ctx = JobContext(job, s.id, self._progress_fn, self._on_ctx_cancel_fn, self._transaction_fn,
                          self._load_job_fn)
+        ctx._links = s.store
         local = sent_at + job.lease_ttl
         hard = None
         if job.timeout:

@@ -53,7 +53,7 @@ class PostgresMany:
         self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None
     ) -> tuple[list[tuple[int, str]], int | None]:
         rows = self._all("retry_many", {**filter_params(f), "after": after_id, "limit": limit, "now": now})
-        return [(int(i), str(q)) for i, q, _ in rows if i is not None], rows[0][2]
+        return [(int(i), str(q)) for i, q, _, _ in rows if i is not None], rows[0][2]
 
     def delete_batch(self, f: JobFilter, *, after_id: int, limit: int) -> Batch:
         ((count, last),) = self._all("delete_many", {**filter_params(f), "after": after_id, "limit": limit})

@@ -408,14 +408,18 @@ RETURNING cancel_requested
 -- fragment below), which runs it. Every statement that can set a terminal
 -- state includes this, and tests/test_ending.py fails if one does not (it
 -- parses both queries.sql).
--- woken:  app.wait's wake-up for the jobs now finished that someone waits
---         for (migration 0008: only those, since a NOTIFY takes a server-wide
---         lock at commit): their ids, 400 to a payload, one notification per
---         statement, and nothing at all while nobody waits. The uncorrelated
---         EXISTS is a one-time test: one probe of the empty waiters table.
--- Issue 42's release of the jobs waiting for these goes here too, as a CTE
--- over `ended`'s finished rows: a data-modifying CTE runs whether read or
--- not, in the ending's own statement and transaction.
+-- woken:  what an ending does for the jobs now finished that someone waits for
+--         (app.wait's wake-up: migration 0008) and for the ended jobs that
+--         have dependents (issue 42, I9: the workflow steps and batch
+--         callbacks waiting for them are released or cancelled, in this
+--         statement, so exactly once and fenced like it): jobs_ended()
+--         (migration 0012), called once per statement with the rows that need
+--         it, and never for a plain job while nobody waits: the uncorrelated
+--         EXISTS tests are one-time probes of tables that are empty then, and
+--         the correlated one is one index probe of job_deps per ended job
+--         while workflows exist. It was the notification's SQL itself before;
+--         as a call it also keeps complete_and_claim_known under psycopg's
+--         4,096-character parse cache (test_sqlfile.py).
 -- Why CTEs and not a trigger on jobs: measured (bench/ending_ab.py; the
 -- commit that made this has the numbers), a row trigger WHEN the state
 -- becomes terminal cost 16-22% more PostgreSQL CPU on a round of
@@ -427,12 +431,11 @@ RETURNING cancel_requested
 -- trigger with transition tables), and it cannot see a failure's traceback,
 -- which the attempts row needs, so the audit would stay in each statement.
 woken AS (
-    SELECT pg_notify({done_channel}, string_agg(f.id::text, ','))
-    FROM (SELECT e.id, (row_number() OVER ()) / 400 AS chunk FROM ended AS e
-          WHERE EXISTS (SELECT 1 FROM {schema}.waiters)
-            AND e.state IN ('succeeded', 'dead', 'cancelled')
-            AND EXISTS (SELECT 1 FROM {schema}.waiters AS w WHERE w.job_id = e.id AND w.expires_at > now())) AS f
-    GROUP BY f.chunk
+    SELECT {schema}.jobs_ended(array_agg(e.id), array_agg(e.state::text)) FROM ended AS e
+    WHERE EXISTS (SELECT 1 FROM {schema}.waiters)
+       OR (EXISTS (SELECT 1 FROM {schema}.job_deps)
+           AND EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.upstream_id = e.id))
+    HAVING count(*) > 0
 )
 
 -- name: _attempt_ending
@@ -452,8 +455,8 @@ audit AS (
 
 -- name: _ended
 -- The FROM item of an ending statement's answer: its ended rows, joined to
--- the count of woken's notifications so that woken runs (a CTE that is not
--- read is not run; the count is one row, whatever was sent).
+-- the count of woken's rows so that woken runs (a CTE that is not read is not
+-- run; the count is one row, whatever was done).
 ended CROSS JOIN (SELECT count(*) FROM woken) AS w
 
 -- name: _fenced_success
@@ -677,12 +680,14 @@ RETURNING id
 -- A queued job cancelled here ran no attempt: no attempts row (_ending
 -- alone); a running one is not ended here (its state stays running), and
 -- _ending leaves it alone.
+-- A waiting job (a workflow step, issue 42) is cancelled as a queued one is,
+-- and its ending cancels what waits for it (woken).
 WITH ended AS (
     UPDATE {schema}.jobs
-    SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-        finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
+    SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+        finished_at = CASE WHEN state = 'running' THEN finished_at ELSE {now} END,
         cancel_requested = (state = 'running')
-    WHERE id = %(id)s AND state IN ('queued', 'running')
+    WHERE id = %(id)s AND state IN ('waiting', 'queued', 'running')
     RETURNING id, state
 ), {_ending}
 SELECT state FROM {_ended}
@@ -691,14 +696,21 @@ SELECT state FROM {_ended}
 -- An operator's second chance for a dead or cancelled job: queued now, with at
 -- least one attempt left in its budget. The queue comes back so that the
 -- caller can announce the job on a transport (NATS) once this has committed.
-UPDATE {schema}.jobs
-SET state = 'queued',
-    run_at = {now},
-    finished_at = NULL,
-    cancel_requested = false,
-    max_attempts = GREATEST(max_attempts, attempt - released + 1)
-WHERE id = %(id)s AND state IN ('dead', 'cancelled')
-RETURNING queue
+-- The workflow steps its ending cancelled wait for it again (jobs_reopened,
+-- migration 0012), called only for a job that has dependents.
+WITH r AS (
+    UPDATE {schema}.jobs
+    SET state = 'queued',
+        run_at = {now},
+        finished_at = NULL,
+        cancel_requested = false,
+        max_attempts = GREATEST(max_attempts, attempt - released + 1)
+    WHERE id = %(id)s AND state IN ('dead', 'cancelled')
+    RETURNING id, queue
+)
+SELECT r.queue, CASE WHEN EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.upstream_id = r.id)
+                THEN {schema}.jobs_reopened(r.id)::text END
+FROM r
 
 -- name: job_state
 SELECT state FROM {schema}.jobs WHERE id = %(id)s
@@ -1306,12 +1318,17 @@ SELECT count(*) FROM gone
 -- a locked row cannot move, and no join is left for the planner to turn into
 -- a scan of the table (with a join on id it hashed the whole jobs table).
 -- The attempts go by `job_id = ANY(...)`: the primary key (job_id, attempt).
+-- A step of a workflow that has not ended (a step of it still waiting, queued
+-- or running) stays (issue 42: its result is a later step's ctx.upstream, and
+-- its edges are what a retry reopens: _unfinished_run); a pruned step takes
+-- its step row, edges and counts with it.
 WITH doomed AS (
     SELECT c.ctid, c.finished_at
     FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(state, age)
     CROSS JOIN LATERAL (
         SELECT ctid, finished_at FROM {schema}.jobs
         WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age)
+          AND NOT {_unfinished_run}
         ORDER BY finished_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -1326,15 +1343,43 @@ WITH doomed AS (
 ), audit AS (
     DELETE FROM {schema}.attempts AS a
     WHERE a.job_id = ANY(ARRAY(SELECT id FROM gone))
+), steps AS (
+    DELETE FROM {schema}.workflow_steps AS s WHERE s.job_id = ANY(ARRAY(SELECT id FROM gone))
+), edges AS (
+    DELETE FROM {schema}.job_deps AS d
+    WHERE d.job_id = ANY(ARRAY(SELECT id FROM gone)) OR d.upstream_id = ANY(ARRAY(SELECT id FROM gone))
+), counts AS (
+    DELETE FROM {schema}.job_waits AS w WHERE w.job_id = ANY(ARRAY(SELECT id FROM gone))
 )
 SELECT state, count(*) FROM gone GROUP BY state
+
+-- name: _unfinished_run
+-- Whether the job (jobs, unaliased) is a step of a workflow run that has a
+-- step not yet ended: one probe of workflow_steps' primary key for a job of
+-- no workflow, and none at all while there are no workflows (a one-time
+-- test). The run is found by a scalar subquery, and the AND sits between
+-- the tests: written as one EXISTS over a join, NOT EXISTS became an anti
+-- join, or a hashed subplan, each reading every unfinished job of the table
+-- (test_retention.py).
+-- A member of a batch not yet finished stays too (batches_open_idx: a
+-- one-time probe while no batch is open).
+((EXISTS (SELECT 1 FROM {schema}.workflow_steps)
+  AND EXISTS (SELECT 1 FROM {schema}.workflow_steps AS o
+              JOIN {schema}.jobs AS oj ON oj.id = o.job_id
+              WHERE o.workflow_id = (SELECT s.workflow_id FROM {schema}.workflow_steps AS s WHERE s.job_id = jobs.id)
+                AND oj.state IN ('waiting', 'queued', 'running')))
+ OR (EXISTS (SELECT 1 FROM {schema}.batches WHERE finished_at IS NULL)
+     AND EXISTS (SELECT 1 FROM {schema}.job_deps AS bd
+                 JOIN {schema}.batches AS b ON b.id = (-bd.job_id) / 16
+                 WHERE bd.upstream_id = jobs.id AND bd.job_id < 0 AND b.finished_at IS NULL)))
 
 -- name: prunable
 -- What prune would delete, by state (tether prune --dry-run, and the total of
 -- its progress bar): the same WHERE, counted over jobs_finished_idx.
 SELECT r.state,
        (SELECT count(*) FROM {schema}.jobs
-        WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age))
+        WHERE state = r.state AND finished_at < {now} - make_interval(secs => r.age)
+          AND NOT {_unfinished_run})
 FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(state, age)
 
 -- ---------------------------------------------------------------------------
@@ -1478,8 +1523,10 @@ SELECT (SELECT count(*) FROM {_ended}), (SELECT max(id) FROM picked)
 -- can die again during the walk, so the walk is not repeated). A job whose
 -- dedup key an active job holds stays as it is, and of several with one key
 -- only the newest is retried (the unique dedup index allows one active job
--- per key). Answer: a row per retried job (id, queue) and the last id picked
--- on each (one row with NULLs when none was retried).
+-- per key). As retry, the workflow steps and batch counts a retried job's
+-- ending had settled wait for it again (jobs_reopened, only for a job with
+-- dependents). Answer: a row per retried job (id, queue) and the last id
+-- picked on each (one row with NULLs when none was retried).
 WITH picked AS (
     SELECT id FROM {schema}.jobs AS c
     WHERE {_job_filter}
@@ -1503,7 +1550,9 @@ WITH picked AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.state IN ('dead', 'cancelled')
     RETURNING j.id, j.queue
 )
-SELECT d.id, d.queue, m.last
+SELECT d.id, d.queue, m.last,
+       CASE WHEN EXISTS (SELECT 1 FROM {schema}.job_deps AS x WHERE x.upstream_id = d.id)
+            THEN {schema}.jobs_reopened(d.id)::text END
 FROM (SELECT max(id) AS last FROM picked) AS m LEFT JOIN done AS d ON true
 
 -- name: delete_many
@@ -1543,3 +1592,111 @@ WHERE id = %(id)s AND state IN ('succeeded', 'dead', 'cancelled')
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running')
 DO NOTHING
 RETURNING id
+-- name: workflow_insert
+-- A workflow run (issue 42): its id is the database's; the steps follow in
+-- the same transaction (store/flows.py).
+INSERT INTO {schema}.workflows (name, created_at) VALUES (%(name)s, {now}) RETURNING id
+
+-- name: workflow_link
+-- The steps of a run whose jobs were just inserted in this transaction: their
+-- names, the edges, each waiting job's count of pending dependencies, and
+-- those jobs moved to 'waiting' before anyone can see them (the transaction
+-- has not committed), so no claim ever takes one early.
+WITH steps AS (
+    INSERT INTO {schema}.workflow_steps (job_id, workflow_id, name)
+    SELECT s.job_id, %(workflow)s, s.name FROM unnest(%(jobs)s::bigint[], %(names)s::text[]) AS s(job_id, name)
+), deps AS (
+    INSERT INTO {schema}.job_deps (upstream_id, job_id)
+    SELECT u, d FROM unnest(%(ups)s::bigint[], %(downs)s::bigint[]) AS e(u, d)
+), waits AS (
+    INSERT INTO {schema}.job_waits (job_id, pending, on_failure)
+    SELECT w, p, o FROM unnest(%(waiting)s::bigint[], %(pending)s::int[], %(policies)s::text[]) AS x(w, p, o)
+)
+UPDATE {schema}.jobs SET state = 'waiting' WHERE id = ANY(%(waiting)s::bigint[]) RETURNING id
+
+-- name: workflow_get
+SELECT id, name, created_at FROM {schema}.workflows WHERE id = %(id)s
+
+-- name: workflow_steps
+-- A run's steps in the order they were added (their jobs' ids rise with it),
+-- each with its job's state (NULL once retention deleted it) and the names of
+-- the steps it waits for.
+SELECT s.name, s.job_id, j.state, coalesce(w.on_failure, 'cancel'),
+       ARRAY(SELECT u.name FROM {schema}.job_deps AS d
+             JOIN {schema}.workflow_steps AS u ON u.job_id = d.upstream_id
+             WHERE d.job_id = s.job_id ORDER BY u.job_id)
+FROM {schema}.workflow_steps AS s
+LEFT JOIN {schema}.jobs AS j ON j.id = s.job_id
+LEFT JOIN {schema}.job_waits AS w ON w.job_id = s.job_id
+WHERE s.workflow_id = %(id)s
+ORDER BY s.job_id
+
+-- name: job_workflow
+SELECT workflow_id FROM {schema}.workflow_steps WHERE job_id = %(id)s
+
+-- name: upstream_results
+-- ctx.upstream, read when a handler asks (never by the claim): the direct
+-- dependencies' step names, states and results.
+SELECT u.name, j.state, j.result::text
+FROM {schema}.job_deps AS d
+JOIN {schema}.workflow_steps AS u ON u.job_id = d.upstream_id
+JOIN {schema}.jobs AS j ON j.id = d.upstream_id
+WHERE d.job_id = %(id)s
+ORDER BY d.upstream_id
+
+-- name: batch_insert
+-- A batch (issue 42): its members' count is split over `shards` rows
+-- (migration 0012 says why); its members and callbacks follow in this transaction.
+INSERT INTO {schema}.batches (created_at, shards) VALUES ({now}, %(shards)s) RETURNING id
+
+-- name: batch_link
+-- The members' edges (to no job: -(batch * 16 + shard), the i-th member in
+-- shard i mod shards), each shard's count, the callbacks held 'waiting'
+-- before anyone can see them, and the batch's callback ids.
+WITH members AS (
+    SELECT x.m, mod(x.o - 1, %(shards)s)::int AS shard
+    FROM unnest(%(members)s::bigint[]) WITH ORDINALITY AS x(m, o)
+), edges AS (
+    INSERT INTO {schema}.job_deps (upstream_id, job_id)
+    SELECT m, -(%(batch)s * 16 + shard) FROM members
+), counts AS (
+    INSERT INTO {schema}.batch_shards (batch_id, shard, pending)
+    SELECT %(batch)s, shard, count(*) FROM members GROUP BY shard
+), held AS (
+    UPDATE {schema}.jobs SET state = 'waiting' WHERE id = ANY(%(callbacks)s::bigint[])
+)
+UPDATE {schema}.batches SET on_complete = %(on_complete)s, on_success = %(on_success)s
+WHERE id = %(batch)s RETURNING id
+
+-- name: batch_of
+-- The batch edge of a member: -(batch * 16 + shard).
+SELECT -job_id FROM {schema}.job_deps WHERE upstream_id = %(id)s AND job_id < 0
+
+-- name: batch_grow
+-- ctx.batch.add: the adding member's shard counts the new members before they
+-- exist, and only while it is not zero (its own member still running keeps it
+-- above zero; a zero shard means the batch may be complete already).
+UPDATE {schema}.batch_shards SET pending = pending + %(n)s
+WHERE batch_id = %(batch)s AND shard = %(shard)s AND pending > 0
+RETURNING pending
+
+-- name: batch_join
+INSERT INTO {schema}.job_deps (upstream_id, job_id)
+SELECT m, %(edge)s FROM unnest(%(members)s::bigint[]) AS m
+RETURNING upstream_id
+
+-- name: batch_get
+SELECT id, created_at, on_complete, on_success, finished_at FROM {schema}.batches WHERE id = %(id)s
+
+-- name: batch_counts
+-- Its members by state (the edges' job_id index: the batch's 16 edge values).
+SELECT j.state, count(*)
+FROM {schema}.job_deps AS d JOIN {schema}.jobs AS j ON j.id = d.upstream_id
+WHERE d.job_id BETWEEN -(%(id)s * 16 + 15) AND -(%(id)s * 16)
+GROUP BY j.state
+
+-- name: batch_called
+-- The batch whose callback a job is (a callback's ctx.batch).
+SELECT id FROM {schema}.batches WHERE on_complete = %(id)s
+UNION ALL
+SELECT id FROM {schema}.batches WHERE on_success = %(id)s

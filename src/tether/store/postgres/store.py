@@ -46,6 +46,7 @@ from ..worker_rows import DEFAULT_WORKER_RETENTION
 from . import connect
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote, warn_if_jit
 from .control import PostgresControl
+from .flows import PostgresWorkflows
 from .ids import ClaimIdsMixin
 from .listener import NotifyListener
 from .many import PostgresMany
@@ -95,7 +96,8 @@ def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return res is not None and res.status == TUPLES_OK
 
 
-class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresMany, PostgresWorkers, TransactionsMixin, Store):
+class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, PostgresControl, PostgresMany, PostgresWorkers,
+                    TransactionsMixin, Store):
     backend = "postgresql"
     # NOTIFY wakes idle workers at once; polling is only the fallback.
     default_poll_interval = 2.0

@@ -47,7 +47,9 @@ class SQLiteControl:
         with self._write() as conn:
             gone = conn.execute(self.q["prune"], params).fetchall()
             if gone:
-                conn.execute(self.q["prune_attempts"], {"ids": json.dumps([r[0] for r in gone])})
+                ids = {"ids": json.dumps([r[0] for r in gone])}
+                for rows in ("prune_attempts", "prune_steps", "prune_edges", "prune_counts"):
+                    conn.execute(self.q[rows], ids)
         for _, state in gone:
             out[JobState(state)] = out.get(JobState(state), 0) + 1
         return out

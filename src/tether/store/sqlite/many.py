@@ -15,7 +15,7 @@ from ...model import Job
 from ...search import JobFilter, contains_json
 from ..many import Batch, not_rerun
 from ..rows import epoch_to_dt, job_from_row, json_text
-from .ending import end
+from .ending import end, reopen
 
 __all__ = ["SQLiteMany", "filter_params", "register_functions"]
 
@@ -78,7 +78,10 @@ class SQLiteMany:
             ids = self._pick(conn, f, ["dead", "cancelled"], after_id, limit)
             rows = conn.execute(self.q["retry_many"], {"ids": json.dumps(ids), "now": _ts(now)}).fetchall() \
                 if ids else []
-        return [(int(i), str(q)) for i, q in rows], (ids[-1] if ids else None)
+            for job_id, _, dependents in rows:  # as retry: what its ending settled waits for it again
+                if dependents:
+                    reopen(conn, self.q, job_id)
+        return [(int(i), str(q)) for i, q, _ in rows], (ids[-1] if ids else None)
 
     def delete_batch(self, f: JobFilter, *, after_id: int, limit: int) -> Batch:
         with self._write() as conn:

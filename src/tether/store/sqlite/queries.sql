@@ -297,7 +297,7 @@ FROM (SELECT d.value ->> 0 AS id, d.value ->> 1 AS attempt, d.value ->> 2 AS res
       FROM json_each(:done) AS d) AS done
 WHERE tether_jobs.id = done.id AND tether_jobs.attempt = done.attempt
   AND tether_jobs.locked_by = :worker AND tether_jobs.state = 'running'
-RETURNING tether_jobs.id, 'succeeded', NULL, NULL, NULL, NULL, NULL, NULL, NULL
+RETURNING tether_jobs.id, 'succeeded', NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
 
 -- name: audit
 -- The attempt's row in the attempts table, from an ending's RETURNING row as
@@ -347,7 +347,7 @@ SET state = CASE
     lease_until = NULL,
     deadline = NULL
 WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'running'
-RETURNING id, state, :outcome, attempt, :worker, claimed_at, {now}, :error, :traceback
+RETURNING id, state, :outcome, attempt, :worker, claimed_at, {now}, :error, :traceback, {_dependents}
 
 -- name: release
 -- An ending (store/sqlite/ending.py), when a cancel was pending; otherwise a
@@ -362,7 +362,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
     lease_until = NULL,
     deadline = NULL
 WHERE id = :id AND attempt = :attempt AND locked_by = :worker AND state = 'running'
-RETURNING id, state, 'released', attempt, :worker, claimed_at, {now}, NULL, NULL
+RETURNING id, state, 'released', attempt, :worker, claimed_at, {now}, NULL, NULL, {_dependents}
 
 -- name: lapsed
 -- Reaper, step 1 (inside BEGIN IMMEDIATE, so nothing moves under us): the
@@ -396,7 +396,7 @@ SET state = CASE
     deadline = NULL
 WHERE id = :id AND attempt = :attempt AND state = 'running'
 RETURNING id, state, CASE WHEN :timed_out THEN 'timed_out' ELSE 'lease_expired' END, attempt, :worker,
-          :claimed_at, {now}, last_error, NULL
+          :claimed_at, {now}, last_error, NULL, {_dependents}
 
 -- name: lapse_leases
 -- Start-up reconciliation: these workers are provably dead, so their leases end
@@ -411,12 +411,13 @@ RETURNING id
 -- An ending (store/sqlite/ending.py) of a queued job, which ran no attempt
 -- (outcome NULL). Judged on the old row: queued ends cancelled at once;
 -- running gets a request (and stays running: no ending).
+-- A waiting job (a workflow step, issue 42) is cancelled as a queued one is.
 UPDATE tether_jobs
-SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-    finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
+SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+    finished_at = CASE WHEN state = 'running' THEN finished_at ELSE {now} END,
     cancel_requested = (state = 'running')
-WHERE id = :id AND state IN ('queued', 'running')
-RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE id = :id AND state IN ('waiting', 'queued', 'running')
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at
@@ -429,7 +430,7 @@ SET state = 'queued',
     cancel_requested = 0,
     max_attempts = max(max_attempts, attempt - released + 1)
 WHERE id = :id AND state IN ('dead', 'cancelled')
-RETURNING queue
+RETURNING queue, {_dependents}
 
 -- name: job_state
 SELECT state FROM tether_jobs WHERE id = :id
@@ -679,7 +680,7 @@ WHERE id IN (
     ORDER BY j.run_at, j.id
     LIMIT :limit
 )
-RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, queue, task, last_error
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, queue, task, last_error, {_dependents}
 
 -- name: expire
 -- An ending (store/sqlite/ending.py) with an attempts row of outcome
@@ -699,7 +700,7 @@ WHERE id IN (
     ORDER BY j.expires_at
     LIMIT :limit
 )
-RETURNING id, state, 'expired', attempt, :worker, {now}, {now}, last_error, NULL, queue, task, last_error
+RETURNING id, state, 'expired', attempt, :worker, {now}, {now}, last_error, NULL, queue, task, last_error, {_dependents}
 
 -- name: db_now
 SELECT {now}
@@ -906,6 +907,7 @@ WHERE state IN ({finished_states}) AND id IN (
     FROM json_each(:ages) AS r
     JOIN tether_jobs AS j ON j.id IN (SELECT x.id FROM tether_jobs AS x
                                       WHERE x.state = r.key AND x.finished_at < {now} - r.value
+                                        AND NOT {_unfinished_run}
                                       ORDER BY x.finished_at LIMIT :limit)
     ORDER BY j.finished_at
     LIMIT :limit
@@ -916,9 +918,34 @@ RETURNING id, state
 -- The pruned jobs' attempts rows, by the primary key's first column.
 DELETE FROM tether_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
 
+-- name: prune_steps
+-- The pruned jobs' workflow rows (issue 42): their step, edges and counts.
+DELETE FROM tether_workflow_steps WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_edges
+DELETE FROM tether_job_deps
+WHERE job_id IN (SELECT value FROM json_each(:ids)) OR upstream_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_counts
+DELETE FROM tether_job_waits WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: _unfinished_run
+-- Whether the job x is a step of a workflow run with a step not yet ended
+-- (issue 42: retention keeps such a run whole); one probe of the steps'
+-- primary key for a job of no workflow.
+-- A member of a batch not yet finished stays too.
+(EXISTS (SELECT 1 FROM tether_workflow_steps AS s
+         JOIN tether_workflow_steps AS o ON o.workflow_id = s.workflow_id
+         JOIN tether_jobs AS oj ON oj.id = o.job_id
+         WHERE s.job_id = x.id AND oj.state IN ('waiting', 'queued', 'running'))
+ OR EXISTS (SELECT 1 FROM tether_job_deps AS bd
+            JOIN tether_batches AS b ON b.id = (-bd.job_id) / 16
+            WHERE bd.upstream_id = x.id AND bd.job_id < 0 AND b.finished_at IS NULL))
+
 -- name: prunable
 -- What prune would delete, by state asked: the same WHERE, counted.
-SELECT r.key, (SELECT count(*) FROM tether_jobs AS x WHERE x.state = r.key AND x.finished_at < {now} - r.value)
+SELECT r.key, (SELECT count(*) FROM tether_jobs AS x WHERE x.state = r.key AND x.finished_at < {now} - r.value
+                AND NOT {_unfinished_run})
 FROM json_each(:ages) AS r
 
 -- ---------------------------------------------------------------------------
@@ -1001,7 +1028,7 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
     cancel_requested = (state = 'running')
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running')
-RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
 
 -- name: retry_many
 -- retry over the picked ids. A job whose dedup key an active job holds
@@ -1018,7 +1045,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('dead', 'cancelled
                        WHERE a.dedup_key = c.dedup_key AND a.state IN ('queued', 'running'))
            AND id = (SELECT max(b.id) FROM tether_jobs AS b
                      WHERE b.dedup_key = c.dedup_key AND b.state IN ('dead', 'cancelled'))))
-RETURNING id, queue
+RETURNING id, queue, EXISTS (SELECT 1 FROM tether_job_deps AS dd WHERE dd.upstream_id = c.id)
 
 -- name: delete_many
 -- The picked finished jobs (prune_attempts follows); never a live one.
@@ -1037,3 +1064,185 @@ FROM tether_jobs
 WHERE id = :id AND state IN ('succeeded', 'dead', 'cancelled')
 ON CONFLICT DO NOTHING
 RETURNING id
+-- name: _dependents
+-- The last column of every ending's RETURNING (issue 42): whether the job has
+-- dependents (workflow steps waiting for it), so that ending.end releases
+-- them only for the jobs that have some: a probe of the job_deps primary key
+-- per ended row, inside the ending statement, and no statement more for a
+-- plain job.
+EXISTS (SELECT 1 FROM tether_job_deps AS dd WHERE dd.upstream_id = tether_jobs.id)
+
+-- name: dependents
+-- The jobs that wait for an ended job, with their state and policy.
+SELECT d.job_id, j.state, w.on_failure
+FROM tether_job_deps AS d
+JOIN tether_jobs AS j ON j.id = d.job_id
+JOIN tether_job_waits AS w ON w.job_id = d.job_id
+WHERE d.upstream_id = :id
+ORDER BY d.job_id
+
+-- name: dep_cut
+-- An ending (ending.py) of a waiting step whose dependency ended dead or
+-- cancelled under the policy on_failure='cancel': cancelled, naming the
+-- upstream whose failure it was; it ran no attempt (outcome NULL). Its own
+-- dependents are released in turn by end(), in the same transaction.
+UPDATE tether_jobs
+SET state = 'cancelled', finished_at = {now},
+    last_error = 'upstream job ' || :root || ' ended ' || :why
+WHERE id = :id AND state = 'waiting'
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
+
+-- name: dep_mark
+UPDATE tether_job_waits SET cancelled_by = :root WHERE job_id = :id
+
+-- name: dep_count
+-- One more dependency of a waiting job has ended (:bad: not in success). SQLite
+-- has one writer at a time: the count read back is the job's own.
+UPDATE tether_job_waits SET pending = pending - 1, failed = failed + :bad
+WHERE job_id = :id
+RETURNING pending, failed, on_failure
+
+-- name: dep_free
+UPDATE tether_jobs SET state = 'queued', run_at = min(run_at, {now})
+WHERE id = :id AND state = 'waiting'
+
+-- name: dep_reopen
+-- app.retry of a job with dependents (issue 42): the steps its failure
+-- cancelled wait again; the run-policy steps that counted it, or one of
+-- those, as ended and failed, and still wait, count it as pending again.
+SELECT job_id FROM tether_job_waits WHERE cancelled_by = :id
+
+-- name: dep_back
+UPDATE tether_jobs SET state = 'waiting', finished_at = NULL, last_error = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'cancelled'
+RETURNING id
+
+-- name: dep_recount
+UPDATE tether_job_waits
+SET pending = pending + g.n, failed = max(failed - g.n, 0), cancelled_by = NULL
+FROM (SELECT d.job_id, count(*) AS n FROM tether_job_deps AS d
+      WHERE d.upstream_id IN (SELECT value FROM json_each(:ups))
+      GROUP BY d.job_id) AS g
+WHERE tether_job_waits.job_id = g.job_id
+  AND g.job_id NOT IN (SELECT value FROM json_each(:back))
+  AND (SELECT state FROM tether_jobs WHERE id = g.job_id) = 'waiting'
+
+-- name: dep_unmark
+UPDATE tether_job_waits SET cancelled_by = NULL WHERE job_id IN (SELECT value FROM json_each(:back))
+
+-- name: workflow_insert
+INSERT INTO tether_workflows (name, created_at) VALUES (:name, {now}) RETURNING id
+
+-- name: workflow_step
+INSERT INTO tether_workflow_steps (job_id, workflow_id, name) VALUES (:job, :workflow, :name)
+
+-- name: workflow_dep
+INSERT INTO tether_job_deps (upstream_id, job_id) VALUES (:up, :down)
+
+-- name: workflow_wait
+-- A step with dependencies waits: moved to 'waiting' in the transaction that
+-- inserted it, before anyone can see it, so no claim takes it early.
+INSERT INTO tether_job_waits (job_id, pending, on_failure) VALUES (:job, :pending, :policy)
+
+-- name: workflow_hold
+UPDATE tether_jobs SET state = 'waiting' WHERE id = :job
+
+-- name: workflow_get
+SELECT id, name, created_at FROM tether_workflows WHERE id = :id
+
+-- name: workflow_steps
+SELECT s.name, s.job_id, j.state, coalesce(w.on_failure, 'cancel'),
+       (SELECT json_group_array(u.name) FROM (
+            SELECT u.name FROM tether_job_deps AS d
+            JOIN tether_workflow_steps AS u ON u.job_id = d.upstream_id
+            WHERE d.job_id = s.job_id ORDER BY u.job_id) AS u)
+FROM tether_workflow_steps AS s
+LEFT JOIN tether_jobs AS j ON j.id = s.job_id
+LEFT JOIN tether_job_waits AS w ON w.job_id = s.job_id
+WHERE s.workflow_id = :id
+ORDER BY s.job_id
+
+-- name: job_workflow
+SELECT workflow_id FROM tether_workflow_steps WHERE job_id = :id
+
+-- name: upstream_results
+SELECT u.name, j.state, j.result
+FROM tether_job_deps AS d
+JOIN tether_workflow_steps AS u ON u.job_id = d.upstream_id
+JOIN tether_jobs AS j ON j.id = d.upstream_id
+WHERE d.job_id = :id
+ORDER BY d.upstream_id
+
+-- name: batch_edges
+-- The batch edges of an ended job (issue 42): -(batch * 16 + shard).
+SELECT -job_id FROM tether_job_deps WHERE upstream_id = :id AND job_id < 0
+
+-- name: batch_count
+UPDATE tether_batch_shards SET pending = pending - 1, failed = failed + :bad
+WHERE batch_id = :batch AND shard = :shard
+RETURNING pending
+
+-- name: batch_zeroed
+UPDATE tether_batches SET zeroed = zeroed + 1 WHERE id = :batch
+RETURNING zeroed >= shards
+
+-- name: batch_finish
+UPDATE tether_batches SET finished_at = {now}
+WHERE id = :batch AND finished_at IS NULL
+RETURNING on_complete, on_success, (SELECT sum(failed) FROM tether_batch_shards WHERE batch_id = :batch)
+
+-- name: batch_release
+-- An ending (ending.py) when on_success is cancelled, which ran no attempt.
+-- A batch's callbacks once its last member ended: on_complete queued;
+-- on_success queued if every member succeeded (:bad = 0), else cancelled.
+UPDATE tether_jobs
+SET state = CASE WHEN id = :on_complete OR :bad = 0 THEN 'queued' ELSE 'cancelled' END,
+    run_at = min(run_at, {now}),
+    finished_at = CASE WHEN id = :on_complete OR :bad = 0 THEN NULL ELSE {now} END,
+    last_error = CASE WHEN id = :on_complete OR :bad = 0 THEN NULL
+                      ELSE 'batch ' || :batch || ': ' || :bad || ' member(s) did not succeed' END
+WHERE id IN (:on_complete, :on_success) AND state = 'waiting'
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
+
+-- name: batch_insert
+INSERT INTO tether_batches (created_at, shards) VALUES ({now}, :shards) RETURNING id
+
+-- name: batch_shard
+INSERT INTO tether_batch_shards (batch_id, shard, pending) VALUES (:batch, :shard, :pending)
+
+-- name: batch_callbacks
+UPDATE tether_batches SET on_complete = :on_complete, on_success = :on_success WHERE id = :batch
+
+-- name: batch_of
+SELECT -job_id FROM tether_job_deps WHERE upstream_id = :id AND job_id < 0
+
+-- name: batch_grow
+-- ctx.batch.add: the adding member's shard counts the new members first, and
+-- only while it is not zero.
+UPDATE tether_batch_shards SET pending = pending + :n
+WHERE batch_id = :batch AND shard = :shard AND pending > 0
+RETURNING pending
+
+-- name: batch_get
+SELECT id, created_at, on_complete, on_success, finished_at FROM tether_batches WHERE id = :id
+
+-- name: batch_counts
+SELECT j.state, count(*)
+FROM tether_job_deps AS d JOIN tether_jobs AS j ON j.id = d.upstream_id
+WHERE d.job_id BETWEEN -(:id * 16 + 15) AND -(:id * 16)
+GROUP BY j.state
+
+-- name: batch_reopen
+-- app.retry of a batch member (dead or cancelled: counted as failed).
+UPDATE tether_batch_shards SET pending = pending + 1, failed = max(failed - 1, 0)
+WHERE batch_id = :batch AND shard = :shard
+RETURNING pending
+
+-- name: batch_unzero
+UPDATE tether_batches SET zeroed = zeroed - 1 WHERE id = :batch AND finished_at IS NULL RETURNING id
+
+-- name: batch_called
+-- The batch whose callback a job is (a callback's ctx.batch).
+SELECT id FROM tether_batches WHERE on_complete = :id
+UNION ALL
+SELECT id FROM tether_batches WHERE on_success = :id

@@ -50,7 +50,8 @@ from ..sqlfile import load_migrations, load_queries
 from ..worker_rows import DEFAULT_WORKER_RETENTION
 from .conns import ThreadConnections
 from .control import SQLiteControl, finished_states_sql
-from .ending import end
+from .ending import end, reopen
+from .flows import SQLiteWorkflows
 from .many import SQLiteMany, register_functions
 from .rounds import InlineRounds
 from .schedules import SQLiteSchedules
@@ -69,7 +70,8 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteMany, SQLiteWorkers, TransactionsMixin, InlineRounds, Store):
+class SQLiteStore(SQLiteSchema, SQLiteWorkflows, SQLiteSchedules, SQLiteControl, SQLiteMany, SQLiteWorkers,
+                  TransactionsMixin, InlineRounds, Store):
     backend = "sqlite"
     # No push channel on SQLite: idle workers poll, sub-second by default.
     default_poll_interval = 0.2
@@ -238,7 +240,10 @@ class SQLiteStore(SQLiteSchema, SQLiteSchedules, SQLiteControl, SQLiteMany, SQLi
 
     def retry(self, job_id: int, *, now: datetime | None = None) -> str:
         try:
-            rows = self._all("retry", {"id": job_id, "now": _ts(now)})
+            with self._write() as conn:
+                rows = conn.execute(self.q["retry"], {"id": job_id, "now": _ts(now)}).fetchall()
+                if rows and rows[0][1]:  # it has dependents: those its ending cancelled wait again
+                    reopen(conn, self.q, job_id)
         except sqlite3.IntegrityError:
             raise InvalidTransition(
                 f"job {job_id} cannot be retried: another active job holds its dedup key"

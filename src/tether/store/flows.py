@@ -1,0 +1,195 @@
+"""Workflows: jobs that wait for jobs (issue 42; I9), as the store sees them.
+
+A part of the store interface (``Store`` inherits ``Workflows``), in a module
+of its own. A workflow's steps are inserted in one transaction: the jobs
+(those with dependencies in the state ``waiting``, which no claim takes), the
+edges (``job_deps``), each waiting job's count of dependencies still pending
+(``job_waits``) and the step names (``workflow_steps``). The release is no
+operation here: the statement or transaction that ends a job releases what
+waits for it (PostgreSQL: queries.sql's ``_ending``; SQLite: ending.py).
+
+The defaults refuse, as a tether server must for now: its store has no
+workflow endpoints yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..errors import ConfigError
+from ..model import JobState, NewJob
+
+__all__ = ["BATCH_SHARDS", "ON_FAILURE", "BatchInfo", "Batches", "NewBatch", "NewWorkflow", "StepInfo", "WorkflowInfo",
+           "Workflows", "batch_edge"]
+
+#: a step's policy when a dependency ends dead or cancelled
+ON_FAILURE = ("cancel", "run")
+
+
+@dataclass(frozen=True, slots=True)
+class NewWorkflow:
+    """A workflow as the app hands it to the store: its steps in order (each a
+    job, a name, the indexes of the steps it waits for, and its on_failure)."""
+
+    name: str
+    jobs: Sequence[NewJob]
+    names: Sequence[str]
+    after: Sequence[Sequence[int]]
+    on_failure: Sequence[str]
+
+    def link_params(self, workflow_id: int, ids: Sequence[int]) -> dict[str, Any]:
+        """The parameters of the statement that records the steps, edges and counts."""
+        waiting = [i for i, ups in enumerate(self.after) if ups]
+        return {
+            "workflow": workflow_id, "jobs": list(ids), "names": list(self.names),
+            "ups": [ids[u] for ups in self.after for u in ups],
+            "downs": [ids[i] for i, ups in enumerate(self.after) for _ in ups],
+            "waiting": [ids[i] for i in waiting],
+            "pending": [len(set(self.after[i])) for i in waiting],
+            "policies": [self.on_failure[i] for i in waiting],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    """One step of a workflow run: its job, the job's state, the steps it waits for."""
+
+    name: str
+    job_id: int
+    state: JobState | None  # None: the job was deleted (retention)
+    after: tuple[str, ...]
+    on_failure: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    """``app.get_workflow(run_id)``: the run's steps, in the order they were added."""
+
+    id: int
+    name: str
+    created_at: datetime
+    steps: list[StepInfo] = field(default_factory=list)
+
+    @property
+    def jobs(self) -> dict[str, int]:
+        """{step name: job id}"""
+        return {s.name: s.job_id for s in self.steps}
+
+    @property
+    def edges(self) -> list[tuple[str, str]]:
+        """(upstream step, step) for every dependency."""
+        return [(u, s.name) for s in self.steps for u in s.after]
+
+    @property
+    def finished(self) -> bool:
+        """Every step's job has ended (or was deleted)."""
+        return all(s.state is None or s.state.terminal for s in self.steps)
+
+
+_NOT_HERE = ("workflows need a direct connection to tether's database (a postgresql:// or sqlite:/// URL); "
+             "this app's store is {backend}, and a tether server has no workflow endpoints yet")
+
+
+class Workflows:
+    """The workflow operations of ``Store``; the defaults refuse."""
+
+    backend: str
+
+    def enqueue_workflow(self, flow: NewWorkflow, *, conn: object = None) -> tuple[int, list[int]]:
+        """Insert the workflow and all its steps in one transaction (tether's own,
+        or, given ``conn``, the caller's, without committing); (run id, job ids)."""
+        raise ConfigError(_NOT_HERE.format(backend=self.backend))
+
+    async def enqueue_workflow_async(self, flow: NewWorkflow, *, conn: object = None) -> tuple[int, list[int]]:
+        raise ConfigError(_NOT_HERE.format(backend=self.backend))
+
+    def get_workflow(self, run_id: int) -> WorkflowInfo | None:
+        raise ConfigError(_NOT_HERE.format(backend=self.backend))
+
+    def job_workflow(self, job_id: int) -> int | None:
+        """The workflow run a job is a step of (None: an ordinary job)."""
+        return None
+
+    def upstream_results(self, job_id: int) -> dict[str, tuple[JobState, str | None]]:
+        """{step name: (state, result as JSON text)} of a step's direct dependencies."""
+        return {}
+
+
+#: at most this many counter rows per batch (the edge encodes the shard in 4 bits)
+BATCH_SHARDS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class NewBatch:
+    """A batch as the app hands it to the store: its members and its callbacks."""
+
+    members: Sequence[NewJob]
+    on_complete: NewJob | None = None
+    on_success: NewJob | None = None
+
+    @property
+    def shards(self) -> int:
+        return max(1, min(BATCH_SHARDS, len(self.members)))
+
+    @property
+    def callbacks(self) -> list[NewJob]:
+        return [j for j in (self.on_complete, self.on_success) if j is not None]
+
+    def link_params(self, batch_id: int, members: Sequence[int], callbacks: Sequence[int]) -> dict[str, Any]:
+        it = iter(callbacks)
+        on_complete = next(it) if self.on_complete is not None else None
+        on_success = next(it) if self.on_success is not None else None
+        return {"batch": batch_id, "shards": self.shards, "members": list(members), "callbacks": list(callbacks),
+                "on_complete": on_complete, "on_success": on_success}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """``app.get_batch(id)``: its members' counts by state and its callbacks' job ids."""
+
+    id: int
+    created_at: datetime
+    counts: dict[JobState, int]
+    on_complete: int | None
+    on_success: int | None
+    finished_at: datetime | None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> bool:
+        """Every member has ended (the callbacks were released then)."""
+        return self.finished_at is not None
+
+
+def batch_edge(batch_id: int, shard: int) -> int:
+    """The job_deps job_id that marks a member of ``batch_id`` in ``shard``."""
+    return -(batch_id * BATCH_SHARDS + shard)
+
+
+class Batches:
+    """The batch operations of ``Store``; the defaults refuse."""
+
+    backend: str
+
+    def enqueue_batch(self, batch: NewBatch, *, conn: object = None) -> tuple[int, list[int], list[int]]:
+        """Insert the batch, its members and its callbacks in one transaction;
+        (batch id, member ids, callback ids)."""
+        raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
+
+    def batch_add(self, member_id: int, jobs: Sequence[NewJob]) -> list[int]:
+        """Members added by a running member of a batch (``ctx.batch.add``), in
+        one transaction; refused once the batch may have completed."""
+        raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
+
+    def get_batch(self, batch_id: int) -> BatchInfo | None:
+        raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
+
+    def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:
+        """The batch a job is a member of (with ``callback``: or a callback of; None: none)."""
+        return None
