@@ -109,7 +109,7 @@ class SQLiteWorkflows:
                 raise InvalidTransition(f"batch {batch_id} may have completed already: no member can be added to it")
             ids = self._enqueue_in(conn, list(jobs), None)
             conn.executemany(self.q["workflow_dep"], [{"up": i, "down": -edge} for i in ids])
-            return ids
+            return [int(i) for i in ids]
 
     def get_batch(self, batch_id: int) -> BatchInfo | None:
         head = self._all("batch_get", {"id": batch_id})
