@@ -36,7 +36,7 @@ class SQLiteWorkflows:
 
     def _workflow_in(self, conn: sqlite3.Connection | sqlite3.Cursor, flow: NewWorkflow) -> tuple[int, list[int]]:
         (run_id,), = conn.execute(self.q["workflow_insert"], {"name": flow.name, "now": None}).fetchall()
-        ids = self._enqueue_in(conn, list(flow.jobs), None)
+        ids = [int(i) for i in self._enqueue_in(conn, list(flow.jobs), None)]
         p = flow.link_params(run_id, ids)
         conn.executemany(self.q["workflow_step"], [{"job": j, "workflow": run_id, "name": n}
                                                    for j, n in zip(p["jobs"], p["names"], strict=True)])
@@ -77,8 +77,8 @@ class SQLiteWorkflows:
     # -- batches ----------------------------------------------------------------------------
     def _batch_in(self, conn: sqlite3.Connection | sqlite3.Cursor, batch: NewBatch) -> tuple[int, list[int], list[int]]:
         (batch_id,), = conn.execute(self.q["batch_insert"], {"shards": batch.shards, "now": None}).fetchall()
-        members = self._enqueue_in(conn, list(batch.members), None)
-        callbacks = self._enqueue_in(conn, batch.callbacks, None) if batch.callbacks else []
+        members = [int(i) for i in self._enqueue_in(conn, list(batch.members), None)]
+        callbacks = [int(i) for i in self._enqueue_in(conn, batch.callbacks, None)] if batch.callbacks else []
         p = batch.link_params(batch_id, members, callbacks)
         shards = [i % batch.shards for i in range(len(members))]
         conn.executemany(self.q["workflow_dep"], [{"up": m, "down": batch_edge(batch_id, k)}
