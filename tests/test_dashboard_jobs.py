@@ -75,6 +75,12 @@ def test_the_filter_bar_finds_by_meta_tags_and_args_and_escapes_them(app: Tether
     assert page.status_code == 200 and _rows(page.text) == [ids[1], ids[0]]  # 42, not "42"
     assert '<b id="match-count">2</b>' in page.text
     assert _rows(client.get("/jobs", params={"meta": 'customer:"42"'}).text) == [other]
+    s = seed(app)  # jobs in every state: the counts read from the stats (state and queue only) are count_jobs'
+    for params in ({}, {"state": "cancelled"}, {"queue": "mail"}, {"state": "succeeded", "queue": "mail"},
+                   {"state": "dead", "queue": "nowhere"}):
+        expected = app.count_jobs(**params)
+        assert f'<b id="match-count">{expected}</b>' in client.get("/jobs", params=params).text, params
+    assert s.dead in _rows(client.get("/jobs", params={"state": "dead"}).text)
     assert _rows(client.get("/jobs", params={"tag": f"eu,{XSS}", "args": "invoice:2"}).text) == [ids[2]]
     assert _rows(client.get("/jobs", params={"task": "billing.sync", "queue": "billing", "state": "queued",
                                              "tag": "billing"}).text) == [other, *reversed(ids)]
@@ -186,6 +192,10 @@ def test_the_job_page_charts_its_attempts_and_reruns_a_finished_job(app: Tether,
     assert len(bars) == 3 and all(2 <= w <= 510 for w in bars)
     running = client.get(f"/jobs/{s.running}").text
     assert 'data-outcome="running"' in running and 'id="rerun"' not in running
+    # the dead jobs on screen again: one set-based retry_many, what it left said
+    _, _, location = _post(client, "/jobs/retry-dead", ids=f"{s.dead},{s.retryable},{s.succeeded}")
+    assert "2 dead job(s) queued again; 1 left as they are" in client.get(location).text
+    assert app.get_job(s.retryable).state is JobState.QUEUED  # type: ignore[union-attr]
     status, _, location = _post(client, f"/jobs/{s.succeeded}/rerun")
     new_id = int(location.split("?")[0].rsplit("/", 1)[1])
     assert status == 303 and new_id != s.succeeded and app.get_job(new_id).rerun_of == s.succeeded  # type: ignore[union-attr]

@@ -45,7 +45,7 @@ from ..server.requests import ApiError, client_gone, read_capped
 from ..server.throttle import Throttle
 from ..store.worker_rows import WORKERS_PAGE
 from .chart import chart
-from .jobs_pages import JobsPages
+from .jobs_pages import JOBS_LIMIT, JobsPages
 from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
 from .timeline import timeline
 
@@ -239,14 +239,15 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
     async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
         ids = [i for i in (_job_id(text.strip()) for text in form.get("ids", "").split(",")) if i is not None]
-        done, problems = 0, []
-        for job_id in ids:
-            try:
-                await run_in_threadpool(tether.retry, job_id)
-                done += 1
-            except TetherError as exc:
-                problems.append(str(exc))
-        notice = f"{done} dead job(s) queued again" + (f"; {len(problems)} refused: {problems[0]}" if problems else "")
+        # one set-based retry_many, not a round trip per job
+        ids = list(dict.fromkeys(ids))[:JOBS_LIMIT * 10]
+        try:
+            done = await run_in_threadpool(lambda: tether.retry_many(ids=ids, state="dead")) if ids else 0
+            left = len(ids) - done
+            notice = f"{done} dead job(s) queued again" + (
+                f"; {left} left as they are (not dead, or an active job holds their dedup key)" if left else "")
+        except TetherError as exc:
+            notice = str(exc)
         return RedirectResponse("/jobs?" + noticed(notice, state="dead"), 303)
 
     # -- login, metrics, static ----------------------------------------------------------------
