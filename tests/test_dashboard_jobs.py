@@ -29,6 +29,7 @@ def test_expressions_parse_to_containment_objects_and_malformed_ones_say_why() -
     assert parse_expression("plan.tier:gold plan.seats:3 x:42abc n:NaN", "meta") == {
         "plan": {"tier": "gold", "seats": 3}, "x": "42abc", "n": "NaN"}
     assert parse_expression("url:http://a.example/x:1", "args") == {"url": "http://a.example/x:1"}
+    assert parse_expression("customer=42 a.b=x=y", "meta") == {"customer": 42, "a": {"b": "x=y"}}  # as the CLI's
     assert parse_expression("   ", "meta") is None
     for bad, why in [("customer", "is not key:value"), ("customer:", "has no value"), (":42", "empty key"),
                      ("a..b:1", "empty key"), ('name:"Ada', "not JSON"), ("ids:[1,2", "not JSON"),
@@ -91,7 +92,7 @@ def test_the_filter_bar_finds_by_meta_tags_and_args_and_escapes_them(app: Tether
     assert "<script>alert" not in job and job.count(ESCAPED) >= 3  # meta, tags, args
     # a malformed expression: a clear error, the text typed shown back escaped, no rows
     bad = client.get("/jobs", params={"meta": f"customer {XSS}"})
-    assert bad.status_code == 200 and "Filter not applied: meta:" in bad.text and "is not key:value" in bad.text
+    assert bad.status_code == 400 and "Filter not applied: meta:" in bad.text and "is not key:value" in bad.text
     assert "<script>alert" not in bad.text and _rows(bad.text) == []
     assert "not JSON" in client.get("/jobs", params={"args": 'name:"Ada'}).text
 
@@ -107,7 +108,7 @@ def test_older_and_newer_walk_every_job_once(app: Tether, client: TestClient) ->
         html = client.get(url).text
         pages.append(_rows(html))
         assert f'<b id="match-count">{230 + len(pages) - 1}</b>' in html
-        m = re.search(r'<a href="([^"]+)" id="older">', html)
+        m = re.search(r'<a href="([^"]+)" id="older"', html)
         if m is None:
             break
         url = m.group(1).replace("&amp;", "&")
@@ -115,7 +116,7 @@ def test_older_and_newer_walk_every_job_once(app: Tether, client: TestClient) ->
     assert [len(p) for p in pages] == [100, 100, 30]
     assert [i for p in pages for i in p] == sorted(made, reverse=True)
     # newer goes back the way it came, then "newest" is the top of the list
-    newer = re.search(r'<a href="([^"]+)" id="newer">', html)
+    newer = re.search(r'<a href="([^"]+)" id="newer"', html)
     assert newer is not None and _rows(client.get(newer.group(1).replace("&amp;", "&")).text) == pages[1]
     first = client.get(url.split("&before=")[0]).text
     assert 'id="newer"' not in first and 'id="older"' in first

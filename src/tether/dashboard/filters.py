@@ -9,7 +9,8 @@ reads as JSON (``customer:42`` is the number, ``vip:true`` the boolean,
 ``code:"42"`` the text, ``name:"Ada Lovelace"`` text with a space,
 ``ids:[1,2]`` a list), else the bare word up to the next space
 (``source:api``). A dotted key nests: ``plan.tier:gold`` is
-``{"plan": {"tier": "gold"}}``. ``tag`` is a comma-separated list of tags
+``{"plan": {"tier": "gold"}}``. ``key=value``, as the CLI's ``--meta``
+takes, is the same term. ``tag`` is a comma-separated list of tags
 (jobs holding all of them).
 """
 
@@ -55,9 +56,9 @@ def parse_expression(text: str, name: str) -> dict[str, Any] | None:
         if i >= n:
             return out or None
         start = i
-        colon = text.find(":", i)
         space = next((j for j in range(i, n) if text[j].isspace()), n)
-        if colon < 0 or colon > space:
+        colon = min((j for j in (text.find(":", i, space), text.find("=", i, space)) if j >= 0), default=-1)
+        if colon < 0:
             raise BadFilter(f"{name}: {text[start:space]!r:.80} is not key:value (such as customer:42, "
                             'source:api, plan.tier:gold or name:"Ada Lovelace")')
         key = text[i:colon]

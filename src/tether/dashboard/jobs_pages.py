@@ -131,7 +131,7 @@ class JobsPages:
             older = _link(base, before=found[-1].id, trail=[*trail, before][-MAX_TRAIL:])
         if before:
             newer = _link(base, before=trail[-1], trail=trail[:-1]) if trail else _link(base)
-        return self.render(request, session, "jobs.html", jobs=found, now=stats.now, states=STATE_ORDER,
+        return self.render(request, session, "jobs.html", status=200 if bar.error is None else 400, jobs=found, now=stats.now, states=STATE_ORDER,
                            queues=queues, bar=bar, total=total, older=older, newer=newer,
                            newest=_link(base) if before else None, limit=JOBS_LIMIT, fields=FIELDS,
                            actions=ACTIONS)
