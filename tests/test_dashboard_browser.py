@@ -20,6 +20,7 @@ import uvicorn
 
 from tether import JobState, Tether
 from tether.dashboard import create_app
+from tether.model import NewJob
 
 from .dashboard_seed import XSS, Seeded, seed, seed_history
 
@@ -212,3 +213,65 @@ def test_dashboard_in_chromium(make_app: Callable[..., Tether], browser_page: ob
             shutil.copy(png, Path(wanted) / png.name)
     assert sorted(p.name for p in shots.glob("*.png")) == [
         "job-running.png", "job.png", "jobs.png", "login.png", "overview.png", "recoveries.png", "workers.png"]
+
+
+def test_many_jobs_in_chromium(make_app: Callable[..., Tether], browser_page: object, backend: str) -> None:
+    """Issue 43 in the browser: page older and newer, filter by a meta
+    expression (a malformed one says why), tick a row and cancel it, cancel
+    everything a filter matches, each through its confirmation page, and
+    read a job's attempts chart. Meta and tags hold <script>: shown as text."""
+    from playwright.sync_api import Page, expect
+
+    from .test_dashboard_jobs import _labelled
+
+    page: Page = browser_page  # type: ignore[assignment]
+    app = make_app()
+    s: Seeded = seed(app)
+    ids, _ = _labelled(app)
+    app.store.enqueue([NewJob(task="fill.step", args_json="{}", queue="fill") for _ in range(105)])
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with Served(app) as srv:
+        page.goto(f"{srv.url}/login?next=%2Fjobs%3Fqueue%3Dfill")
+        page.fill("input[name=token]", TOKEN)
+        page.click("form button:has-text('Log in')")
+        rows = page.locator("table.jobs tbody tr")
+        expect(rows).to_have_count(100)
+        expect(page.locator("#match-count")).to_have_text("105")
+        page.click("#older")
+        expect(rows).to_have_count(5)
+        page.click("#newer")
+        expect(rows).to_have_count(100)
+        page.check("#tick-all")  # the page's one script ticks every row
+        expect(page.locator("form.bulk input[name=ids]:checked")).to_have_count(100)
+
+        page.goto(f"{srv.url}/jobs")
+        page.fill("form.filters input[name=meta]", "customer:42")
+        page.click("#filter")
+        expect(rows).to_have_count(2)
+        expect(page.locator("table.jobs .tag").filter(has_text=XSS)).to_have_count(2)
+        page.fill("form.filters input[name=meta]", "customer 42")
+        page.click("#filter")
+        expect(page.locator(".filter-error")).to_contain_text("is not key:value")
+        expect(rows).to_have_count(0)
+
+        # one ticked row, then everything the filter still matches
+        page.fill("form.filters input[name=meta]", "customer:42")
+        page.click("#filter")
+        page.check(f"input[name=ids][value='{ids[0]}']")
+        page.click("#cancel-selected")
+        expect(page.locator("#confirm-count")).to_have_text("1")
+        page.click("#confirm")
+        expect(page.locator(".notice")).to_contain_text("1 job(s) cancelled")
+        assert app.get_job(ids[0]).state is JobState.CANCELLED  # type: ignore[union-attr]
+        expect(page.locator("form.filters input[name=meta]")).to_have_value("customer:42")  # back on the same filter
+        page.click("#cancel-matching")
+        expect(page.locator("#confirm-count")).to_have_text("1")  # the other one; the first is finished
+        page.click("#confirm")
+        expect(page.locator(".notice")).to_contain_text("1 job(s) cancelled")
+        assert app.get_job(ids[1]).state is JobState.CANCELLED  # type: ignore[union-attr]
+
+        page.goto(f"{srv.url}/jobs/{s.dead}")
+        expect(page.locator("svg.attempts-chart g.at-lane")).to_have_count(3)
+        expect(page.locator("svg.attempts-chart g.o-lease_expired")).to_have_count(1)
+    assert dialogs == []

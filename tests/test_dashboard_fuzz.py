@@ -42,10 +42,10 @@ item6 = pytest.mark.xfail(not ITEM6, strict=True, reason="issue 41 item 6 (craft
 
 GET_ROUTES = ["/", "/jobs", "/jobs/{id}", "/workers", "/recoveries", "/schedules", "/login", "/metrics",
               "/static/{name}", "/{other}"]
-POST_ROUTES = ["/jobs/retry-dead", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/queues/{queue}/pause",
+POST_ROUTES = ["/jobs/retry-dead", "/jobs/bulk", "/jobs/bulk/run", "/jobs/{id}/rerun", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/queues/{queue}/pause",
                "/queues/{queue}/resume", "/queues/{queue}/limits", "/login", "/logout"]
-QUERY_KEYS = ["id", "state", "queue", "task", "next", "notice", "ns"]
-FORM_KEYS = ["token", "next", "concurrency", "rate", "ids"]
+QUERY_KEYS = ["id", "state", "queue", "task", "tag", "meta", "args", "before", "trail", "next", "notice", "ns"]
+FORM_KEYS = ["token", "next", "concurrency", "rate", "ids", "do", "state", "queue", "meta", "args", "tag"]
 
 _text = st.text(st.characters(exclude_categories=("Cs",)), max_size=24)
 _numbers = st.one_of(st.integers(-2**70, 2**70).map(str), st.from_regex(r"[-+]?[0-9]{1,25}", fullmatch=True),

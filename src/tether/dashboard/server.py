@@ -39,14 +39,15 @@ from ..display import (
     fmt_time,
 )
 from ..errors import ConfigError, TetherError
-from ..model import JobState, Outcome
+from ..model import FINISHED_STATES, JobState, Outcome
 from ..numbers import BadNumber, parse_int, parse_job_id
-from ..search import MAX_IDS, merge_expressions
 from ..server.requests import ApiError, client_gone, read_capped
 from ..server.throttle import Throttle
 from ..store.worker_rows import WORKERS_PAGE
-from .chart import chart, timeline
+from .chart import chart
+from .jobs_pages import JOBS_LIMIT, JobsPages
 from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
+from .timeline import timeline
 
 __all__ = ["MAX_FORM_BYTES", "create_app"]
 
@@ -63,12 +64,6 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 STATIC = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
-JOBS_LIMIT = 100
-#: the jobs page's filter fields (the query string's and the bulk form's)
-FILTER_FIELDS = ("state", "queue", "task", "tag", "meta")
-#: the bulk actions on everything a filter matches, and the states each acts on (delete: the finished ones)
-BULK_STATES = {"cancel": ("queued", "running"), "retry": ("dead", "cancelled"), "delete": ("succeeded", "dead",
-                                                                                           "cancelled")}
 #: the largest form body read (the dashboard's forms are a few hundred bytes); larger ones get 413
 MAX_FORM_BYTES = 64 * 1024
 #: the most characters of one value (args, result, meta) a job's page shows
@@ -153,62 +148,6 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
                       totals=totals, recoveries=recoveries, now=stats.now, chart=chart(throughput),
                       paused=set(paused), limits={lim.queue: lim for lim in limits})
 
-    async def jobs(request: Request, session: Session) -> Response:
-        q = request.query_params
-        wanted = q.get("id", "").strip().lstrip("#")
-        if wanted:
-            wanted_id = _job_id(wanted)
-            if wanted_id is not None and await run_in_threadpool(tether.get_job, wanted_id) is not None:
-                return RedirectResponse(f"/jobs/{wanted_id}", 303)
-            return RedirectResponse("/jobs?" + noticed(f"no job with id {wanted[:40]}"), 303)
-        try:  # keyset pages (issue 43): the filters of app.jobs(), a tag and meta expressions (customer:42)
-            shown, filters = _filters(q)
-            page, stats = await run_in_threadpool(
-                lambda: (tether.jobs(limit=JOBS_LIMIT, after=q.get("after") or None, **filters), store.stats()))
-        except ConfigError as exc:
-            return render(request, session, "error.html", status=400, message=str(exc))
-        queues = sorted({qu for qu, _ in stats.counts})
-        older = None if page.next is None else "/jobs?" + urlencode({**shown, "after": page.next})
-        newest = ("/jobs?" + urlencode(shown)) if q.get("after") else None
-        return render(request, session, "jobs.html", jobs=page.jobs, now=stats.now, states=STATE_ORDER, queues=queues,
-                      f_state=shown.get("state", ""), f_queue=shown.get("queue", ""), f_task=shown.get("task", ""),
-                      f_tag=shown.get("tag", ""), f_meta=shown.get("meta", ""), shown=shown, older=older,
-                      newest=newest)
-
-    def would(act: str, filters: dict[str, Any]) -> int:
-        """How many jobs a bulk action would act on (those in the states it acts on)."""
-        if act == "delete":
-            return tether.count_deletable(**filters)
-        kept = [st for st in BULK_STATES[act] if filters.get("state") in (None, st)]
-        return tether.count_jobs(**{**filters, "state": kept}) if kept else 0
-
-    async def do_bulk(request: Request, session: Session, form: dict[str, str]) -> Response:
-        """A bulk action on everything the filter matches: the count and a
-        confirmation step first, then app.cancel_many / retry_many / delete_many."""
-        act = form.get("action", "")
-        selected = _selected(form)
-        try:
-            shown, filters = _filters(form)
-            if selected:  # rows ticked on the page: those jobs, whatever the filter
-                filters = {"ids": selected}
-            elif form.get("rows"):
-                raise ConfigError("tick the jobs to act on first")
-            if act not in BULK_STATES:
-                raise ConfigError(f"unknown action {act[:20]!r}")
-            if not any(v is not None for v in filters.values()):
-                raise ConfigError("filter the jobs first: an action on every job is not offered here")
-            if form.get("confirm") != "yes":
-                count = await run_in_threadpool(would, act, filters)
-                return render(request, session, "bulk.html", act=act, count=count, shown=shown,
-                              ids=",".join(map(str, selected)))
-            run = {"cancel": tether.cancel_many, "retry": tether.retry_many, "delete": tether.delete_many}[act]
-            done = await run_in_threadpool(lambda: run(**filters))
-            notice = f"{act}: {done} job(s)"
-        except TetherError as exc:
-            notice = str(exc)
-            shown = {k: form[k] for k in FILTER_FIELDS if form.get(k)}
-        return RedirectResponse("/jobs?" + noticed(notice, **shown), 303)
-
     async def job(request: Request, session: Session) -> Response:
         job_id = _job_id(request.path_params["job_id"])
         if job_id is None:
@@ -220,7 +159,8 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         # took seconds for a deep one while every other request waited
         return await render_off(request, session, "job.html", job=found, now=now,
                                 can_cancel=found.state in (JobState.WAITING, JobState.QUEUED, JobState.RUNNING),
-                                can_retry=found.state in (JobState.DEAD, JobState.CANCELLED))
+                                can_retry=found.state in (JobState.DEAD, JobState.CANCELLED),
+                                can_rerun=found.state in FINISHED_STATES, timeline=timeline(found.attempts, now))
 
     async def workers(request: Request, session: Session) -> Response:
         try:  # a page of them (issue 41: 10,000 rows froze this page)
@@ -244,28 +184,34 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         return render(request, session, "schedules.html", schedules=found, now=now, zoned=_zoned)
 
     # -- actions -----------------------------------------------------------------------------
-    async def do_cancel(request: Request, session: Session, form: dict[str, str]) -> Response:
-        job_id = _job_id(request.path_params["job_id"])
-        if job_id is None:
-            return no_job(request, session)
-        try:
-            state = await run_in_threadpool(tether.cancel, job_id)
-            notice = (f"job {job_id}: cancel requested; its worker stops it at the next heartbeat"
-                      if state is JobState.RUNNING else f"job {job_id}: {state}")
-        except TetherError as exc:
-            notice = str(exc)
-        return RedirectResponse(f"/jobs/{job_id}?" + noticed(notice), 303)
+    def on_job(act: Callable[[int], tuple[int, str]]) -> Callable[[Request, Session, dict[str, str]],
+                                                                  Awaitable[Response]]:
+        """An action on the job of the path: ``act(job_id)`` gives the job to
+        show next and the notice; a refusal (TetherError) is the notice."""
+        async def handler(request: Request, session: Session, form: dict[str, str]) -> Response:
+            job_id = _job_id(request.path_params["job_id"])
+            if job_id is None:
+                return no_job(request, session)
+            try:
+                shown, notice = await run_in_threadpool(act, job_id)
+            except TetherError as exc:
+                shown, notice = job_id, str(exc)
+            return RedirectResponse(f"/jobs/{shown}?" + noticed(notice), 303)
 
-    async def do_retry(request: Request, session: Session, form: dict[str, str]) -> Response:
-        job_id = _job_id(request.path_params["job_id"])
-        if job_id is None:
-            return no_job(request, session)
-        try:
-            await run_in_threadpool(tether.retry, job_id)
-            notice = f"job {job_id}: queued again"
-        except TetherError as exc:
-            notice = str(exc)
-        return RedirectResponse(f"/jobs/{job_id}?" + noticed(notice), 303)
+        return handler
+
+    def cancel_one(job_id: int) -> tuple[int, str]:
+        state = tether.cancel(job_id)
+        return job_id, (f"job {job_id}: cancel requested; its worker stops it at the next heartbeat"
+                        if state is JobState.RUNNING else f"job {job_id}: {state}")
+
+    def retry_one(job_id: int) -> tuple[int, str]:
+        tether.retry(job_id)
+        return job_id, f"job {job_id}: queued again"
+
+    def rerun_one(job_id: int) -> tuple[int, str]:
+        new_id = tether.rerun(job_id)
+        return new_id, f"job {new_id}: a rerun of job {job_id}"
 
     async def do_pause(request: Request, session: Session, form: dict[str, str]) -> Response:
         """Pause (or, with ``resume`` in the path, resume) a queue: app.pause / app.resume."""
@@ -308,14 +254,15 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
 
     async def do_retry_dead(request: Request, session: Session, form: dict[str, str]) -> Response:
         ids = [i for i in (_job_id(text.strip()) for text in form.get("ids", "").split(",")) if i is not None]
-        done, problems = 0, []
-        for job_id in ids:
-            try:
-                await run_in_threadpool(tether.retry, job_id)
-                done += 1
-            except TetherError as exc:
-                problems.append(str(exc))
-        notice = f"{done} dead job(s) queued again" + (f"; {len(problems)} refused: {problems[0]}" if problems else "")
+        # one set-based retry_many, not a round trip per job
+        ids = list(dict.fromkeys(ids))[:JOBS_LIMIT * 10]
+        try:
+            done = await run_in_threadpool(lambda: tether.retry_many(ids=ids, state="dead")) if ids else 0
+            left = len(ids) - done
+            notice = f"{done} dead job(s) queued again" + (
+                f"; {left} left as they are (not dead, or an active job holds their dedup key)" if left else "")
+        except TetherError as exc:
+            notice = str(exc)
         return RedirectResponse("/jobs?" + noticed(notice, state="dead"), 303)
 
     # -- login, metrics, static ----------------------------------------------------------------
@@ -370,14 +317,17 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         body = resources.files("tether.dashboard").joinpath("static", name).read_bytes()
         return Response(body, headers={"Content-Type": STATIC[name], "X-Content-Type-Options": "nosniff"})
 
+    listing = JobsPages(tether, render, noticed)
     routes = [
         Route("/", page(overview)),
-        Route("/jobs", page(jobs)),
+        Route("/jobs", page(listing.jobs)),
         Route("/jobs/retry-dead", page(action(do_retry_dead)), methods=["POST"]),
-        Route("/jobs/bulk", page(action(do_bulk)), methods=["POST"]),
+        Route("/jobs/bulk", page(action(listing.bulk_confirm)), methods=["POST"]),
+        Route("/jobs/bulk/run", page(action(listing.bulk_run)), methods=["POST"]),
         Route("/jobs/{job_id}", page(job)),
-        Route("/jobs/{job_id}/cancel", page(action(do_cancel)), methods=["POST"]),
-        Route("/jobs/{job_id}/retry", page(action(do_retry)), methods=["POST"]),
+        Route("/jobs/{job_id}/cancel", page(action(on_job(cancel_one))), methods=["POST"]),
+        Route("/jobs/{job_id}/retry", page(action(on_job(retry_one))), methods=["POST"]),
+        Route("/jobs/{job_id}/rerun", page(action(on_job(rerun_one))), methods=["POST"]),
         Route("/queues/{queue}/pause", page(action(do_pause)), methods=["POST"]),
         Route("/queues/{queue}/resume", page(action(do_pause)), methods=["POST"]),
         Route("/queues/{queue}/limits", page(action(do_limits)), methods=["POST"]),
@@ -402,7 +352,7 @@ def _finish(response: Response, guard: Guard, session: Session | None) -> Respon
 
 
 async def _form(request: Request) -> dict[str, str] | Response:
-    """A urlencoded form (the only kind the dashboard sends); first value wins.
+    """A urlencoded form (the only kind the dashboard sends).
     Read capped while it streams (the API server's reader): a body over
     MAX_FORM_BYTES gets its 413 (the response returned) before the rest arrives."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
@@ -415,7 +365,8 @@ async def _form(request: Request) -> dict[str, str] | Response:
     except ClientDisconnect:
         client_gone(log, request, f"{request.method} {request.url.path}")
         return Response(status_code=400)
-    return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+    # the first value of a field wins; ticked rows (``ids``, one field each) are joined with commas
+    return {k: ",".join(v) if k == "ids" else v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
 
 
 def _job_id(text: str) -> int | None:
@@ -469,25 +420,3 @@ def _zoned(dt: datetime, zone: str) -> str:
         return dt.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S %Z")
     except (KeyError, ValueError, OSError):
         return fmt_time(dt)
-
-
-def _filters(given: Any) -> tuple[dict[str, str], dict[str, Any]]:
-    """The jobs page's filter fields as given (the non-empty ones, for links
-    and forms) and as app.jobs()' filters; ConfigError for a bad one."""
-    shown = {k: str(given.get(k) or "").strip() for k in FILTER_FIELDS}
-    shown = {k: v for k, v in shown.items() if v}
-    state = shown.get("state")
-    if state is not None and state not in {str(s) for s in JobState}:
-        raise ConfigError(f"unknown state {state[:20]!r}")
-    tag = shown.get("tag")
-    return shown, {"state": state, "queue": shown.get("queue"), "task": shown.get("task"),
-                   "tags": [tag] if tag else None,
-                   "meta": merge_expressions(shown.get("meta", "").split(), "meta")}
-
-
-def _selected(form: dict[str, str]) -> list[int]:
-    """The job ids a bulk form names: its ticked rows (``id-N`` fields) or,
-    from the confirmation step, ``ids`` (comma-separated); at most MAX_IDS."""
-    texts = [k[3:] for k in form if k.startswith("id-")] + [t for t in form.get("ids", "").split(",") if t.strip()]
-    ids = {i for i in (_job_id(t.strip()) for t in texts) if i is not None}
-    return sorted(ids)[:MAX_IDS]

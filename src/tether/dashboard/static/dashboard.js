@@ -1,8 +1,15 @@
 // Live refresh: while the "live" box is ticked (remembered per browser), the
-// page's <main> is re-fetched every 2 s and swapped in. The server renders
+// page's <main> is re-fetched every 2 s and swapped in (not while a filter or
+// a limit is being typed, nor while jobs are ticked). The server renders
 // (and escapes) everything; this only moves its HTML across.
 (function () {
   "use strict";
+  // the jobs table's "tick all" box (delegated: live refresh swaps the table)
+  document.addEventListener("change", function (e) {
+    if (e.target && e.target.id === "tick-all") {
+      document.querySelectorAll("form.bulk input[name=ids]").forEach(function (c) { c.checked = e.target.checked; });
+    }
+  });
   var box = document.getElementById("live");
   if (!box) { return; }
   var key = "tether-live";
@@ -16,7 +23,10 @@
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("main");
         var main = document.getElementById("main");
-        if (fresh && main && !main.contains(document.activeElement.closest("form.filters, form.limits"))) {
+        // not while one types a filter or a limit, nor while rows are ticked for a bulk action
+        var busy = main && (main.contains(document.activeElement.closest("form.filters, form.limits")) ||
+                            main.querySelector("form.bulk input[type=checkbox]:checked"));
+        if (fresh && main && !busy) {
           var open = [];
           main.querySelectorAll("details").forEach(function (d, i) { if (d.open) { open.push(i); } });
           main.replaceWith(fresh);
