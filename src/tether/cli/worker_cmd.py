@@ -107,6 +107,7 @@ def run_worker(
         w = app.worker(concurrency=concurrency, queues=qs, shutdown_timeout=shutdown_timeout,
                        poll_interval=poll_interval, prefetch=prefetch, burst=burst,
                        unknown_task_grace=unknown_task_grace or None)
+        w.schema_checked = True  # above: its start need not check again
         with contextlib.ExitStack() as stack:
             served_on: int | None = None
             if metrics_port is not None:

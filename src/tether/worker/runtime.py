@@ -135,6 +135,10 @@ class Worker:
         #: called on the event loop once the worker is registered, has recovered
         #: its dead predecessors' jobs and serves (a supervisor's readiness signal)
         self.on_started: Callable[[], object] | None = None
+        #: set by a caller that has just checked the schema itself (``tether
+        #: worker`` does, to fail in one line before the event loop): the start
+        #: then skips its own check, a round trip (issue 47)
+        self.schema_checked = False
         #: the timer-driven duties this worker runs
         self.unknown_tasks = UnknownTasks(s.store, queues, grace=unknown_task_grace, events=s.events)
         self.services: list[PeriodicService] = [self.reaper, self.unknown_tasks, *Pruner.for_app(s.store, app)]
@@ -253,7 +257,8 @@ class Worker:
         """Check the schema, register, recover dead predecessors' jobs, and,
         if the app declares no schedule, say so to the database."""
         s = self.state
-        await s.db(s.store.check_schema)
+        if not self.schema_checked:
+            await s.db(s.store.check_schema)
         s.tasks = sorted(self.app.tasks)  # the handlers now, which the claims name and the row records
         await s.db(s.store.register_worker, WorkerInfo(
             id=self.id, host=self.host, pid=os.getpid(), proc_start=process_start_time(os.getpid()),
@@ -262,15 +267,18 @@ class Worker:
         ))
         if s.history is not None:
             s.history.record("started", host=self.host, queues=s.queues)
+        recovering = s.db(self.reconciler.run_once)
         try:
-            recovered = await s.db(self.reconciler.run_once)
+            if self.scheduler is None:  # so that the schedules this app dropped are shown orphaned
+                # (on the other database thread, beside the recovery: one round trip's wait, not two)
+                recovered, _ = await asyncio.gather(recovering, s.db(sync_none, s.store))
+            else:
+                recovered = await recovering
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             raise
         s.counts["recovered_at_start"] += len(recovered)
-        if self.scheduler is None:  # so that the schedules this app dropped are shown orphaned
-            await s.db(sync_none, s.store)
 
     async def _serve(self, loop: asyncio.AbstractEventLoop, listener: Listener | None,
                      install_signal_handlers: bool) -> None:

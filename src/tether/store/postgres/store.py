@@ -40,7 +40,7 @@ from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
 from ..columns import pg_macros
 from ..rows import attempt_from_row, job_from_row, job_with_newest
-from ..sqlfile import load_migrations, load_queries
+from ..sqlfile import load_migrations, load_queries, migration_names
 from ..worker_rows import DEFAULT_WORKER_RETENTION
 from . import connect
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote, warn_if_jit
@@ -109,8 +109,9 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresW
         self.done_channel = f"tether_done_{dsn.schema}"[:63]
         macros = {"schema": quote(dsn.schema), "now": NOW, "channel": literal(self.channel),
                   "done_channel": literal(self.done_channel)}
-        self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros | pg_macros())
-        self._migrations = load_migrations(f"{__package__}.migrations", macros)
+        # queries prepared on first use, migrations read by migrate: a start needs few (issue 47)
+        self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros | pg_macros(), lazy=True)
+        self._macros = macros
         if pooled(dsn):
             # behind a transaction pooler: LISTEN only on a direct URL, if given
             self.listen_url = dsn.options.get("listen_url")
@@ -184,7 +185,7 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresW
                 "applied_at timestamptz NOT NULL DEFAULT now())"
             )
             done = {r[0] for r in conn.execute(f"SELECT version FROM {quote(self.schema)}.migrations")}
-            for version, name, sql in self._migrations:
+            for version, name, sql in load_migrations(f"{__package__}.migrations", self._macros):
                 if version in done:
                     continue
                 conn.execute(sql.encode(), prepare=False)  # a script: many statements, no params
@@ -200,17 +201,19 @@ class PostgresStore(ClaimIdsMixin, PostgresSchedules, PostgresControl, PostgresW
             conn.execute(f"DROP SCHEMA IF EXISTS {quote(self.schema)} CASCADE")
 
     def check_schema(self) -> None:
-        with self.pool.connection() as conn:
+        with self.pool.connection() as conn:  # one round trip: the versions applied and the JIT probe
             try:
-                rows = conn.execute(f"SELECT version FROM {quote(self.schema)}.migrations").fetchall()
+                row = conn.execute(f"SELECT array(SELECT version FROM {quote(self.schema)}.migrations), "
+                                   f"{connect.JIT_PROBE}").fetchone()
             except pg_errors.UndefinedTable:
                 raise SchemaMissing(
                     f"no tether schema in PostgreSQL schema {self.schema!r} at {self._where()}: "
                     "run `tether migrate` first"
                 ) from None
-            warn_if_jit(conn, self.dsn)
-        have = {r[0] for r in rows}
-        missing = [f"{v:04d}_{n}" for v, n, _ in self._migrations if v not in have]
+            assert row is not None
+            warn_if_jit(conn, self.dsn, (row[1], row[2]))
+        have = set(row[0])
+        missing = [f"{v:04d}_{n}" for v, n in migration_names(f"{__package__}.migrations") if v not in have]
         if missing:
             raise SchemaMissing(f"tether schema {self.schema!r} at {self._where()} is behind ({', '.join(missing)} "
                                 "not applied): run `tether migrate`")
