@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from .callers import write_on, write_on_async
 from .config import (
@@ -40,9 +40,11 @@ from .store.waiting import FinishWatch
 from .task import JobDefaults, JobOptions, Task, TaskCall, TaskOptions
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
-from .worker.drain import Drained, drain, drain_async
 from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_age, parse_retention
-from .worker.runtime import Worker
+
+if TYPE_CHECKING:  # imported by worker() and drain(): a producer's `import tether` needs neither (issue 47)
+    from .worker.drain import Drained
+    from .worker.runtime import Worker
 
 __all__ = ["JobOptions", "Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
 
@@ -453,6 +455,7 @@ class Tether:
         hour: jobs of a task no worker has known that long end dead; None: never)."""
         if (twice := script_loaded_twice(self)) is not None:
             logging.getLogger("tether.worker").warning("%s", twice)
+        from .worker.runtime import Worker
         return Worker(self, **options)
 
     def run_worker(self, **options: Unpack[WorkerOptions]) -> None:
@@ -482,8 +485,10 @@ class Tether:
         """Run due jobs here, one at a time, through a real burst worker, until
         none is due or ``max_jobs`` started; a ``Drained`` per attempt
         (``tether.worker.drain``)."""
+        from .worker.drain import drain
         return drain(self, queues, max_jobs)
 
     async def drain_async(self, queues: Iterable[str] | None = None, max_jobs: int | None = None) -> list[Drained]:
         """``drain`` from a coroutine: the worker runs on this event loop."""
+        from .worker.drain import drain_async
         return await drain_async(self, queues, max_jobs)
