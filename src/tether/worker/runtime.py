@@ -267,18 +267,17 @@ class Worker:
         ))
         if s.history is not None:
             s.history.record("started", host=self.host, queues=s.queues)
-        recovering = s.db(self.reconciler.run_once)
         try:
-            if self.scheduler is None:  # so that the schedules this app dropped are shown orphaned
-                # (on the other database thread, beside the recovery: one round trip's wait, not two)
-                recovered, _ = await asyncio.gather(recovering, s.db(sync_none, s.store))
-            else:
-                recovered = await recovering
+            recovered = await s.db(self.reconciler.run_once)
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             raise
         s.counts["recovered_at_start"] += len(recovered)
+        # (not beside the recovery, on the other database thread: that opened
+        # the pool's second connection, a fork on the server, to save a round trip)
+        if self.scheduler is None:  # so that the schedules this app dropped are shown orphaned
+            await s.db(sync_none, s.store)
 
     async def _serve(self, loop: asyncio.AbstractEventLoop, listener: Listener | None,
                      install_signal_handlers: bool) -> None:
