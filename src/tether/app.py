@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from .batches import BatchesMixin
 from .callers import write_on, write_on_async
@@ -44,10 +44,12 @@ from .store.waiting import FinishWatch
 from .task import JobDefaults, JobOptions, Task, TaskCall, TaskOptions
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
-from .worker.drain import Drained, drain, drain_async
 from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_retention
-from .worker.runtime import Worker
 from .workflows import WorkflowsMixin
+
+if TYPE_CHECKING:  # imported by worker() and drain(): a producer's `import tether` needs neither (issue 47)
+    from .worker.drain import Drained
+    from .worker.runtime import Worker
 
 __all__ = ["JobOptions", "Task", "TaskCall", "TaskOptions", "Tether", "WorkerOptions"]
 
@@ -435,6 +437,7 @@ class Tether(WorkflowsMixin, BatchesMixin, QueueControl, ScheduleControl, ManyJo
         hour: jobs of a task no worker has known that long end dead; None: never)."""
         if (twice := script_loaded_twice(self)) is not None:
             logging.getLogger("tether.worker").warning("%s", twice)
+        from .worker.runtime import Worker
         return Worker(self, **options)
 
     def run_worker(self, *, processes: int = 1, **options: Unpack[WorkerOptions]) -> None:
@@ -464,8 +467,10 @@ class Tether(WorkflowsMixin, BatchesMixin, QueueControl, ScheduleControl, ManyJo
         """Run due jobs here, one at a time, through a real burst worker, until
         none is due or ``max_jobs`` started; a ``Drained`` per attempt
         (``tether.worker.drain``)."""
+        from .worker.drain import drain
         return drain(self, queues, max_jobs)
 
     async def drain_async(self, queues: Iterable[str] | None = None, max_jobs: int | None = None) -> list[Drained]:
         """``drain`` from a coroutine: the worker runs on this event loop."""
+        from .worker.drain import drain_async
         return await drain_async(self, queues, max_jobs)

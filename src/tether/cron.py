@@ -18,11 +18,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from cronsim import CronSim, CronSimError
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
+# zoneinfo and cronsim are imported by what computes ticks: a worker of an app
+# without schedules never loads them (issue 47: its start is its imports)
 
 __all__ = ["MAX_CATCH_UP", "Cron", "due_ticks", "parse_cron"]
 
@@ -56,11 +60,15 @@ class Cron:
 
     def after(self, instant: datetime) -> Iterator[datetime]:
         """Ticks strictly after ``instant``, as UTC datetimes, oldest first."""
+        from cronsim import CronSim
+
         for tick in CronSim(self.fields, instant.astimezone(self.zone)):
             yield tick.astimezone(UTC)
 
     def before(self, instant: datetime) -> Iterator[datetime]:
         """Ticks strictly before ``instant``, as UTC datetimes, newest first."""
+        from cronsim import CronSim
+
         for tick in CronSim(self.fields, instant.astimezone(self.zone), reverse=True):
             yield tick.astimezone(UTC)
 
@@ -70,12 +78,18 @@ class Cron:
 
 @lru_cache(maxsize=256)
 def _zone(name: str) -> ZoneInfo:
+    from zoneinfo import ZoneInfo
+
     return ZoneInfo(name)
 
 
 @lru_cache(maxsize=1024)
 def parse_cron(expr: str, timezone: str = "UTC") -> Cron:
     """A ``Cron``, or ConfigError quoting what is wrong with it."""
+    from zoneinfo import ZoneInfoNotFoundError
+
+    from cronsim import CronSim, CronSimError
+
     if not isinstance(expr, str) or not expr.strip():
         raise ConfigError(f"cron expression must be a non-empty string, got {expr!r}")
     if not isinstance(timezone, str) or not timezone:

@@ -11,8 +11,6 @@ the app object is collected, or at exit.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import weakref
 
 __all__ = ["MEMORY_URL", "scratch_database"]
@@ -25,6 +23,9 @@ def scratch_database(owner: object, url: str | None) -> tuple[str | None, str | 
     directory that lives as long as ``owner``; any other URL as it is, and None."""
     if url is None or url.strip() != MEMORY_URL:
         return url, None
+    import shutil  # (here: every other app, a worker's included, is spared their imports)
+    import tempfile
+
     folder = tempfile.mkdtemp(prefix="tether-memory-")
     weakref.finalize(owner, shutil.rmtree, folder, True)
     return f"sqlite:///{folder}/tether.db", folder

@@ -108,7 +108,9 @@ def make_console(*, stderr: bool = False) -> Console:
     width = None
     if not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS"):
         width = PIPE_WIDTH
-    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+    # emoji=False: a ":name:" in a task, a queue or an error stays as written (and rich's
+    # table of emoji codes is never imported by `tether jobs`: issue 47)
+    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False, emoji=False)
 
 
 #: ``--transport`` for the commands that make jobs queued and due outside a

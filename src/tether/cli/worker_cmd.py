@@ -118,6 +118,7 @@ def run_worker(
                        poll_interval=poll_interval, prefetch=prefetch, burst=burst,
                        unknown_task_grace=unknown_task_grace or None, isolation=isolation,
                        max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child)
+        w.schema_checked = True  # above: its start need not check again
         with contextlib.ExitStack() as stack:
             served_on: int | None = None
             if metrics_port is not None:

@@ -144,6 +144,10 @@ class Worker:
         #: called on the event loop once the worker is registered, has recovered
         #: its dead predecessors' jobs and serves (a supervisor's readiness signal)
         self.on_started: Callable[[], object] | None = None
+        #: set by a caller that has just checked the schema itself (``tether
+        #: worker`` does, to fail in one line before the event loop): the start
+        #: then skips its own check, a round trip (issue 47)
+        self.schema_checked = False
         #: the timer-driven duties this worker runs
         self.unknown_tasks = UnknownTasks(s.store, queues, grace=unknown_task_grace, events=s.events)
         self.services: list[PeriodicService] = [self.reaper, self.unknown_tasks, *Pruner.for_app(s.store, app)]
@@ -270,7 +274,8 @@ class Worker:
         """Check the schema, register, recover dead predecessors' jobs, and,
         if the app declares no schedule, say so to the database."""
         s = self.state
-        await s.db(s.store.check_schema)
+        if not self.schema_checked:
+            await s.db(s.store.check_schema)
         s.tasks = sorted(self.app.tasks)  # the handlers now, which the claims name and the row records
         if self.scheduler is not None:  # and whose dynamic schedules it fires
             self.scheduler.tasks = self._served_tasks()
@@ -292,6 +297,8 @@ class Worker:
                 await asyncio.wait_for(s.db(s.store.stop_worker, self.id), STOP_GRACE)
             raise
         s.counts["recovered_at_start"] += len(recovered)
+        # (not beside the recovery, on the other database thread: that opened
+        # the pool's second connection, a fork on the server, to save a round trip)
         if not self.app.schedule_specs:  # so that the schedules this app dropped are shown orphaned
             await s.db(sync_none, s.store)
 

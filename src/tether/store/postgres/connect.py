@@ -37,6 +37,7 @@ from .timezones import ADAPTERS, utc_times
 __all__ = [
     "ASYNC_CONNECTIONS",
     "CONN_DEFAULTS",
+    "JIT_PROBE",
     "POOLED_POLL_INTERVAL",
     "POOL_TIMEOUT",
     "RECONNECT_TIMEOUT",
@@ -254,14 +255,20 @@ def _hint(message: str) -> str:
 _JIT_WARNED: set[str] = set()
 
 
-def warn_if_jit(conn: psycopg.Connection[Any], dsn: DatabaseURL) -> None:
+#: what ``warn_if_jit`` needs, as columns a statement can read beside its own
+#: (the schema check reads them with the migrations: one round trip)
+JIT_PROBE = "current_setting('jit') = 'on' AND pg_jit_available(), current_user"
+
+
+def warn_if_jit(conn: psycopg.Connection[Any], dsn: DatabaseURL, probed: tuple[Any, Any] | None = None) -> None:
     """Log once a process, at WARNING, if JIT is on for the store's sessions
     (see _NO_JIT): through a transaction pooler tether cannot turn it off,
-    and a URL's own ``options=`` may turn it back on."""
+    and a URL's own ``options=`` may turn it back on. ``probed``: the
+    ``JIT_PROBE`` columns already read on ``conn`` (else they are read here)."""
     if dsn.url in _JIT_WARNED:
         return
     # (jit = on compiles nothing where the server cannot load its JIT provider)
-    row = conn.execute("SELECT current_setting('jit') = 'on' AND pg_jit_available(), current_user").fetchone()
+    row = probed if probed is not None else conn.execute(f"SELECT {JIT_PROBE}").fetchone()
     assert row is not None
     jit, user = row
     if not jit:

@@ -4,12 +4,12 @@ its statements are in ``queries.sql`` beside it, under "Job control"."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from ...config import check_limits, validate_queue
-from ...model import Buried, JobState, QueueLimits
+from ...model import LIVE_WITHIN, Buried, JobState, QueueLimits, UnknownTaskJobs
 from ..base import check_prune
 
 __all__ = ["WATCH_MAX", "PostgresControl"]
@@ -32,6 +32,17 @@ class PostgresControl:
 
     def prune(self, ages: Mapping[JobState, float], limit: int, *, now: datetime | None = None) -> dict[JobState, int]:
         return {JobState(s): int(n) for s, n in self._all("prune", _ages(ages, limit, now))}
+
+    # -- jobs no worker knows (see bury_unknown in queries.sql) -------------------
+    def unknown_tasks(self, *, since: float = LIVE_WITHIN, now: datetime | None = None) -> list[UnknownTaskJobs]:
+        return [UnknownTaskJobs(queue=q, task=t, jobs=n, oldest=o)
+                for q, t, n, o in self._all("unknown_tasks", {"since": since, "now": now})]
+
+    def bury_unknown(
+        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
+    ) -> list[Buried]:
+        rows = self._all("bury_unknown", {"queues": list(queues), "since": grace, "limit": limit, "now": now})
+        return [Buried(id=r[0], queue=r[1], task=r[2], error=r[3]) for r in rows]
 
     def expire(self, worker: str, *, limit: int, now: datetime | None = None) -> list[Buried]:
         rows = self._all("expire", {"worker": worker, "limit": limit, "now": now})

@@ -41,7 +41,7 @@ from ..base import Listener, Store
 from ..buckets import Buckets, fill, window
 from ..columns import pg_macros
 from ..rows import attempt_from_row, job_from_row, job_with_newest
-from ..sqlfile import load_migrations, load_queries
+from ..sqlfile import load_migrations, load_queries, migration_names
 from ..worker_rows import DEFAULT_WORKER_RETENTION
 from . import connect
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote, warn_if_jit
@@ -113,8 +113,9 @@ class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, Postgre
         self.done_channel = f"tether_done_{dsn.schema}"[:63]
         macros = {"schema": quote(dsn.schema), "now": NOW, "channel": literal(self.channel),
                   "done_channel": literal(self.done_channel)}
-        self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros | pg_macros())
-        self._migrations = load_migrations(f"{__package__}.migrations", macros)
+        # queries prepared on first use, migrations read by migrate: a start needs few (issue 47)
+        self.q = load_queries(__package__ or "tether.store.postgres", "queries.sql", macros | pg_macros(), lazy=True)
+        self._macros = macros
         if pooled(dsn):
             # behind a transaction pooler: LISTEN only on a direct URL, if given
             self.listen_url = dsn.options.get("listen_url")
@@ -188,7 +189,7 @@ class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, Postgre
                 "applied_at timestamptz NOT NULL DEFAULT now())"
             )
             done = {r[0] for r in conn.execute(f"SELECT version FROM {quote(self.schema)}.migrations")}
-            for version, name, sql in self._migrations:
+            for version, name, sql in load_migrations(f"{__package__}.migrations", self._macros):
                 if version in done:
                     continue
                 conn.execute(sql.encode(), prepare=False)  # a script: many statements, no params
@@ -204,17 +205,19 @@ class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, Postgre
             conn.execute(f"DROP SCHEMA IF EXISTS {quote(self.schema)} CASCADE")
 
     def check_schema(self) -> None:
-        with self.pool.connection() as conn:
+        with self.pool.connection() as conn:  # one round trip: the versions applied and the JIT probe
             try:
-                rows = conn.execute(f"SELECT version FROM {quote(self.schema)}.migrations").fetchall()
+                row = conn.execute(f"SELECT array(SELECT version FROM {quote(self.schema)}.migrations), "
+                                   f"{connect.JIT_PROBE}").fetchone()
             except pg_errors.UndefinedTable:
                 raise SchemaMissing(
                     f"no tether schema in PostgreSQL schema {self.schema!r} at {self._where()}: "
                     "run `tether migrate` first"
                 ) from None
-            warn_if_jit(conn, self.dsn)
-        have = {r[0] for r in rows}
-        missing = [f"{v:04d}_{n}" for v, n, _ in self._migrations if v not in have]
+            assert row is not None
+            warn_if_jit(conn, self.dsn, (row[1], row[2]))
+        have = set(row[0])
+        missing = [f"{v:04d}_{n}" for v, n in migration_names(f"{__package__}.migrations") if v not in have]
         if missing:
             raise SchemaMissing(f"tether schema {self.schema!r} at {self._where()} is behind ({', '.join(missing)} "
                                 "not applied): run `tether migrate`")
@@ -318,17 +321,6 @@ class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, Postgre
         return Stats(counts=counts, oldest_queued=oldest, now=self.db_now(), unknown=self.unknown_tasks(),
                      workers=self.workers_page(live_only=True, limit=model.STATS_WORKERS),
                      workers_total=self.count_workers(live_only=True, since=DEFAULT_WORKER_RETENTION))
-
-    # -- jobs no worker knows (see bury_unknown in queries.sql) -------------------
-    def unknown_tasks(self, *, since: float = model.LIVE_WITHIN, now: datetime | None = None) -> list[model.UnknownTaskJobs]:
-        return [model.UnknownTaskJobs(queue=q, task=t, jobs=n, oldest=o)
-                for q, t, n, o in self._all("unknown_tasks", {"since": since, "now": now})]
-
-    def bury_unknown(
-        self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
-    ) -> list[model.Buried]:
-        rows = self._all("bury_unknown", {"queues": list(queues), "since": grace, "limit": limit, "now": now})
-        return [model.Buried(id=r[0], queue=r[1], task=r[2], error=r[3]) for r in rows]
 
     # -- worker operations --------------------------------------------------------
     def claim(
