@@ -376,12 +376,12 @@ def test_the_sqlite_upgrade_rebuilds_jobs_keeping_rows_indexes_and_ids(tmp_path:
     old.close()
     store = open_store(f"sqlite:///{path}")
     try:
-        assert store.migrate() == ["0010_workflows"]
+        assert store.migrate()[0] == "0010_workflows"  # (and the migrations after it)
         assert store.enqueue([NewJob(task="t", args_json="{}")]) == [6]
         assert len(store.list_jobs()) == 5
         with closing(sqlite3.connect(path)) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
             assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'tether_jobs'")} \
-                == indexes
+                >= indexes  # every one kept (later migrations add their own)
     finally:
         store.close()

@@ -101,7 +101,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
     def render(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:
         html = env.get_template(name).render(
             request=request, csrf=guard.csrf_token(session), auth=guard.auth_required, in_=session.authenticated,
-            notice=guard.notice(request), rel=fmt_rel, backend=tether.dsn.backend, timeline=timeline, **ctx)
+            notice=guard.notice(request), rel=fmt_rel, backend=tether.dsn.backend, **ctx)
         return _finish(HTMLResponse(html, status_code=status), guard, session)
 
     async def render_off(request: Request, session: Session, name: str, status: int = 200, **ctx: Any) -> Response:

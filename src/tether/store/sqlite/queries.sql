@@ -1045,7 +1045,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('dead', 'cancelled
                        WHERE a.dedup_key = c.dedup_key AND a.state IN ('queued', 'running'))
            AND id = (SELECT max(b.id) FROM tether_jobs AS b
                      WHERE b.dedup_key = c.dedup_key AND b.state IN ('dead', 'cancelled'))))
-RETURNING id, queue, EXISTS (SELECT 1 FROM tether_job_deps AS dd WHERE dd.upstream_id = c.id)
+RETURNING id, queue, {_dependents}
 
 -- name: delete_many
 -- The picked finished jobs (prune_attempts follows); never a live one.
