@@ -80,7 +80,7 @@ FAILOVER_S = float(os.environ.get("TETHER_CHAOS_FAILOVER_S", "20"))
 def test_chaos_postgres_failover_synchronous_loses_nothing(tmp_path: Path) -> None:
     """A primary SIGKILLed mid-run, its synchronous standby promoted, a new
     standby rebuilt, again: workers and producer follow through one multi-host
-    URL, I1-I8 hold, and nothing acknowledged is missing."""
+    URL, I1-I9 hold, and nothing acknowledged is missing."""
     scratch_or_skip()
     cfg = ChaosConfig(scratch_postgres=True, workers=3, jobs=int(7 * FAILOVER_S), duration=FAILOVER_S,
                       faults=frozenset({"failover", "kill", "stop"}), seed=20261128, out_dir=tmp_path)

@@ -453,6 +453,9 @@ def test_i9_catches_a_run_step_started_while_a_dependency_had_not_ended() -> Non
     ended[2] = Ended("running", None)
     bad = i9(waiters, ended, starts, [m for m in moves if m.job_id != 3])
     assert any(v.startswith("job 3:") and "1 of its 1 dependencies had not ended" in v for v in bad)
+    # and released while that dependency was still running
+    assert any(v.startswith("job 3:") and "left waiting (queued) though 1 of its dependencies never ended" in v
+               for v in i9(waiters, ended, starts, moves))
 
 
 def test_i9_catches_a_step_never_released_or_released_late_or_twice() -> None:

@@ -203,7 +203,7 @@ class _Run:
                     slot.healed_at = None
         return slot.started and slot.healed_at is None
 
-    def _fault(self) -> None:
+    def _fault(self) -> bool:
         """Inject the next fault. Faults come in rounds, each switched-on kind
         once per round in a seeded order, so that a short run exercises every
         kind; a kind that cannot be injected now (no spare healthy worker, a
@@ -215,7 +215,8 @@ class _Run:
             if self._inject(kind):
                 self._round.remove(kind)
                 self.faults[kind] += 1
-                return
+                return True
+        return False
 
     def _inject(self, kind: str) -> bool:
         healthy = self._healthy()
@@ -332,9 +333,8 @@ class _Run:
         producer.start()
         while time.monotonic() < end:
             now = time.monotonic()
-            if now >= next_fault:
-                self._fault()
-                next_fault = now + self.rng.uniform(0.3, 1.0) * cfg.lease_ttl
+            if now >= next_fault:  # when none could be injected (no spare healthy worker), soon again
+                next_fault = now + (self.rng.uniform(0.3, 1.0) if self._fault() else 0.1) * cfg.lease_ttl
             self._tend(faults_on=True)
             if now - last_line > 5:
                 refused = f" ({self._unacked} refused by an unreachable database)" if self._unacked else ""

@@ -131,10 +131,11 @@ def build_app() -> Tether:
 
     @app.task(name=MEMBER_TASK, queue=QUEUE)
     async def member(ctx: JobContext, ms: int, fail: bool = False) -> dict[str, Any]:
-        """A batch member: short; it hits the handler's failpoints for one job in
-        four, so that two hundred of them at once do not keep every worker dying
-        (the fault schedule injects a kill or a stop only while two workers are healthy)."""
-        if failpoints.ARMED and ctx.job_id % 4 == 0:
+        """A batch member: short; it hits the handler's failpoint for one job in
+        eight (the worker's after_claim for every one), so that two hundred of them
+        at once do not keep every worker dying (the fault schedule injects a kill
+        or a stop only while two workers are healthy)."""
+        if failpoints.ARMED and ctx.job_id % 8 == 0:
             failpoints.hit("mid_handler")
         await asyncio.sleep(ms / 1000)
         if fail:
