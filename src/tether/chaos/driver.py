@@ -35,7 +35,7 @@ from ..store.postgres.connect import POOL_TIMEOUT, RECONNECT_TIMEOUT
 from ..transport import Transport, open_transport
 from .checker import CheckReport, answered_since, check
 from .collect import read_created, read_events, read_jobs, schedule_invariant
-from .config import FAILPOINT_ODDS, FAULTS, LIBFAKETIME, ChaosConfig, config_dict, with_schema
+from .config import FAILPOINT_ODDS, FAULTS, LIBFAKETIME, QUEUE, ChaosConfig, config_dict, with_schema
 from .effects import TX_TASKS, Effects
 from .failover_check import judge_failovers, loss_windows
 from .flows import FlowLoad
@@ -45,7 +45,7 @@ from .pgserver import ScratchPostgres
 from .proxy import TCPProxy
 from .slot import Slot as _Slot
 from .sqlite_lock import holds_write_lock
-from .workerproc import ASYNC_TASK, QUEUE, SYNC_TASK
+from .workerproc import ASYNC_TASK, SYNC_TASK
 
 __all__ = ["FAULTS", "LIBFAKETIME", "ChaosConfig", "ChaosResult", "run"]
 

@@ -31,6 +31,7 @@ from ..store import Store
 from ..store.flows import NewBatch, NewWorkflow
 from ..store.sqlfile import load_queries
 from .checker import RECONNECT_GRACE, CheckReport, _unhealthy, stopped_windows
+from .config import QUEUE
 from .flows_check import Ended, Move, Start, Waiter, check_dependencies
 
 __all__ = ["BATCH_SIZE", "CALLBACK_TASK", "MEMBER_TASK", "STEP_TASK", "FlowLoad", "Starts"]
@@ -141,8 +142,6 @@ class FlowLoad:
         return max(4, self.steps // 3)  # workflows over the run
 
     def _job(self, task: str, ms: int, fail: bool) -> NewJob:
-        from .workerproc import QUEUE
-
         return NewJob(task=task, queue=QUEUE, args_json=json.dumps({"ms": ms, "fail": fail}),
                       max_attempts=2 if fail else 8, backoff_base=0.05)
 

@@ -25,11 +25,11 @@ from ..app import Tether
 from ..context import JobContext
 from ..worker import failpoints
 from .collect import TICK_CRON, TICK_QUEUE, TICK_TASK
+from .config import QUEUE
 from .effects import TX_TASKS, Effects
 from .flows import CALLBACK_TASK, MEMBER_TASK, STEP_TASK, Starts
 from .limits_check import LIMITED_QUEUE
 
-QUEUE = "tether_chaos"
 SYNC_TASK = "tether.chaos.work"
 ASYNC_TASK = "tether.chaos.work_async"
 
