@@ -338,8 +338,8 @@ class _Run:
             self._tend(faults_on=True)
             if now - last_line > 5:
                 refused = f" ({self._unacked} refused by an unreachable database)" if self._unacked else ""
-                self.say(f"  +{now - t_start:5.0f}s  enqueued {len(self.enqueued)}/{cfg.jobs}{refused}  "
-                         f"faults {dict(self.faults)}")
+                self.say(f"  +{now - t_start:5.0f}s  enqueued {len(self.enqueued)} (plain {self._plain}/{cfg.jobs}; "
+                         f"the rest workflows and batches){refused}  faults {dict(self.faults)}")
                 last_line = now
             time.sleep(0.05)
         producer.join()
