@@ -157,7 +157,7 @@ def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int,
           seed: int | None, lease_ttl: float, heartbeat_interval: float, reaper_interval: float,
           concurrency: int, drain_timeout: float, json_out: Path | None, keep: bool,
           transport: str | None, replication: str, artifacts: Path | None) -> None:
-    """Run workers under faults and check the contract (I1-I9) held."""
+    """Run workers under faults and check the contract (I1-I8) held."""
     console = make_console()
     seed = random.randrange(2**31) if seed is None else seed
     cfg = ChaosConfig(
