@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -109,6 +111,8 @@ class FlowLoad:
         self.batches_left: dict[int, float] = {BATCH_SIZE: MEMBER_FAIL_SHARE, SMALL_BATCH: 0.0}
         self.batch_members = 0
         self.workflows = 0  # acknowledged
+        #: each workflow's and batch's job: when its enqueue was acknowledged (wall clock)
+        self.acked: dict[int, float] = {}
 
     def create(self) -> None:
         conn = _connect(self.url)
@@ -155,6 +159,7 @@ class FlowLoad:
         def enqueue(store: Store) -> tuple[list[int], list[int]]:
             run_id, ids = store.enqueue_workflow(flow)
             self.workflows += 1
+            self.acked.update(dict.fromkeys(ids, time.time()))
             self.waiters += [Waiter(ids[i], tuple(ids[u] for u in ups), flow.on_failure[i],
                                     f"workflow {run_id} step {names[i]}") for i, ups in enumerate(shape) if ups]
             return ids, [ids[i] for i, ups in enumerate(shape) if not ups]
@@ -168,6 +173,7 @@ class FlowLoad:
             batch_id, ids, (on_complete, on_success) = store.enqueue_batch(batch)
             self.batches_left.pop(size, None)
             self.batch_members += len(ids)
+            self.acked.update(dict.fromkeys([*ids, on_complete, on_success], time.time()))
             self.waiters += [Waiter(on_complete, tuple(ids), "on_complete", f"batch {batch_id} on_complete"),
                              Waiter(on_success, tuple(ids), "on_success", f"batch {batch_id} on_success")]
             return [*ids, on_complete, on_success], list(ids)
@@ -196,8 +202,8 @@ class FlowLoad:
         claims: list[Start] = []
         for job_id in sorted(ids):
             job = store.get_job(job_id)
-            if job is None:
-                continue
+            if job is None or job.created_at.timestamp() > self.acked.get(job_id, math.inf) + 1.0:
+                continue  # missing, or its id handed out again (an asynchronous failover lost it): not judged
             ended[job_id] = Ended(str(job.state), None if job.finished_at is None else job.finished_at.timestamp())
             claims += [Start(job_id, a.attempt, a.claimed_at.timestamp(), "claim") for a in job.attempts]
         starts, moves = self._read()
