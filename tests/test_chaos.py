@@ -1,5 +1,6 @@
 """`tether chaos` in short mode: real workers, real faults, and the checker's
-clean verdict (I1-I8: the workers also fire a one-second schedule and serve a limited queue), on SQLite
+clean verdict (I1-I9: the workers also fire a one-second schedule, serve a limited queue, and run
+workflows and two batches), on SQLite
 (kill, stop) and on a scratch PostgreSQL the harness starts itself (kill, stop,
 partition, restart, and clock skew where libfaketime is installed), and
 failovers to a standby, synchronous and asynchronous (README: Failover). The
@@ -40,6 +41,7 @@ def test_chaos_sqlite_kill_and_stop(tmp_path: Path) -> None:
     assert result.to_dict()["check"]["invariants"]["I6"]["ok"]
     assert "tether.chaos.dynamic" in result.report.invariants["I6"].title, "the run-time schedule was not judged"
     assert_limits_judged(result)
+    assert_dependencies_judged(result)
 
 
 def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
@@ -59,6 +61,7 @@ def test_chaos_postgres_every_fault(tmp_path: Path) -> None:
     assert result.report.recovery["recoveries"], "no lease was ever recovered: the run proved nothing"
     assert result.report.invariants["I6"].checked >= 5, "the schedule check judged (almost) no tick"
     assert_limits_judged(result)
+    assert_dependencies_judged(result)
 
 
 def scratch_or_skip() -> None:
@@ -78,7 +81,7 @@ FAILOVER_S = float(os.environ.get("TETHER_CHAOS_FAILOVER_S", "20"))
 def test_chaos_postgres_failover_synchronous_loses_nothing(tmp_path: Path) -> None:
     """A primary SIGKILLed mid-run, its synchronous standby promoted, a new
     standby rebuilt, again: workers and producer follow through one multi-host
-    URL, I1-I8 hold, and nothing acknowledged is missing."""
+    URL, I1-I9 hold, and nothing acknowledged is missing."""
     scratch_or_skip()
     cfg = ChaosConfig(scratch_postgres=True, workers=3, jobs=int(7 * FAILOVER_S), duration=FAILOVER_S,
                       faults=frozenset({"failover", "kill", "stop"}), seed=20261128, out_dir=tmp_path)
@@ -122,6 +125,18 @@ def assert_limits_judged(result: ChaosResult) -> None:
     assert d["invariants"]["I8"]["ok"]
     assert d["counts"]["limits_limited_attempts"] > 0 and d["counts"]["limits_keyed_attempts"] > 0
     assert d["counts"]["limits_limited_peak"] == 2, "the limited queue never had two jobs running: I8 proved little"
+
+
+def assert_dependencies_judged(result: ChaosResult) -> None:
+    """I9 held, and had something to judge: workflows whose steps were released
+    and cancelled, and both batches, whose callbacks fired (the small one's
+    on_success too) or were cancelled (the big one's on_success: a member died)."""
+    d = result.to_dict()["check"]
+    assert d["invariants"]["I9"]["ok"]
+    c = d["counts"]
+    assert c["i9_workflows"] >= 4 and c["i9_batch_members"] == 210, c
+    assert c["i9_released"] >= 10 and c["i9_cancelled"] >= 1 and c["i9_callbacks_fired"] >= 2, c
+    assert c["i9_handler_starts"] > 0 and c["i9_moves"] >= c["i9_released"] + c["i9_cancelled"], c
 
 
 def test_a_worker_counts_as_healthy_only_once_it_reached_the_database(tmp_path: Path) -> None:

@@ -383,3 +383,122 @@ def test_on_sqlite_only_a_stop_that_holds_the_write_lock_excuses_the_others() ->
     report = check(holding, {j.id: j for j in jobs}, attempts, enqueued=[1], lease_ttl=TTL, reaper_interval=REAPER,
                    mono_to_wall=T0, slack=0.5, sqlite=True)
     assert report.ok, report.to_dict()
+
+
+# -- I9: dependencies released once, by the ending (workflows and batches) ---------------------
+
+from tether.chaos.flows_check import Ended, Move, Start, Waiter, check_dependencies  # noqa: E402
+
+
+def flows_history() -> tuple[list[Waiter], dict[int, Ended], list[Start], list[Move]]:
+    """A chain 1 -> 2 -> 3 (3 runs whatever happened); a diamond 10 -> {11, 12} -> 13
+    in which 11 died, so 13 (policy cancel) was cancelled at 11's ending; a
+    batch of members 20, 21 (21 died) whose on_complete 30 fired once after the
+    last member and whose on_success 31 was cancelled then. Times are the
+    database's clock, T0 + seconds."""
+    waiters = [
+        Waiter(2, (1,), "cancel", "workflow 1 step b"), Waiter(3, (2,), "run", "workflow 1 step c"),
+        Waiter(11, (10,), "cancel", "workflow 2 step b"), Waiter(12, (10,), "cancel", "workflow 2 step c"),
+        Waiter(13, (11, 12), "cancel", "workflow 2 step d"),
+        Waiter(30, (20, 21), "on_complete", "batch 1 on_complete"),
+        Waiter(31, (20, 21), "on_success", "batch 1 on_success"),
+    ]
+    ended = {1: Ended("succeeded", T0 + 1.0), 2: Ended("succeeded", T0 + 2.0), 3: Ended("succeeded", T0 + 3.0),
+             10: Ended("succeeded", T0 + 1.0), 11: Ended("dead", T0 + 2.0), 12: Ended("succeeded", T0 + 2.5),
+             13: Ended("cancelled", T0 + 2.0),
+             20: Ended("succeeded", T0 + 1.0), 21: Ended("dead", T0 + 4.0), 30: Ended("succeeded", T0 + 5.0),
+             31: Ended("cancelled", T0 + 4.0)}
+    starts = [Start(2, 1, T0 + 1.1, seen={"a": "succeeded"}), Start(2, 1, T0 + 1.05, "claim"),
+              Start(3, 1, T0 + 2.2, seen={"b": "succeeded"}), Start(11, 1, T0 + 1.2, "claim"),
+              Start(12, 1, T0 + 1.3, "claim"), Start(30, 1, T0 + 4.1, "claim"), Start(30, 1, T0 + 4.2)]
+    moves = [Move(2, "waiting", "queued", T0 + 1.0), Move(3, "waiting", "queued", T0 + 2.0),
+             Move(11, "waiting", "queued", T0 + 1.0), Move(12, "waiting", "queued", T0 + 1.0),
+             Move(13, "waiting", "cancelled", T0 + 2.0),
+             Move(30, "queued", "waiting", T0 + 0.5), Move(30, "waiting", "queued", T0 + 4.0),
+             Move(31, "queued", "waiting", T0 + 0.5), Move(31, "waiting", "cancelled", T0 + 4.0)]
+    return waiters, ended, starts, moves
+
+
+def i9(waiters: list[Waiter], ended: dict[int, Ended], starts: list[Start], moves: list[Move],
+       excused: list[tuple[float, float]] | None = None) -> list[str]:
+    inv, _ = check_dependencies(waiters, ended, starts, moves, bound=REAPER, excused=excused or [], slack=0.5)
+    return inv.violations
+
+
+def test_i9_a_clean_history_holds() -> None:
+    waiters, ended, starts, moves = flows_history()
+    inv, counts = check_dependencies(waiters, ended, starts, moves, bound=REAPER, slack=0.5)
+    assert inv.ok, inv.violations
+    assert inv.checked == 7
+    assert counts["i9_released"] == 5 and counts["i9_cancelled"] == 2 and counts["i9_callbacks_fired"] == 1
+
+
+def test_i9_catches_a_step_started_before_its_dependency_ended() -> None:
+    waiters, ended, starts, moves = flows_history()
+    # step 2's claim came before step 1 ended (its handler's record is in order)
+    bad = i9(waiters, ended, [*starts, Start(2, 1, T0 + 0.8, "claim")], moves)
+    assert len(bad) == 1 and bad[0].startswith("job 2: workflow 1 step b: attempt 1 started (claimed)")
+    assert "before its last dependency ended" in bad[0]
+
+
+def test_i9_catches_a_cancel_step_that_ran_after_a_failed_dependency() -> None:
+    waiters, ended, starts, moves = flows_history()
+    bad = i9(waiters, ended, [*starts, Start(13, 1, T0 + 3.0, seen={"b": "dead", "c": "succeeded"})], moves)
+    assert any(v.startswith("job 13:") and "did not succeed (policy cancel)" in v for v in bad)
+    assert any(v.startswith("job 13:") and "handler read dependencies not succeeded" in v for v in bad)
+
+
+def test_i9_catches_a_run_step_started_while_a_dependency_had_not_ended() -> None:
+    waiters, ended, starts, moves = flows_history()
+    ended[2] = Ended("running", None)
+    bad = i9(waiters, ended, starts, [m for m in moves if m.job_id != 3])
+    assert any(v.startswith("job 3:") and "1 of its 1 dependencies had not ended" in v for v in bad)
+    # and released while that dependency was still running
+    assert any(v.startswith("job 3:") and "left waiting (queued) though 1 of its dependencies never ended" in v
+               for v in i9(waiters, ended, starts, moves))
+
+
+def test_i9_catches_a_step_never_released_or_released_late_or_twice() -> None:
+    waiters, ended, starts, moves = flows_history()
+    never = i9(waiters, ended, starts, [m for m in moves if m.job_id != 2])
+    assert len(never) == 1 and never[0].startswith("job 2:") and "never was released" in never[0]
+    late = [Move(2, "waiting", "queued", T0 + 3.0) if m.job_id == 2 else m for m in moves]
+    assert any(v.startswith("job 2:") and "was released 2.00s after" in v for v in i9(waiters, ended, starts, late))
+    # the same lag, while no worker was healthy for 1.5 s of it: excused
+    assert i9(waiters, ended, starts, late, excused=[(T0 + 1.2, T0 + 2.7)]) == []
+    twice = [*moves, Move(2, "waiting", "queued", T0 + 1.5)]
+    assert any(v.startswith("job 2:") and "was released 2 times" in v for v in i9(waiters, ended, starts, twice))
+
+
+def test_i9_catches_a_release_before_the_ending_or_against_the_policy() -> None:
+    waiters, ended, starts, moves = flows_history()
+    early = [Move(3, "waiting", "queued", T0 + 1.5) if m.job_id == 3 else m for m in moves]
+    assert any(v.startswith("job 3:") and "before the ending that decided it" in v
+               for v in i9(waiters, ended, starts, early))
+    # the diamond's join queued although its branch b died (its policy: cancel)
+    wrong = [Move(13, "waiting", "queued", T0 + 2.5) if m.job_id == 13 else m for m in moves]
+    assert any(v.startswith("job 13:") and "ask for cancelled" in v for v in i9(waiters, ended, starts, wrong))
+
+
+def test_i9_catches_a_batch_callback_fired_twice_or_before_its_last_member_ended() -> None:
+    waiters, ended, starts, moves = flows_history()
+    twice = i9(waiters, ended, starts, [*moves, Move(30, "waiting", "queued", T0 + 4.3)])
+    assert any(v.startswith("job 30: batch 1 on_complete: fired 2 times") for v in twice)
+    early = i9(waiters, ended, [*starts, Start(30, 1, T0 + 3.0)],
+               [Move(30, "waiting", "queued", T0 + 2.0) if m.job_id == 30 and m.old == "waiting" else m
+                for m in moves])
+    assert any(v.startswith("job 30:") and "started (its handler) 1.000s before its last dependency" in v
+               for v in early)
+    assert any(v.startswith("job 30:") and "fired (queued) 2.000s before" in v for v in early)
+    never = i9(waiters, ended, starts, [m for m in moves if m.job_id != 30])
+    assert any(v.startswith("job 30: batch 1 on_complete: never fired") for v in never)
+    # on_success fired although member 21 died
+    wrong = [Move(31, "waiting", "queued", T0 + 4.0) if m.job_id == 31 and m.old == "waiting" else m for m in moves]
+    assert any(v.startswith("job 31:") and "ask for cancelled" in v for v in i9(waiters, ended, starts, wrong))
+
+
+def test_i9_leaves_a_waiter_with_a_job_missing_from_the_database_to_i1() -> None:
+    waiters, ended, starts, moves = flows_history()
+    del ended[21]
+    inv, counts = check_dependencies(waiters, ended, starts, moves, bound=REAPER)
+    assert inv.ok and counts["i9_not_judged"] == 2

@@ -13,13 +13,15 @@ from ..errors import ConfigError
 from ..transport import open_transport
 from ..worker.failpoints import NAMES as FAILPOINTS
 
-__all__ = ["FAILPOINT_ODDS", "FAULTS", "LIBFAKETIME", "PG_ONLY", "REPLICATION", "ChaosConfig", "config_dict",
+__all__ = ["FAILPOINT_ODDS", "FAULTS", "LIBFAKETIME", "PG_ONLY", "QUEUE", "REPLICATION", "ChaosConfig", "config_dict",
            "with_schema"]
 
 FAULTS = ("kill", "stop", "partition", "restart", "skew", "failover")
 PG_ONLY = {"partition", "restart", "skew"}
 #: the failover fault's standby: acknowledged once it holds a commit, or not waited for
 REPLICATION = ("sync", "async")
+#: the run's main queue (workerproc.py serves it; flows.py puts its workflows and batches there)
+QUEUE = "tether_chaos"
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 #: when kills are on, each worker also SIGKILLs itself at these places now and then
 FAILPOINT_ODDS = {"after_claim": 0.01, "mid_handler": 0.01, "after_side_effect": 0.01, "during_heartbeat": 0.005}

@@ -5,7 +5,8 @@ What it does to the database it is pointed at: on PostgreSQL it works in a
 schema of its own (``tether_chaos_<seed>``) and drops it at the end; on SQLite
 it uses a scratch file beside the one named (or in a temp dir) and deletes it.
 Its jobs live on the ``tether_chaos`` queue and on ``tether_chaos_limited``
-(concurrency 2, some jobs with an exclusive key: I8).
+(concurrency 2, some jobs with an exclusive key: I8); workflows and batches
+(flows.py: I9) on the first.
 """
 
 from __future__ import annotations
@@ -35,15 +36,17 @@ from ..store.postgres.outage import WAIT_SLICE
 from ..transport import Transport, open_transport
 from .checker import CheckReport, answered_since, check
 from .collect import dynamic_spec, read_created, read_events, read_jobs, schedule_invariant
-from .config import FAILPOINT_ODDS, FAULTS, LIBFAKETIME, ChaosConfig, config_dict, with_schema
+from .config import FAILPOINT_ODDS, FAULTS, LIBFAKETIME, QUEUE, ChaosConfig, config_dict, with_schema
 from .effects import TX_TASKS, Effects
 from .failover_check import judge_failovers, loss_windows
+from .flows import FlowLoad
 from .limits_check import LIMITED_CONCURRENCY, LIMITED_QUEUE, limits_invariant, place
 from .pgpair import Failover, ScratchPair
 from .pgserver import ScratchPostgres
 from .proxy import TCPProxy
+from .slot import Slot as _Slot
 from .sqlite_lock import holds_write_lock
-from .workerproc import ASYNC_TASK, QUEUE, SYNC_TASK
+from .workerproc import ASYNC_TASK, SYNC_TASK
 
 __all__ = ["FAULTS", "LIBFAKETIME", "ChaosConfig", "ChaosResult", "run"]
 
@@ -73,28 +76,6 @@ class ChaosResult:
                 "integrity": self.integrity or ["ok"], "integrity_checks": self.integrity_checks, "check": self.report.to_dict()}
 
 
-class _Slot:
-    """One worker position: restarted by the driver whenever its process dies."""
-
-    def __init__(self, index: int, url: str, proxy: TCPProxy | None, skew: float) -> None:
-        self.index = index
-        self.url = url
-        self.proxy = proxy
-        self.skew = skew
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.stopped_until: float | None = None
-        self.restart_at: float | None = None
-        self.killed = False  # by the driver, as opposed to by one of its own failpoints
-        #: the worker has reached the database (its history holds its first record, 'started')
-        self.started = False
-        #: when its partition healed, until the database answers a request it sent since
-        self.healed_at: float | None = None
-        #: how far each of its history files has been read
-        self.read: dict[Path, int] = {}
-        #: history files of earlier processes that had this process's pid (pids are reused)
-        self.stale: set[Path] = set()
-
-
 class _Run:
     def __init__(self, cfg: ChaosConfig, say: Callable[[str], None]) -> None:
         self.cfg = cfg
@@ -116,11 +97,14 @@ class _Run:
         self.store.add_schedule(dynamic_spec())  # I6 for a schedule added at run time, beside the code one
         self.effects = Effects(self.url)  # I7: the transactional workload's table
         self.effects.create()
+        self.flows = FlowLoad(self.url, steps=max(12, cfg.jobs // 4), seed=cfg.seed + 9)  # I9: its own rng
+        self.flows.create()
         # The producer announces what it enqueued, as Tether's enqueue does.
         self.transport: Transport = open_transport(cfg.transport_spec())
         self.slots: list[_Slot] = []
         self.enqueued: list[int] = []
         self._unacked = 0
+        self._plain = 0  # plain jobs offered, acknowledged or not
         self.integrity: list[str] = []
         self.integrity_checks = 0
         self._heal_at: dict[int, float] = {}
@@ -221,7 +205,7 @@ class _Run:
                     slot.healed_at = None
         return slot.started and slot.healed_at is None
 
-    def _fault(self) -> None:
+    def _fault(self) -> bool:
         """Inject the next fault. Faults come in rounds, each switched-on kind
         once per round in a seeded order, so that a short run exercises every
         kind; a kind that cannot be injected now (no spare healthy worker, a
@@ -233,7 +217,8 @@ class _Run:
             if self._inject(kind):
                 self._round.remove(kind)
                 self.faults[kind] += 1
-                return
+                return True
+        return False
 
     def _inject(self, kind: str) -> bool:
         healthy = self._healthy()
@@ -348,14 +333,13 @@ class _Run:
         producer.start()
         while time.monotonic() < end:
             now = time.monotonic()
-            if now >= next_fault:
-                self._fault()
-                next_fault = now + self.rng.uniform(0.3, 1.0) * cfg.lease_ttl
+            if now >= next_fault:  # when none could be injected (no spare healthy worker), soon again
+                next_fault = now + (self.rng.uniform(0.3, 1.0) if self._fault() else 0.1) * cfg.lease_ttl
             self._tend(faults_on=True)
             if now - last_line > 5:
                 refused = f" ({self._unacked} refused by an unreachable database)" if self._unacked else ""
-                self.say(f"  +{now - t_start:5.0f}s  enqueued {len(self.enqueued)}/{cfg.jobs}{refused}  "
-                         f"faults {dict(self.faults)}")
+                self.say(f"  +{now - t_start:5.0f}s  enqueued {len(self.enqueued)} (plain {self._plain}/{cfg.jobs}; "
+                         f"the rest workflows and batches){refused}  faults {dict(self.faults)}")
                 last_line = now
             time.sleep(0.05)
         producer.join()
@@ -374,13 +358,18 @@ class _Run:
         )
 
     def _producer(self, t_start: float, produce_until: float, end: float) -> None:
-        """By produce_until every job has been offered."""
+        """By produce_until every job has been offered (the plain ones, and flows.py's workflows and batches)."""
         cfg = self.cfg
         rng = random.Random(self.rng.randrange(2**31))
         while time.monotonic() < end:
-            offered = len(self.enqueued) + self._unacked
+            for enqueue in self.flows.due((time.monotonic() - t_start) / (produce_until - t_start)):
+                self._offer(enqueue, 0)
+            offered = self._plain
             if offered >= cfg.jobs:
-                return
+                if self.flows.done:
+                    return
+                time.sleep(0.05)
+                continue
             due = cfg.jobs * min(1.0, (time.monotonic() - t_start) / (produce_until - t_start))
             batch = min(cfg.jobs - offered, int(due) - offered)
             # Phases of short jobs (a few ms, enqueued in bursts of about a
@@ -393,22 +382,33 @@ class _Run:
             time.sleep(0.05)
 
     def _produce(self, n: int, rng: random.Random, *, short: bool = False) -> None:
+        self._plain += n
         jobs = [
             NewJob(task=rng.choice([SYNC_TASK, ASYNC_TASK, *TX_TASKS]), queue=queue, exclusive_key=key,
                    args_json=json.dumps({"ms": ms, "fail": rng.random() < 0.05}),
                    max_attempts=rng.choice([4, 6, 10]), backoff_base=0.05)
             for queue, key, ms in (place(rng, short, QUEUE) for _ in range(n))
         ]
+        queue_of: dict[int, str] = {}
+        def enqueue(store: Store) -> tuple[list[int], list[int]]:
+            ids = [int(i) for i in store.enqueue(jobs)]
+            queue_of.update(zip(ids, (j.queue for j in jobs), strict=True))
+            return ids, ids
+        self._offer(enqueue, n, queue_of)
+
+    def _offer(self, enqueue: Callable[[Store], tuple[list[int], list[int]]], n: int,
+               queue_of: dict[int, str] | None = None) -> None:
+        """Enqueue (all ids, those due now); a refusal is not acknowledged: the checker does not count it."""
         try:
             sent = time.time()
-            ids = self.store.enqueue(jobs)
-        except Exception as exc:  # not acknowledged: the checker does not count these
+            ids, due = enqueue(self.store)
+        except Exception as exc:
             self._unacked += n
             self._event("enqueue_failed", n=n, error=str(exc)[:200])
             return
         self.enqueued.extend(ids)
         self._event("enqueued", jobs=ids, sent=sent)
-        self.transport.publish([(i, j.queue) for i, j in zip(ids, jobs, strict=True)])
+        self.transport.publish([(i, (queue_of or {}).get(i, QUEUE)) for i in due])
 
     def _drain(self) -> bool:
         deadline = time.monotonic() + self.cfg.drain_timeout
@@ -453,6 +453,8 @@ class _Run:
         report.invariants["I8"], limits = limits_invariant(self.store, ids, postgres=self.sqlite_path is None)
         report.counts.update({f"limits_{k}": v for k, v in limits.items()})
         report = self.effects.judge(report, jobs, attempts, self.store)  # I7
+        report = self.flows.judge(report, self.store, events, mono_to_wall=self.offset, bound=self.cfg.reaper_interval,
+                                  outages=self.outages, sqlite=self.sqlite_path is not None)  # I9
         if "failover" not in self.cfg.faults:
             return report
         return judge_failovers(report, events, jobs, attempts, failovers=self.failovers, mono_to_wall=self.offset,

@@ -7,6 +7,8 @@ inside a handler: mid-handler, and after the side effect but before complete.
 The transactional tasks (``effects.TX_TASKS``, for I7) write their one effect
 row inside ``ctx.transaction()`` (on PostgreSQL waiting there a little, so that faults
 also land between the write and its commit).
+The workflow steps and batch callbacks (``flows.STEP_TASK``, ``CALLBACK_TASK``,
+for I9) record their start first.
 The app also declares a one-second schedule, so every worker runs a scheduler
 and the checker can judge I6.
 """
@@ -23,10 +25,11 @@ from ..app import Tether
 from ..context import JobContext
 from ..worker import failpoints
 from .collect import DYNAMIC_TASK, TICK_CRON, TICK_QUEUE, TICK_TASK
+from .config import QUEUE
 from .effects import TX_TASKS, Effects
+from .flows import CALLBACK_TASK, MEMBER_TASK, STEP_TASK, Starts
 from .limits_check import LIMITED_QUEUE
 
-QUEUE = "tether_chaos"
 SYNC_TASK = "tether.chaos.work"
 ASYNC_TASK = "tether.chaos.work_async"
 
@@ -110,6 +113,33 @@ def build_app() -> Tether:
                 raise RuntimeError("planned failure")
             if failpoints.ARMED:
                 failpoints.hit("after_side_effect")
+        return {"attempt": ctx.attempt, "pid": os.getpid()}
+
+    starts = Starts(os.environ["TETHER_DATABASE_URL"])
+
+    @app.task(name=STEP_TASK, queue=QUEUE)
+    def step(ctx: JobContext, ms: int, fail: bool = False) -> dict[str, Any]:
+        """A workflow step (I9): records its start and what it read of its dependencies, first thing."""
+        starts.record(ctx.job_id, ctx.attempt, ctx.worker_id, ctx.upstream_states)
+        return work(ctx, ms, fail)
+
+    @app.task(name=CALLBACK_TASK, queue=QUEUE)
+    def callback(ctx: JobContext, ms: int, fail: bool = False) -> dict[str, Any]:
+        """A batch callback (I9): records its start, first thing."""
+        starts.record(ctx.job_id, ctx.attempt, ctx.worker_id, None)
+        return work(ctx, ms, fail)
+
+    @app.task(name=MEMBER_TASK, queue=QUEUE)
+    async def member(ctx: JobContext, ms: int, fail: bool = False) -> dict[str, Any]:
+        """A batch member: short; it hits the handler's failpoint for one job in
+        eight (the worker's after_claim for every one), so that two hundred of them
+        at once do not keep every worker dying (the fault schedule injects a kill
+        or a stop only while two workers are healthy)."""
+        if failpoints.ARMED and ctx.job_id % 8 == 0:
+            failpoints.hit("mid_handler")
+        await asyncio.sleep(ms / 1000)
+        if fail:
+            raise RuntimeError("planned failure")
         return {"attempt": ctx.attempt, "pid": os.getpid()}
 
     @app.periodic(TICK_CRON, name=TICK_TASK, queue=TICK_QUEUE)

@@ -48,6 +48,14 @@ def render(result: ChaosResult, console: Console) -> None:
                       f"{c['limits_limited_peak']} open at once (concurrency {c['limits_concurrency']}); "
                       f"{c['limits_keyed_attempts']} with an exclusive key, at most {c['limits_key_peak']} per key"
                       f"{raw}: " + ("[green]held[/green]" if i8["ok"] else f"[red]BROKEN[/red] ({i8['violation_count']})"))
+    i9 = d["check"]["invariants"].get("I9")
+    if i9 is not None:
+        console.print(f"I9 dependencies: {c.get('i9_workflows', 0)} workflows and {c.get('i9_batch_members', 0)} batch "
+                      f"members; {i9['checked']} jobs that waited: {c.get('i9_released', 0)} released, "
+                      f"{c.get('i9_cancelled', 0)} cancelled by a failed dependency, {c.get('i9_callbacks_fired', 0)} "
+                      f"batch callbacks fired; {c.get('i9_starts', 0)} starts, after their dependencies; longest "
+                      f"release after the deciding ending {c.get('i9_release_lag_max_ms', 0)} ms: "
+                      + ("[green]held[/green]" if i9["ok"] else f"[red]BROKEN[/red] ({i9['violation_count']})"))
     rec = d["check"]["recovery_s"]
 
     def s(v: float | None) -> str:
@@ -149,7 +157,7 @@ def chaos(database: str | None, scratch_postgres: bool, workers: int, jobs: int,
           seed: int | None, lease_ttl: float, heartbeat_interval: float, reaper_interval: float,
           concurrency: int, drain_timeout: float, json_out: Path | None, keep: bool,
           transport: str | None, replication: str, artifacts: Path | None) -> None:
-    """Run workers under faults and check the contract (I1-I8) held."""
+    """Run workers under faults and check the contract (I1-I9) held."""
     console = make_console()
     seed = random.randrange(2**31) if seed is None else seed
     cfg = ChaosConfig(

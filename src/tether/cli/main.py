@@ -66,7 +66,7 @@ LAZY_COMMANDS = {
 #: uvicorn. tests/test_cli.py checks each against its command.
 LAZY_HELP = {
     "batch": "Show a batch: its members' counts by state, and its callbacks' jobs.",
-    "chaos": "Run workers under faults and check the contract (I1-I8) held.",
+    "chaos": "Run workers under faults and check the contract (I1-I9) held.",
     "dashboard": "Serve the dashboard: queues, jobs, attempts, workers, recoveries; cancel and retry.",
     "limit": "Set QUEUE's limits, enforced in the claim for every worker: both at once, as app.configure_queue "
              "does (an option left out lifts that limit; neither given lifts both).",
