@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store seam", ("tether.store",)),
     ("runtime parts", ("tether.events", "tether.context", "tether.tracing", "tether.transport")),
     ("runtime", ("tether.worker",)),
-    ("app", ("tether.app", "tether.workflows", "tether.batches", "tether.many", "tether.task", "tether.handlers",
+    ("app", ("tether.app", "tether.workflows", "tether.batches", "tether.many", "tether.task", "tether.handlers", "tether.spec",
              "tether.periodic", "tether.callers", "tether.schedule_control", "tether.queue_control")),
     ("package", ("tether",)),
     ("faces", ("tether.cli", "tether.dashboard", "tether.server", "tether.otel", "tether.metrics",

@@ -29,6 +29,7 @@ from .errors import (
     UnknownTask,
 )
 from .model import Attempt, Job, JobId, JobState, Outcome, QueueLimits
+from .spec import JobSpec
 
 __all__ = [
     "ArgsMisfit",
@@ -46,6 +47,7 @@ __all__ = [
     "JobFailed",
     "JobId",
     "JobNotFound",
+    "JobSpec",
     "JobState",
     "Outcome",
     "PayloadError",

@@ -135,6 +135,7 @@ class Tether(WorkflowsMixin, BatchesMixin, QueueControl, ScheduleControl, ManyJo
         #: lifecycle hooks (see ``on``)
         self.events = Events()
         self.middlewares = []  # @app.middleware (tether.handlers)
+        self.enqueue_middlewares = []  # @app.enqueue_middleware (tether.spec)
         #: OpenTelemetry tracing, set by ``tether.otel.instrument(app)``
         self.tracing: Tracer | None = None
         self._store: Store | None = None

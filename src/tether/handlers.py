@@ -1,5 +1,7 @@
 """The app's registrations around handlers: ``@app.middleware`` (what wraps
-every execution; the chain itself is ``tether.worker.middleware``), and
+every execution; the chain itself is ``tether.worker.middleware``),
+``@app.enqueue_middleware`` (what sees each job before it is written:
+``tether.spec``), and
 ``app.run_worker(processes=N)``, which becomes ``tether worker --processes N``.
 A mixin of ``Tether``, kept out of app.py, which holds the registry and the
 enqueue API."""
@@ -10,22 +12,26 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ConfigError
+from .spec import JobSpec
 from .transport import Transport, open_transport
 from .worker.middleware import Middleware
 
 __all__ = ["HandlerHooks"]
 
 M = TypeVar("M", bound=Middleware)
+E = TypeVar("E", bound=Callable[[JobSpec], JobSpec])
 
 
 class HandlerHooks:
     #: ``@app.middleware``, in registration order (the first is outermost)
     middlewares: list[Middleware]
+    #: ``@app.enqueue_middleware``, in registration order
+    enqueue_middlewares: list[Callable[[JobSpec], JobSpec]]
     transport: Transport
 
     def middleware(self, fn: M, /) -> M:
@@ -38,17 +44,16 @@ class HandlerHooks:
         the worker starts. What it raises fails the attempt as the handler's
         raise would (``tether.Retry``/``tether.Discard`` included); what it
         returns is the job's result, whether or not it called ``call_next()``."""
-        if not callable(fn):
-            raise ConfigError(f"@app.middleware takes a function (ctx, call_next), got {fn!r}")
-        try:
-            inspect.signature(fn).bind(None, None)
-        except TypeError:
-            raise ConfigError(f"middleware {getattr(fn, '__qualname__', fn)!r} must take (ctx, call_next)") from None
-        except ValueError:  # no signature to read (a builtin): let the call say
-            pass
-        if fn in self.middlewares:
-            raise ConfigError(f"middleware {getattr(fn, '__qualname__', fn)!r} is registered twice")
-        self.middlewares.append(fn)
+        _register(self.middlewares, fn, "middleware", "ctx, call_next")
+        return fn
+
+    def enqueue_middleware(self, fn: E, /) -> E:
+        """Register a function that sees, and may change, every job this app
+        enqueues before it is written: ``def stamp(spec): return
+        spec.with_meta(tenant=current_tenant())``. It takes a ``JobSpec`` and
+        returns one of the same task, in registration order; what it raises
+        reaches the caller and nothing is written (``tether.spec``)."""
+        _register(self.enqueue_middlewares, fn, "enqueue middleware", "spec")
         return fn
 
     def _forked(self) -> None:
@@ -129,3 +134,18 @@ def _worker_flags(options: Mapping[str, Any]) -> list[str]:
         else:
             raise ConfigError(f"run_worker(processes=N) does not take {name}= (tether worker has no flag for it)")
     return flags
+
+
+def _register(registry: list[Any], fn: object, kind: str, takes: str) -> None:
+    """Add ``fn`` to ``registry`` once it is a function taking ``takes``."""
+    if not callable(fn):
+        raise ConfigError(f"@app.{kind.replace(' ', '_')} takes a function ({takes}), got {fn!r}")
+    try:
+        inspect.signature(fn).bind(*[None] * len(takes.split(",")))
+    except TypeError:
+        raise ConfigError(f"{kind} {getattr(fn, '__qualname__', fn)!r} must take ({takes})") from None
+    except ValueError:  # no signature to read (a builtin): let the call say
+        pass
+    if fn in registry:
+        raise ConfigError(f"{kind} {getattr(fn, '__qualname__', fn)!r} is registered twice")
+    registry.append(fn)

@@ -27,6 +27,7 @@ from .model import JobId, NewJob
 from .numbers import parse_age
 from .payload import check_key, dump_json
 from .search import check_meta, check_tags, merge_tags, tags_json
+from .spec import JobSpec, stamped
 from .store import Store
 
 __all__ = ["JobDefaults", "JobOptions", "JobSpec", "Task", "TaskCall", "TaskHost", "TaskKeywords", "TaskOptions"]
@@ -47,6 +48,8 @@ class TaskHost(Protocol):
     def _enqueue(self, jobs: list[NewJob], connection: object = None) -> list[JobId]: ...
 
     def _enqueue_async(self, jobs: list[NewJob], connection: object = None) -> Awaitable[list[JobId]]: ...
+
+    enqueue_middlewares: list[Callable[[JobSpec], JobSpec]]
 
 
 def _finite(value: object) -> bool:
@@ -188,21 +191,6 @@ class JobOptions:
 _OPTION_NAMES = frozenset(JobOptions.__dataclass_fields__)
 #: per-call options ``using`` checks on their own (the rest of a task's were checked at its registration)
 _KEYS_AND_WINDOWS = frozenset({"dedup_key", "dedup_for", "expires", "expires_at"})
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """A task call not yet enqueued (``task.spec(**args)``, ``task.using(...).spec(**args)``):
-    a workflow's step or a batch's member. Its args were checked and stored as
-    JSON when it was made, so a spec that does not fit its task fails there."""
-
-    task: Task[Any, Any]
-    job: NewJob
-
-    @property
-    def name(self) -> str:
-        """The task's short name: a workflow step's default name."""
-        return self.task.name.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
-
 
 #: the names before issue 48, kept for code that imports them
 TaskOptions = JobOptions
@@ -478,7 +466,7 @@ class Task(Generic[P, R]):
         dedup_for = expires_at = None
         if o.dedup_for is not None or o.expires is not None or o.expires_at is not None:
             dedup_for, expires_at = self._windows(o)
-        return NewJob(
+        job = NewJob(
             task=self.name, args_json=args, queue=o.queue, priority=o.priority, run_at=o.run_at,
             delay=o.delay, max_attempts=o.max_attempts, lease_ttl=o.lease_ttl, timeout=o.timeout,
             backoff_base=o.backoff_base,
@@ -486,6 +474,7 @@ class Task(Generic[P, R]):
             meta_json=None if o.meta is None else check_meta(f"task {self.name!r}", o.meta, self.app.max_payload_bytes),
             tags_json=tags_json(o.tags) if o.tags else None,
         )
+        return stamped(self, job) if self.app.enqueue_middlewares else job
 
     def _windows(self, o: JobOptions) -> tuple[float | None, datetime | None]:
         """A job's dedup window (seconds; None for 0: freed at its end, as

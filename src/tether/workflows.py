@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from .errors import ConfigError, UnknownTask
 from .payload import check_job_id
+from .spec import SpecTask
 from .store import Store
 from .store.caller import after_commit, driver_connection, driver_connection_async
 from .store.flows import ON_FAILURE, NewWorkflow, WorkflowInfo
@@ -177,7 +178,7 @@ class Workflow:
         return run
 
 
-def registered(app: FlowHost, task: Task[Any, Any]) -> None:
+def registered(app: FlowHost, task: SpecTask) -> None:
     if app.tasks.get(task.name) is not task:
         raise UnknownTask(f"task {task.name!r} of this spec is not registered on this app; register it with "
                           "@app.task on the app whose workflow or batch runs it")
