@@ -1190,3 +1190,17 @@ def test_a_server_without_jetstream_is_named_once_not_every_retry(
     finally:
         transport.close()
         server.stop()
+
+
+def test_the_docs_nats_example_runs(nats_url: str, tmp_path: Path) -> None:
+    """docs/examples/nats/app.py run as a script, as docs/how-to/nats.md shows
+    it: its job enqueued, published and done through a real NATS."""
+    example = Path(__file__).resolve().parent.parent / "docs/examples/nats/app.py"
+    prefix = f"docs{os.getpid()}"
+    env = {**os.environ, "TETHER_TRANSPORT": f"{nats_url}?prefix={prefix}",
+           "TETHER_DATABASE_URL": f"sqlite:///{tmp_path / 'nats.db'}",
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    run = subprocess.run([sys.executable, "-W", "error", str(example)], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.split() == ["resized", "a.png", "ok"], run.stdout
