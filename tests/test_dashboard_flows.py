@@ -8,30 +8,22 @@ they must show escaped."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
 
-import pytest
 from starlette.testclient import TestClient
 
 from tether import JobContext, JobState, Tether
+from tether.dashboard.dag import MAX_DRAWN, dag
+from tether.store.flows import StepInfo
 from tether.workflows import WorkflowRun
 
+from . import test_dashboard_jobs as _jobs
 from .dashboard_seed import XSS
-from .test_dashboard import _client, login
+from .test_dashboard import _client
+
+#: the fixtures: an app on each backend, and a client logged in to its dashboard
+app, client = _jobs.app, _jobs.client
 
 ESCAPED = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
-
-
-@pytest.fixture
-def app(make_app: Callable[..., Tether]) -> Tether:
-    return make_app()
-
-
-@pytest.fixture
-def client(app: Tether) -> Iterator[TestClient]:
-    with _client(app) as c:
-        login(c)
-        yield c
 
 
 def diamond(app: Tether) -> WorkflowRun:
@@ -117,3 +109,18 @@ def test_unknown_and_malformed_ids_and_the_login(app: Tether, client: TestClient
             assert r.status_code == 303 and r.headers["location"].startswith("/login?next="), path
             assert "import" not in r.text
     assert app.get_job(run.jobs["fetch"]).state is JobState.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_the_layout_puts_steps_in_layers_by_depth_and_stops_drawing_past_its_limit() -> None:
+    def s(name: str, *after: str, state: JobState | None = JobState.QUEUED) -> StepInfo:
+        return StepInfo(name=name, job_id=len(name), state=state, after=after, on_failure="cancel")
+
+    # "late" is added first but waits for "c": it still goes right of it
+    drawn = dag([s("late", "c"), s("a"), s("b", "a"), s("c", "a", "b", state=None), s("d")])
+    x = {b.step.name: b.x for b in drawn.boxes}
+    assert x["a"] == x["d"] < x["b"] < x["c"] < x["late"] and len(drawn.edges) == 4
+    assert {b.step.name: b.state for b in drawn.boxes}["c"] == "deleted"
+    assert all(b.x >= 0 and b.x + drawn.box_w <= drawn.width and b.y + drawn.box_h <= drawn.height
+               for b in drawn.boxes)
+    many = dag([s(f"s{i}") for i in range(MAX_DRAWN + 1)])
+    assert not many.drawn and many.boxes == []

@@ -15,6 +15,7 @@ the job's batch edge, the batches' callback indexes).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -37,32 +38,28 @@ class FlowsPages:
         self.tether = tether
         self.render = render
 
-    def _id(self, request: Request, session: Session, what: str) -> int | Response:
+    async def _show(self, request: Request, session: Session, what: str, get: Callable[[int], Any],
+                    template: str, draw: Callable[[Any], dict[str, Any]]) -> Response:
+        """The page of the workflow or batch of the path: ``get(id)`` finds it, ``draw`` adds what is drawn."""
         text = request.path_params["flow_id"]
         try:
-            return parse_job_id(text)
+            flow_id = parse_job_id(text)
         except BadNumber:
             return self.render(request, session, "error.html", status=400,
                                message=f"no {what} {text[:40]!r}: a {what} id is a whole number")
+        found = await run_in_threadpool(get, flow_id)
+        if found is None:
+            return self.render(request, session, "error.html", status=404, message=f"no {what} {flow_id}")
+        # off the event loop: a run of a thousand steps is a thousand boxes to lay out and render
+        return await run_in_threadpool(lambda: self.render(request, session, template, **draw(found)))
 
     async def workflow(self, request: Request, session: Session) -> Response:
-        run_id = self._id(request, session, "workflow")
-        if isinstance(run_id, Response):
-            return run_id
-        found = await run_in_threadpool(self.tether.get_workflow, run_id)
-        if found is None:
-            return self.render(request, session, "error.html", status=404, message=f"no workflow {run_id}")
-        drawing = await run_in_threadpool(dag, found.steps)
-        return await run_in_threadpool(lambda: self.render(request, session, "workflow.html", wf=found, dag=drawing))
+        return await self._show(request, session, "workflow", self.tether.get_workflow, "workflow.html",
+                                lambda wf: {"wf": wf, "dag": dag(wf.steps)})
 
     async def batch(self, request: Request, session: Session) -> Response:
-        batch_id = self._id(request, session, "batch")
-        if isinstance(batch_id, Response):
-            return batch_id
-        found = await run_in_threadpool(self.tether.get_batch, batch_id)
-        if found is None:
-            return self.render(request, session, "error.html", status=404, message=f"no batch {batch_id}")
-        return self.render(request, session, "batch.html", batch=found, bar=stacked(found.counts))
+        return await self._show(request, session, "batch", self.tether.get_batch, "batch.html",
+                                lambda b: {"batch": b, "bar": stacked(b.counts)})
 
     def flow_of(self, job_id: int) -> tuple[int | None, int | None]:
         """(its workflow run, its batch: as a member or a callback) of a job; Nones for a plain job."""
