@@ -91,8 +91,13 @@ def test_a_batch_page_shows_its_progress_and_callbacks(app: Tether, client: Test
     run = diamond(app)
     step = client.get(f"/jobs/{run.jobs['report']}").text
     assert f'<a id="job-workflow" href="/workflows/{run.id}">' in step and "job-batch" not in step
-    plain = client.get(f"/jobs/{done.enqueue()}").text  # type: ignore[attr-defined]
+    plain_id = done.enqueue()  # type: ignore[attr-defined]
+    plain = client.get(f"/jobs/{plain_id}").text
     assert "job-workflow" not in plain and "job-batch" not in plain
+    # the one query behind those links
+    assert [app.store.job_flow(i) for i in (batch.jobs[3], batch.callbacks["on_complete"], run.jobs["fetch"],
+                                            plain_id, plain_id + 1000)] == [
+        (None, batch.id), (None, batch.id), (run.id, None), (None, None), (None, None)]
 
 
 def test_unknown_and_malformed_ids_and_the_login(app: Tether, client: TestClient) -> None:

@@ -8,8 +8,7 @@
 
 GET only, behind the dashboard's login (server.page). An id that is not a
 whole number is a 400; an unknown one a 404. ``flow_of`` gives a job's page
-its workflow or batch: indexed point lookups (a step's row by its job id,
-the job's batch edge, the batches' callback indexes).
+its workflow or batch in one query of index probes (the store's ``job_flow``).
 """
 
 from __future__ import annotations
@@ -63,6 +62,4 @@ class FlowsPages:
 
     def flow_of(self, job_id: int) -> tuple[int | None, int | None]:
         """(its workflow run, its batch: as a member or a callback) of a job; Nones for a plain job."""
-        store = self.tether.store
-        run = store.job_workflow(job_id)
-        return run, None if run is not None else store.job_batch(job_id, callback=True)
+        return self.tether.store.job_flow(job_id)
