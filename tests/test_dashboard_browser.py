@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -261,4 +262,38 @@ def test_many_jobs_in_chromium(make_app: Callable[..., Tether], browser_page: ob
         page.goto(f"{srv.url}/jobs/{s.dead}")
         expect(page.locator("svg.attempts-chart g.at-lane")).to_have_count(3)
         expect(page.locator("svg.attempts-chart g.o-lease_expired")).to_have_count(1)
+    assert dialogs == []
+
+
+def test_a_workflow_dag_in_chromium(make_app: Callable[..., Tether], browser_page: object, backend: str) -> None:
+    """Issue 42: the workflow page's SVG boxes are drawn (visible, linked), a
+    ``<script>`` step name shows as text and never runs, a box leads to its job."""
+    from playwright.sync_api import Page, expect
+
+    from .test_dashboard_flows import diamond
+
+    page: Page = browser_page  # type: ignore[assignment]
+    app = make_app()
+    with ThreadPoolExecutor(1) as pool:  # drain() blocks: not on Playwright's event loop
+        run = pool.submit(diamond, app).result()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with Served(app) as srv:
+        page.goto(f"{srv.url}/login?next=%2Fworkflows%2F{run.id}")
+        page.fill("input[name=token]", TOKEN)
+        page.click("form button:has-text('Log in')")
+        expect(page).to_have_url(f"{srv.url}/workflows/{run.id}")
+        boxes = page.locator("svg.dag a.dag-step")
+        expect(boxes).to_have_count(4)
+        for i in range(4):
+            expect(boxes.nth(i).locator("rect")).to_be_visible()
+        expect(page.locator("svg.dag a.s-succeeded")).to_contain_text("fetch")
+        expect(page.locator("svg.dag a.s-waiting")).to_contain_text("report")
+        expect(page.locator("#wf-name")).to_have_text(f"import {XSS}")
+        fill = page.locator("svg.dag a.s-succeeded rect").evaluate("r => getComputedStyle(r).fill")
+        assert fill == "rgb(220, 252, 231)", fill  # the stylesheet loaded under the CSP
+        assert page.locator("main script").count() == 0
+        page.locator("svg.dag a.s-waiting rect").click()
+        expect(page).to_have_url(f"{srv.url}/jobs/{run.jobs['report']}")
+        expect(page.locator("#job-workflow")).to_have_attribute("href", f"/workflows/{run.id}")
     assert dialogs == []

@@ -40,8 +40,8 @@ ITEM6 = importlib.util.find_spec("tether.numbers") is not None
 item6 = pytest.mark.xfail(not ITEM6, strict=True, reason="issue 41 item 6 (crafted numbers, cookies) is "
                                                         "fixed on branch sec-data")
 
-GET_ROUTES = ["/", "/jobs", "/jobs/{id}", "/workers", "/recoveries", "/schedules", "/login", "/metrics",
-              "/static/{name}", "/{other}"]
+GET_ROUTES = ["/", "/jobs", "/jobs/{id}", "/workflows/{id}", "/batches/{id}", "/workers", "/recoveries", "/schedules",
+              "/login", "/metrics", "/static/{name}", "/{other}"]
 POST_ROUTES = ["/jobs/retry-dead", "/jobs/bulk", "/jobs/bulk/run", "/jobs/{id}/rerun", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/queues/{queue}/pause",
                "/queues/{queue}/resume", "/queues/{queue}/limits", "/login", "/logout"]
 QUERY_KEYS = ["id", "state", "queue", "task", "tag", "meta", "args", "before", "trail", "next", "notice", "ns"]

@@ -45,6 +45,7 @@ from ..server.requests import ApiError, client_gone, read_capped
 from ..server.throttle import Throttle
 from ..store.worker_rows import WORKERS_PAGE
 from .chart import chart
+from .flows_pages import FlowsPages
 from .jobs_pages import JOBS_LIMIT, JobsPages
 from .security import COOKIE, LOOPBACK_HOSTS, Guard, HostCheck, Session, allowed_names, safe_next
 from .timeline import timeline
@@ -155,12 +156,13 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         found, now = await run_in_threadpool(lambda: (tether.get_job(job_id), store.db_now()))
         if found is None:
             return render(request, session, "error.html", status=404, message=f"no job {job_id}")
+        run, batch = await run_in_threadpool(flows.flow_of, job_id)
         # off the event loop: its values are pretty-printed (_pretty), which
         # took seconds for a deep one while every other request waited
         return await render_off(request, session, "job.html", job=found, now=now,
                                 can_cancel=found.state in (JobState.WAITING, JobState.QUEUED, JobState.RUNNING),
                                 can_retry=found.state in (JobState.DEAD, JobState.CANCELLED),
-                                can_rerun=found.state in FINISHED_STATES, timeline=timeline(found.attempts, now))
+                                can_rerun=found.state in FINISHED_STATES, timeline=timeline(found.attempts, now), run=run, batch=batch)
 
     async def workers(request: Request, session: Session) -> Response:
         try:  # a page of them (issue 41: 10,000 rows froze this page)
@@ -317,7 +319,7 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         body = resources.files("tether.dashboard").joinpath("static", name).read_bytes()
         return Response(body, headers={"Content-Type": STATIC[name], "X-Content-Type-Options": "nosniff"})
 
-    listing = JobsPages(tether, render, noticed)
+    listing, flows = JobsPages(tether, render, noticed), FlowsPages(tether, render)
     routes = [
         Route("/", page(overview)),
         Route("/jobs", page(listing.jobs)),
@@ -332,6 +334,8 @@ def create_app(tether: Tether, *, token: str | None, metrics: Any = None, secret
         Route("/queues/{queue}/resume", page(action(do_pause)), methods=["POST"]),
         Route("/queues/{queue}/limits", page(action(do_limits)), methods=["POST"]),
         Route("/workers", page(workers)),
+        Route("/workflows/{flow_id}", page(flows.workflow)),
+        Route("/batches/{flow_id}", page(flows.batch)),
         Route("/recoveries", page(recoveries)),
         Route("/schedules", page(schedules)),
         *(Route(f"/schedules/{act}", page(action(do_schedule)), methods=["POST"])

@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..model import JobState, NewJob
 
 __all__ = ["BATCH_SHARDS", "ON_FAILURE", "BatchInfo", "Batches", "NewBatch", "NewWorkflow", "StepInfo", "WorkflowInfo",
-           "Workflows", "batch_edge"]
+           "Workflows", "batch_edge", "flow_of_row"]
 
 #: a step's policy when a dependency ends dead or cancelled
 ON_FAILURE = ("cancel", "run")
@@ -193,3 +193,16 @@ class Batches:
     def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:
         """The batch a job is a member of (with ``callback``: or a callback of; None: none)."""
         return None
+
+    def job_flow(self, job_id: int) -> tuple[int | None, int | None]:
+        """(the workflow run a job is a step of, the batch it is a member or a
+        callback of), in one query (a job's page in the dashboard); Nones: neither."""
+        return None, None
+
+
+def flow_of_row(row: Sequence[Any]) -> tuple[int | None, int | None]:
+    """``job_flow``'s answer from its query's row: (run, member's batch edge, callback's batch)."""
+    run, edge, called = row
+    if edge is not None:
+        called = int(edge) // BATCH_SHARDS
+    return None if run is None else int(run), None if called is None else int(called)

@@ -1634,6 +1634,15 @@ ORDER BY s.job_id
 -- name: job_workflow
 SELECT workflow_id FROM {schema}.workflow_steps WHERE job_id = %(id)s
 
+-- name: job_flow
+-- A job's page (the dashboard): its workflow run and its batch edge (a member)
+-- or batch (a callback), in one round trip of index probes: the step's key,
+-- the edges' (upstream_id, job_id) key, the callbacks' partial indexes.
+SELECT (SELECT workflow_id FROM {schema}.workflow_steps WHERE job_id = %(id)s),
+       (SELECT -job_id FROM {schema}.job_deps WHERE upstream_id = %(id)s AND job_id < 0 LIMIT 1),
+       COALESCE((SELECT id FROM {schema}.batches WHERE on_complete = %(id)s LIMIT 1),
+                (SELECT id FROM {schema}.batches WHERE on_success = %(id)s LIMIT 1))
+
 -- name: upstream_results
 -- ctx.upstream, read when a handler asks (never by the claim): the direct
 -- dependencies' step names, states and results.

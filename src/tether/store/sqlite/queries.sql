@@ -1165,6 +1165,15 @@ ORDER BY s.job_id
 -- name: job_workflow
 SELECT workflow_id FROM tether_workflow_steps WHERE job_id = :id
 
+-- name: job_flow
+-- A job's page (the dashboard): its workflow run and its batch edge (a member)
+-- or batch (a callback), in one round trip of index probes: the step's key,
+-- the edges' (upstream_id, job_id) key, the callbacks' partial indexes.
+SELECT (SELECT workflow_id FROM tether_workflow_steps WHERE job_id = :id),
+       (SELECT -job_id FROM tether_job_deps WHERE upstream_id = :id AND job_id < 0 LIMIT 1),
+       COALESCE((SELECT id FROM tether_batches WHERE on_complete = :id LIMIT 1),
+                (SELECT id FROM tether_batches WHERE on_success = :id LIMIT 1))
+
 -- name: upstream_results
 SELECT u.name, j.state, j.result
 FROM tether_job_deps AS d
