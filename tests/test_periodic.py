@@ -82,7 +82,7 @@ def test_periodic_takes_every_option_of_app_task(tmp_path: Path) -> None:
         return 5.0 * attempt
 
     given = {"queue": "reports", "priority": 7, "max_attempts": 9, "lease_ttl": 45.0, "timeout": 30.0,
-             "retry_backoff": backoff, "retry_on": ValueError}
+             "retry_backoff": backoff, "retry_on": ValueError, "tags": ["nightly"], "isolation": "process"}
     task_options = [p.name for p in inspect.signature(app.task).parameters.values()
                     if p.kind is p.KEYWORD_ONLY and p.name != "name"]
     assert sorted(given) == sorted(task_options)  # every one of them, so that none is left out below
@@ -94,6 +94,7 @@ def test_periodic_takes_every_option_of_app_task(tmp_path: Path) -> None:
     def scheduled(ctx: JobContext) -> None: ...
 
     assert scheduled.options == plain.options and scheduled.options.retry_on == (ValueError,)
+    assert scheduled.options.tags == ("nightly",) and scheduled.isolation == plain.isolation == "process"
     s = app.schedule_specs["scheduled"]
     assert (s.queue, s.priority, s.max_attempts, s.lease_ttl, s.timeout, s.backoff_base) == (
         "reports", 7, 9, 45.0, 30.0, DEFAULT_BACKOFF_BASE)

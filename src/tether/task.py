@@ -84,6 +84,8 @@ class JobDefaults(TypedDict, total=False):
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
     #: the tags of every job of the task; a call's tags (``.using(tags=...)``) add to them
     tags: Sequence[str]
+    #: "thread" (default) or "process": where a def handler runs (``tether.handlers``)
+    isolation: str
 
 
 @dataclass(frozen=True, slots=True)
