@@ -58,7 +58,9 @@ def make(url: str, db_url: str) -> Iterator[Callable[[], Tether]]:
     def factory() -> Tether:
         app = Tether(url, token=TEST_TOKEN)
         if not apps:
-            Tether(db_url).migrate()
+            migrator = Tether(db_url)
+            migrator.migrate()
+            migrator.close()
 
         @app.task(name="r.nightly", queue="reports", max_attempts=5)
         def nightly(ctx: JobContext, day: str = "") -> None: ...
