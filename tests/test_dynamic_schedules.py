@@ -58,9 +58,7 @@ def make(url: str, db_url: str) -> Iterator[Callable[[], Tether]]:
     def factory() -> Tether:
         app = Tether(url, token=TEST_TOKEN)
         if not apps:
-            migrator = Tether(db_url)
-            migrator.migrate()
-            migrator.close()
+            _migrate(db_url)
 
         @app.task(name="r.nightly", queue="reports", max_attempts=5)
         def nightly(ctx: JobContext, day: str = "") -> None: ...
@@ -246,7 +244,7 @@ def _wait(cond: Callable[[], bool], what: str, logs: Path, timeout: float = 20) 
 
 @pytest.mark.processes
 def test_added_on_one_worker_fired_by_another_across_a_restart(url: str, db_url: str, tmp_path: Path) -> None:
-    Tether(db_url).migrate()
+    _migrate(db_url)
     app = Tether(url, token=TEST_TOKEN)
 
     @app.task(name="dyn.add", queue="admin")
@@ -314,7 +312,7 @@ def test_the_cli_adds_lists_pauses_triggers_and_removes(
 
     from tether.cli.main import cli
 
-    Tether(db_url).migrate()
+    _migrate(db_url)
     (tmp_path / "cliapp.py").write_text(CLI_APP)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -390,7 +388,7 @@ def test_the_dashboard_pauses_resumes_and_triggers_behind_login_and_csrf(make: C
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "http-postgresql"], indirect=True)
 def test_the_docs_example_runs(url: str, db_url: str, backend: str, tmp_path: Path) -> None:
-    Tether(db_url).migrate()
+    _migrate(db_url)
     env = {**os.environ, "TETHER_TOKEN": TEST_TOKEN, "PYTHONPATH": str(ROOT / "src")}
     if backend != "sqlite":  # SQLite: the example's own temporary file
         env["TETHER_DATABASE_URL"] = url
@@ -399,3 +397,9 @@ def test_the_docs_example_runs(url: str, db_url: str, backend: str, tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert "dynamic: True" in done.stdout and "succeeded report for shop 7" in done.stdout
     assert "after remove: no schedule named 'reports.shop-7'" in done.stdout
+
+
+def _migrate(db_url: str) -> None:
+    migrator = Tether(db_url)
+    migrator.migrate()
+    migrator.close()
