@@ -279,7 +279,7 @@ def test_a_fire_read_too_long_ago_inserts_nothing_so_a_pruned_tick_cannot_fire_t
     assert isinstance(store, PostgresStore)
     s = sched_spec()
     store.sync_schedules([s], now=T0)
-    [stale] = plan_fires(store._all("schedules_to_fire", {"names": [s.name], "now": at(0.6)}), grace=GRACE)
+    [stale] = plan_fires(store._all("schedules_to_fire", {"names": [s.name], "tasks": [], "now": at(0.6)}), grace=GRACE)
     [t] = fire(store, s, now=at(0.7))  # another worker, meanwhile
     assert t.tick == stale.ticks[0]
     resumed = at(0.6) + timedelta(seconds=FIRE_MAX_AGE + 1)

@@ -10,6 +10,7 @@ is ``listener.py``.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
@@ -178,6 +179,11 @@ class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, Postgre
         return value
 
     # -- schema -------------------------------------------------------------------
+    @functools.cached_property
+    def _migrations(self) -> list[tuple[int, str, str]]:
+        """The migration files, read when ``migrate`` first needs them (a worker's start does not)."""
+        return load_migrations(f"{__package__}.migrations", self._macros)
+
     def migrate(self) -> list[str]:
         applied: list[str] = []
         with self.pool.connection() as conn, conn.transaction():
@@ -189,7 +195,7 @@ class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, Postgre
                 "applied_at timestamptz NOT NULL DEFAULT now())"
             )
             done = {r[0] for r in conn.execute(f"SELECT version FROM {quote(self.schema)}.migrations")}
-            for version, name, sql in load_migrations(f"{__package__}.migrations", self._macros):
+            for version, name, sql in self._migrations:
                 if version in done:
                     continue
                 conn.execute(sql.encode(), prepare=False)  # a script: many statements, no params
