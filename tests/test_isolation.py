@@ -292,7 +292,7 @@ def test_an_idle_child_that_died_is_replaced_and_the_job_runs(make_app: Callable
         os.kill(first, signal.SIGKILL)  # idle, waiting for its next job
         wait_until(lambda: not alive(first), what="the idle child's death")
         second = wait_job(app, pid.enqueue(), is_final)
-    assert second.state is JobState.SUCCEEDED and second.result != first
+    assert second.state is JobState.SUCCEEDED and second.result != first, (first, second.state, second.last_error)
 
 
 def test_a_handler_in_a_child_enqueues_and_reads_on_connections_of_its_own(make_app: Callable[..., Tether]) -> None:

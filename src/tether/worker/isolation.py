@@ -129,6 +129,7 @@ class ChildPool:
         cancelled and its child killed)."""
         key = id(ctx)
         child = self._start(task, ctx, key)
+        started, fresh_tries = False, 1
         try:
             while True:
                 if ctx.cancelled and child.kill_at is None:  # (the executor's kill() came first, as a rule)
@@ -142,10 +143,19 @@ class ChildPool:
                     msg = child.conn.recv()
                 except (EOFError, OSError):
                     status = self._retire(child)
+                    if not started and fresh_tries and not ctx.cancelled:
+                        # it died before it took the job (an idle child killed, OOM): the handler never
+                        # began, so the job goes to a fresh child rather than failing an attempt
+                        fresh_tries -= 1
+                        child = self._start(task, ctx, key)
+                        continue
                     if ctx.cancelled:
                         raise JobCancelled(ctx.job_id, ctx.cancel_reason or "cancelled") from None
                     raise HandlerProcessDied(f"the handler's process (pid {child.pid}) {status} before it "
                                              "answered") from None
+                if msg[0] == "started":
+                    started = True
+                    continue
                 if msg[0] == "progress":
                     child.conn.send(_progress(ctx, msg[1], msg[2]))
                     continue
@@ -222,8 +232,16 @@ class ChildPool:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the worker's handler processes are shut down")
-            if self._idle:
-                return self._idle.pop()
+            while self._idle:
+                child = self._idle.pop()
+                if not _ended(child):
+                    return child
+                # it died while idle (an OOM kill, a kill -9): its pipe may still take our job
+                # and only then read as closed, so the job would fail without having started
+                with contextlib.suppress(OSError):
+                    child.conn.close()
+                self._children.pop(child.pid, None)
+                self.retired += 1
             others = [c.conn for c in self._children.values()]
             parent, theirs = Pipe()
             with warnings.catch_warnings():  # 3.12+: a DeprecationWarning on fork from a process with threads
@@ -289,6 +307,15 @@ class ChildPool:
         return f"exited with status {os.WEXITSTATUS(status)}"
 
 
+def _ended(child: _Child) -> bool:
+    """Whether an idle child has exited (reaped here if so)."""
+    try:
+        pid, _ = os.waitpid(child.pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return pid != 0
+
+
 def _progress(ctx: JobContext, fraction: float | None, message: str | None) -> tuple[str, Any]:
     """The worker's answer to a child's ``ctx.progress``: whether a cancel was requested, or refused."""
     try:
@@ -330,6 +357,7 @@ def _serve(conn: Connection, pool: ChildPool) -> None:
         except (EOFError, OSError):
             return
         _, task, job = msg
+        conn.send(("started",))  # the job is ours: a death from here on is the attempt's
 
         def report(_job: Any, fraction: float | None, message: str | None) -> bool:
             conn.send(("progress", fraction, message))
