@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -21,6 +22,8 @@ import pytest
 
 from tether import ConfigError, JobContext, JobState, Outcome, Tether, UnknownTask
 from tether.config import parse_database_url
+from tether.model import NewJob
+from tether.search import JobFilter
 from tether.store import Store, open_store
 from tether.store.flows import NewWorkflow
 
@@ -385,3 +388,43 @@ def test_the_sqlite_upgrade_rebuilds_jobs_keeping_rows_indexes_and_ids(tmp_path:
                 >= indexes  # every one kept (later migrations add their own)
     finally:
         store.close()
+
+
+# -- the endings added beside workflows (bulk cancel, expiry) and bulk retry ---------------------
+
+
+def _with_upstream(direct: Store, first: NewJob) -> dict[str, int]:
+    """a (as given), b waiting for it (policy cancel), r waiting for it (policy run)."""
+    names = ["a", "b", "r"]
+    flow = NewWorkflow("test", [first, new_job(args={"step": "b"}), new_job(args={"step": "r"})], names,
+                       [[], [0], [0]], ["cancel", "cancel", "run"])
+    _, ids = direct.enqueue_workflow(flow)
+    return dict(zip(names, ids, strict=True))
+
+
+def test_a_bulk_cancel_releases_what_waits_for_the_jobs_it_ends(store: Store, direct: Store) -> None:
+    """cancel_many is an ending: its statement cuts the cancel-policy step and
+    releases the run-policy one, as a single cancel does (SQLite's bulk cancel
+    lacked the dependents flag: they stayed waiting for ever)."""
+    jobs = _with_upstream(direct, new_job(args={"step": "a"}))
+    count, _ = store.cancel_batch(JobFilter.of({"ids": [jobs["a"]]}), after_id=0, limit=10)
+    assert count == 1
+    assert states(store, jobs) == {"a": "cancelled", "b": "cancelled", "r": "queued"}
+
+
+def test_an_expired_upstream_releases_what_waits_for_it(store: Store, direct: Store) -> None:
+    """The expiry sweep is an ending too (SQLite's lacked the dependents flag)."""
+    jobs = _with_upstream(direct, new_job(args={"step": "a"}, expires_at=datetime.now(UTC) - timedelta(seconds=1)))
+    assert [b.id for b in direct.expire("sweeper", limit=10)] == [jobs["a"]]
+    assert states(store, jobs) == {"a": "cancelled", "b": "cancelled", "r": "queued"}
+
+
+def test_a_bulk_retry_of_a_dead_upstream_puts_what_it_cancelled_back_to_waiting(store: Store, direct: Store) -> None:
+    """retry_many reopens as retry does (it left the cut steps cancelled)."""
+    jobs = _with_upstream(direct, new_job(args={"step": "a"}, max_attempts=1))
+    got = claim(store)
+    store.fail(W, jobs["a"], got[jobs["a"]], outcome=Outcome.FAILED, error="boom")
+    assert states(store, jobs) == {"a": "dead", "b": "cancelled", "r": "queued"}
+    retried, _ = store.retry_batch(JobFilter.of({"ids": [jobs["a"]]}), after_id=0, limit=10)
+    assert [i for i, _ in retried] == [jobs["a"]]
+    assert states(store, jobs) == {"a": "queued", "b": "waiting", "r": "queued"}
