@@ -22,8 +22,8 @@ from typing import Any
 from ..errors import ConfigError
 from ..model import JobState, NewJob
 
-__all__ = ["BATCH_SHARDS", "ON_FAILURE", "BatchInfo", "Batches", "NewBatch", "NewWorkflow", "StepInfo", "WorkflowInfo",
-           "Workflows", "batch_edge", "flow_of_row"]
+__all__ = ["BATCH_SHARDS", "ON_FAILURE", "BatchInfo", "Batches", "FlowLookups", "NewBatch", "NewWorkflow", "StepInfo",
+           "WorkflowInfo", "Workflows", "batch_edge", "flow_of_row"]
 
 #: a step's policy when a dependency ends dead or cancelled
 ON_FAILURE = ("cancel", "run")
@@ -206,3 +206,22 @@ def flow_of_row(row: Sequence[Any]) -> tuple[int | None, int | None]:
     if edge is not None:
         called = int(edge) // BATCH_SHARDS
     return None if run is None else int(run), None if called is None else int(called)
+
+
+class FlowLookups:
+    """``job_flow`` and ``job_batch`` for a store whose queries.sql holds
+    ``job_flow``, ``batch_of`` and ``batch_called`` (both backends' do): a mixin
+    of their workflow mixins, which provide ``_all``."""
+
+    def _all(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        raise NotImplementedError
+
+    def job_flow(self, job_id: int) -> tuple[int | None, int | None]:
+        return flow_of_row(self._all("job_flow", {"id": job_id})[0])
+
+    def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:
+        rows = self._all("batch_of", {"id": job_id})
+        if rows:
+            return int(rows[0][0]) // BATCH_SHARDS
+        called = self._all("batch_called", {"id": job_id}) if callback else []
+        return int(called[0][0]) if called else None

@@ -13,7 +13,7 @@ import psycopg
 
 from ...errors import InvalidTransition
 from ...model import JobState, NewJob
-from ..flows import BATCH_SHARDS, BatchInfo, NewBatch, NewWorkflow, StepInfo, WorkflowInfo, flow_of_row
+from ..flows import BATCH_SHARDS, BatchInfo, FlowLookups, NewBatch, NewWorkflow, StepInfo, WorkflowInfo
 from .steps import Steps, _enqueue_plan
 
 __all__ = ["PostgresWorkflows", "batch_steps", "workflow_steps"]
@@ -61,7 +61,7 @@ def grow_steps(member_id: int, jobs: Sequence[NewJob]) -> Steps[list[int]]:
     return ids
 
 
-class PostgresWorkflows:
+class PostgresWorkflows(FlowLookups):
     """For ``PostgresStore`` (which provides the pool, the queries and ``_tx``)."""
 
     pool: Any
@@ -133,13 +133,3 @@ class PostgresWorkflows:
             return None
         bid, created, on_complete, on_success, finished = head[0]
         return BatchInfo(bid, created, {JobState(s): int(n) for s, n in counts}, on_complete, on_success, finished)
-
-    def job_flow(self, job_id: int) -> tuple[int | None, int | None]:
-        return flow_of_row(self._all("job_flow", {"id": job_id})[0])
-
-    def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:
-        rows = self._all("batch_of", {"id": job_id})
-        if rows:
-            return int(rows[0][0]) // BATCH_SHARDS
-        called = self._all("batch_called", {"id": job_id}) if callback else []
-        return int(called[0][0]) if called else None

@@ -13,13 +13,22 @@ from typing import Any
 
 from ...errors import InvalidTransition
 from ...model import JobId, JobState, NewJob
-from ..flows import BATCH_SHARDS, BatchInfo, NewBatch, NewWorkflow, StepInfo, WorkflowInfo, batch_edge, flow_of_row
+from ..flows import (
+    BATCH_SHARDS,
+    BatchInfo,
+    FlowLookups,
+    NewBatch,
+    NewWorkflow,
+    StepInfo,
+    WorkflowInfo,
+    batch_edge,
+)
 from ..rows import epoch_to_dt
 
 __all__ = ["SQLiteWorkflows"]
 
 
-class SQLiteWorkflows:
+class SQLiteWorkflows(FlowLookups):
     """For ``SQLiteStore`` (which provides the queries, ``_write``, ``_enqueue_in`` and ``_tx``)."""
 
     q: dict[str, str]
@@ -120,13 +129,3 @@ class SQLiteWorkflows:
         created_at = epoch_to_dt(created)
         assert created_at is not None
         return BatchInfo(bid, created_at, counts, on_complete, on_success, epoch_to_dt(finished))
-
-    def job_flow(self, job_id: int) -> tuple[int | None, int | None]:
-        return flow_of_row(self._all("job_flow", {"id": job_id})[0])
-
-    def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:
-        rows = self._all("batch_of", {"id": job_id})
-        if rows:
-            return int(rows[0][0]) // BATCH_SHARDS
-        called = self._all("batch_called", {"id": job_id}) if callback else []
-        return int(called[0][0]) if called else None
