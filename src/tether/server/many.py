@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from ..store.http import wire
 from ..store.http.wire_many import decode_filter
+from ..store.many import Ended
 from ..transport import announce
 from .context import Args, Server
 
@@ -22,9 +23,13 @@ def _search(s: Server, a: Args) -> Args:
 
 
 def _cancel_many(s: Server, a: Args) -> Args:
+    ended: list[Ended] | None = [] if a.get("ended") else None
     count, last = s.store.cancel_batch(decode_filter(a["filter"]), after_id=a["after"], limit=a["limit"],
-                                       now=a["now"])
-    return {"count": count, "last": last}
+                                       now=a["now"], ended=ended)
+    answer: Args = {"count": count, "last": last}
+    if ended is not None:
+        answer["ended"] = [{"id": i, "task": t, "queue": q} for i, t, q in ended]
+    return answer
 
 
 def _retry_many(s: Server, a: Args) -> Args:

@@ -60,7 +60,7 @@ from .schema import (
     string,
 )
 from .wire_errors import ERRORS, error_code
-from .wire_many import FILTER, MAX_PAGE_WIRE, TAGS
+from .wire_many import CANCEL_ANSWER, CANCEL_BODY, FILTER, MAX_PAGE_WIRE, TAGS
 from .wire_schedules import FIRE_BODY, control_ops, with_control, with_task
 from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
 
@@ -299,9 +299,8 @@ OPS: list[Op] = [
     Op("count_jobs", "POST", "/v1/jobs/count", P, "How many jobs match the filter",
        obj({"count": integer(0, 2**63 - 1)}), body=obj({"filter": FILTER}), errors=(422,)),
     Op("cancel_many", "POST", "/v1/jobs/cancel-many", P, "Cancel a batch of the matching jobs above `after` "
-       "(id order): queued at once, running by request; how many, and the next `after` (null: done)", _BATCH,
-       body=obj({"filter": FILTER, "after": integer(0, INT53_MAX), "limit": integer(1, 10_000)}), takes_now=True,
-       errors=(422,)),
+       "(id order): queued at once, running by request; how many, and the next `after` (null: done); with "
+       "`ended`, the jobs cancelled at once", CANCEL_ANSWER, body=CANCEL_BODY, takes_now=True, errors=(422,)),
     Op("retry_many", "POST", "/v1/jobs/retry-many", P, "Retry a batch of the matching dead or cancelled jobs "
        "above `after`; the (id, queue) of each retried, and the next `after`",
        obj({"jobs": array(obj({"id": JOB_ID, "queue": string(1000)}), 10_000), "last": nullable(JOB_ID)}),

@@ -12,7 +12,7 @@ from psycopg import errors as pg_errors
 
 from ...model import Job
 from ...search import JobFilter
-from ..many import Batch, not_rerun
+from ..many import Batch, Ended, not_rerun
 from ..rows import job_from_row
 
 __all__ = ["PostgresMany", "filter_params"]
@@ -44,9 +44,13 @@ class PostgresMany:
     def count_jobs(self, f: JobFilter) -> int:
         return int(self._all("count_jobs", filter_params(f))[0][0])
 
-    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None) -> Batch:
-        ((count, last),) = self._all("cancel_many", {**filter_params(f), "after": after_id, "limit": limit,
-                                                      "now": now})
+    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None,
+                     ended: list[Ended] | None = None) -> Batch:
+        ((count, last, cancelled),) = self._all("cancel_many", {**filter_params(f), "after": after_id,
+                                                                 "limit": limit, "now": now,
+                                                                 "report": ended is not None})
+        if ended is not None and cancelled:
+            ended.extend((int(i), str(t), str(q)) for i, t, q in cancelled)
         return int(count), last
 
     def retry_batch(

@@ -1496,7 +1496,10 @@ SELECT count(*) FROM {schema}.jobs WHERE {_job_filter}
 -- is taken by the next pass (many.py). As cancel does, judged on the row:
 -- queued ends cancelled at once (an ending: _ending), running gets a cancel
 -- request its worker reads from its next heartbeat. Answer: how many were
--- affected, and the last id picked (NULL: no more).
+-- affected, the last id picked (NULL: no more), and, only when %(report)s
+-- (an app with a job.cancelled hook: many.py), [id, task, queue] of each job
+-- cancelled at once, for its event; NULL otherwise, so a bulk cancel nobody
+-- listens to builds no JSON.
 WITH picked AS (
     SELECT id FROM {schema}.jobs
     WHERE {_job_filter}
@@ -1511,9 +1514,11 @@ WITH picked AS (
         finished_at = CASE WHEN j.state = 'queued' THEN {now} ELSE j.finished_at END,
         cancel_requested = (j.state = 'running')
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.state IN ('queued', 'running')
-    RETURNING j.id, j.state
+    RETURNING j.id, j.state, j.task, j.queue
 ), {_ending}
-SELECT (SELECT count(*) FROM {_ended}), (SELECT max(id) FROM picked)
+SELECT (SELECT count(*) FROM {_ended}), (SELECT max(id) FROM picked),
+       CASE WHEN %(report)s::boolean
+            THEN (SELECT json_agg(json_build_array(id, task, queue)) FROM ended WHERE state = 'cancelled') END
 
 -- name: retry_many
 -- A batch of retry (as retry: queued now, with an attempt left) over the

@@ -1023,12 +1023,14 @@ LIMIT :limit
 
 -- name: cancel_many
 -- cancel over the picked ids (:ids, a JSON array): an ending (ending.py).
+-- Its own columns, task and queue, name the jobs it cancelled at once in
+-- their job.cancelled events (many.py reads them only while a hook listens).
 UPDATE tether_jobs
 SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
     cancel_requested = (state = 'running')
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running')
-RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, task, queue, {_dependents}
 
 -- name: retry_many
 -- retry over the picked ids. A job whose dedup key an active job holds
