@@ -61,10 +61,8 @@ class ManyJobsApp:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
             raise ConfigError(f"app.jobs: limit must be an int from 1 to {MAX_PAGE}, got {limit!r}")
         before = None if after is None else f.read_cursor(after)
-        found = self.store.search_jobs(f, limit=limit + 1, before_id=before)
-        more = len(found) > limit
-        found = found[:limit]
-        return JobPage(jobs=[self._typed(j) for j in found], next=f.cursor(found[-1].id) if more else None)
+        found, cursor = f.page(self.store.search_jobs(f, limit=limit + 1, before_id=before), limit)
+        return JobPage(jobs=[self._typed(j) for j in found], next=cursor)
 
     def count_jobs(self, **filters: Any) -> int:
         """How many jobs match the filters (those of ``jobs``)."""

@@ -8,9 +8,9 @@ from typing import Any
 
 from ...model import JobState
 from ...search import MAX_IDS, MAX_PAGE, MAX_TAG_CHARS, MAX_TAGS, TAG_PATTERN, JobFilter
-from .schema import DATETIME, INT53_MAX, array, boolean, integer, nullable, obj, string
+from .schema import DATETIME, INT53_MAX, Schema, array, boolean, integer, nullable, obj, string
 
-__all__ = ["CANCEL_ANSWER", "CANCEL_BODY", "FILTER", "MAX_PAGE_WIRE", "TAGS", "decode_filter"]
+__all__ = ["CANCEL_ANSWER", "CANCEL_BODY", "FILTER", "MAX_PAGE_WIRE", "SEARCH_BODY", "TAGS", "decode_filter", "search_answer"]
 
 MAX_PAGE_WIRE = MAX_PAGE + 1  # a page and the one job that says another follows
 TAGS = array(string(MAX_TAG_CHARS, 1, TAG_PATTERN), MAX_TAGS)
@@ -24,6 +24,18 @@ FILTER = obj({
              "finished_before", "ids"))
 
 _JOB_ID = integer(1, INT53_MAX)
+#: search_jobs: `before` (a job id: the jobs below it; tether's client sends
+#: it, null for the first page, and pages itself) or, leaving `before` out,
+#: `after`: a page's `next` cursor, which the server refuses (400) unless the
+#: same filter made it; then the answer has `next` (null: the last page)
+SEARCH_BODY = obj({"filter": FILTER, "limit": integer(1, MAX_PAGE_WIRE), "before": nullable(_JOB_ID),
+                   "after": nullable(string(200, 1))}, optional=("before", "after"))
+
+
+def search_answer(job_record: Schema) -> Schema:
+    return obj({"jobs": array(job_record, MAX_PAGE_WIRE), "next": nullable(string(200, 1))}, optional=("next",))
+
+
 #: cancel_many's batch: ``ended`` (optional; an older client sends none) asks
 #: for the jobs the batch cancelled at once, for the client app's
 #: job.cancelled events; the answer has them only then
