@@ -1477,12 +1477,46 @@ AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before
 -- A page of app.jobs(): newest first, keyset-paged on the id (an id never
 -- changes, so a walk neither repeats nor skips a job that matches throughout,
 -- whatever is inserted or finished meanwhile: new jobs have higher ids).
+-- For a common tag or meta value (and for the other filters) the planner
+-- walks the primary key newest first and stops at the page's end; for a
+-- rare one postgres/many.py runs search_jobs_few instead.
 SELECT {job_select}
 FROM {schema}.jobs
 WHERE {_job_filter}
   AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s
+
+-- name: search_estimate
+-- How many rows the planner expects a search's filter to match (the top
+-- node's "Plan Rows"; no row is read): postgres/many.py picks search_jobs or
+-- search_jobs_few by it, for a tags or meta filter (issue 43, the rare-tag
+-- first page). An estimate, not a count: its plan costs a millisecond.
+EXPLAIN (FORMAT JSON)
+SELECT id FROM {schema}.jobs
+WHERE {_job_filter}
+  AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+
+-- name: search_jobs_few
+-- search_jobs for a filter the planner expects to match few rows (below
+-- many.FEW_ROWS): the matching ids come from the filter's own index (the
+-- tags or meta GIN index: a bitmap of every match), the newest `limit` of
+-- them by a top-N sort of bare ids, then their rows by the primary key.
+-- `ORDER BY id + 0` keeps the planner off the primary key's order: on its
+-- own it walks the primary key newest first for any tag it expects on 1% of
+-- the rows, assuming the matches spread evenly, and when the newest rows
+-- hold none (100,000 queued jobs of another tag) it reads all of them
+-- first: 110,000 rows for a page of bench/many_jobs.py's 1%-tag, where this
+-- reads its 10,000 matches. Sorting ids, not rows, keeps the sort small.
+SELECT {job_select}
+FROM {schema}.jobs
+WHERE id = ANY(ARRAY(
+    SELECT id FROM {schema}.jobs
+    WHERE {_job_filter}
+      AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+    ORDER BY id + 0 DESC
+    LIMIT %(limit)s))
+ORDER BY id DESC
 
 -- name: count_jobs
 SELECT count(*) FROM {schema}.jobs WHERE {_job_filter}
