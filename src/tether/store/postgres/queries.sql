@@ -1142,7 +1142,9 @@ WHERE NOT paused
 --         fire, behind the job its first tick makes) or when the schedule's
 --         last job is still queued or running: a primary-key probe, not a scan
 --         of the schedule's history;
--- made:   a job for each tick won and not skipped, due at its tick;
+-- made:   a job for each tick won and not skipped, due at its tick, with
+--         its task's tags from %(tags)s (store/schedules.py TaskTags: the
+--         firing worker's code names them; NULL -> anything is NULL: none);
 -- marked: the schedule's bookkeeping, only ever forward (GREATEST and the
 --         comparisons below), since fires for different ticks may commit in
 --         any order.
@@ -1163,9 +1165,9 @@ WITH s AS (
 ), made AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
-         schedule, scheduled_for)
+         schedule, scheduled_for, tags)
     SELECT s.queue, coalesce(s.task, s.name), s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl,
-           s.timeout, s.backoff_base, {now}, won.schedule, won.tick
+           s.timeout, s.backoff_base, {now}, won.schedule, won.tick, %(tags)s::jsonb -> coalesce(s.task, s.name)
     FROM won CROSS JOIN s
     WHERE NOT won.skipped
     ORDER BY won.tick
@@ -1237,7 +1239,8 @@ SELECT (SELECT count(*) FROM gone), EXISTS (SELECT 1 FROM {schema}.schedules WHE
 -- with manual = true (the primary key still admits one), and its job, due
 -- at once, in one statement. It does not move last_tick, so no cron tick is
 -- lost to it; last_fired and last_job_id move forward as a fire's do
--- (overlap=False then waits for this job too). Paused or not.
+-- (overlap=False then waits for this job too). Paused or not. Its job has
+-- its task's tags, as fire_ticks' jobs do.
 WITH s AS (
     SELECT * FROM {schema}.schedules WHERE name = %(name)s
 ), won AS (
@@ -1248,9 +1251,9 @@ WITH s AS (
 ), made AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
-         schedule, scheduled_for)
+         schedule, scheduled_for, tags)
     SELECT s.queue, coalesce(s.task, s.name), s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl,
-           s.timeout, s.backoff_base, {now}, won.schedule, won.tick
+           s.timeout, s.backoff_base, {now}, won.schedule, won.tick, %(tags)s::jsonb -> coalesce(s.task, s.name)
     FROM won CROSS JOIN s
     RETURNING id, queue, scheduled_for, task
 ), marked AS (

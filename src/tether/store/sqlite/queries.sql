@@ -796,12 +796,15 @@ ON CONFLICT (schedule, tick) DO NOTHING
 RETURNING tick, skipped
 
 -- name: fire_job
--- The job for one tick this fire decided, due at its tick.
+-- The job for one tick this fire decided (or a trigger's), due at its tick,
+-- with its task's tags: the member of :tags (a JSON object of each task's
+-- tags, the firing worker's; store/schedules.py TaskTags) named by its task,
+-- as JSON text (json_each gives an array member as its text); none: NULL.
 INSERT INTO tether_jobs
     (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
-     schedule, scheduled_for)
+     schedule, scheduled_for, tags)
 SELECT queue, coalesce(task, name), args, priority, :tick, max_attempts, lease_ttl, timeout, backoff_base, {now},
-       name, :tick
+       name, :tick, (SELECT t.value FROM json_each(:tags) AS t WHERE t.key = coalesce(task, name))
 FROM tether_schedules
 WHERE name = :name
 RETURNING id, queue, task
