@@ -212,6 +212,9 @@ def test_scheduled_jobs_carry_their_tasks_tags(make: Callable[[], Tether]) -> No
     assert triggered is not None and triggered.tags == ["adhoc"] and triggered.schedule == "dyn"
     other = make()  # registers r.nightly only
     assert other.get_job(other.trigger_schedule("dyn")).tags is None  # type: ignore[union-attr]
+    # a worker that gives no tags (as one of an earlier release, whose statements name none) fires as before
+    [old] = Scheduler(app.store, [], grace=GRACE, tasks=("r.tagged",)).run_once(now=at(1.6))
+    assert old.job_id is not None and app.get_job(old.job_id).tags is None  # type: ignore[union-attr]
 
 
 def test_remove_takes_dynamic_schedules_only(make: Callable[[], Tether]) -> None:
