@@ -11,14 +11,18 @@ from __future__ import annotations
 import os
 import select
 import signal
+import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tether import ConfigError, Discard, JobContext, JobState, Outcome, Retry, Tether
+from tether.model import ClaimedJob
+from tether.worker.isolation import ChildPool
 
 from .conftest import take_from
 from .test_worker import FAST, is_final, running, wait_job
@@ -27,10 +31,12 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="process isolati
 
 
 def alive(pid: int) -> bool:
-    """Whether ``pid`` is a process still running code (a zombie is not)."""
+    """Whether ``pid`` is a process still running code (a zombie is not).
+    Reaped between the open and the read, it reads as ProcessLookupError
+    (ESRCH): gone too (what made the combined runs' isolation tests flaky)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
@@ -40,6 +46,13 @@ def wait_until(check: Callable[[], bool], timeout: float = 10, what: str = "the 
     while not check():
         assert time.monotonic() < deadline, f"{what} did not hold within {timeout}s"
         time.sleep(0.02)
+
+
+def read_pid(path: Path, timeout: float = 10, what: str = "the handler's start") -> int:
+    """The pid a handler writes to ``path`` once it is whole (``write_text``
+    creates the file empty, then writes: a reader in between read '')."""
+    wait_until(lambda: path.exists() and path.read_text().strip().isdigit(), timeout, what)
+    return int(path.read_text())
 
 
 def test_a_handler_runs_in_a_child_with_middleware_progress_and_its_result(make_app: Callable[..., Tether]) -> None:
@@ -127,8 +140,7 @@ def test_a_cancel_request_kills_a_handler_stuck_in_a_c_call(make_app: Callable[.
 
     jid = stuck.enqueue(where=str(tmp_path))
     with running(app):
-        wait_until(lambda: (tmp_path / "pid").exists(), what="the handler's start")
-        pid = int((tmp_path / "pid").read_text())
+        pid = read_pid(tmp_path / "pid")
         app.cancel(jid)
         job = wait_job(app, jid, is_final)
         assert not alive(pid)
@@ -316,3 +328,33 @@ def test_a_handler_in_a_child_enqueues_and_reads_on_connections_of_its_own(make_
         followed = [wait_job(app, r["next"], is_final) for r in results]
     assert [r["state"] for r in results] == ["running"] * 4
     assert [(j.state, j.result) for j in followed] == [(JobState.SUCCEEDED, i + 1) for i in range(4)]
+
+
+def _ctx(job_id: int) -> JobContext:
+    job = ClaimedJob(id=job_id, attempt=1, task="pid", args={}, queue="default", priority=0, max_attempts=1,
+                     lease_ttl=30.0, timeout=None, claimed_at=datetime.now(UTC))
+    return JobContext(job, worker_id="w", report_progress=lambda job, f, m: False)
+
+
+def test_an_idle_child_outlives_the_thread_that_asked_for_it() -> None:
+    """Linux sends a child's PR_SET_PDEATHSIG when the *thread* that forked it
+    ends, not its process. A handler thread that forked its child itself took
+    the idle child with it when it ended (the worker's handler threads end at
+    its shutdown, before the pool's close: its idle children were SIGKILLed
+    rather than told to exit). The pool forks from a thread of its own: the
+    child survives its first caller's thread and runs the next job."""
+    pool = ChildPool(lambda task: lambda ctx: os.getpid(), worker_id="w", max_payload_bytes=1 << 20)
+    pids: list[int] = []
+    try:
+        caller = threading.Thread(target=lambda: pids.append(pool.call("pid", _ctx(1))))
+        caller.start()
+        caller.join()
+        tid = caller.native_id
+        # gone from the kernel too (join() returns a moment before): any death signal has been sent by now
+        wait_until(lambda: not Path(f"/proc/self/task/{tid}").exists(), what="the caller thread's exit")
+        assert alive(pids[0])
+        pids.append(pool.call("pid", _ctx(2)))
+        assert pids[1] == pids[0] and pool.started == 1, (pids, pool.started)
+    finally:
+        pool.close()
+    assert not alive(pids[0])

@@ -18,7 +18,11 @@ that reason (``HandlerProcessDied``). Children are recycled between jobs
 after ``max_tasks`` jobs or once their resident memory passes ``max_memory``
 bytes. A child notices its worker's death (PR_SET_PDEATHSIG on Linux, and a
 watchdog thread), so a kill -9 of the worker leaves no handler running past
-its lease.
+its lease. Linux sends that signal when the *thread* that forked the child
+ends, not its process, so children are forked by one thread of the pool's
+that lives until ``close()`` has reaped them all (``_forking``), never by the
+handler thread that asked. A child is signalled only until it is reaped
+(``_waited``, under the pool's lock): its pid is free after that.
 
 Children are forked from the worker, as a prefork pool's are: they inherit
 the app and its handlers, however they were defined. ``ctx.transaction()``
@@ -37,8 +41,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
+from queue import SimpleQueue
 from typing import Any
 
 from ..context import CancelReason, JobCancelled, JobContext
@@ -86,7 +92,7 @@ def parse_size(value: int | str | None, what: str = "max_memory_per_child") -> i
 
 
 class _Child:
-    __slots__ = ("conn", "kill_at", "pid", "rss", "tasks")
+    __slots__ = ("conn", "ended", "kill_at", "pid", "rss", "tasks")
 
     def __init__(self, pid: int, conn: Connection) -> None:
         self.pid = pid
@@ -95,6 +101,8 @@ class _Child:
         self.rss = 0
         #: monotonic time to send SIGKILL (after a SIGTERM), once one was sent
         self.kill_at: float | None = None
+        #: how it ended, once reaped (its pid is free then: another process may get it)
+        self.ended: str | None = None
 
 
 class ChildPool:
@@ -118,6 +126,9 @@ class ChildPool:
         self._children: dict[int, _Child] = {}  # pid -> child, every live one
         self._busy: dict[int, _Child] = {}  # id(ctx) -> the child running its handler
         self._closed = False
+        #: forks asked of the forking thread (started on the first; None ends it)
+        self._forks: SimpleQueue[Future[_Child] | None] = SimpleQueue()
+        self._forker: threading.Thread | None = None
         #: children started and retired (recycled or dead), for tests and the log
         self.started = 0
         self.retired = 0
@@ -215,6 +226,7 @@ class ChildPool:
             self._signal(child, signal.SIGKILL)
         for child in idle + busy:
             self._reap(child, wait=2.0)
+        self._forks.put(None)  # (a fork asked for meanwhile finds the pool closed)
 
     def pids(self) -> list[int]:
         with self._lock:
@@ -225,8 +237,10 @@ class ChildPool:
             child.kill_at = time.monotonic() + KILL_GRACE
         elif sig == signal.SIGKILL:
             child.kill_at = time.monotonic()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, sig)
+        with self._lock:  # never once reaped: the pid may be another process's by then
+            if child.ended is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, sig)
 
     def _take(self) -> _Child:
         with self._lock:
@@ -234,7 +248,7 @@ class ChildPool:
                 raise RuntimeError("the worker's handler processes are shut down")
             while self._idle:
                 child = self._idle.pop()
-                if not _ended(child):
+                if _waited(child) is None:
                     return child
                 # it died while idle (an OOM kill, a kill -9): its pipe may still take our job
                 # and only then read as closed, so the job would fail without having started
@@ -242,6 +256,33 @@ class ChildPool:
                     child.conn.close()
                 self._children.pop(child.pid, None)
                 self.retired += 1
+            if self._forker is None:
+                self._forker = threading.Thread(target=self._forking, name="tether-child-forker", daemon=True)
+                self._forker.start()
+        forked: Future[_Child] = Future()
+        self._forks.put(forked)
+        return forked.result()
+
+    def _forking(self) -> None:
+        """The pool's forking thread, until close(). Linux fires a child's
+        PR_SET_PDEATHSIG when the *thread* that forked it ends, not its
+        process: a child forked by a handler thread was SIGKILLed when that
+        thread ended (an idle child at the worker's shutdown, before close()
+        could end it by its pipe). This thread ends after close() has reaped
+        every child, or with the process."""
+        while True:
+            forked = self._forks.get()
+            if forked is None:
+                return
+            try:
+                forked.set_result(self._fork())
+            except BaseException as exc:
+                forked.set_exception(exc)
+
+    def _fork(self) -> _Child:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the worker's handler processes are shut down")
             others = [c.conn for c in self._children.values()]
             parent, theirs = Pipe()
             with warnings.catch_warnings():  # 3.12+: a DeprecationWarning on fork from a process with threads
@@ -287,11 +328,9 @@ class ChildPool:
         """Wait for the child's exit (SIGKILL past ``wait``); how it ended, in words."""
         give_up = time.monotonic() + wait
         while True:
-            try:
-                pid, status = os.waitpid(child.pid, os.WNOHANG)
-            except ChildProcessError:
-                return "exited"
-            if pid:
+            with self._lock:
+                ended = _waited(child)
+            if ended is not None:
                 break
             if time.monotonic() >= give_up:
                 self._signal(child, signal.SIGKILL)
@@ -299,21 +338,27 @@ class ChildPool:
             time.sleep(0.005)
         with contextlib.suppress(OSError):
             child.conn.close()
+        return ended
+
+
+def _waited(child: _Child) -> str | None:
+    """The pool's lock held (so no signal goes to a pid once it is free): how
+    the child ended, reaped here if it has; None while it runs."""
+    if child.ended is None:
+        try:
+            pid, status = os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:  # (not ours to wait for: never expected)
+            child.ended = "exited"
+            return child.ended
+        if not pid:
+            return None
+        child.ended = f"exited with status {os.WEXITSTATUS(status)}"
         if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
+            sig: int | signal.Signals = os.WTERMSIG(status)
             with contextlib.suppress(ValueError):
-                return f"was killed by signal {signal.Signals(sig).name}"
-            return f"was killed by signal {sig}"
-        return f"exited with status {os.WEXITSTATUS(status)}"
-
-
-def _ended(child: _Child) -> bool:
-    """Whether an idle child has exited (reaped here if so)."""
-    try:
-        pid, _ = os.waitpid(child.pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return pid != 0
+                sig = signal.Signals(sig)
+            child.ended = f"was killed by signal {getattr(sig, 'name', sig)}"
+    return child.ended
 
 
 def _progress(ctx: JobContext, fraction: float | None, message: str | None) -> tuple[str, Any]:
@@ -405,8 +450,9 @@ def _rss() -> int:
 
 def _die_with(parent: int) -> None:
     """Exit when the worker dies: PR_SET_PDEATHSIG (Linux: even a handler
-    stuck in a C call that holds the GIL is killed), and a watchdog thread
-    elsewhere and for a worker whose forking thread outlives it."""
+    stuck in a C call that holds the GIL is killed; sent when the pool's
+    forking thread ends, which it does with the process or after close()),
+    and a watchdog thread elsewhere."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
             import ctypes
