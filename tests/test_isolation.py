@@ -270,6 +270,14 @@ def test_isolation_options_are_checked(make_app: Callable[..., Tether]) -> None:
 LEAK: list[bytearray] = []
 
 
+def touched(size: int) -> bytearray:
+    """``size`` bytes made resident page by page (no temporary copy)."""
+    buf = bytearray(size)
+    for i in range(0, size, 4096):
+        buf[i] = 1
+    return buf
+
+
 def test_a_leaking_child_is_replaced_once_past_its_memory_limit(make_app: Callable[..., Tether]) -> None:
     """Each job leaks 64 MiB in its child (kept in a module list, touched so it
     is resident); with a limit 100 MiB above a fresh child's size, the child
@@ -278,7 +286,9 @@ def test_a_leaking_child_is_replaced_once_past_its_memory_limit(make_app: Callab
 
     @app.task(name="leak")
     def leak(ctx: JobContext, mib: int) -> dict[str, int]:
-        LEAK.append(bytearray(b"x" * (mib * 1024 * 1024)))
+        # touched page by page: no 2x transient (b"x" * n, then its copy), which the worker's
+        # sampling of a running child's memory may see and recycle the child for
+        LEAK.append(touched(mib * 1024 * 1024))
         pages = int(Path("/proc/self/statm").read_text().split()[1])
         return {"pid": os.getpid(), "rss": pages * os.sysconf("SC_PAGE_SIZE")}
 
@@ -290,6 +300,62 @@ def test_a_leaking_child_is_replaced_once_past_its_memory_limit(make_app: Callab
         pids = [wait_job(app, j, is_final).result["pid"] for j in ids]
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4], pids
     assert LEAK == []  # the leaks were the children's
+
+
+def test_a_child_whose_job_grew_past_the_memory_limit_is_replaced_after_it(make_app: Callable[..., Tether],
+                                                                          tmp_path: Path) -> None:
+    """The limit is read while a job runs, not only at its end: this job
+    touches 256 MiB, holds it until the worker has seen it (its sample of the
+    child's /proc entry), then gives it back (an mmap'd buffer: its resident
+    memory drops), so the child's own figure at the end is under the limit.
+    The child is still replaced after the job, not killed during it."""
+    app = make_app(**FAST)
+    mib = 1024 * 1024
+
+    @app.task(name="spike")
+    def spike(ctx: JobContext, where: str, size: int) -> int:
+        buf = touched(size)
+        Path(where, f"grown-{ctx.job_id}").write_text("")
+        while not Path(where, "release").exists():
+            time.sleep(0.01)
+        del buf
+        return os.getpid()
+
+    limit = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") + 100 * mib
+    with running(app, concurrency=1, isolation="process", max_memory_per_child=limit) as w:
+        first = spike.enqueue(where=str(tmp_path), size=256 * mib)
+        wait_until(lambda: (tmp_path / f"grown-{first}").exists(), what="the job's growth")
+        pool = w.executor.runners.pool
+        assert pool is not None
+        # (white-box: what the worker has read of its busy child, before the job lets go of the memory)
+        wait_until(lambda: any(c.rss > limit for c in list(pool._children.values())), what="the sample")
+        (tmp_path / "release").write_text("")
+        one = wait_job(app, first, is_final)
+        two = wait_job(app, spike.enqueue(where=str(tmp_path), size=0), is_final)
+    assert one.state is two.state is JobState.SUCCEEDED, (one, two)
+    assert one.result != two.result and pool.retired >= 1, (one.result, two.result, pool.retired)
+
+
+def test_ctx_transaction_in_a_child_fails_the_attempt_with_a_clear_error(make_app: Callable[..., Tether]) -> None:
+    """The transaction that makes a job's success exactly-once is the
+    worker's: in a child, ctx.transaction() is refused, the error saying why
+    and what to do, and nothing of the block runs."""
+    app = make_app(**FAST)
+
+    @app.task(name="pay", isolation="process", max_attempts=1)
+    def pay(ctx: JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute("SELECT 1")
+        raise AssertionError("the block ran")
+
+    jid = pay.enqueue()
+    with running(app):
+        job = wait_job(app, jid, is_final)
+    assert job.state is JobState.DEAD
+    error = job.last_error or ""
+    assert error.startswith("ConfigError: ctx.transaction() is not available to a handler run in a child process "
+                            "(isolation='process')"), error
+    assert f"job {jid}'s success" in error and "a worker without --isolation process" in error, error
 
 
 def test_an_idle_child_that_died_is_replaced_and_the_job_runs(make_app: Callable[..., Tether]) -> None:

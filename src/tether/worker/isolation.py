@@ -15,8 +15,12 @@ outcome is written, so a retry can never run beside it; a cancel request
 sends SIGTERM, then SIGKILL after KILL_GRACE. A child that dies on its own
 (a segfault, the OOM killer, ``os._exit``) fails the attempt at once with
 that reason (``HandlerProcessDied``). Children are recycled between jobs
-after ``max_tasks`` jobs or once their resident memory passes ``max_memory``
-bytes. A child notices its worker's death (PR_SET_PDEATHSIG on Linux, and a
+after ``max_tasks`` jobs or once their resident memory passed ``max_memory``
+bytes: at the job's end, or while it ran (the handler thread that waits for
+the child reads its /proc entry every MEMORY_POLL seconds, a few microseconds
+each: a job that grew past the limit and gave the memory back still has its
+child replaced after it). A child is never killed for its memory mid-job
+(the OOM killer's part: that fails the attempt as a crash). A child notices its worker's death (PR_SET_PDEATHSIG on Linux, and a
 watchdog thread), so a kill -9 of the worker leaves no handler running past
 its lease. Linux sends that signal when the *thread* that forked the child
 ends, not its process, so children are forked by one thread of the pool's
@@ -59,6 +63,8 @@ KILL_GRACE = 0.5
 POLL = 0.05
 #: how often a child's watchdog checks that its worker is alive
 WATCHDOG = 0.5
+#: with max_memory, how often the handler thread reads its busy child's resident memory
+MEMORY_POLL = 0.5
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
           "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
@@ -92,13 +98,17 @@ def parse_size(value: int | str | None, what: str = "max_memory_per_child") -> i
 
 
 class _Child:
-    __slots__ = ("conn", "ended", "kill_at", "pid", "rss", "tasks")
+    __slots__ = ("conn", "ended", "kill_at", "pid", "rss", "sample_at", "tasks")
 
     def __init__(self, pid: int, conn: Connection) -> None:
         self.pid = pid
         self.conn = conn
         self.tasks = 0
+        #: the most resident memory seen in its current (or last) job: sampled while it
+        #: runs (with max_memory), and its own figure at the end; bytes
         self.rss = 0
+        #: monotonic time of its next sample
+        self.sample_at = 0.0
         #: monotonic time to send SIGKILL (after a SIGTERM), once one was sent
         self.kill_at: float | None = None
         #: how it ended, once reaped (its pid is free then: another process may get it)
@@ -150,6 +160,9 @@ class ChildPool:
                     self._signal(child, signal.SIGKILL)
                 try:
                     if not child.conn.poll(POLL):
+                        if self.max_memory is not None and time.monotonic() >= child.sample_at:
+                            child.sample_at = time.monotonic() + MEMORY_POLL  # (its /proc entry: a few us)
+                            child.rss = max(child.rss, _rss(child.pid))
                         continue
                     msg = child.conn.recv()
                 except (EOFError, OSError):
@@ -171,7 +184,7 @@ class ChildPool:
                     child.conn.send(_progress(ctx, msg[1], msg[2]))
                     continue
                 child.tasks += 1
-                child.rss = msg[-1]
+                child.rss = max(child.rss, msg[-1])  # its size now, or more while the job ran
                 self._give_back(child)
                 if msg[0] == "ok":
                     return None if msg[1] is None else json.loads(msg[1])
@@ -194,6 +207,7 @@ class ChildPool:
                     self._busy.pop(key, None)
                 self._give_back(child)
                 raise JobCancelled(ctx.job_id, ctx.cancel_reason or "cancelled")
+            child.rss, child.sample_at = 0, time.monotonic() + MEMORY_POLL
             try:
                 child.conn.send(("run", task, ctx._job))
             except OSError:
@@ -423,9 +437,14 @@ def _serve(conn: Connection, pool: ChildPool) -> None:
         conn.send(answer)
 
 
-def _no_transaction(*_: Any) -> Any:
-    raise ConfigError("ctx.transaction() is not available to a handler run with isolation='process' (its "
-                      "connection is the worker's); use isolation='thread' for this task")
+def _no_transaction(ctx: JobContext, *connection: object) -> Any:
+    """``ctx.transaction()`` (and ``transaction_on``, as Django's ``context.transaction()``) in a child: refused."""
+    name = "transaction_on" if connection else "transaction"
+    raise ConfigError(
+        f"ctx.{name}() is not available to a handler run in a child process (isolation='process'): the "
+        f"transaction that writes job {ctx.job_id}'s success with the handler's writes is the worker's, on its "
+        "connection, in its process. Run this task on the worker's threads: no isolation='process' on its "
+        "@app.task, and a worker without --isolation process (which puts every def handler in a child)")
 
 
 def _pickled(exc: BaseException) -> bytes | None:
@@ -437,12 +456,15 @@ def _pickled(exc: BaseException) -> bytes | None:
     return data
 
 
-def _rss() -> int:
-    """This process's resident memory, in bytes (Linux's /proc; elsewhere its peak)."""
+def _rss(pid: int | None = None) -> int:
+    """A process's resident memory, in bytes: a child's (``pid``, from Linux's
+    /proc; 0 elsewhere), or this process's (elsewhere its peak)."""
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
+    except (OSError, IndexError, ValueError):
+        if pid is not None:
+            return 0
         import resource
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024
