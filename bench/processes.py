@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -87,6 +88,8 @@ class Bench:
         self.app = make_app(url)
         #: each run's jobs per worker process, most first
         self.shares: list[list[int]] = []
+        #: each run's seconds from the first claim to the last worker process's first
+        self.stagger: list[float] = []
 
     def fresh(self) -> None:
         if self.url.startswith("postgresql"):
@@ -98,8 +101,9 @@ class Bench:
             self.app = make_app(self.url)
         self.app.migrate()
 
-    def run(self, processes: int, n: int, loops: int) -> tuple[float, float]:
-        """(jobs/s over the jobs' own span, the worker's wall time from spawn to exit)."""
+    def run(self, processes: int, n: int, loops: int) -> tuple[float, float, float]:
+        """(jobs/s over the jobs' own span, jobs/s once every worker process
+        had claimed its first job, the worker's wall time from spawn to exit)."""
         self.fresh()
         ids = self.app.enqueue_many("processes.spin", [{"loops": loops}] * n)
         env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{SRC}", "TETHER_DATABASE_URL": self.url}
@@ -110,17 +114,23 @@ class Bench:
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"the worker exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
-        jobs = [self.app.get_job(i) for i in ids]
-        if any(j is None or j.state is not tether.JobState.SUCCEEDED for j in jobs):
-            raise SystemExit("not every job succeeded")
-        by_worker: dict[str, int] = {}
-        for j in jobs:
-            if j is not None and j.locked_by is not None:
-                by_worker[j.locked_by] = by_worker.get(j.locked_by, 0) + 1
-        self.shares.append(sorted(by_worker.values(), reverse=True))
-        first = min(j.claimed_at for j in jobs if j is not None and j.claimed_at is not None)
-        last = max(j.finished_at for j in jobs if j is not None and j.finished_at is not None)
-        return n / (last - first).total_seconds(), wall
+        runs = []  # (worker, claimed, finished) of each job's attempt
+        for job_id in ids:
+            job = self.app.get_job(job_id)
+            if job is None or job.state is not tether.JobState.SUCCEEDED or job.attempts[-1].finished_at is None:
+                raise SystemExit(f"job {job_id} did not succeed: {job}")
+            att = job.attempts[-1]
+            runs.append((att.worker, att.claimed_at, att.finished_at))
+        by_worker: dict[str, list[datetime]] = {}
+        for worker, claimed, _ in runs:
+            by_worker.setdefault(worker, []).append(claimed)
+        self.shares.append(sorted((len(v) for v in by_worker.values()), reverse=True))
+        first = min(claimed for _, claimed, _ in runs)
+        last = max(finished for _, _, finished in runs if finished is not None)
+        all_up = max(min(v) for v in by_worker.values())  # the last worker process's first claim
+        self.stagger.append((all_up - first).total_seconds())
+        after = sum(1 for _, claimed, _ in runs if claimed >= all_up)
+        return n / (last - first).total_seconds(), after / (last - all_up).total_seconds(), wall
 
 
 def _spread(values: list[float], fmt: str = ".3g") -> str:
@@ -140,24 +150,30 @@ def main() -> None:
         bench = Bench(url, args.concurrency)
         loops = calibrate(args.ms)
         rate: dict[int, list[float]] = {1: [], 2: []}
+        steady: dict[int, list[float]] = {1: [], 2: []}
         wall: dict[int, list[float]] = {1: [], 2: []}
         for r in range(args.rounds):
             for processes in ((1, 2) if r % 2 == 0 else (2, 1)):
-                jobs_per_s, took = bench.run(processes, args.jobs, loops)
+                jobs_per_s, up_per_s, took = bench.run(processes, args.jobs, loops)
                 rate[processes].append(jobs_per_s)
+                steady[processes].append(up_per_s)
                 wall[processes].append(took)
         bench.app.close()
-        bench_shares = " ".join("/".join(map(str, share)) for share in bench.shares)
     load = os.getloadavg()[0]
-    ratios = [b / a for a, b in zip(rate[1], rate[2], strict=True)]
-    wall_ratios = [a / b for a, b in zip(wall[1], wall[2], strict=True)]
+    ratio = [b / a for a, b in zip(rate[1], rate[2], strict=True)]
+    steady_ratio = [b / a for a, b in zip(steady[1], steady[2], strict=True)]
+    wall_ratio = [a / b for a, b in zip(wall[1], wall[2], strict=True)]
+    stagger = [x for i, x in enumerate(bench.stagger) if len(bench.shares[i]) > 1]
     print(f"{args.jobs} jobs of ~{args.ms:g} ms ({loops:,} loops), -c {args.concurrency}, "
           f"{'SQLite' if args.sqlite else 'PostgreSQL'}, {args.rounds} rounds, load average {load:.2f} at the end")
     for processes in (1, 2):
-        print(f"  {processes} process(es): {_spread(rate[processes])} jobs/s; wall {_spread(wall[processes])} s")
-    print(f"  jobs per worker process, each run: {bench_shares}")
-    print(f"  --processes 2 / one process: {_spread(ratios, '.2f')} on the jobs' span "
-          f"(target >= 1.7); {_spread(wall_ratios, '.2f')} on wall time (start-up included)")
+        print(f"  {processes} process(es): {_spread(rate[processes])} jobs/s; all up: {_spread(steady[processes])} "
+              f"jobs/s; wall {_spread(wall[processes])} s")
+    print(f"  jobs per worker process, each run: {' '.join('/'.join(map(str, x)) for x in bench.shares)}; the "
+          f"second process's first claim {_spread(stagger or [0.0], '.2f')} s after the first's")
+    print(f"  --processes 2 / one process: {_spread(ratio, '.2f')} on the jobs' span (target >= 1.7); "
+          f"{_spread(steady_ratio, '.2f')} once both run; {_spread(wall_ratio, '.2f')} on wall time (start-up "
+          "included)")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import pytest
 
 from tether import ConfigError, Discard, JobContext, JobState, Outcome, Retry, Tether
 from tether.model import ClaimedJob
+from tether.worker import executor
 from tether.worker.isolation import ChildPool
 
 from .conftest import take_from
@@ -101,6 +102,47 @@ def test_an_infinite_loop_is_killed_at_its_timeout_and_its_retry_never_overlaps(
     assert [a.outcome for a in job.attempts] == [Outcome.TIMED_OUT, Outcome.SUCCEEDED]
     assert job.result["first_alive_at_retry"] is False
     assert job.result["pid"] != job.result["first"]
+
+
+def test_a_timed_out_attempts_outcome_is_written_after_its_child_is_reaped(
+        make_app: Callable[..., Tether], monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL is sent, not yet obeyed: until the child is reaped it may still
+    be finishing a system call (the combined runs saw the first attempt's
+    child not yet gone when its retry looked). The worker's outcome, and so a
+    retry it allows, waits for the reaping. Here the reaping is held back (up
+    to a second, or until the outcome is seen): the outcome still comes
+    after it."""
+    order: list[str] = []
+    outcome = threading.Event()
+    reap = ChildPool._reap
+
+    def held(pool: ChildPool, child: Any, *, wait: float) -> str:
+        outcome.wait(1.0)
+        ended = reap(pool, child, wait=wait)
+        order.append("reaped")
+        return ended
+
+    monkeypatch.setattr(ChildPool, "_reap", held)
+    monkeypatch.setattr(executor, "REAP_WAIT", 30.0)  # (its bound, not reached here)
+    # (a reaper that runs at the start, then not for 10 s: past the attempt's deadline in the database,
+    # held here, a reaper would end it first, and the worker's own outcome would be refused)
+    app = make_app(**{**FAST, "reaper_interval": 10})
+
+    @app.on("job.failed")
+    def failed(event: Any) -> None:
+        order.append("outcome")
+        outcome.set()
+
+    @app.task(name="spin", isolation="process", timeout=0.5, max_attempts=1)
+    def spin(ctx: JobContext) -> None:
+        while True:
+            pass
+
+    jid = spin.enqueue()
+    with running(app):
+        job = wait_job(app, jid, is_final)
+    assert [a.outcome for a in job.attempts] == [Outcome.TIMED_OUT]
+    assert order == ["reaped", "outcome"], (order, job.last_error)
 
 
 HANGS = {

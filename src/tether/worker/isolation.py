@@ -55,10 +55,12 @@ from ..context import CancelReason, JobCancelled, JobContext
 from ..errors import ConfigError, StaleAttempt, TetherError
 from ..payload import describe, dump_json, traceback_text
 
-__all__ = ["KILL_GRACE", "ChildPool", "HandlerError", "HandlerProcessDied", "parse_size"]
+__all__ = ["KILL_GRACE", "REAP_WAIT", "ChildPool", "HandlerError", "HandlerProcessDied", "parse_size"]
 
 #: after SIGTERM (a cancel request), seconds before SIGKILL
 KILL_GRACE = 0.5
+#: after SIGKILL, the most the worker waits for the child's reaping before it writes the attempt's outcome
+REAP_WAIT = 2.0
 #: how often a handler thread waiting on its child looks at the attempt's cancel signal
 POLL = 0.05
 #: how often a child's watchdog checks that its worker is alive
