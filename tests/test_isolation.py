@@ -109,23 +109,24 @@ def test_a_timed_out_attempts_outcome_is_written_after_its_child_is_reaped(
     """SIGKILL is sent, not yet obeyed: until the child is reaped it may still
     be finishing a system call (the combined runs saw the first attempt's
     child not yet gone when its retry looked). The worker's outcome, and so a
-    retry it allows, waits for the reaping. Here the reaping is held back (up
-    to a second, or until the outcome is seen): the outcome still comes
+    retry it allows, waits for the reaping. Here the reaping is held back
+    (half a second, or until the outcome is seen): the outcome still comes
     after it."""
     order: list[str] = []
     outcome = threading.Event()
     reap = ChildPool._reap
 
     def held(pool: ChildPool, child: Any, *, wait: float) -> str:
-        outcome.wait(1.0)
+        outcome.wait(0.5)
         ended = reap(pool, child, wait=wait)
         order.append("reaped")
         return ended
 
     monkeypatch.setattr(ChildPool, "_reap", held)
     monkeypatch.setattr(executor, "REAP_WAIT", 30.0)  # (its bound, not reached here)
-    # (a reaper that runs at the start, then not for 10 s: past the attempt's deadline in the database,
-    # held here, a reaper would end it first, and the worker's own outcome would be refused)
+    # (a reaper that runs at the start, then not for 10 s, and a timeout well after that start: past
+    # the attempt's deadline in the database, held here, a reaper would end it first, and the worker's
+    # own outcome would be refused)
     app = make_app(**{**FAST, "reaper_interval": 10})
 
     @app.on("job.failed")
@@ -133,7 +134,7 @@ def test_a_timed_out_attempts_outcome_is_written_after_its_child_is_reaped(
         order.append("outcome")
         outcome.set()
 
-    @app.task(name="spin", isolation="process", timeout=0.5, max_attempts=1)
+    @app.task(name="spin", isolation="process", timeout=2, max_attempts=1)
     def spin(ctx: JobContext) -> None:
         while True:
             pass
