@@ -27,7 +27,9 @@ runs it from bench/ with src/ on its path, on PostgreSQL (schema
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -88,6 +90,8 @@ class Bench:
         self.app = make_app(url)
         #: each run's jobs per worker process, most first
         self.shares: list[list[int]] = []
+        #: CPU seconds per job of the worker's processes (supervisor and children included), by mode
+        self.cpu: dict[int, list[float]] = {1: [], 2: []}
         #: each run's seconds from the first claim to the last worker process's first
         self.stagger: list[float] = []
 
@@ -109,9 +113,10 @@ class Bench:
         env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{SRC}", "TETHER_DATABASE_URL": self.url}
         argv = [sys.executable, "-m", "tether", "worker", "--app", "processes:app", "-c", str(self.concurrency),
                 "--burst", "--log-level", "warning", *(["--processes", str(processes)] if processes > 1 else [])]
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _children_cpu()
         proc = subprocess.run(argv, cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wall = time.perf_counter() - t0
+        self.cpu[processes].append((_children_cpu() - cpu0) / n)
         if proc.returncode != 0:
             raise SystemExit(f"the worker exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
         runs = []  # (worker, claimed, finished) of each job's attempt
@@ -131,6 +136,22 @@ class Bench:
         self.stagger.append((all_up - first).total_seconds())
         after = sum(1 for _, claimed, _ in runs if claimed >= all_up)
         return n / (last - first).total_seconds(), after / (last - all_up).total_seconds(), wall
+
+
+def _children_cpu() -> float:
+    """User + system CPU of this process's waited-for children and their own (the supervisor's workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _loop_cpu(loops: int) -> float:
+    """CPU seconds of one job's loop alone, here (the least of a few)."""
+    best = math.inf
+    for _ in range(5):
+        t0 = time.process_time()
+        spin_for(loops)
+        best = min(best, time.process_time() - t0)
+    return best
 
 
 def _spread(values: list[float], fmt: str = ".3g") -> str:
@@ -169,6 +190,11 @@ def main() -> None:
     for processes in (1, 2):
         print(f"  {processes} process(es): {_spread(rate[processes])} jobs/s; all up: {_spread(steady[processes])} "
               f"jobs/s; wall {_spread(wall[processes])} s")
+    cpu_ms = {m: [x * 1000 for x in bench.cpu[m]] for m in (1, 2)}
+    extra = statistics.median(cpu_ms[2]) - statistics.median(cpu_ms[1])
+    print(f"  CPU per job (the worker's processes, start-up included): 1 process {_spread(cpu_ms[1])} ms, "
+          f"2 {_spread(cpu_ms[2])} ms (the supervisor and a second worker: {extra:+.2g} ms a job); "
+          f"the loop alone here {_loop_cpu(loops) * 1000:.3g} ms")
     print(f"  jobs per worker process, each run: {' '.join('/'.join(map(str, x)) for x in bench.shares)}; the "
           f"second process's first claim {_spread(stagger or [0.0], '.2f')} s after the first's")
     print(f"  --processes 2 / one process: {_spread(ratio, '.2f')} on the jobs' span (target >= 1.7); "
