@@ -11,14 +11,19 @@ from __future__ import annotations
 import os
 import select
 import signal
+import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tether import ConfigError, Discard, JobContext, JobState, Outcome, Retry, Tether
+from tether.model import ClaimedJob
+from tether.worker import executor
+from tether.worker.isolation import ChildPool
 
 from .conftest import take_from
 from .test_worker import FAST, is_final, running, wait_job
@@ -27,10 +32,12 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="process isolati
 
 
 def alive(pid: int) -> bool:
-    """Whether ``pid`` is a process still running code (a zombie is not)."""
+    """Whether ``pid`` is a process still running code (a zombie is not).
+    Reaped between the open and the read, it reads as ProcessLookupError
+    (ESRCH): gone too (what made the combined runs' isolation tests flaky)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
@@ -40,6 +47,13 @@ def wait_until(check: Callable[[], bool], timeout: float = 10, what: str = "the 
     while not check():
         assert time.monotonic() < deadline, f"{what} did not hold within {timeout}s"
         time.sleep(0.02)
+
+
+def read_pid(path: Path, timeout: float = 10, what: str = "the handler's start") -> int:
+    """The pid a handler writes to ``path`` once it is whole (``write_text``
+    creates the file empty, then writes: a reader in between read '')."""
+    wait_until(lambda: path.exists() and path.read_text().strip().isdigit(), timeout, what)
+    return int(path.read_text())
 
 
 def test_a_handler_runs_in_a_child_with_middleware_progress_and_its_result(make_app: Callable[..., Tether]) -> None:
@@ -90,6 +104,48 @@ def test_an_infinite_loop_is_killed_at_its_timeout_and_its_retry_never_overlaps(
     assert job.result["pid"] != job.result["first"]
 
 
+def test_a_timed_out_attempts_outcome_is_written_after_its_child_is_reaped(
+        make_app: Callable[..., Tether], monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL is sent, not yet obeyed: until the child is reaped it may still
+    be finishing a system call (the combined runs saw the first attempt's
+    child not yet gone when its retry looked). The worker's outcome, and so a
+    retry it allows, waits for the reaping. Here the reaping is held back
+    (half a second, or until the outcome is seen): the outcome still comes
+    after it."""
+    order: list[str] = []
+    outcome = threading.Event()
+    reap = ChildPool._reap
+
+    def held(pool: ChildPool, child: Any, *, wait: float) -> str:
+        outcome.wait(0.5)
+        ended = reap(pool, child, wait=wait)
+        order.append("reaped")
+        return ended
+
+    monkeypatch.setattr(ChildPool, "_reap", held)
+    monkeypatch.setattr(executor, "REAP_WAIT", 30.0)  # (its bound, not reached here)
+    # (a reaper that runs at the start, then not for 10 s, and a timeout well after that start: past
+    # the attempt's deadline in the database, held here, a reaper would end it first, and the worker's
+    # own outcome would be refused)
+    app = make_app(**{**FAST, "reaper_interval": 10})
+
+    @app.on("job.failed")
+    def failed(event: Any) -> None:
+        order.append("outcome")
+        outcome.set()
+
+    @app.task(name="spin", isolation="process", timeout=2, max_attempts=1)
+    def spin(ctx: JobContext) -> None:
+        while True:
+            pass
+
+    jid = spin.enqueue()
+    with running(app):
+        job = wait_job(app, jid, is_final)
+    assert [a.outcome for a in job.attempts] == [Outcome.TIMED_OUT]
+    assert order == ["reaped", "outcome"], (order, job.last_error)
+
+
 HANGS = {
     "sleep": lambda: time.sleep(3600),
     "select": lambda: select.select([os.pipe()[0]], [], []),  # a blocking C call on a pipe nobody writes
@@ -127,8 +183,7 @@ def test_a_cancel_request_kills_a_handler_stuck_in_a_c_call(make_app: Callable[.
 
     jid = stuck.enqueue(where=str(tmp_path))
     with running(app):
-        wait_until(lambda: (tmp_path / "pid").exists(), what="the handler's start")
-        pid = int((tmp_path / "pid").read_text())
+        pid = read_pid(tmp_path / "pid")
         app.cancel(jid)
         job = wait_job(app, jid, is_final)
         assert not alive(pid)
@@ -258,6 +313,14 @@ def test_isolation_options_are_checked(make_app: Callable[..., Tether]) -> None:
 LEAK: list[bytearray] = []
 
 
+def touched(size: int) -> bytearray:
+    """``size`` bytes made resident page by page (no temporary copy)."""
+    buf = bytearray(size)
+    for i in range(0, size, 4096):
+        buf[i] = 1
+    return buf
+
+
 def test_a_leaking_child_is_replaced_once_past_its_memory_limit(make_app: Callable[..., Tether]) -> None:
     """Each job leaks 64 MiB in its child (kept in a module list, touched so it
     is resident); with a limit 100 MiB above a fresh child's size, the child
@@ -266,7 +329,9 @@ def test_a_leaking_child_is_replaced_once_past_its_memory_limit(make_app: Callab
 
     @app.task(name="leak")
     def leak(ctx: JobContext, mib: int) -> dict[str, int]:
-        LEAK.append(bytearray(b"x" * (mib * 1024 * 1024)))
+        # touched page by page: no 2x transient (b"x" * n, then its copy), which the worker's
+        # sampling of a running child's memory may see and recycle the child for
+        LEAK.append(touched(mib * 1024 * 1024))
         pages = int(Path("/proc/self/statm").read_text().split()[1])
         return {"pid": os.getpid(), "rss": pages * os.sysconf("SC_PAGE_SIZE")}
 
@@ -278,6 +343,62 @@ def test_a_leaking_child_is_replaced_once_past_its_memory_limit(make_app: Callab
         pids = [wait_job(app, j, is_final).result["pid"] for j in ids]
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4], pids
     assert LEAK == []  # the leaks were the children's
+
+
+def test_a_child_whose_job_grew_past_the_memory_limit_is_replaced_after_it(make_app: Callable[..., Tether],
+                                                                          tmp_path: Path) -> None:
+    """The limit is read while a job runs, not only at its end: this job
+    touches 256 MiB, holds it until the worker has seen it (its sample of the
+    child's /proc entry), then gives it back (an mmap'd buffer: its resident
+    memory drops), so the child's own figure at the end is under the limit.
+    The child is still replaced after the job, not killed during it."""
+    app = make_app(**FAST)
+    mib = 1024 * 1024
+
+    @app.task(name="spike")
+    def spike(ctx: JobContext, where: str, size: int) -> int:
+        buf = touched(size)
+        Path(where, f"grown-{ctx.job_id}").write_text("")
+        while not Path(where, "release").exists():
+            time.sleep(0.01)
+        del buf
+        return os.getpid()
+
+    limit = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") + 100 * mib
+    with running(app, concurrency=1, isolation="process", max_memory_per_child=limit) as w:
+        first = spike.enqueue(where=str(tmp_path), size=256 * mib)
+        wait_until(lambda: (tmp_path / f"grown-{first}").exists(), what="the job's growth")
+        pool = w.executor.runners.pool
+        assert pool is not None
+        # (white-box: what the worker has read of its busy child, before the job lets go of the memory)
+        wait_until(lambda: any(c.rss > limit for c in list(pool._children.values())), what="the sample")
+        (tmp_path / "release").write_text("")
+        one = wait_job(app, first, is_final)
+        two = wait_job(app, spike.enqueue(where=str(tmp_path), size=0), is_final)
+    assert one.state is two.state is JobState.SUCCEEDED, (one, two)
+    assert one.result != two.result and pool.retired >= 1, (one.result, two.result, pool.retired)
+
+
+def test_ctx_transaction_in_a_child_fails_the_attempt_with_a_clear_error(make_app: Callable[..., Tether]) -> None:
+    """The transaction that makes a job's success exactly-once is the
+    worker's: in a child, ctx.transaction() is refused, the error saying why
+    and what to do, and nothing of the block runs."""
+    app = make_app(**FAST)
+
+    @app.task(name="pay", isolation="process", max_attempts=1)
+    def pay(ctx: JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute("SELECT 1")
+        raise AssertionError("the block ran")
+
+    jid = pay.enqueue()
+    with running(app):
+        job = wait_job(app, jid, is_final)
+    assert job.state is JobState.DEAD
+    error = job.last_error or ""
+    assert error.startswith("ConfigError: ctx.transaction() is not available to a handler run in a child process "
+                            "(isolation='process')"), error
+    assert f"job {jid}'s success" in error and "a worker without --isolation process" in error, error
 
 
 def test_an_idle_child_that_died_is_replaced_and_the_job_runs(make_app: Callable[..., Tether]) -> None:
@@ -316,3 +437,33 @@ def test_a_handler_in_a_child_enqueues_and_reads_on_connections_of_its_own(make_
         followed = [wait_job(app, r["next"], is_final) for r in results]
     assert [r["state"] for r in results] == ["running"] * 4
     assert [(j.state, j.result) for j in followed] == [(JobState.SUCCEEDED, i + 1) for i in range(4)]
+
+
+def _ctx(job_id: int) -> JobContext:
+    job = ClaimedJob(id=job_id, attempt=1, task="pid", args={}, queue="default", priority=0, max_attempts=1,
+                     lease_ttl=30.0, timeout=None, claimed_at=datetime.now(UTC))
+    return JobContext(job, worker_id="w", report_progress=lambda job, f, m: False)
+
+
+def test_an_idle_child_outlives_the_thread_that_asked_for_it() -> None:
+    """Linux sends a child's PR_SET_PDEATHSIG when the *thread* that forked it
+    ends, not its process. A handler thread that forked its child itself took
+    the idle child with it when it ended (the worker's handler threads end at
+    its shutdown, before the pool's close: its idle children were SIGKILLed
+    rather than told to exit). The pool forks from a thread of its own: the
+    child survives its first caller's thread and runs the next job."""
+    pool = ChildPool(lambda task: lambda ctx: os.getpid(), worker_id="w", max_payload_bytes=1 << 20)
+    pids: list[int] = []
+    try:
+        caller = threading.Thread(target=lambda: pids.append(pool.call("pid", _ctx(1))))
+        caller.start()
+        caller.join()
+        tid = caller.native_id
+        # gone from the kernel too (join() returns a moment before): any death signal has been sent by now
+        wait_until(lambda: not Path(f"/proc/self/task/{tid}").exists(), what="the caller thread's exit")
+        assert alive(pids[0])
+        pids.append(pool.call("pid", _ctx(2)))
+        assert pids[1] == pids[0] and pool.started == 1, (pids, pool.started)
+    finally:
+        pool.close()
+    assert not alive(pids[0])

@@ -17,7 +17,7 @@ import pytest
 
 from tether import JobContext, JobState, Outcome, Tether
 
-from .test_isolation import alive, wait_until
+from .test_isolation import alive, read_pid, wait_until
 
 APP = """
 import os, time
@@ -60,8 +60,7 @@ def worker(db_url: str, tmp_path: Path) -> Iterator[tuple[Tether, subprocess.Pop
 
 def _started(app: Tether, tmp_path: Path, log: Path) -> tuple[int, int]:
     jid = app.enqueue("stuck", where=str(tmp_path))
-    wait_until(lambda: (tmp_path / "pid-1").exists(), 20, f"the handler's start; log: {log.read_text()}")
-    return jid, int((tmp_path / "pid-1").read_text())
+    return jid, read_pid(tmp_path / "pid-1", 20, f"the handler's start; log: {log.read_text()}")
 
 
 def test_kill_9_of_the_worker_takes_its_stuck_child_with_it(

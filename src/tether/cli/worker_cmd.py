@@ -54,8 +54,8 @@ _OPTIONS: list[Callable[[F], F]] = [
     click.option("--max-tasks-per-child", type=click.IntRange(min=1), metavar="N",
                  help="With process isolation: replace a child after it ran N jobs."),
     click.option("--max-memory-per-child", type=Size(), metavar="SIZE",
-                 help="With process isolation: replace a child, between jobs, once its resident memory is past "
-                      "SIZE (e.g. 500MB, 2GB; units of 1024)."),
+                 help="With process isolation: replace a child after a job during which its resident memory "
+                      "passed SIZE (read while the job runs and at its end; e.g. 500MB, 2GB; units of 1024)."),
     click.option("--transport", metavar="notify|poll|nats://HOST:PORT", envvar="TETHER_TRANSPORT",
                  help="How job ids reach workers: the database (notify, the default; poll) or NATS JetStream, "
                       "e.g. nats://127.0.0.1:4222?prefix=myapp (env TETHER_TRANSPORT)."),

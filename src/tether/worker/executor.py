@@ -44,11 +44,18 @@ from .calls import call_sync as _call_sync
 from .calls import start_task as _start
 from .heartbeat import report_progress
 from .inflight import Running
+from .isolation import REAP_WAIT
 from .policy import on_error
 from .pool import HandlerThreads, ThreadCall
 from .reporter import Reporter, ended
 from .state import WorkerState
-from .transactions import open_transaction, refuse_progress_in_block, result_after_commit, settle_unsaid
+from .transactions import (
+    committing_thread,
+    open_transaction,
+    refuse_progress_in_block,
+    result_after_commit,
+    settle_unsaid,
+)
 
 __all__ = [
     "LEASES_PER_SLOT",
@@ -436,13 +443,15 @@ class Executor:
         fut = running.handler
         if fut is None or fut.done():
             return
-        if running.isolated:  # killed before the attempt's outcome is written: no retry runs beside it
+        if running.isolated:  # killed; its call returns once the child is reaped, then the outcome (REAP_WAIT at most)
             self.runners.kill(running.ctx, now=running.lost or running.ctx.cancel_reason != CancelReason.REQUESTED)
+            asyncio.get_running_loop().call_later(REAP_WAIT, fut.cancel)
+            return
         # A coroutine is cancelled at its next await. A thread cannot be
         # interrupted: on a cancel request it reads ctx.cancelled and decides; when
         # the attempt is lost, timed out or shut down we stop waiting for it.
         if ((isinstance(fut, asyncio.Task) or running.lost or running.ctx.cancel_reason != CancelReason.REQUESTED)
-                and not _committing_thread(running)):
+                and not committing_thread(running)):
             fut.cancel()
 
     def lost(self, running: Running, why: str) -> None:
@@ -484,16 +493,8 @@ class Executor:
             # A pending cancel request keeps its reason (the job ends cancelled);
             # otherwise the job is released without spending its budget.
             running.ctx.cancel(CancelReason.SHUTDOWN)
-            if running.isolated:
-                self.runners.kill(running.ctx, now=True)
-            if running.handler is not None and not _committing_thread(running):
+            if running.isolated:  # as _interrupt: released once the child is reaped
+                self._interrupt(running)
+            elif running.handler is not None and not committing_thread(running):
                 running.handler.cancel()
         return leftovers
-
-
-def _committing_thread(running: Running) -> bool:
-    """A def handler inside ctx.transaction() (or committing it) at a shutdown:
-    left to end, not released beside its commit (on SQLite the release waited
-    for the block's lock, was refused, and the result was dropped)."""
-    return (running.ctx.cancel_reason == CancelReason.SHUTDOWN and not running.lost
-            and isinstance(running.handler, ThreadCall) and (running.in_block or running.reporting))

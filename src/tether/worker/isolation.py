@@ -15,10 +15,18 @@ outcome is written, so a retry can never run beside it; a cancel request
 sends SIGTERM, then SIGKILL after KILL_GRACE. A child that dies on its own
 (a segfault, the OOM killer, ``os._exit``) fails the attempt at once with
 that reason (``HandlerProcessDied``). Children are recycled between jobs
-after ``max_tasks`` jobs or once their resident memory passes ``max_memory``
-bytes. A child notices its worker's death (PR_SET_PDEATHSIG on Linux, and a
+after ``max_tasks`` jobs or once their resident memory passed ``max_memory``
+bytes: at the job's end, or while it ran (the handler thread that waits for
+the child reads its /proc entry every MEMORY_POLL seconds, a few microseconds
+each: a job that grew past the limit and gave the memory back still has its
+child replaced after it). A child is never killed for its memory mid-job
+(the OOM killer's part: that fails the attempt as a crash). A child notices its worker's death (PR_SET_PDEATHSIG on Linux, and a
 watchdog thread), so a kill -9 of the worker leaves no handler running past
-its lease.
+its lease. Linux sends that signal when the *thread* that forked the child
+ends, not its process, so children are forked by one thread of the pool's
+that lives until ``close()`` has reaped them all (``_forking``), never by the
+handler thread that asked. A child is signalled only until it is reaped
+(``_waited``, under the pool's lock): its pid is free after that.
 
 Children are forked from the worker, as a prefork pool's are: they inherit
 the app and its handlers, however they were defined. ``ctx.transaction()``
@@ -37,22 +45,28 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
+from queue import SimpleQueue
 from typing import Any
 
 from ..context import CancelReason, JobCancelled, JobContext
 from ..errors import ConfigError, StaleAttempt, TetherError
 from ..payload import describe, dump_json, traceback_text
 
-__all__ = ["KILL_GRACE", "ChildPool", "HandlerError", "HandlerProcessDied", "parse_size"]
+__all__ = ["KILL_GRACE", "REAP_WAIT", "ChildPool", "HandlerError", "HandlerProcessDied", "parse_size"]
 
 #: after SIGTERM (a cancel request), seconds before SIGKILL
 KILL_GRACE = 0.5
+#: after SIGKILL, the most the worker waits for the child's reaping before it writes the attempt's outcome
+REAP_WAIT = 2.0
 #: how often a handler thread waiting on its child looks at the attempt's cancel signal
 POLL = 0.05
 #: how often a child's watchdog checks that its worker is alive
 WATCHDOG = 0.5
+#: with max_memory, how often the handler thread reads its busy child's resident memory
+MEMORY_POLL = 0.5
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
           "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
@@ -86,15 +100,21 @@ def parse_size(value: int | str | None, what: str = "max_memory_per_child") -> i
 
 
 class _Child:
-    __slots__ = ("conn", "kill_at", "pid", "rss", "tasks")
+    __slots__ = ("conn", "ended", "kill_at", "pid", "rss", "sample_at", "tasks")
 
     def __init__(self, pid: int, conn: Connection) -> None:
         self.pid = pid
         self.conn = conn
         self.tasks = 0
+        #: the most resident memory seen in its current (or last) job: sampled while it
+        #: runs (with max_memory), and its own figure at the end; bytes
         self.rss = 0
+        #: monotonic time of its next sample
+        self.sample_at = 0.0
         #: monotonic time to send SIGKILL (after a SIGTERM), once one was sent
         self.kill_at: float | None = None
+        #: how it ended, once reaped (its pid is free then: another process may get it)
+        self.ended: str | None = None
 
 
 class ChildPool:
@@ -118,6 +138,9 @@ class ChildPool:
         self._children: dict[int, _Child] = {}  # pid -> child, every live one
         self._busy: dict[int, _Child] = {}  # id(ctx) -> the child running its handler
         self._closed = False
+        #: forks asked of the forking thread (started on the first; None ends it)
+        self._forks: SimpleQueue[Future[_Child] | None] = SimpleQueue()
+        self._forker: threading.Thread | None = None
         #: children started and retired (recycled or dead), for tests and the log
         self.started = 0
         self.retired = 0
@@ -139,6 +162,9 @@ class ChildPool:
                     self._signal(child, signal.SIGKILL)
                 try:
                     if not child.conn.poll(POLL):
+                        if self.max_memory is not None and time.monotonic() >= child.sample_at:
+                            child.sample_at = time.monotonic() + MEMORY_POLL  # (its /proc entry: a few us)
+                            child.rss = max(child.rss, _rss(child.pid))
                         continue
                     msg = child.conn.recv()
                 except (EOFError, OSError):
@@ -160,7 +186,7 @@ class ChildPool:
                     child.conn.send(_progress(ctx, msg[1], msg[2]))
                     continue
                 child.tasks += 1
-                child.rss = msg[-1]
+                child.rss = max(child.rss, msg[-1])  # its size now, or more while the job ran
                 self._give_back(child)
                 if msg[0] == "ok":
                     return None if msg[1] is None else json.loads(msg[1])
@@ -183,6 +209,7 @@ class ChildPool:
                     self._busy.pop(key, None)
                 self._give_back(child)
                 raise JobCancelled(ctx.job_id, ctx.cancel_reason or "cancelled")
+            child.rss, child.sample_at = 0, time.monotonic() + MEMORY_POLL
             try:
                 child.conn.send(("run", task, ctx._job))
             except OSError:
@@ -215,6 +242,7 @@ class ChildPool:
             self._signal(child, signal.SIGKILL)
         for child in idle + busy:
             self._reap(child, wait=2.0)
+        self._forks.put(None)  # (a fork asked for meanwhile finds the pool closed)
 
     def pids(self) -> list[int]:
         with self._lock:
@@ -225,8 +253,10 @@ class ChildPool:
             child.kill_at = time.monotonic() + KILL_GRACE
         elif sig == signal.SIGKILL:
             child.kill_at = time.monotonic()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, sig)
+        with self._lock:  # never once reaped: the pid may be another process's by then
+            if child.ended is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, sig)
 
     def _take(self) -> _Child:
         with self._lock:
@@ -234,7 +264,7 @@ class ChildPool:
                 raise RuntimeError("the worker's handler processes are shut down")
             while self._idle:
                 child = self._idle.pop()
-                if not _ended(child):
+                if _waited(child) is None:
                     return child
                 # it died while idle (an OOM kill, a kill -9): its pipe may still take our job
                 # and only then read as closed, so the job would fail without having started
@@ -242,6 +272,33 @@ class ChildPool:
                     child.conn.close()
                 self._children.pop(child.pid, None)
                 self.retired += 1
+            if self._forker is None:
+                self._forker = threading.Thread(target=self._forking, name="tether-child-forker", daemon=True)
+                self._forker.start()
+        forked: Future[_Child] = Future()
+        self._forks.put(forked)
+        return forked.result()
+
+    def _forking(self) -> None:
+        """The pool's forking thread, until close(). Linux fires a child's
+        PR_SET_PDEATHSIG when the *thread* that forked it ends, not its
+        process: a child forked by a handler thread was SIGKILLed when that
+        thread ended (an idle child at the worker's shutdown, before close()
+        could end it by its pipe). This thread ends after close() has reaped
+        every child, or with the process."""
+        while True:
+            forked = self._forks.get()
+            if forked is None:
+                return
+            try:
+                forked.set_result(self._fork())
+            except BaseException as exc:
+                forked.set_exception(exc)
+
+    def _fork(self) -> _Child:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the worker's handler processes are shut down")
             others = [c.conn for c in self._children.values()]
             parent, theirs = Pipe()
             with warnings.catch_warnings():  # 3.12+: a DeprecationWarning on fork from a process with threads
@@ -287,11 +344,9 @@ class ChildPool:
         """Wait for the child's exit (SIGKILL past ``wait``); how it ended, in words."""
         give_up = time.monotonic() + wait
         while True:
-            try:
-                pid, status = os.waitpid(child.pid, os.WNOHANG)
-            except ChildProcessError:
-                return "exited"
-            if pid:
+            with self._lock:
+                ended = _waited(child)
+            if ended is not None:
                 break
             if time.monotonic() >= give_up:
                 self._signal(child, signal.SIGKILL)
@@ -299,21 +354,27 @@ class ChildPool:
             time.sleep(0.005)
         with contextlib.suppress(OSError):
             child.conn.close()
+        return ended
+
+
+def _waited(child: _Child) -> str | None:
+    """The pool's lock held (so no signal goes to a pid once it is free): how
+    the child ended, reaped here if it has; None while it runs."""
+    if child.ended is None:
+        try:
+            pid, status = os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:  # (not ours to wait for: never expected)
+            child.ended = "exited"
+            return child.ended
+        if not pid:
+            return None
+        child.ended = f"exited with status {os.WEXITSTATUS(status)}"
         if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
+            sig: int | signal.Signals = os.WTERMSIG(status)
             with contextlib.suppress(ValueError):
-                return f"was killed by signal {signal.Signals(sig).name}"
-            return f"was killed by signal {sig}"
-        return f"exited with status {os.WEXITSTATUS(status)}"
-
-
-def _ended(child: _Child) -> bool:
-    """Whether an idle child has exited (reaped here if so)."""
-    try:
-        pid, _ = os.waitpid(child.pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return pid != 0
+                sig = signal.Signals(sig)
+            child.ended = f"was killed by signal {getattr(sig, 'name', sig)}"
+    return child.ended
 
 
 def _progress(ctx: JobContext, fraction: float | None, message: str | None) -> tuple[str, Any]:
@@ -378,9 +439,14 @@ def _serve(conn: Connection, pool: ChildPool) -> None:
         conn.send(answer)
 
 
-def _no_transaction(*_: Any) -> Any:
-    raise ConfigError("ctx.transaction() is not available to a handler run with isolation='process' (its "
-                      "connection is the worker's); use isolation='thread' for this task")
+def _no_transaction(ctx: JobContext, *connection: object) -> Any:
+    """``ctx.transaction()`` (and ``transaction_on``, as Django's ``context.transaction()``) in a child: refused."""
+    name = "transaction_on" if connection else "transaction"
+    raise ConfigError(
+        f"ctx.{name}() is not available to a handler run in a child process (isolation='process'): the "
+        f"transaction that writes job {ctx.job_id}'s success with the handler's writes is the worker's, on its "
+        "connection, in its process. Run this task on the worker's threads: no isolation='process' on its "
+        "@app.task, and a worker without --isolation process (which puts every def handler in a child)")
 
 
 def _pickled(exc: BaseException) -> bytes | None:
@@ -392,12 +458,15 @@ def _pickled(exc: BaseException) -> bytes | None:
     return data
 
 
-def _rss() -> int:
-    """This process's resident memory, in bytes (Linux's /proc; elsewhere its peak)."""
+def _rss(pid: int | None = None) -> int:
+    """A process's resident memory, in bytes: a child's (``pid``, from Linux's
+    /proc; 0 elsewhere), or this process's (elsewhere its peak)."""
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
+    except (OSError, IndexError, ValueError):
+        if pid is not None:
+            return 0
         import resource
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024
@@ -405,8 +474,9 @@ def _rss() -> int:
 
 def _die_with(parent: int) -> None:
     """Exit when the worker dies: PR_SET_PDEATHSIG (Linux: even a handler
-    stuck in a C call that holds the GIL is killed), and a watchdog thread
-    elsewhere and for a worker whose forking thread outlives it."""
+    stuck in a C call that holds the GIL is killed; sent when the pool's
+    forking thread ends, which it does with the process or after close()),
+    and a watchdog thread elsewhere."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
             import ctypes

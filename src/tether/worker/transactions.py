@@ -27,14 +27,15 @@ import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
-from ..context import JobContext
+from ..context import CancelReason, JobContext
 from ..errors import ConfigError, InvalidTransition, PayloadError, StaleAttempt
 from ..logs import job_fields
 from ..payload import dump_json
 from .inflight import Running
+from .pool import ThreadCall
 from .state import WorkerState
 
-__all__ = ["HandlerTransaction", "open_transaction", "refuse_progress_in_block", "result_after_commit", "settle_unsaid"]
+__all__ = ["HandlerTransaction", "committing_thread", "open_transaction", "refuse_progress_in_block", "result_after_commit", "settle_unsaid"]
 
 
 class HandlerTransaction:
@@ -218,3 +219,11 @@ def result_after_commit(state: WorkerState, running: Running, result: Any, exc: 
         state.log.warning("job %s attempt %s: %s; its ctx.transaction() had committed, so the job stays "
                           "succeeded without a result", job.id, job.attempt, perr, extra=job_fields(job, state.id))
         return None
+
+
+def committing_thread(running: Running) -> bool:
+    """A def handler inside ctx.transaction() (or committing it) at a shutdown:
+    left to end, not released beside its commit (on SQLite the release waited
+    for the block's lock, was refused, and the result was dropped)."""
+    return (running.ctx.cancel_reason == CancelReason.SHUTDOWN and not running.lost
+            and isinstance(running.handler, ThreadCall) and (running.in_block or running.reporting))
