@@ -8,7 +8,11 @@ writes nothing. A real worker obeys the limit (the claim decides)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +100,17 @@ def test_a_worker_never_runs_more_of_a_key_than_its_limit(app: Tether, backend: 
     asyncio.run(app.worker(concurrency=8, burst=True, poll_interval=0.05).run())
     assert app.store.stats().counts.get(("default", JobState.SUCCEEDED), 0) == 18
     assert all(v <= 2 for v in peak.values()), peak
+
+
+def test_the_docs_example(backend: str, db_url: str, tmp_path: Path) -> None:
+    """docs/examples/key-limits/example.py, as a reader runs it."""
+    if backend not in ("sqlite", "postgresql"):
+        pytest.skip("the example runs against a database URL")
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "key-limits" / "example.py"
+    env = {**os.environ, "TETHER_DATABASE_URL": db_url,
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    done = subprocess.run([sys.executable, str(example)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "refused: limit 'shop:*': concurrency must be a whole number >= 1" in done.stdout
+    assert "key limits: done" in done.stdout
