@@ -11,13 +11,12 @@ then the first in code-point order. So an exact pattern ("shop:7") beats
 every glob that matches that key ("shop:*", "shop:7*" ties it on characters
 and loses on stars). A key no pattern matches has no limit. The backends
 match in SQL (PostgreSQL's LIKE, SQLite's GLOB, from ``like`` and ``glob``
-here) and, on SQLite, in Python too (``best``): all three rank by ``rank``.
+here), both ranking by ``rank`` and then the pattern in code-point order.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from .config import check_limit_numbers
@@ -25,7 +24,9 @@ from .errors import ConfigError
 from .model import KeyLimits
 from .payload import MAX_KEY_BYTES, check_key, is_storable
 
-__all__ = ["best", "check_key_limits", "check_limit_key", "check_pattern", "glob", "key_limit_params", "key_of_args", "like", "rank", "regex"]
+__all__ = ["check_key_limits", "check_limit_key", "check_pattern", "glob", "key_limit_params", "key_of_args", "like",
+           "rank"]
+
 
 def check_pattern(pattern: object) -> str:
     """The pattern, or ConfigError saying what is wrong with it."""
@@ -68,20 +69,6 @@ def glob(pattern: str) -> str:
     """The pattern as an SQLite GLOB (case-sensitive): ``?`` and ``[`` are
     bracketed to stand for themselves; ``*`` stays the wildcard."""
     return pattern.replace("[", "[[]").replace("?", "[?]")
-
-
-def regex(pattern: str) -> re.Pattern[str]:
-    """The pattern as a compiled regular expression matching whole keys."""
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
-
-
-def best(key: str, patterns: Sequence[tuple[int, str, re.Pattern[str]]]) -> str | None:
-    """The pattern ``key`` takes its limits from, of ``patterns`` sorted by
-    (rank descending, pattern): the first that matches; None: no limit."""
-    for _, pattern, rx in patterns:
-        if rx.fullmatch(key):
-            return pattern
-    return None
 
 
 def key_limit_params(limits: KeyLimits, matcher: Callable[[str], str]) -> dict[str, Any]:

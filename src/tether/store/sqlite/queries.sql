@@ -113,14 +113,14 @@ j.run_at <= {now} AND {now} <= coalesce(j.expires_at, 1e18)
 -- are seeks on tether_jobs_exclusive_idx (exclusive_key, state, priority
 -- DESC, run_at, id: migration 0008), whose order is the subquery's.
 -- Then its limit key, if it has one, has room: tether_key_take (keys.py)
--- takes one of it, judged from tether_key_state (migration 0014), a view
--- read once per statement. Rows without a key pay one IS NULL test.
+-- takes one of it (key_room below, once per key and statement). Rows
+-- without a key pay one IS NULL test.
 (j.exclusive_key IS NULL OR (
     NOT EXISTS (SELECT 1 FROM tether_jobs AS x WHERE x.exclusive_key = j.exclusive_key AND x.state = 'running')
     AND j.id = (SELECT y.id FROM tether_jobs AS y
                 WHERE y.exclusive_key = j.exclusive_key AND y.state = 'queued' AND y.run_at <= {now}
                 ORDER BY y.priority DESC, y.run_at, y.id LIMIT 1)))
-AND (j.limit_key IS NULL OR tether_key_take(:round, {now}, j.limit_key, (SELECT s FROM tether_key_state)))
+AND (j.limit_key IS NULL OR tether_key_take(:round, {now}, j.limit_key))
 
 -- name: _pick
 -- (The claims' choice, inside WHERE id IN (...), after a WITH that defines
@@ -1259,6 +1259,27 @@ UPDATE tether_batches SET zeroed = zeroed - 1 WHERE id = :batch AND finished_at 
 SELECT id FROM tether_batches WHERE on_complete = :id
 UNION ALL
 SELECT id FROM tether_batches WHERE on_success = :id
+
+-- name: key_limits_exist
+-- Whether any limit-key pattern exists: tether_key_take asks once per claim
+-- statement, and lets every key through without another query when none does.
+SELECT EXISTS (SELECT 1 FROM tether_key_limits)
+
+-- name: key_room
+-- A key's limits and use, for tether_key_take (keys.py), run from inside the
+-- claim statement on its own connection, so inside the claim's write
+-- transaction: after any completions of the same round, and with no other
+-- writer in between (SQLite's one writer): exact. The key's best pattern
+-- (the most specific it matches), its running jobs and its starts in the
+-- pattern's window; no row: no pattern matches, no limit.
+SELECT l.concurrency, l.rate_limit,
+       (SELECT count(*) FROM tether_jobs AS j WHERE j.limit_key = :key AND j.state = 'running'),
+       (SELECT count(*) FROM tether_key_starts AS s
+        WHERE s.limit_key = :key AND l.rate_period IS NOT NULL AND s.started_at > :now - l.rate_period)
+FROM tether_key_limits AS l
+WHERE :key GLOB l.matcher
+ORDER BY l.rank DESC, l.pattern
+LIMIT 1
 
 -- name: set_key_limits
 -- A limit-key pattern's limits, set whole (issue 44): upserted, or deleted

@@ -112,7 +112,7 @@ class SQLiteStore(SQLiteSchema, SQLiteWorkflows, SQLiteSchedules, SQLiteControl,
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             register_functions(conn)
-            register_key_rooms(conn)
+            register_key_rooms(conn, self.q)
         except sqlite3.Error as exc:
             raise InvalidDSN(f"cannot open SQLite database {self.path!r}: {exc}") from None
         return conn

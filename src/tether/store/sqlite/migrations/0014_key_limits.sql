@@ -49,22 +49,3 @@ BEGIN
                                                    WHERE NEW.limit_key GLOB matcher
                                                    ORDER BY rank DESC, pattern LIMIT 1), 0);
 END;
-
--- What a claim needs to judge limit keys, as one JSON object (NULL while no
--- pattern exists, so claims of keyed jobs pay nothing more then): the
--- patterns, the running jobs of each key that has any, and each key's
--- recorded starts. The claims read it once per statement (an uncorrelated
--- subquery) and hand it to tether_key_take (store/sqlite/keys.py), which
--- works out each key's room from it and counts it down as the claim takes
--- jobs: one statement cannot see its own updates. Read inside the claim's
--- write transaction, after any completions of the same round: exact.
-CREATE VIEW tether_key_state AS
-SELECT CASE WHEN EXISTS (SELECT 1 FROM tether_key_limits) THEN json_object(
-    'limits', (SELECT json_group_array(json_array(pattern, rank, concurrency, rate_limit, rate_period))
-               FROM tether_key_limits),
-    'running', (SELECT json_group_object(limit_key, n)
-                FROM (SELECT limit_key, count(*) AS n FROM tether_jobs
-                      WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key)),
-    'starts', (SELECT json_group_object(limit_key, json(s))
-               FROM (SELECT limit_key, json_group_array(started_at) AS s FROM tether_key_starts GROUP BY limit_key))
-) END AS s;
