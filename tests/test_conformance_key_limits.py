@@ -121,6 +121,17 @@ def test_glob_characters_other_than_star_match_themselves(store: Store) -> None:
     assert keys_of(store, got) == {"a_%?[b]1": 1, "ab%?[b]1": 3, "A_%?[b]1": 3}
 
 
+def test_a_job_with_an_exclusive_key_and_a_limit_key_needs_room_under_both(store: Store, rounds: Rounds) -> None:
+    t0 = store.db_now()
+    store.set_key_limits(KeyLimits("t:*", concurrency=2))
+    both = store.enqueue([new_job(queue=Q, exclusive_key=f"x{i % 2}", limit_key="t:1") for i in range(6)], now=t0)
+    got = rounds.claim(W, [Q], 10, TTL, now=t0)
+    assert sorted(c.id for c in got) == both[:2]  # one per exclusive key, two for the limit key
+    store.set_key_limits(KeyLimits("t:*", concurrency=1))
+    done, more = rounds.complete_and_claim(W, [(got[0].id, got[0].attempt, None)], [Q], 10, TTL, now=t0)
+    assert done == {got[0].id} and more == []  # its exclusive key is free, but t:1 has one running: its limit
+
+
 def test_rate_limits_each_keys_starts_in_any_window(store: Store, rounds: Rounds) -> None:
     t0 = store.db_now()
     store.set_key_limits(KeyLimits("api:*", rate_limit=3, rate_period=60))
