@@ -12,6 +12,7 @@ import pytest
 from tether import JobContext, JobState, Tether
 from tether import many as many_module
 from tether.errors import ConfigError, InvalidTransition, JobNotFound
+from tether.events import Event
 
 from .test_search import app_fixture, backend_fixture, ids  # noqa: F401  (the app and backend fixtures)
 from .test_worker import running, wait_job
@@ -69,6 +70,22 @@ def test_cancel_many_cancels_queued_ones_and_asks_the_running_one_whose_handler_
         wait_job(app, run_id, lambda j: j.state is JobState.CANCELLED)
     assert states(app, [spared]) == [JobState.QUEUED]
     assert app.cancel_many(task="slow") == 0  # nothing left: not an error
+
+
+def test_cancel_many_fires_job_cancelled_once_for_each_job_it_ended(app: Tether) -> None:
+    work = noop_task(app)
+    done = work.using(tags=["bad"]).enqueue(n=1)  # type: ignore[attr-defined]
+    app.drain()  # succeeded: not cancelled, no event
+    queued = {work.using(queue=f"q{n % 2}", tags=["bad"]).enqueue(n=n): f"q{n % 2}"  # type: ignore[attr-defined]
+              for n in range(7)}
+    spared = work.enqueue(n=99)  # type: ignore[attr-defined]
+    seen: list[Event] = []
+    app.on("job.cancelled")(seen.append)
+    assert app.cancel_many(tags=["bad"]) == 7  # in batches of 3
+    assert sorted((e.job_id, e.task, e.queue, e.state) for e in seen) == sorted(
+        (i, "work", q, JobState.CANCELLED) for i, q in queued.items())
+    assert states(app, [done, spared]) == [JobState.SUCCEEDED, JobState.QUEUED]
+    assert app.cancel_many(tags=["bad"]) == 0 and len(seen) == 7  # nothing ended again: no event again
 
 
 def test_retry_many_brings_dead_and_cancelled_back_and_leaves_the_rest(app: Tether) -> None:

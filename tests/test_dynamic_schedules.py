@@ -183,6 +183,40 @@ def test_trigger_fires_one_job_now_recorded_as_a_manual_tick(make: Callable[[], 
         app.trigger_schedule("nope")
 
 
+def test_scheduled_jobs_carry_their_tasks_tags(make: Callable[[], Tether]) -> None:
+    """A code schedule's and a dynamic schedule's jobs, fired by a worker
+    (its own scheduler, as it runs) and triggered, carry the task's tags
+    (``@app.task(tags=...)``), so a search by tag finds them; a schedule has
+    none of its own. A trigger from an app that does not register the task
+    has no tags to give."""
+    app = make()
+
+    @app.periodic("* * * * *", name="tagged.every", queue="reports", tags=["cron", "billing"])
+    def every(ctx: JobContext) -> None: ...
+
+    @app.task(name="r.tagged", queue="reports", tags=["adhoc"])
+    def tagged(ctx: JobContext) -> None: ...
+
+    app.store.add_schedule(ScheduleSpec(name="dyn", cron="* * * * *", timezone="UTC", args_json="{}",
+                                        queue="reports", catch_up=1, overlap=True, task="r.tagged"), now=at(0))
+    add(app, "untagged.every")  # r.nightly: no tags
+    worker = app.worker(queues=["reports"])
+    assert worker.scheduler is not None
+    assert worker.scheduler.run_once(now=at(0)) == []  # synced: its ticks are owed from now on
+    fired = {t.schedule: t.job_id for t in worker.scheduler.run_once(now=at(0.6)) if t.job_id is not None}
+    assert sorted(fired) == ["dyn", "tagged.every", "untagged.every"]
+    tags = {name: app.get_job(i).tags for name, i in fired.items()}  # type: ignore[union-attr]
+    assert tags == {"tagged.every": ["cron", "billing"], "dyn": ["adhoc"], "untagged.every": None}, tags
+    assert [j.id for j in app.jobs(tags=["cron"]).jobs] == [fired["tagged.every"]]
+    triggered = app.get_job(app.trigger_schedule("dyn"))
+    assert triggered is not None and triggered.tags == ["adhoc"] and triggered.schedule == "dyn"
+    other = make()  # registers r.nightly only
+    assert other.get_job(other.trigger_schedule("dyn")).tags is None  # type: ignore[union-attr]
+    # a worker that gives no tags (as one of an earlier release, whose statements name none) fires as before
+    [old] = Scheduler(app.store, [], grace=GRACE, tasks=("r.tagged",)).run_once(now=at(1.6))
+    assert old.job_id is not None and app.get_job(old.job_id).tags is None  # type: ignore[union-attr]
+
+
 def test_remove_takes_dynamic_schedules_only(make: Callable[[], Tether]) -> None:
     app = make()
 

@@ -209,3 +209,44 @@ def test_a_unit_tests_context_gives_meta_and_tags() -> None:
     ctx = context(meta={"customer": 42}, tags=["eu"])
     assert (ctx.meta, ctx.tags) == ({"customer": 42}, ["eu"])
     assert context().tags == []
+
+
+def test_the_server_pages_by_cursor_and_refuses_one_another_filter_made(backend: str, db_url: str) -> None:
+    """A raw HTTP client pages with the server's own cursors; the server, not
+    only tether's client, refuses a cursor of another filter (400), and tether's
+    client, which pages by job id (before), still works beside it."""
+    if not backend.startswith("http-"):
+        pytest.skip("a test of tether server's HTTP API")
+    from .test_server import Client
+
+    with served(db_url) as url:
+        app = Tether(url, token=TEST_TOKEN)
+        sync, mail = register(app)
+        made = [sync.enqueue(invoice=i) for i in range(3)]  # type: ignore[attr-defined]
+        mail.enqueue(to="x")  # type: ignore[attr-defined]
+        client = Client(url)
+
+        def search(body: dict[str, object]) -> tuple[int, dict[str, object]]:
+            return client.request("POST", "/v1/jobs/search", body, token=TEST_TOKEN)
+
+        status, first = search({"filter": {"task": "sync"}, "limit": 2})
+        assert status == 200 and ids_of(first) == made[:0:-1] and isinstance(first["next"], str), first
+        status, last = search({"filter": {"task": "sync"}, "limit": 2, "after": first["next"]})
+        assert status == 200 and ids_of(last) == [made[0]] and last["next"] is None, last
+        for body, why in (({"filter": {"task": "mail"}, "limit": 2, "after": first["next"]}, "other filters"),
+                          ({"filter": {"task": "sync", "state": ["queued"]}, "limit": 2, "after": first["next"]},
+                           "other filters"),
+                          ({"filter": {"task": "sync"}, "limit": 2, "after": "bm9wZQ"}, "not a cursor"),
+                          ({"filter": {"task": "sync"}, "limit": 2, "after": first["next"], "before": made[2]},
+                           "either before")):
+            status, answer = search(body)
+            assert status == 400 and answer["error"] == "bad_request" and why in str(answer["message"]), answer
+        status, old = search({"filter": {"task": "sync"}, "limit": 2, "before": made[2]})  # tether's client's form
+        assert status == 200 and ids_of(old) == made[1::-1] and "next" not in old, old
+        page = app.jobs(task="sync", limit=2)
+        assert ids(page) == made[:0:-1] and ids(app.jobs(task="sync", limit=2, after=page.next)) == [made[0]]
+        app.close()
+
+
+def ids_of(answer: dict[str, object]) -> list[int]:
+    return [j["id"] for j in answer["jobs"]]  # type: ignore[attr-defined, index]

@@ -16,6 +16,7 @@ import pytest
 from tether import Tether
 from tether.config import parse_database_url
 from tether.search import JobFilter
+from tether.store.postgres import many as pg_many
 from tether.store.postgres.many import filter_params as pg_params
 from tether.store.sqlite.many import filter_params as sqlite_params
 from tether.store.sqlite.many import register_functions
@@ -49,6 +50,7 @@ def plan(app: Tether, db_url: str, **filters: Any) -> str:
     with psycopg.connect(dsn.url, autocommit=True) as pg:
         pg.execute("ANALYZE " + app.store.schema + ".jobs")  # type: ignore[attr-defined]
         params = {**pg_params(f), "limit": 101, "before": None}
+        sql = app.store.q[app.store.search_query(f, params)]  # type: ignore[attr-defined]  # the one it runs
         return " ".join(str(r[0]) for r in pg.execute("EXPLAIN " + sql, params).fetchall())
 
 
@@ -72,3 +74,40 @@ def test_the_gin_indexes_are_partial_and_hold_only_jobs_with_tags_or_meta(app: T
     for name, column in (("jobs_tags_idx", "tags"), ("jobs_meta_idx", "meta")):
         assert "gin" in defs[name] and "jsonb_path_ops" in defs[name]
         assert f"where ({column} is not null)" in defs[name], defs[name]
+
+
+def test_a_rare_tag_reads_its_gin_index_and_a_common_one_walks_the_primary_key(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/many_jobs.py's rare-tag first page in small (issue 43): the newest
+    jobs hold neither tag (a bulk enqueue of another), a common tag is on
+    nearly every older job and a rare one on 1%. On its own PostgreSQL walks
+    the primary key newest first for the rare tag too, through every newer
+    job; the store asks the planner's estimate first and, for a filter it
+    expects to match few rows (FEW_ROWS, made small here for the small
+    table), runs search_jobs_few, which starts from the GIN index."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("the plans of PostgreSQL's search (SQLite cannot index JSON containment)")
+    monkeypatch.setattr(pg_many, "FEW_ROWS", FEW)
+    a = Tether(db_url)
+    a.migrate()
+    try:
+        t = a.task(name="t")(lambda ctx, n: None)
+        # enough rows that a page's 101 rare jobs are 1.5% of them: fewer, and
+        # the planner reads the GIN index by itself, as it cannot stop early
+        rare = t.using(tags=["common", "rare"]).enqueue_many([{"n": n} for n in range(300)])
+        t.using(tags=["common"]).enqueue_many([{"n": n} for n in range(19_700)])
+        t.using(tags=["newest"]).enqueue_many([{"n": n} for n in range(5000)])
+        rare_plan = plan(a, db_url, tags=["rare"])
+        assert "jobs_tags_idx" in rare_plan and "Filter: (tags @>" not in rare_plan, rare_plan
+        common_plan = plan(a, db_url, tags=["common"])
+        assert "Index Scan Backward using jobs_pkey" in common_plan and "jobs_tags_idx" not in common_plan, common_plan
+        page = a.jobs(tags=["rare"], limit=200)
+        assert [j.id for j in page.jobs] == rare[::-1][:200] and page.next is not None
+        assert [j.id for j in a.jobs(tags=["rare"], limit=200, after=page.next).jobs] == rare[::-1][200:]
+        assert a.count_jobs(tags=["common"]) == 20_000
+    finally:
+        a.close()
+
+
+#: FEW_ROWS for the rare-tag test's table: 300 rare jobs are few, 20,000 common ones are not
+FEW = 1000

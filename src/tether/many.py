@@ -17,10 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import ConfigError, InvalidTransition
+from .events import Event, Events, ending_event
 from .model import FINISHED_STATES, Job, JobState
 from .payload import check_job_id
 from .search import MAX_PAGE, JobFilter, JobPage
 from .store import Store
+from .store.many import Ended
 from .transport import Transport, announce
 
 __all__ = ["BATCH", "ManyJobsApp", "Progress"]
@@ -43,6 +45,7 @@ class ManyJobsApp:
         raise NotImplementedError
 
     transport: Transport
+    events: Events
 
     def _typed(self, job: Job) -> Job:
         raise NotImplementedError
@@ -58,10 +61,8 @@ class ManyJobsApp:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
             raise ConfigError(f"app.jobs: limit must be an int from 1 to {MAX_PAGE}, got {limit!r}")
         before = None if after is None else f.read_cursor(after)
-        found = self.store.search_jobs(f, limit=limit + 1, before_id=before)
-        more = len(found) > limit
-        found = found[:limit]
-        return JobPage(jobs=[self._typed(j) for j in found], next=f.cursor(found[-1].id) if more else None)
+        found, cursor = f.page(self.store.search_jobs(f, limit=limit + 1, before_id=before), limit)
+        return JobPage(jobs=[self._typed(j) for j in found], next=cursor)
 
     def count_jobs(self, **filters: Any) -> int:
         """How many jobs match the filters (those of ``jobs``)."""
@@ -72,9 +73,23 @@ class ManyJobsApp:
         one through its cancel request (its worker's next heartbeat passes it
         to the handler). Returns how many: cancelled and asked. Finished jobs
         are left as they are; a filter that matches nothing returns 0. No
-        filter at all is refused unless ``all=True``."""
+        filter at all is refused unless ``all=True``. As ``cancel``, each job
+        cancelled at once fires ``job.cancelled`` (after its batch commits;
+        a running one's fires at its worker when it ends); with no hook
+        subscribed the batches read nothing more."""
         f = _bulk_filter("cancel_many", filters, all)
-        return _walk(lambda after: self.store.cancel_batch(f, after_id=after, limit=BATCH), progress, again=True)
+
+        def step(after: int) -> tuple[int, int | None]:
+            if not self.events.active:
+                return self.store.cancel_batch(f, after_id=after, limit=BATCH)
+            ended: list[Ended] = []
+            batch = self.store.cancel_batch(f, after_id=after, limit=BATCH, ended=ended)
+            name = ending_event(JobState.CANCELLED)
+            for job_id, task, queue in ended:
+                self.events.emit(Event(name, job_id=job_id, task=task, queue=queue, state=JobState.CANCELLED))
+            return batch
+
+        return _walk(step, progress, again=True)
 
     def retry_many(self, *, all: bool = False, progress: Progress | None = None, **filters: Any) -> int:
         """Every dead or cancelled job the filters match back to queued, due

@@ -16,7 +16,7 @@ from .model import ScheduleInfo, ScheduleSpec
 from .payload import dump_json
 from .store.schedules import check_spec
 
-__all__ = ["DEFAULT_CATCH_UP", "check_schedule", "check_stacked", "merge_declared", "schedule_spec"]
+__all__ = ["DEFAULT_CATCH_UP", "check_schedule", "check_stacked", "merge_declared", "schedule_spec", "task_tags"]
 
 #: missed ticks (every worker down) fired when a worker comes back: the latest only
 DEFAULT_CATCH_UP = 1
@@ -70,6 +70,14 @@ def schedule_spec(
         lease_ttl=o.lease_ttl, timeout=o.timeout,
         backoff_base=o.backoff_base,
     ))
+
+
+def task_tags(tasks: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The tags of the registered tasks (``tether.app.Task``) that have any,
+    by name: a schedule has no tags of its own, and the jobs its ticks make
+    carry its task's (``@app.task(tags=...)``), as the code of the worker
+    that fires them (or of the app that triggers one) declares them."""
+    return {name: tuple(t.options.tags) for name, t in tasks.items() if t.options.tags}
 
 
 def merge_declared(stored: Sequence[ScheduleInfo], declared: Sequence[ScheduleSpec], now: datetime) -> list[ScheduleInfo]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .model import ScheduleSpec
-from .periodic import DEFAULT_CATCH_UP, check_schedule, schedule_spec
+from .periodic import DEFAULT_CATCH_UP, check_schedule, schedule_spec, task_tags
 from .transport import announce
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class ScheduleControl:
 
     if TYPE_CHECKING:
         schedule_specs: dict[str, ScheduleSpec]
+        tasks: dict[str, Task[Any, Any]]
         max_payload_bytes: int
         transport: Transport
 
@@ -100,8 +101,10 @@ class ScheduleControl:
     def trigger_schedule(self, name: str) -> int:
         """Fire one job of the schedule now, paused or not, recorded as a
         manual tick (the job's ``scheduled_for`` is the database's now; the
-        schedule's ticks are unchanged). Returns the job's id. ScheduleNotFound."""
-        fired = self.store.trigger_schedule(check_name(name))
+        schedule's ticks are unchanged). Returns the job's id. Its job has the
+        task's tags when this app registers the task (the schedule holds
+        none; the workers that fire it register the task). ScheduleNotFound."""
+        fired = self.store.trigger_schedule(check_name(name), tags=task_tags(self.tasks))
         assert fired.job_id is not None
         if self.transport.delivers:  # committed: announce it, as an enqueue does
             announce(self.transport, [(fired.job_id, fired.queue)])

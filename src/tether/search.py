@@ -254,6 +254,11 @@ class JobFilter:
                               "page that gave it, or start again without after=")
         return last_id
 
+    def page(self, found: list[Job], limit: int) -> tuple[list[Job], str | None]:
+        """A page of ``limit`` jobs from a search that asked for ``limit + 1``
+        (the one more says another page follows), and that page's cursor."""
+        return found[:limit], self.cursor(found[limit - 1].id) if len(found) > limit else None
+
 
 @dataclass(frozen=True, slots=True)
 class JobPage:

@@ -41,13 +41,23 @@ assert [job.args["invoice"] for job in failed.jobs] == [9, 6] and more.next is N
 # --8<-- [start:act]
 retried = app.retry_many(state="dead", task="billing.sync_invoice")  # back to queued, due now
 print(retried)  # 3
+ended = []
+app.on("job.cancelled")(ended.append)  # fires for each job a bulk cancel ends, as for app.cancel
 cancelled = app.cancel_many(tags=["eu"], state="queued")  # queued at once; running ones are asked to stop
-print(cancelled)  # 3
+print(cancelled, len(ended))  # 3 3
 week_ago = datetime.now(UTC) - timedelta(days=7)
 deleted = app.delete_many(state="succeeded", created_before=week_ago)  # finished jobs only
 print(deleted)  # 0: nothing that old
 again = app.rerun(failed.jobs[0].id)  # a new job with the same task, args and options
 print(app.get_job(again).rerun_of == failed.jobs[0].id)  # True
 # --8<-- [end:act]
-assert (retried, cancelled, deleted) == (3, 3, 0)
+assert (retried, cancelled, deleted, len(ended)) == (3, 3, 0, 3)
+
+# --8<-- [start:schedule]
+# a schedule's jobs carry their task's tags, whoever fires them
+app.add_schedule("billing.nightly_resync", "0 2 * * *", task="billing.sync_invoice", args={"invoice": 11})
+nightly = app.get_job(app.trigger_schedule("billing.nightly_resync"))  # one job now, as a tick makes
+print(nightly.tags, nightly.schedule)  # ['billing'] billing.nightly_resync
+# --8<-- [end:schedule]
+assert nightly.tags == ["billing"]
 app.close()

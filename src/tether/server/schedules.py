@@ -36,7 +36,8 @@ def _announce(transport: Transport | None, fired: list[FiredTick]) -> None:
 
 
 def fire_schedules(store: Store, transport: Transport | None, a: dict[str, Any]) -> dict[str, Any]:
-    fired = store.fire_schedules(a["names"], grace=a["grace"], now=a["now"], tasks=a.get("tasks", ()))
+    fired = store.fire_schedules(a["names"], grace=a["grace"], now=a["now"], tasks=a.get("tasks", ()),
+                                 tags=a.get("tags"))
     _announce(transport, fired)
     return {"fired": [wire_schedules.encode_fired(t) for t in fired]}
 
@@ -50,7 +51,7 @@ def add_schedule(store: Store, a: dict[str, Any], max_payload: int) -> dict[str,
 
 
 def trigger_schedule(store: Store, transport: Transport | None, a: dict[str, Any]) -> dict[str, Any]:
-    fired = store.trigger_schedule(a["name"], now=a["now"])
+    fired = store.trigger_schedule(a["name"], now=a["now"], tags=a.get("tags"))
     _announce(transport, [fired])
     return wire_schedules.encode_fired(fired)
 

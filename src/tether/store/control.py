@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from ..model import FiredTick, JobState, KeyLimits, QueueLimits, ScheduleInfo, ScheduleSpec
+from .schedules import TaskTags
 
 __all__ = ["JobControl", "Schedules"]
 
@@ -82,7 +83,7 @@ class Schedules:
         raise NotImplementedError(f"the {self.backend} store has no schedules")
 
     def fire_schedules(self, names: Sequence[str], *, grace: float, now: datetime | None = None,
-                       tasks: Sequence[str] = ()) -> list[FiredTick]:
+                       tasks: Sequence[str] = (), tags: TaskTags | None = None) -> list[FiredTick]:
         """Decide the due ticks of the named code schedules and of the dynamic
         schedules (``add_schedule``) whose task is in ``tasks``, as the
         database holds them (names it lacks, and paused schedules, are
@@ -90,7 +91,9 @@ class Schedules:
         ticks (less than ``grace`` seconds old) and, of the older ones missed,
         the ``catch_up`` most recent. Each tick becomes one job, or is skipped
         (overlap=False while the last job is active), in the database; the
-        answer leaves out the ticks another worker decided first."""
+        answer leaves out the ticks another worker decided first. ``tags``:
+        the tags of the caller's tasks by name (``task_tags``), which the jobs
+        of their schedules carry; a task it does not name gets none."""
         raise NotImplementedError(f"the {self.backend} store has no schedules")
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
@@ -114,9 +117,10 @@ class Schedules:
         declares it), ScheduleNotFound for no schedule of that name."""
         raise NotImplementedError(f"the {self.backend} store has no schedules")
 
-    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> FiredTick:
+    def trigger_schedule(self, name: str, *, now: datetime | None = None, tags: TaskTags | None = None) -> FiredTick:
         """One job of the schedule now, recorded as a manual tick (paused or
-        not). ScheduleNotFound."""
+        not), with its task's tags from ``tags`` (as ``fire_schedules``).
+        ScheduleNotFound."""
         raise NotImplementedError(f"the {self.backend} store has no schedules")
 
     def prune_ticks(self, limit: int, *, now: datetime | None = None) -> int:

@@ -15,10 +15,12 @@ from ..errors import InvalidTransition, JobNotFound
 from ..model import Job
 from ..search import JobFilter
 
-__all__ = ["Batch", "ManyJobs", "not_rerun"]
+__all__ = ["Batch", "Ended", "ManyJobs", "not_rerun"]
 
 #: (jobs affected, the id to pass as after_id for the next batch; None: no more)
 Batch = tuple[int, int | None]
+#: a job a bulk cancel ended at once: (id, task, queue), for its job.cancelled event
+Ended = tuple[int, str, str]
 
 
 class ManyJobs(abc.ABC):
@@ -32,11 +34,14 @@ class ManyJobs(abc.ABC):
         """How many jobs match ``f``."""
 
     @abc.abstractmethod
-    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None) -> Batch:
+    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None,
+                     ended: list[Ended] | None = None) -> Batch:
         """Of the next ``limit`` queued or running jobs matching ``f`` above
         ``after_id`` (id order): the queued ones cancelled at once, the running
         ones given a cancel request (their worker's next heartbeat passes it to
-        the handler). Affected: both."""
+        the handler). Affected: both. ``ended``: a list to append each job
+        the batch cancelled at once to (for the app's ``job.cancelled``
+        events; None, the default, reads nothing more)."""
 
     @abc.abstractmethod
     def retry_batch(

@@ -20,9 +20,10 @@ overlap the ``last_job_id`` of the schedule's row, never the ticks table.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,8 +34,22 @@ from ..errors import ConfigError, ScheduleNotFound
 from ..model import ScheduleInfo, ScheduleSpec
 
 __all__ = [
-    "FIRE_MAX_AGE", "TICK_KEEP", "Fire", "check_spec", "dynamic_row", "dynamic_spec", "not_found", "plan_fires", "removed",
-    "schedule_from_row", "sorted_specs", "spec_arrays", "taken",
+    "FIRE_MAX_AGE",
+    "TICK_KEEP",
+    "Fire",
+    "TaskTags",
+    "check_spec",
+    "dynamic_row",
+    "dynamic_spec",
+    "not_found",
+    "plan_fires",
+    "removed",
+    "schedule_from_row",
+    "sorted_specs",
+    "spec_arrays",
+    "tagged",
+    "tags_param",
+    "taken",
 ]
 
 log = logging.getLogger("tether.schedules")
@@ -50,6 +65,24 @@ FIRE_MAX_AGE = 600.0
 #: seconds: a tick decided longer ago than this is pruned; more than
 #: FIRE_MAX_AGE, so that no fire can still propose it (the docstring above)
 TICK_KEEP = 3600.0
+#: each task's tags (``@app.task(tags=...)``) by task name: what a fire or a
+#: trigger puts on the jobs of a task's schedules. The firing worker's code
+#: says them, as an enqueue's code does: a schedule's row holds no tags (so
+#: a worker of a release before them fires the same rows, untagged).
+TaskTags = Mapping[str, Sequence[str]]
+
+
+def tagged(tags: TaskTags | None) -> dict[str, list[str]]:
+    """The tasks of ``tags`` that have tags (a task without is as one not named)."""
+    return {task: list(t) for task, t in (tags or {}).items() if t}
+
+
+def tags_param(tags: TaskTags | None) -> str | None:
+    """``tags`` as the statements' parameter: a JSON object of the tasks that
+    have tags (None for none), whose value at a schedule's task is its jobs'
+    tags column (search.tags_json's form; a task it lacks: NULL, no tags)."""
+    had = tagged(tags)
+    return json.dumps(had, ensure_ascii=False, separators=(",", ":")) if had else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,11 @@ class JobOptionsView(Protocol):
     @property
     def queue(self) -> str: ...
 
+    @property
+    def tags(self) -> Sequence[str]:
+        """The task's tags, which the jobs its schedules fire carry."""
+        ...
+
 
 class TaskView(Protocol):
     """A registered handler: ``fn(ctx, **args)``, a coroutine function or not."""

@@ -162,7 +162,8 @@ class Worker:
         self.scheduler: Scheduler | None = None
         if app.schedule_specs or self._served_tasks():
             self.scheduler = Scheduler(s.store, list(app.schedule_specs.values()), grace=s.timers.reaper_interval,
-                                       events=s.events, on_fired=self._fired, tasks=self._served_tasks())
+                                       events=s.events, on_fired=self._fired, tasks=self._served_tasks(),
+                                       tags={name: t.options.tags for name, t in app.tasks.items()})
             self.scheduler.on_tick = self._made_due
             self.services.append(self.scheduler)
 

@@ -34,6 +34,7 @@ from ..errors import AccessDenied, ConfigError
 from ..events import Event, Events
 from ..model import FiredTick, JobState, ScheduleSpec
 from ..store import Store
+from ..store.schedules import TaskTags
 from .service import PeriodicService
 
 __all__ = ["DEFAULT_MISFIRE_GRACE", "DEFAULT_SCHEDULER_INTERVAL", "Scheduler", "sync_none"]
@@ -72,7 +73,7 @@ class Scheduler(PeriodicService):
         self, store: Store, schedules: Sequence[ScheduleSpec], *,
         interval: float | None = None, grace: float = DEFAULT_MISFIRE_GRACE,
         events: Events | None = None, on_fired: Callable[[list[FiredTick]], object] | None = None,
-        tasks: Sequence[str] = (),
+        tasks: Sequence[str] = (), tags: TaskTags | None = None,
     ) -> None:
         """``interval`` None: DEFAULT_SCHEDULER_INTERVAL, or less where ``grace``
         is short (a worker with a sub-second reaper interval) so that grace
@@ -80,7 +81,9 @@ class Scheduler(PeriodicService):
         worker runs; the dynamic schedules (``app.add_schedule``) of those are
         fired too, read afresh every tick, so one added at run time needs no
         restart. A worker with tasks and no code schedule syncs none here (its
-        runtime did, at its start) and fires the dynamic ones only."""
+        runtime did, at its start) and fires the dynamic ones only. ``tags``:
+        the app's tasks' tags by name, which the jobs of
+        their schedules carry."""
         if interval is None and isinstance(grace, int | float) and grace > 0:
             interval = min(DEFAULT_SCHEDULER_INTERVAL, grace / MIN_GRACE_INTERVALS)
         super().__init__(DEFAULT_SCHEDULER_INTERVAL if interval is None else interval)
@@ -98,6 +101,7 @@ class Scheduler(PeriodicService):
         self.schedules = list(schedules)
         self.names = sorted(names)
         self.tasks = sorted(set(tasks))
+        self.tags = dict(tags or {})
         self.grace = float(grace)
         self.events = events
         #: told about the jobs each tick fired (a delivering transport publishes them)
@@ -115,7 +119,7 @@ class Scheduler(PeriodicService):
         worker decided first is not among them). ``now`` is for tests."""
         if not self.synced:
             self.synced = self._sync(now)
-        decided = self.store.fire_schedules(self.names, grace=self.grace, now=now, tasks=self.tasks)
+        decided = self.store.fire_schedules(self.names, grace=self.grace, now=now, tasks=self.tasks, tags=self.tags)
         jobs = [t for t in decided if t.job_id is not None]
         for t in decided:
             if t.job_id is None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...model import Job
 from ...search import JobFilter
-from ..many import Batch
+from ..many import Batch, Ended
 from . import wire
 
 __all__ = ["HttpMany"]
@@ -30,8 +30,14 @@ class HttpMany:
     def count_jobs(self, f: JobFilter) -> int:
         return int(self._call("count_jobs", {"filter": f.to_wire()})["count"])
 
-    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None) -> Batch:
-        got = self._call("cancel_many", {"filter": f.to_wire(), "after": after_id, "limit": limit}, now=now)
+    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None,
+                     ended: list[Ended] | None = None) -> Batch:
+        body: dict[str, Any] = {"filter": f.to_wire(), "after": after_id, "limit": limit}
+        if ended is not None:  # only then: a server older than `ended` refuses the field
+            body["ended"] = True
+        got = self._call("cancel_many", body, now=now)
+        if ended is not None:
+            ended.extend((int(j["id"]), str(j["task"]), str(j["queue"])) for j in got.get("ended", ()))
         return int(got["count"]), got["last"]
 
     def retry_batch(

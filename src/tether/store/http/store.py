@@ -54,7 +54,7 @@ from ...model import (
 from ...naming import check_worker_identity
 from ..base import Store, check_prune
 from ..buckets import Buckets, check_sizes
-from ..schedules import dynamic_spec
+from ..schedules import TaskTags, dynamic_spec, tagged
 from ..worker_rows import WORKERS_PAGE
 from . import wire, wire_schedules, wire_unknown
 from .client import HttpClient, UnknownOperation, done_rows, tasks_field
@@ -408,10 +408,11 @@ class HttpStore(HttpClient, HttpMany, Store):
 
     def fire_schedules(
         self, names: Sequence[str], *, grace: float, now: datetime | None = None, tasks: Sequence[str] = (),
+        tags: TaskTags | None = None,
     ) -> list[FiredTick]:
         if not names and not tasks:
             return []
-        body: dict[str, Any] = {"names": list(names), "grace": grace}
+        body: dict[str, Any] = {"names": list(names), "grace": grace, **_tags_field(tags)}
         if tasks:  # only then: a server older than dynamic schedules refuses the field
             body["tasks"] = list(tasks)
         answer = self._call("fire_schedules", body, now=now)
@@ -426,8 +427,9 @@ class HttpStore(HttpClient, HttpMany, Store):
     def remove_schedule(self, name: str, *, now: datetime | None = None) -> None:
         self._call("remove_schedule", {"name": name}, now=now)
 
-    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> FiredTick:
-        return wire_schedules.decode_fired(self._call("trigger_schedule", {"name": name}, now=now))
+    def trigger_schedule(self, name: str, *, now: datetime | None = None, tags: TaskTags | None = None) -> FiredTick:
+        body = {"name": name, **_tags_field(tags)}
+        return wire_schedules.decode_fired(self._call("trigger_schedule", body, now=now))
 
     def list_schedules(self, *, now: datetime | None = None) -> list[ScheduleInfo]:
         query = {"now": None if now is None else now.isoformat()}
@@ -444,6 +446,13 @@ class HttpStore(HttpClient, HttpMany, Store):
 
     def close(self) -> None:
         HttpClient.close(self)
+
+
+def _tags_field(tags: TaskTags | None) -> dict[str, Any]:
+    """The ``tags`` of a fire or trigger, only when a task has tags: a server
+    older than them refuses the field (upgrade the server first)."""
+    had = tagged(tags)
+    return {"tags": had} if had else {}
 
 
 def _jobs(found: dict[str, Any]) -> list[ClaimedJob]:

@@ -61,7 +61,7 @@ from .schema import (
 )
 from .wire_errors import ERRORS, error_code
 from .wire_limits import key_limit_ops
-from .wire_many import FILTER, MAX_PAGE_WIRE, TAGS
+from .wire_many import CANCEL_ANSWER, CANCEL_BODY, FILTER, SEARCH_BODY, TAGS, search_answer
 from .wire_schedules import FIRE_BODY, control_ops, with_control, with_task
 from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
 
@@ -295,15 +295,15 @@ OPS: list[Op] = [
     Op("list_jobs", "GET", "/v1/jobs", P, "Jobs, newest first", obj({"jobs": array(JOB_RECORD, 10_000)}),
        query={"state": STATE, "queue": string(1000), "task": string(1000), "limit": integer(1, 10_000)}),
     # finding and acting on many jobs (issue 43): the filters of app.jobs(), same names (wire_many.FILTER)
-    Op("search_jobs", "POST", "/v1/jobs/search", P, "Jobs matching the filter, newest first, with an id below "
-       "`before` (keyset paging: the last id of the page before)", obj({"jobs": array(JOB_RECORD, MAX_PAGE_WIRE)}),
-       body=obj({"filter": FILTER, "limit": integer(1, MAX_PAGE_WIRE), "before": nullable(JOB_ID)}), errors=(422,)),
+    Op("search_jobs", "POST", "/v1/jobs/search", P, "Jobs matching the filter, newest first; keyset paging: "
+       "leave out `before` and pass the answer's `next` as `after` for the next page (a cursor another filter "
+       "made is refused, 400), or give `before`, a job id, for the jobs below it",
+       search_answer(JOB_RECORD), body=SEARCH_BODY, errors=(422,)),
     Op("count_jobs", "POST", "/v1/jobs/count", P, "How many jobs match the filter",
        obj({"count": integer(0, 2**63 - 1)}), body=obj({"filter": FILTER}), errors=(422,)),
     Op("cancel_many", "POST", "/v1/jobs/cancel-many", P, "Cancel a batch of the matching jobs above `after` "
-       "(id order): queued at once, running by request; how many, and the next `after` (null: done)", _BATCH,
-       body=obj({"filter": FILTER, "after": integer(0, INT53_MAX), "limit": integer(1, 10_000)}), takes_now=True,
-       errors=(422,)),
+       "(id order): queued at once, running by request; how many, and the next `after` (null: done); with "
+       "`ended`, the jobs cancelled at once", CANCEL_ANSWER, body=CANCEL_BODY, takes_now=True, errors=(422,)),
     Op("retry_many", "POST", "/v1/jobs/retry-many", P, "Retry a batch of the matching dead or cancelled jobs "
        "above `after`; the (id, queue) of each retried, and the next `after`",
        obj({"jobs": array(obj({"id": JOB_ID, "queue": string(1000)}), 10_000), "last": nullable(JOB_ID)}),

@@ -9,16 +9,21 @@ from typing import Any
 
 from ...model import FiredTick, ScheduleInfo, ScheduleSpec
 from .schema import Schema, array, boolean, integer, number, obj, string
+from .wire_many import TAGS
 from .wire_unknown import TASK_NAME
 
 __all__ = ["FIRE_BODY", "control_ops", "decode_fired", "decode_schedule", "decode_spec", "encode_fired",
            "encode_schedule", "encode_spec", "with_control", "with_task"]
 
 
+#: the tags of the caller's tasks by name, for the jobs their schedules fire
+#: (store/schedules.py TaskTags; optional: a client older than them sends none,
+#: and a client sends it only when a task has tags)
+TASK_TAGS: Schema = {"type": "object", "additionalProperties": TAGS}
 #: fire_schedules' body: code schedules by name, dynamic ones by the tasks the worker runs (optional, so
 #: a worker older than dynamic schedules is served as before)
 FIRE_BODY = obj({"names": array(TASK_NAME, 10_000), "grace": number(0, 1e6, exclusive_min=True),
-                 "tasks": array(TASK_NAME, 10_000)}, optional=("tasks",))
+                 "tasks": array(TASK_NAME, 10_000), "tags": TASK_TAGS}, optional=("tasks", "tags"))
 #: a schedule's name (a dynamic one's is any printable text; schedule_control.py)
 SCHEDULE_NAME = string(200, 1)
 
@@ -39,6 +44,7 @@ def control_ops(spec: Schema, fired: Schema) -> list[dict[str, Any]]:
     """The operations of schedules managed at run time (issue 44), as ``wire.Op`` keyword arguments.
     Producer scope, as a sync's: a schedule makes jobs."""
     name = obj({"name": SCHEDULE_NAME})
+    trigger = obj({"name": SCHEDULE_NAME, "tags": TASK_TAGS}, optional=("tags",))
     add = obj({**spec["properties"], "name": SCHEDULE_NAME, "task": TASK_NAME})
     return [dict(name=n, method="POST", path=f"/v1/schedules/{p}", scopes=("producer",), summary=d, response=r,
                  body=b, takes_now=True, errors=e) for n, p, d, r, b, e in [
@@ -51,7 +57,7 @@ def control_ops(spec: Schema, fired: Schema) -> list[dict[str, Any]]:
         ("remove_schedule", "remove", "Delete a dynamic schedule (422 for a schedule declared in code: pause it "
          "instead)", obj({}), name, (404, 422)),
         ("trigger_schedule", "trigger", "Fire one job of a schedule now, recorded as a manual tick (paused or "
-         "not)", fired, name, (404, 422)),
+         "not), with its task's tags from `tags`", fired, trigger, (404, 422)),
     ]]
 
 

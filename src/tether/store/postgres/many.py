@@ -12,10 +12,17 @@ from psycopg import errors as pg_errors
 
 from ...model import Job
 from ...search import JobFilter
-from ..many import Batch, not_rerun
+from ..many import Batch, Ended, not_rerun
 from ..rows import job_from_row
 
-__all__ = ["PostgresMany", "filter_params"]
+__all__ = ["FEW_ROWS", "PostgresMany", "filter_params"]
+
+#: a tags or meta filter the planner expects to match at most this many rows
+#: reads them all from its GIN index, newest first by a sort, instead of
+#: walking the primary key (search_jobs_few). Measured on bench/many_jobs.py's
+#: rows: 10,000 matches sort in about 20 ms; a primary key walk is as fast
+#: only where the newest rows hold the tag (it has no bound otherwise).
+FEW_ROWS = 20_000
 
 
 def filter_params(f: JobFilter) -> dict[str, Any]:
@@ -38,15 +45,28 @@ class PostgresMany:
         raise NotImplementedError
 
     def search_jobs(self, f: JobFilter, *, limit: int, before_id: int | None = None) -> list[Job]:
-        rows = self._all("search_jobs", {**filter_params(f), "limit": limit, "before": before_id})
+        params = {**filter_params(f), "limit": limit, "before": before_id}
+        rows = self._all(self.search_query(f, params), params)
         return [job_from_row(r, []) for r in rows]
+
+    def search_query(self, f: JobFilter, params: dict[str, Any]) -> str:
+        """search_jobs, or search_jobs_few for a tags or meta filter the
+        planner expects to match at most FEW_ROWS rows (queries.sql says why)."""
+        if not f.tags and f.meta is None:
+            return "search_jobs"
+        ((plan,),) = self._all("search_estimate", params)
+        return "search_jobs_few" if plan[0]["Plan"]["Plan Rows"] <= FEW_ROWS else "search_jobs"
 
     def count_jobs(self, f: JobFilter) -> int:
         return int(self._all("count_jobs", filter_params(f))[0][0])
 
-    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None) -> Batch:
-        ((count, last),) = self._all("cancel_many", {**filter_params(f), "after": after_id, "limit": limit,
-                                                      "now": now})
+    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None,
+                     ended: list[Ended] | None = None) -> Batch:
+        ((count, last, cancelled),) = self._all("cancel_many", {**filter_params(f), "after": after_id,
+                                                                 "limit": limit, "now": now,
+                                                                 "report": ended is not None})
+        if ended is not None and cancelled:
+            ended.extend((int(i), str(t), str(q)) for i, t, q in cancelled)
         return int(count), last
 
     def retry_batch(

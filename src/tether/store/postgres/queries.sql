@@ -1146,7 +1146,9 @@ WHERE NOT paused
 --         fire, behind the job its first tick makes) or when the schedule's
 --         last job is still queued or running: a primary-key probe, not a scan
 --         of the schedule's history;
--- made:   a job for each tick won and not skipped, due at its tick;
+-- made:   a job for each tick won and not skipped, due at its tick, with
+--         its task's tags from %(tags)s (store/schedules.py TaskTags: the
+--         firing worker's code names them; NULL -> anything is NULL: none);
 -- marked: the schedule's bookkeeping, only ever forward (GREATEST and the
 --         comparisons below), since fires for different ticks may commit in
 --         any order.
@@ -1167,9 +1169,9 @@ WITH s AS (
 ), made AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
-         schedule, scheduled_for)
+         schedule, scheduled_for, tags)
     SELECT s.queue, coalesce(s.task, s.name), s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl,
-           s.timeout, s.backoff_base, {now}, won.schedule, won.tick
+           s.timeout, s.backoff_base, {now}, won.schedule, won.tick, %(tags)s::jsonb -> coalesce(s.task, s.name)
     FROM won CROSS JOIN s
     WHERE NOT won.skipped
     ORDER BY won.tick
@@ -1241,7 +1243,8 @@ SELECT (SELECT count(*) FROM gone), EXISTS (SELECT 1 FROM {schema}.schedules WHE
 -- with manual = true (the primary key still admits one), and its job, due
 -- at once, in one statement. It does not move last_tick, so no cron tick is
 -- lost to it; last_fired and last_job_id move forward as a fire's do
--- (overlap=False then waits for this job too). Paused or not.
+-- (overlap=False then waits for this job too). Paused or not. Its job has
+-- its task's tags, as fire_ticks' jobs do.
 WITH s AS (
     SELECT * FROM {schema}.schedules WHERE name = %(name)s
 ), won AS (
@@ -1252,9 +1255,9 @@ WITH s AS (
 ), made AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
-         schedule, scheduled_for)
+         schedule, scheduled_for, tags)
     SELECT s.queue, coalesce(s.task, s.name), s.args, s.priority, won.tick, s.max_attempts, s.lease_ttl,
-           s.timeout, s.backoff_base, {now}, won.schedule, won.tick
+           s.timeout, s.backoff_base, {now}, won.schedule, won.tick, %(tags)s::jsonb -> coalesce(s.task, s.name)
     FROM won CROSS JOIN s
     RETURNING id, queue, scheduled_for, task
 ), marked AS (
@@ -1521,12 +1524,46 @@ AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before
 -- A page of app.jobs(): newest first, keyset-paged on the id (an id never
 -- changes, so a walk neither repeats nor skips a job that matches throughout,
 -- whatever is inserted or finished meanwhile: new jobs have higher ids).
+-- For a common tag or meta value (and for the other filters) the planner
+-- walks the primary key newest first and stops at the page's end; for a
+-- rare one postgres/many.py runs search_jobs_few instead.
 SELECT {job_select}
 FROM {schema}.jobs
 WHERE {_job_filter}
   AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s
+
+-- name: search_estimate
+-- How many rows the planner expects a search's filter to match (the top
+-- node's "Plan Rows"; no row is read): postgres/many.py picks search_jobs or
+-- search_jobs_few by it, for a tags or meta filter (issue 43, the rare-tag
+-- first page). An estimate, not a count: its plan costs a millisecond.
+EXPLAIN (FORMAT JSON)
+SELECT id FROM {schema}.jobs
+WHERE {_job_filter}
+  AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+
+-- name: search_jobs_few
+-- search_jobs for a filter the planner expects to match few rows (below
+-- many.FEW_ROWS): the matching ids come from the filter's own index (the
+-- tags or meta GIN index: a bitmap of every match), the newest `limit` of
+-- them by a top-N sort of bare ids, then their rows by the primary key.
+-- `ORDER BY id + 0` keeps the planner off the primary key's order: on its
+-- own it walks the primary key newest first for any tag it expects on 1% of
+-- the rows, assuming the matches spread evenly, and when the newest rows
+-- hold none (100,000 queued jobs of another tag) it reads all of them
+-- first: 110,000 rows for a page of bench/many_jobs.py's 1%-tag, where this
+-- reads its 10,000 matches. Sorting ids, not rows, keeps the sort small.
+SELECT {job_select}
+FROM {schema}.jobs
+WHERE id = ANY(ARRAY(
+    SELECT id FROM {schema}.jobs
+    WHERE {_job_filter}
+      AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+    ORDER BY id + 0 DESC
+    LIMIT %(limit)s))
+ORDER BY id DESC
 
 -- name: count_jobs
 SELECT count(*) FROM {schema}.jobs WHERE {_job_filter}
@@ -1540,7 +1577,10 @@ SELECT count(*) FROM {schema}.jobs WHERE {_job_filter}
 -- is taken by the next pass (many.py). As cancel does, judged on the row:
 -- queued ends cancelled at once (an ending: _ending), running gets a cancel
 -- request its worker reads from its next heartbeat. Answer: how many were
--- affected, and the last id picked (NULL: no more).
+-- affected, the last id picked (NULL: no more), and, only when %(report)s
+-- (an app with a job.cancelled hook: many.py), [id, task, queue] of each job
+-- cancelled at once, for its event; NULL otherwise, so a bulk cancel nobody
+-- listens to builds no JSON.
 WITH picked AS (
     SELECT id FROM {schema}.jobs
     WHERE {_job_filter}
@@ -1555,9 +1595,11 @@ WITH picked AS (
         finished_at = CASE WHEN j.state = 'queued' THEN {now} ELSE j.finished_at END,
         cancel_requested = (j.state = 'running')
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.state IN ('queued', 'running')
-    RETURNING j.id, j.state
+    RETURNING j.id, j.state, j.task, j.queue
 ), {_ending}
-SELECT (SELECT count(*) FROM {_ended}), (SELECT max(id) FROM picked)
+SELECT (SELECT count(*) FROM {_ended}), (SELECT max(id) FROM picked),
+       CASE WHEN %(report)s::boolean
+            THEN (SELECT json_agg(json_build_array(id, task, queue)) FROM ended WHERE state = 'cancelled') END
 
 -- name: retry_many
 -- A batch of retry (as retry: queued now, with an attempt left) over the

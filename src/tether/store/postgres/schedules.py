@@ -17,6 +17,7 @@ from ..pruning import check_limit
 from ..schedules import (
     FIRE_MAX_AGE,
     TICK_KEEP,
+    TaskTags,
     dynamic_row,
     not_found,
     plan_fires,
@@ -24,6 +25,7 @@ from ..schedules import (
     schedule_from_row,
     sorted_specs,
     spec_arrays,
+    tags_param,
     taken,
 )
 
@@ -38,15 +40,17 @@ class PostgresSchedules:
 
     def fire_schedules(
         self, names: Sequence[str], *, grace: float, now: datetime | None = None, tasks: Sequence[str] = (),
+        tags: TaskTags | None = None,
     ) -> list[FiredTick]:
         if not names and not tasks:
             return []
         out: list[FiredTick] = []
+        task_tags = tags_param(tags)
         rows = self._all("schedules_to_fire", {"names": sorted(set(names)), "tasks": sorted(set(tasks)), "now": now})
         for fire in plan_fires(rows, grace=grace):
             won = self._all("fire_ticks", {"name": fire.name, "version": fire.version, "ticks": fire.ticks,
                                            "skip": fire.skip, "read_at": fire.read_at, "max_age": FIRE_MAX_AGE,
-                                           "now": now})
+                                           "now": now, "tags": task_tags})
             out.extend(FiredTick(schedule=fire.name, tick=tick, job_id=job_id, queue=queue if job_id else "",
                                  task=task) for tick, job_id, queue, task in won)
         return out
@@ -69,8 +73,9 @@ class PostgresSchedules:
         gone, existed = self._all("remove_schedule", {"name": name})[0]
         removed(name, bool(gone), bool(existed))
 
-    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> FiredTick:
-        job_id, queue, tick, task, found = self._all("trigger_schedule", {"name": name, "now": now})[0]
+    def trigger_schedule(self, name: str, *, now: datetime | None = None, tags: TaskTags | None = None) -> FiredTick:
+        job_id, queue, tick, task, found = self._all("trigger_schedule", {"name": name, "now": now,
+                                                                          "tags": tags_param(tags)})[0]
         if not found:
             raise not_found(name)
         if job_id is None:  # another trigger took this very instant: the primary key admits one

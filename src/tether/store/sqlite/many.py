@@ -13,7 +13,7 @@ from typing import Any
 
 from ...model import Job
 from ...search import JobFilter, contains_json
-from ..many import Batch, not_rerun
+from ..many import Batch, Ended, not_rerun
 from ..rows import epoch_to_dt, job_from_row, json_text
 from .ending import end, reopen
 
@@ -65,10 +65,13 @@ class SQLiteMany:
         params = {**filter_params(f), "picked": json.dumps(states), "after": after_id, "limit": limit}
         return [int(r[0]) for r in conn.execute(self.q["many_picked"], params).fetchall()]
 
-    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None) -> Batch:
+    def cancel_batch(self, f: JobFilter, *, after_id: int, limit: int, now: datetime | None = None,
+                     ended: list[Ended] | None = None) -> Batch:
         with self._write() as conn:
             ids = self._pick(conn, f, ["queued", "running"], after_id, limit)
             rows = end(conn, self.q, "cancel_many", {"ids": json.dumps(ids), "now": _ts(now)}) if ids else []
+        if ended is not None:  # columns 9 and 10: the task and queue (queries.sql)
+            ended.extend((int(r[0]), str(r[9]), str(r[10])) for r in rows if r[1] == "cancelled")
         return len(rows), (ids[-1] if ids else None)
 
     def retry_batch(

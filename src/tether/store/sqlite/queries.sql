@@ -800,12 +800,15 @@ ON CONFLICT (schedule, tick) DO NOTHING
 RETURNING tick, skipped
 
 -- name: fire_job
--- The job for one tick this fire decided, due at its tick.
+-- The job for one tick this fire decided (or a trigger's), due at its tick,
+-- with its task's tags: the member of :tags (a JSON object of each task's
+-- tags, the firing worker's; store/schedules.py TaskTags) named by its task,
+-- as JSON text (json_each gives an array member as its text); none: NULL.
 INSERT INTO tether_jobs
     (queue, task, args, priority, run_at, max_attempts, lease_ttl, timeout, backoff_base, created_at,
-     schedule, scheduled_for)
+     schedule, scheduled_for, tags)
 SELECT queue, coalesce(task, name), args, priority, :tick, max_attempts, lease_ttl, timeout, backoff_base, {now},
-       name, :tick
+       name, :tick, (SELECT t.value FROM json_each(:tags) AS t WHERE t.key = coalesce(task, name))
 FROM tether_schedules
 WHERE name = :name
 RETURNING id, queue, task
@@ -1027,12 +1030,14 @@ LIMIT :limit
 
 -- name: cancel_many
 -- cancel over the picked ids (:ids, a JSON array): an ending (ending.py).
+-- Its own columns, task and queue, name the jobs it cancelled at once in
+-- their job.cancelled events (many.py reads them only while a hook listens).
 UPDATE tether_jobs
 SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     finished_at = CASE WHEN state = 'queued' THEN {now} ELSE finished_at END,
     cancel_requested = (state = 'running')
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running')
-RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, task, queue, {_dependents}
 
 -- name: retry_many
 -- retry over the picked ids. A job whose dedup key an active job holds

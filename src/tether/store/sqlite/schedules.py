@@ -15,7 +15,18 @@ from ...errors import ConfigError
 from ...model import FiredTick, ScheduleInfo, ScheduleSpec
 from ..pruning import check_limit
 from ..rows import epoch_to_dt, json_text
-from ..schedules import TICK_KEEP, dynamic_row, not_found, plan_fires, removed, schedule_from_row, sorted_specs, taken
+from ..schedules import (
+    TICK_KEEP,
+    TaskTags,
+    dynamic_row,
+    not_found,
+    plan_fires,
+    removed,
+    schedule_from_row,
+    sorted_specs,
+    tags_param,
+    taken,
+)
 
 __all__ = ["SQLiteSchedules"]
 
@@ -42,6 +53,7 @@ class SQLiteSchedules:
 
     def fire_schedules(
         self, names: Sequence[str], *, grace: float, now: datetime | None = None, tasks: Sequence[str] = (),
+        tags: TaskTags | None = None,
     ) -> list[FiredTick]:
         if not names and not tasks:
             return []
@@ -56,10 +68,10 @@ class SQLiteSchedules:
         # inserts see one state, and no other writer runs in between.
         with self._write() as conn:
             rows = conn.execute(self.q["schedules_to_fire"], params).fetchall()
-            return list(self._fire(conn, rows, grace, now))
+            return list(self._fire(conn, rows, grace, now, tags_param(tags)))
 
     def _fire(
-        self, conn: sqlite3.Connection, rows: list[Any], grace: float, now: datetime | None,
+        self, conn: sqlite3.Connection, rows: list[Any], grace: float, now: datetime | None, tags: str | None,
     ) -> Iterator[FiredTick]:
         for fire in plan_fires(rows, grace=grace, ts=epoch_to_dt):
             won = sorted(conn.execute(self.q["decide_ticks"], {
@@ -74,7 +86,7 @@ class SQLiteSchedules:
                     yield FiredTick(schedule=fire.name, tick=when, job_id=None, queue="")
                     continue
                 job_id, queue, task = conn.execute(self.q["fire_job"], {"name": fire.name, "tick": tick,
-                                                                        "now": _ts(now)}).fetchone()
+                                                                        "now": _ts(now), "tags": tags}).fetchone()
                 fired = (tick, job_id)
                 yield FiredTick(schedule=fire.name, tick=when, job_id=job_id, queue=queue, task=task)
             if won:
@@ -110,7 +122,7 @@ class SQLiteSchedules:
             existed = gone or conn.execute(self.q["schedule_kind"], {"name": name}).fetchone() is not None
         removed(name, gone, existed)
 
-    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> FiredTick:
+    def trigger_schedule(self, name: str, *, now: datetime | None = None, tags: TaskTags | None = None) -> FiredTick:
         with self._write() as conn:
             won = conn.execute(self.q["trigger_tick"], {"name": name, "now": _ts(now)}).fetchone()
             if won is None:
@@ -118,8 +130,8 @@ class SQLiteSchedules:
                     raise not_found(name)
                 raise ConfigError(f"schedule {name!r} was triggered at this same instant already; try again")
             tick = won[0]
-            job_id, queue, task = conn.execute(self.q["fire_job"], {"name": name, "tick": tick,
-                                                                    "now": _ts(now)}).fetchone()
+            job_id, queue, task = conn.execute(self.q["fire_job"], {"name": name, "tick": tick, "now": _ts(now),
+                                                                    "tags": tags_param(tags)}).fetchone()
             conn.execute(self.q["mark_triggered"], {"name": name, "tick": tick, "job_id": job_id})
         when = epoch_to_dt(tick)
         assert when is not None
