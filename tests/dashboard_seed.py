@@ -57,7 +57,7 @@ def seed(app: Tether) -> Seeded:
     cancelled = send.using(delay=3600).enqueue(to="eve@example.com")
     store.cancel(cancelled)
 
-    running = build.enqueue(title="Q3 report", pages=40)
+    running = build.using(limit_key="tenant:<b>7").enqueue(title="Q3 report", pages=40)
     [c] = store.claim("worker-a@host", ["reports"], 1, 300)
     store.progress("worker-a@host", running, c.attempt, 0.4, "page 16 of 40", 300)
 

@@ -125,6 +125,8 @@ def assert_limits_judged(result: ChaosResult) -> None:
     assert d["invariants"]["I8"]["ok"]
     assert d["counts"]["limits_limited_attempts"] > 0 and d["counts"]["limits_keyed_attempts"] > 0
     assert d["counts"]["limits_limited_peak"] == 2, "the limited queue never had two jobs running: I8 proved little"
+    assert d["counts"]["limits_limit_keyed_attempts"] > 0 and d["counts"]["limits_limit_key_peak"] == 2, \
+        "no limit key ever had two jobs running: I8 proved little for per-key limits"
 
 
 def assert_dependencies_judged(result: ChaosResult) -> None:

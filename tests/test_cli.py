@@ -533,3 +533,47 @@ def test_help_lists_the_lazy_commands_as_they_describe_themselves_without_import
         listed = click.Command(name, help=LAZY_HELP[name])
         for width in (20, 45, 80, 200):
             assert listed.get_short_help_str(width) == real.get_short_help_str(width), name
+
+
+def test_key_limit_sets_a_pattern_and_limits_shows_it_with_its_use(run: Callable[..., Result], db_url: str) -> None:
+    run("-d", db_url, "migrate")
+    assert "no limits" in run("-d", db_url, "limits").stdout
+    r = run("-d", db_url, "key-limit", "shop:*", "--concurrency", "3", "--rate", "10/1s")
+    assert r.exit_code == 0, r.output
+    assert "key pattern shop:*: concurrency 3 per key, rate 10 per 1s per key; 0 keys in use" in r.stdout
+    run("-d", db_url, "limit", "emails", "--concurrency", "5")
+    store = open_store(db_url)
+    try:
+        store.enqueue([NewJob(task="greet", args_json="{}", limit_key=f"shop:{i % 2}") for i in range(6)])
+        assert len(store.claim("w-1", ["default"], 10, 30)) == 6  # rate 10: three a key, concurrency 3
+        r = run("-d", db_url, "limits")
+        assert r.exit_code == 0, r.output
+        assert "key limits: shop:* concurrency 3 per key" in run("-d", db_url, "status").stdout
+        assert r.stdout.splitlines() == [
+            "queue emails: concurrency 0/5 running",
+            "key pattern shop:*: concurrency 3 per key, rate 10 per 1s per key; 2 keys in use, 6 running "
+            "(busiest 3), 6 started in the window"]
+        r = run("-d", db_url, "key-limit", "shop:*")
+        assert r.exit_code == 0 and "key pattern shop:*: removed" in r.stdout
+        assert store.key_limits() == []
+    finally:
+        store.close()
+
+
+def test_key_limit_refuses_bad_input_in_one_line_and_writes_nothing(run: Callable[..., Result], db_url: str) -> None:
+    run("-d", db_url, "migrate")
+    run("-d", db_url, "key-limit", "keep:*", "--concurrency", "2")
+    for pattern, args, needle in [
+        ("shop:*", ["--rate", "10"], "--rate must be COUNT/PERIOD"),
+        ("shop:*", ["--rate", "10/soon"], "--rate's PERIOD must be a duration"),
+        ("shop:*", ["--rate", "0/1s"], "a rate's count must be a whole number >= 1"),
+        ("shop:*", ["--concurrency", "0"], "concurrency must be a whole number >= 1"),
+        ("", ["--concurrency", "2"], "must not be empty"),
+        ("a\tb", ["--concurrency", "2"], "control characters"),
+    ]:
+        one_line_error(run("-d", db_url, "key-limit", pattern, *args), 2, needle)
+    store = open_store(db_url)
+    try:
+        assert [k.pattern for k in store.key_limits()] == ["keep:*"]
+    finally:
+        store.close()

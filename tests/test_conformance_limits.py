@@ -259,6 +259,25 @@ def test_limits_hold_against_racing_claimers(store: Store, backend: str) -> None
     store.set_limits(QueueLimits(Q, concurrency=3))
     fill(store, 150, t0)
     fill(store, 30, t0, exclusive_key="one")
+    peak = samples = 0
+
+    def sample(finished: threading.Event) -> None:
+        nonlocal peak, samples
+        counts = store.stats().counts
+        peak, samples = max(peak, counts.get((Q, JobState.RUNNING), 0)), samples + 1
+        if counts.get((Q, JobState.QUEUED), 0) == 0:
+            finished.set()
+
+    race_claimers(store, Q, t0, sample)
+    assert 1 <= peak <= 3, (peak, samples)
+    assert store.stats().counts.get((Q, JobState.SUCCEEDED), 0) == 180
+
+
+def race_claimers(store: Store, queue: str, now: object, sample: Callable[[threading.Event], None]) -> None:
+    """Eight threads, each a worker of its own, complete and claim (two at a
+    time) on ``queue`` as fast as they can, while ``sample(finished)`` is
+    called between on this thread; once it sets ``finished``, each thread
+    stops at its first empty claim. Any thread's error fails the test."""
     errors: list[BaseException] = []
     finished = threading.Event()
 
@@ -268,7 +287,7 @@ def test_limits_hold_against_racing_claimers(store: Store, backend: str) -> None
             try:
                 for _ in range(2000):
                     done = [(c.id, c.attempt, None) for c in held]
-                    _, held = store.complete_and_claim(name, done, [Q], 2, TTL, now=t0)
+                    _, held = store.complete_and_claim(name, done, [queue], 2, TTL, now=now)  # type: ignore[arg-type]
                     if not held and finished.is_set():
                         return
             except BaseException as exc:  # reported below
@@ -278,14 +297,8 @@ def test_limits_hold_against_racing_claimers(store: Store, backend: str) -> None
     threads = [threading.Thread(target=worker(f"w{i}")) for i in range(8)]
     for t in threads:
         t.start()
-    peak = samples = 0
     while any(t.is_alive() for t in threads):
-        counts = store.stats().counts
-        peak, samples = max(peak, counts.get((Q, JobState.RUNNING), 0)), samples + 1
-        if counts.get((Q, JobState.QUEUED), 0) == 0:
-            finished.set()
+        sample(finished)
     for t in threads:
         t.join()
     assert not errors, errors
-    assert 1 <= peak <= 3, (peak, samples)
-    assert store.stats().counts.get((Q, JobState.SUCCEEDED), 0) == 180

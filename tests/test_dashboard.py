@@ -99,6 +99,7 @@ def test_pages_render_and_escape_user_data(client: TestClient, seeded: tuple[Tet
     assert "lease_expired" in job.text and "worker-b@gone" in job.text and "RuntimeError: still broken" in job.text
     running = client.get(f"/jobs/{s.running}")
     assert "page 16 of 40" in running.text and 'value="0.4"' in running.text
+    assert "limit key</dt><dd><code>tenant:&lt;b&gt;7</code>" in running.text  # issue 44, escaped
     assert "worker-a@host" in client.get("/workers").text
     assert "worker lease expired (worker worker-b@gone)" in client.get("/recoveries").text
     assert client.get("/jobs", params={"id": str(s.dead)}).headers["location"] == f"/jobs/{s.dead}"

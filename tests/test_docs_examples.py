@@ -48,6 +48,7 @@ EXECUTED = {
     "many-jobs/example.py": "tests/test_docs_many.py",
     "many-jobs/cli.sh": "tests/test_docs_many.py (after example.py, on its database)",
     "uniqueness-and-expiry/example.py": "tests/test_dedup_window.py::test_the_docs_example",
+    "key-limits/example.py": "tests/test_key_limits_app.py::test_the_docs_example",
     "nats/app.py": "tests/test_nats.py::test_the_docs_nats_example_runs (against the test NATS)",
     "handlers/enqueue_middleware.py": "tests/test_enqueue_middleware.py::test_the_docs_example_runs",
     "handlers/middleware.py": "tests/test_handler_events.py (with sentry_sdk and an in-memory transport)",

@@ -9,8 +9,8 @@ Q = LIMITED_QUEUE
 
 
 def span(job: int, start: float, end: float | None, *, key: str | None = None, queue: str = Q,
-         attempt: int = 1) -> Span:
-    return Span(job, attempt, queue, key, 1_000.0 + start, None if end is None else 1_000.0 + end)
+         attempt: int = 1, limit_key: str | None = None) -> Span:
+    return Span(job, attempt, queue, key, 1_000.0 + start, None if end is None else 1_000.0 + end, limit_key)
 
 
 def test_a_history_within_the_limits_passes() -> None:
@@ -90,3 +90,17 @@ def test_under_skew_an_attempt_shorter_than_the_skew_is_not_left_open() -> None:
     inv, details = check_limits(spans, concurrency=2, skew=0.25)
     assert inv.ok, inv.violations
     assert details["limited_peak"] == 2
+
+
+def test_a_limit_key_may_have_its_concurrency_open_and_no_more_whatever_the_queue() -> None:
+    """Per-key limits (issue 44): each limit key is judged on its own, across queues."""
+    fine = [span(1, 0, 2, queue="a", limit_key="t:0"), span(2, 1, 3, queue="b", limit_key="t:0"),
+            span(3, 0, 3, queue="a", limit_key="t:1"), span(4, 0.5, 1, queue="a", limit_key="t:1"),
+            span(5, 2, 4, queue="b", limit_key="t:0")]  # starts as job 1 ends: two open at most
+    inv, details = check_limits(fine, key_concurrency=2)
+    assert inv.ok, inv.violations
+    assert details["limit_keyed_attempts"] == 5 and details["limit_key_peak"] == 2
+    over = [*fine, span(6, 2.5, 2.8, queue="c", limit_key="t:0")]
+    inv, details = check_limits(over, key_concurrency=2)
+    assert not inv.ok and len(inv.violations) == 1 and details["limit_key_peak"] == 3
+    assert "limit key 't:0': 3 attempts open" in inv.violations[0] and "job 6 attempt 1" in inv.violations[0]

@@ -47,6 +47,9 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
     # batches (issue 42): the callbacks, and the members' count split over shard rows
     "batches": {"id", "created_at", "shards", "zeroed", "on_complete", "on_success", "finished_at"},
     "batch_shards": {"batch_id", "shard", "pending", "failed"},
+    # per-key limits (issue 44): the patterns, and the starts of keys whose pattern has a rate
+    "key_limits": {"pattern", "matcher", "rank", "concurrency", "rate_limit", "rate_period", "updated_at"},
+    "key_starts": {"limit_key", "started_at"},
 }
 #: PostgreSQL only: who waits for which job (its finish trigger notifies only
 #: those; SQLite's app.wait polls)

@@ -263,6 +263,8 @@ TASK_BOUNDS = {
     "dedup_for": "a duration (`\"1h\"`, seconds, a timedelta) up to 100 years; needs `dedup_key` (per call)",
     "expires": "a duration above 0, up to 100 years, ending after the run time; not with `expires_at`",
     "expires_at": "a timezone-aware datetime after now and after the run time; not with `expires`",
+    "limit_key": "a non-empty string of at most `MAX_KEY_BYTES` bytes of UTF-8, or a callable of the job's args "
+                 "returning one (called at enqueue)",
 }
 
 

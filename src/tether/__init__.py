@@ -28,7 +28,7 @@ from .errors import (
     TetherError,
     UnknownTask,
 )
-from .model import Attempt, Job, JobId, JobState, Outcome, QueueLimits
+from .model import Attempt, Job, JobId, JobState, KeyLimits, Limits, Outcome, QueueLimits
 from .spec import JobSpec
 
 __all__ = [
@@ -49,6 +49,8 @@ __all__ = [
     "JobNotFound",
     "JobSpec",
     "JobState",
+    "KeyLimits",
+    "Limits",
     "Outcome",
     "PayloadError",
     "QueueLimits",

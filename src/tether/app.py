@@ -164,6 +164,7 @@ class Tether(WorkflowsMixin, BatchesMixin, QueueControl, ScheduleControl, ManyJo
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
         tags: Sequence[str] = (),
         isolation: str = "thread",
+        limit_key: str | Callable[..., str] | None = None,
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 
     def task(
@@ -181,6 +182,7 @@ class Tether(WorkflowsMixin, BatchesMixin, QueueControl, ScheduleControl, ManyJo
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
         tags: Sequence[str] = (),
         isolation: str = "thread",
+        limit_key: str | Callable[..., str] | None = None,
     ) -> Any:
         """Register a handler: ``def f(ctx, **args)`` or ``async def f(ctx, **args)``.
         Its name defaults to ``module.qualname``, the module named as importers
@@ -192,7 +194,10 @@ class Tether(WorkflowsMixin, BatchesMixin, QueueControl, ScheduleControl, ManyJo
         or a callable ``(attempt) -> seconds``. A handler may also raise
         ``tether.Retry(delay=...)`` (again later, no failure counted) or
         ``tether.Discard(reason)`` (dead now). ``isolation="process"``: the def
-        handler runs in a child process, killed when its attempt ends."""
+        handler runs in a child process, killed when its attempt ends.
+        ``limit_key``: the key ``configure_limit``'s per-key limits count each
+        job under, or a callable of the job's args that returns it (called
+        on the producer at enqueue)."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             if isinstance(f, Task):
@@ -204,7 +209,7 @@ class Tether(WorkflowsMixin, BatchesMixin, QueueControl, ScheduleControl, ManyJo
             opts = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease_ttl=lease_ttl,
                                timeout=timeout, retry_backoff=retry_backoff,
                                retry_on=(retry_on,) if isinstance(retry_on, type) else retry_on,
-                               tags=check_tags(f"task {task_name!r}", tags))
+                               tags=check_tags(f"task {task_name!r}", tags), limit_key=limit_key)
             t: Task[Any, Any] = Task(self, f, task_name, opts.checked(self.timers, f"task {task_name!r}"), isolation)
             self.tasks[task_name] = t
             return t

@@ -398,20 +398,28 @@ def check_limits(limits: QueueLimits) -> QueueLimits:
     queue name, whole numbers >= 1, a rate with both its count and a positive
     period in seconds. ConfigError naming the queue otherwise."""
     q = validate_queue(limits.queue)
+    p = check_limit_numbers(f"queue {q!r}", limits.concurrency, limits.rate_limit, limits.rate_period)
+    return QueueLimits(q, limits.concurrency, limits.rate_limit, p)
+
+
+def check_limit_numbers(where: str, concurrency: object, rate_limit: object, rate_period: object) -> float | None:
+    """ConfigError naming ``where`` unless the concurrency and rate count are
+    None or whole numbers >= 1 and the rate has both a count and a positive
+    period in seconds; the period as a float."""
 
     def whole(v: object) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 2**31 - 1
 
-    if limits.concurrency is not None and not whole(limits.concurrency):
-        raise ConfigError(f"queue {q!r}: concurrency must be a whole number >= 1, got {limits.concurrency!r}")
-    if (limits.rate_limit is None) != (limits.rate_period is None):
-        raise ConfigError(f"queue {q!r}: a rate needs both a count and a period")
-    if limits.rate_limit is not None and not whole(limits.rate_limit):
-        raise ConfigError(f"queue {q!r}: a rate's count must be a whole number >= 1, got {limits.rate_limit!r}")
-    p = limits.rate_period
+    if concurrency is not None and not whole(concurrency):
+        raise ConfigError(f"{where}: concurrency must be a whole number >= 1, got {concurrency!r}")
+    if (rate_limit is None) != (rate_period is None):
+        raise ConfigError(f"{where}: a rate needs both a count and a period")
+    if rate_limit is not None and not whole(rate_limit):
+        raise ConfigError(f"{where}: a rate's count must be a whole number >= 1, got {rate_limit!r}")
+    p = rate_period
     if p is not None and not (isinstance(p, int | float) and not isinstance(p, bool) and 0 < p <= 1e8):
-        raise ConfigError(f"queue {q!r}: a rate's period must be a positive number of seconds, got {p!r}")
-    return QueueLimits(q, limits.concurrency, limits.rate_limit, None if p is None else float(p))
+        raise ConfigError(f"{where}: a rate's period must be a positive number of seconds, got {p!r}")
+    return None if p is None else float(p)
 
 
 def parse_rate(text: str, what: str = "rate") -> tuple[int, float | str]:

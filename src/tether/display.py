@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from .model import JobState, QueueLimits
+from .model import JobState, KeyLimits, QueueLimits
 from .naming import C0_CONTROLS, OTHER_CONTROLS
 
 __all__ = ["STATE_ORDER", "fmt_age", "fmt_clock", "fmt_concurrency", "fmt_limits", "fmt_rate", "fmt_rel",
@@ -70,6 +70,23 @@ def fmt_limits(limits: QueueLimits) -> str:
     """A queue's limits and what counts against them now:
     ``concurrency 3/5 running, rate 37/100 per 60s``; ``no limits`` without any."""
     return ", ".join(part for part in (fmt_concurrency(limits), fmt_rate(limits)) if part) or "no limits"
+
+
+def fmt_key_limits(limits: KeyLimits) -> str:
+    """A key pattern's limits, each key's own, and its use now over the keys
+    that take it: ``concurrency 3 per key, rate 10 per 1s per key; 2 keys in
+    use, 4 running (busiest 2), 6 started in the window``."""
+    parts = []
+    if limits.concurrency is not None:
+        parts.append(f"concurrency {limits.concurrency} per key")
+    if limits.rate_limit is not None and limits.rate_period is not None:
+        parts.append(f"rate {limits.rate_limit} per {fmt_seconds(limits.rate_period)}s per key")
+    use = f"{limits.keys} key{'' if limits.keys == 1 else 's'} in use, {limits.running} running"
+    if limits.running:
+        use += f" (busiest {limits.busiest})"
+    if limits.rate_limit is not None:
+        use += f", {limits.started} started in the window"
+    return f"{', '.join(parts) or 'no limits'}; {use}"
 
 
 #: what steers a terminal or reorders what it shows (naming.C0_CONTROLS, OTHER_CONTROLS)

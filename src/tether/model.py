@@ -249,6 +249,8 @@ class NewJob:
     dedup_for: float | None = None
     #: a job not started by then is never started: it ends cancelled, outcome expired
     expires_at: datetime | None = None
+    #: the key its per-key limits are counted under (``app.configure_limit``); None: none
+    limit_key: str | None = None
 
 
 class ClaimedJob(NamedTuple):
@@ -334,6 +336,8 @@ class Job:
     dedup_for: float | None = None
     #: not started by then, it is never started (``using(expires=...)``)
     expires_at: datetime | None = None
+    #: the key its per-key limits count it under (``using(limit_key=...)``)
+    limit_key: str | None = None
     #: attempts older than those in ``attempts``, which ``get_job`` leaves out:
     #: it gives the newest ``MAX_ATTEMPTS_SHOWN`` (issue 41)
     older_attempts: int = 0
@@ -358,6 +362,34 @@ class QueueLimits:
     running: int = 0
     #: its jobs started within the last ``rate_period`` seconds
     started: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """A limit-key pattern's limits (``app.configure_limit``), each matching
+    key's own, and what counts against them now, summed over its keys."""
+
+    pattern: str
+    #: at most this many jobs of one key running at once; None: no limit
+    concurrency: int | None = None
+    #: at most ``rate_limit`` jobs of one key started in any ``rate_period`` seconds
+    rate_limit: int | None = None
+    rate_period: float | None = None
+    #: the keys this pattern governs (their best match) with a job running or a start in the window
+    keys: int = 0
+    #: those keys' jobs running now, and the most of any one key
+    running: int = 0
+    busiest: int = 0
+    #: those keys' starts within the last ``rate_period`` seconds
+    started: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """``app.limits()``: the queues' limits and the key patterns', with their use now."""
+
+    queues: list[QueueLimits]
+    keys: list[KeyLimits]
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from . import convert
 from .config import DEFAULT_BACKOFF_BASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, Timers, check_when, validate_queue
 from .context import JobContext
 from .errors import ArgsMisfit, ArgumentsError, ConfigError, PayloadError
+from .key_patterns import check_limit_key, key_of_args
 from .model import JobId, NewJob
 from .numbers import parse_age
 from .payload import check_key, dump_json
@@ -86,6 +87,8 @@ class JobDefaults(TypedDict, total=False):
     tags: Sequence[str]
     #: "thread" (default) or "process": where a def handler runs (``tether.handlers``)
     isolation: str
+    #: the key per-key limits count a job under: a string, or a callable of the job's args
+    limit_key: str | Callable[..., str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,9 @@ class JobOptions:
     expires: float | str | timedelta | None = None
     #: a job not started by then never starts (timezone-aware)
     expires_at: datetime | None = None
+    #: the key ``app.configure_limit``'s per-key limits count the job under: a
+    #: string, or a callable the producer calls with the job's args at enqueue
+    limit_key: str | Callable[..., str] | None = None
 
     @property
     def backoff_base(self) -> float:
@@ -146,6 +152,7 @@ class JobOptions:
         check_when(where, self.delay, self.run_at)
         for name in ("dedup_key", "exclusive_key"):
             check_key(where, name, getattr(self, name))
+        check_limit_key(where, self.limit_key)
         if self.meta is not None:
             check_meta(where, self.meta)
         check_tags(where, self.tags)
@@ -192,7 +199,8 @@ class JobOptions:
 
 _OPTION_NAMES = frozenset(JobOptions.__dataclass_fields__)
 #: per-call options ``using`` checks on their own (the rest of a task's were checked at its registration)
-_KEYS_AND_WINDOWS = frozenset({"dedup_key", "dedup_for", "expires", "expires_at"})
+_KEYS_AND_WINDOWS = frozenset({"dedup_key", "dedup_for", "expires", "expires_at", "limit_key"})
+
 
 #: the names before issue 48, kept for code that imports them
 TaskOptions = JobOptions
@@ -345,6 +353,7 @@ class Task(Generic[P, R]):
             # the task's own options were checked where it was registered:
             # check only what this call gives (the usual per-call options)
             check_key(where, "dedup_key", merged.dedup_key)
+            check_limit_key(where, merged.limit_key)
             merged = merged._windows_checked(where)
         else:
             merged = merged.checked(self.app.timers, where)
@@ -463,6 +472,7 @@ class Task(Generic[P, R]):
 
     def _new_job(self, kwargs: dict[str, Any], o: JobOptions) -> NewJob:
         self.check_args(kwargs)
+        limit_key = key_of_args(f"task {self.name!r}", o.limit_key, kwargs) if callable(o.limit_key) else o.limit_key
         kwargs = self.dump_args(kwargs)
         args = dump_json(kwargs, f"args of task {self.name!r}", self.app.max_payload_bytes)
         dedup_for = expires_at = None
@@ -474,7 +484,7 @@ class Task(Generic[P, R]):
             backoff_base=o.backoff_base,
             dedup_key=o.dedup_key, exclusive_key=o.exclusive_key, dedup_for=dedup_for, expires_at=expires_at,
             meta_json=None if o.meta is None else check_meta(f"task {self.name!r}", o.meta, self.app.max_payload_bytes),
-            tags_json=tags_json(o.tags) if o.tags else None,
+            tags_json=tags_json(o.tags) if o.tags else None, limit_key=limit_key,
         )
         return stamped(self, job) if self.app.enqueue_middlewares else job
 

@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..config import parse_database_url, validate_identifier
-from ..model import JobState, NewJob, QueueLimits
+from ..model import JobState, NewJob
 from ..store import Store, open_store
 from ..store.postgres.connect import RECONNECT_TIMEOUT
 from ..store.postgres.outage import WAIT_SLICE
@@ -40,7 +40,7 @@ from .config import FAILPOINT_ODDS, FAULTS, LIBFAKETIME, QUEUE, ChaosConfig, con
 from .effects import TX_TASKS, Effects
 from .failover_check import judge_failovers, loss_windows
 from .flows import FlowLoad
-from .limits_check import LIMITED_CONCURRENCY, LIMITED_QUEUE, limits_invariant, place
+from .limits_check import LIMITED_QUEUE, configure_limits, limits_invariant, place
 from .pgpair import Failover, ScratchPair
 from .pgserver import ScratchPostgres
 from .proxy import TCPProxy
@@ -93,7 +93,7 @@ class _Run:
         self.url = self._database()
         self.store: Store = open_store(self.url)
         self.store.migrate()
-        self.store.set_limits(QueueLimits(LIMITED_QUEUE, concurrency=LIMITED_CONCURRENCY))  # I8
+        configure_limits(self.store)  # I8: the limited queue's concurrency, and the limit keys' pattern
         self.store.add_schedule(dynamic_spec())  # I6 for a schedule added at run time, beside the code one
         self.effects = Effects(self.url)  # I7: the transactional workload's table
         self.effects.create()
@@ -384,10 +384,10 @@ class _Run:
     def _produce(self, n: int, rng: random.Random, *, short: bool = False) -> None:
         self._plain += n
         jobs = [
-            NewJob(task=rng.choice([SYNC_TASK, ASYNC_TASK, *TX_TASKS]), queue=queue, exclusive_key=key,
+            NewJob(task=rng.choice([SYNC_TASK, ASYNC_TASK, *TX_TASKS]), queue=queue, exclusive_key=key, limit_key=lkey,
                    args_json=json.dumps({"ms": ms, "fail": rng.random() < 0.05}),
                    max_attempts=rng.choice([4, 6, 10]), backoff_base=0.05)
-            for queue, key, ms in (place(rng, short, QUEUE) for _ in range(n))
+            for queue, key, lkey, ms in (place(rng, short, QUEUE) for _ in range(n))
         ]
         queue_of: dict[int, str] = {}
         def enqueue(store: Store) -> tuple[list[int], list[int]]:

@@ -1,5 +1,7 @@
-"""I8, queue limits: a chaos run's limited queue never had more attempts open
-at once than its concurrency, and no exclusive key ever had two.
+"""I8, queue and key limits: a chaos run's limited queue never had more
+attempts open at once than its concurrency, no exclusive key ever had two,
+and no limit key (issue 44: ``limit_key``, the ``LIMIT_PATTERN`` configured
+with ``LIMIT_KEY_CONCURRENCY``) more than its concurrency.
 
 Judged from the database's own audit, not from the workers' logs: every
 finished attempt is a row of the attempts table, open over
@@ -7,7 +9,7 @@ finished attempt is a row of the attempts table, open over
 ends at the reap: its finished_at is the reap statement's now()), and a job
 still running has one more, open from its row's claimed_at on. A dead or
 stopped worker's attempt therefore counts until the reaper ends it, exactly as
-the claim statement counts it. A sweep over the interval ends in time order
+the claim statement counts it (for a limit key as for a queue). A sweep over the interval ends in time order
 (a finish at t before a start at t: half-open, they do not overlap) finds the
 most attempts open at once, for the queue and for each key.
 
@@ -42,11 +44,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ..model import KeyLimits, QueueLimits
 from ..store import Store
 from .checker import Invariant
 
-__all__ = ["LIMITED_CONCURRENCY", "LIMITED_KEYS", "LIMITED_QUEUE", "PG_SKEW", "Span", "check_limits",
-           "limits_invariant", "place", "read_spans"]
+__all__ = ["LIMITED_CONCURRENCY", "LIMITED_KEYS", "LIMITED_QUEUE", "LIMIT_KEYS", "LIMIT_KEY_CONCURRENCY",
+           "LIMIT_PATTERN", "PG_SKEW", "Span", "check_limits", "configure_limits", "limits_invariant", "place",
+           "read_spans"]
 
 #: the run's limited queue (every chaos worker serves it) and its limit, set by the driver at setup
 LIMITED_QUEUE = "tether_chaos_limited"
@@ -56,10 +60,17 @@ LIMITED_KEYS = ("k0", "k1", "k2")
 #: the share of the producer's jobs on the limited queue, and of those, the share with a key
 LIMITED_SHARE = 0.2
 KEYED_SHARE = 0.5
+#: per-key limits (issue 44): the limit keys some of the other queue's jobs carry, the pattern that limits
+#: each of them to LIMIT_KEY_CONCURRENCY running at once, and the share of the producer's jobs with one
+LIMIT_KEYS = ("tenant:0", "tenant:1", "tenant:2")
+LIMIT_PATTERN = "tenant:*"
+LIMIT_KEY_CONCURRENCY = 2
+LIMIT_KEY_SHARE = 0.15
 #: PostgreSQL's tolerance for the statement-start timestamps (module docstring)
 PG_SKEW = 0.25
-TITLE = ("queue limits: never more attempts of the limited queue open at once than its concurrency, never two "
-         "of one exclusive key (from the attempts table; a dead worker's count until reaped)")
+TITLE = ("queue and key limits: never more attempts of the limited queue open at once than its concurrency, "
+         "never two of one exclusive key, never more of one limit key than its pattern's concurrency (from the "
+         "attempts table; a dead worker's count until reaped)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +83,26 @@ class Span:
     key: str | None
     start: float  # epoch seconds, database clock
     end: float | None
+    #: its limit key (issue 44), counted against LIMIT_KEY_CONCURRENCY
+    limit_key: str | None = None
 
 
-def place(rng: random.Random, short: bool, default: str) -> tuple[str, str | None, int]:
-    """Where the producer puts one job: (queue, exclusive key, ms it runs).
-    The limited queue's jobs run 300-900 ms, well longer than ``PG_SKEW``."""
+def configure_limits(store: Store) -> None:
+    """The run's limits, set by the driver at setup: the limited queue's and the limit keys' pattern."""
+    store.set_limits(QueueLimits(LIMITED_QUEUE, concurrency=LIMITED_CONCURRENCY))
+    store.set_key_limits(KeyLimits(LIMIT_PATTERN, concurrency=LIMIT_KEY_CONCURRENCY))
+
+
+def place(rng: random.Random, short: bool, default: str) -> tuple[str, str | None, str | None, int]:
+    """Where the producer puts one job: (queue, exclusive key, limit key, ms
+    it runs). The limited queue's jobs and the limit keys' run 300-900 ms,
+    well longer than ``PG_SKEW``."""
     if rng.random() < LIMITED_SHARE:
         key = rng.choice(LIMITED_KEYS) if rng.random() < KEYED_SHARE else None
-        return LIMITED_QUEUE, key, rng.randint(300, 900)
-    return default, None, rng.randint(1, 5) if short else rng.randint(20, 600)
+        return LIMITED_QUEUE, key, None, rng.randint(300, 900)
+    if rng.random() < LIMIT_KEY_SHARE:
+        return default, None, rng.choice(LIMIT_KEYS), rng.randint(300, 900)
+    return default, None, None, rng.randint(1, 5) if short else rng.randint(20, 600)
 
 
 def read_spans(store: Store, job_ids: Iterable[int]) -> list[Span]:
@@ -88,10 +110,11 @@ def read_spans(store: Store, job_ids: Iterable[int]) -> list[Span]:
     out: list[Span] = []
     for job_id in job_ids:
         job = store.get_job(job_id)
-        if job is None or (job.queue != LIMITED_QUEUE and job.exclusive_key is None):
+        if job is None or (job.queue != LIMITED_QUEUE and job.exclusive_key is None and job.limit_key is None):
             continue
         out.extend(Span(job.id, a.attempt, job.queue, job.exclusive_key, a.claimed_at.timestamp(),
-                        None if a.finished_at is None else a.finished_at.timestamp()) for a in job.attempts)
+                        None if a.finished_at is None else a.finished_at.timestamp(), job.limit_key)
+                   for a in job.attempts)
     return out
 
 
@@ -125,9 +148,10 @@ def _excess(spans: Sequence[Span], limit: int, skew: float) -> tuple[list[tuple[
 
 
 def check_limits(spans: Iterable[Span], *, queue: str = LIMITED_QUEUE, concurrency: int = LIMITED_CONCURRENCY,
-                 skew: float = 0.0) -> tuple[Invariant, dict[str, int]]:
+                 skew: float = 0.0, key_concurrency: int = LIMIT_KEY_CONCURRENCY) -> tuple[Invariant, dict[str, int]]:
     """I8 over the attempts' spans: at no instant more than ``concurrency``
-    attempts of ``queue`` open, nor two of one key (any queue). Each end is
+    attempts of ``queue`` open, nor two of one exclusive key (any queue), nor
+    more than ``key_concurrency`` of one limit key (any queue). Each end is
     taken ``skew`` seconds earlier (the module docstring says why). The
     details say what the raw timestamps show too (``raw_overlaps``, the
     longest in ``raw_longest_ms``): with no violation, all of them were
@@ -136,16 +160,22 @@ def check_limits(spans: Iterable[Span], *, queue: str = LIMITED_QUEUE, concurren
     spans = list(spans)
     limited = [s for s in spans if s.queue == queue]
     by_key: dict[str, list[Span]] = defaultdict(list)
+    by_limit_key: dict[str, list[Span]] = defaultdict(list)
     for s in spans:
         if s.key is not None:
             by_key[s.key].append(s)
-    inv.checked = len(limited) + sum(len(v) for v in by_key.values())
-    details = {"concurrency": concurrency, "skew_ms": round(skew * 1000), "limited_attempts": len(limited), "keyed_attempts": sum(len(v) for v in by_key.values()),
-               "limited_peak": 0, "key_peak": 0, "raw_overlaps": 0, "raw_longest_ms": 0}
-    groups = [(f"queue {queue}", limited, concurrency)] + [(f"key {k!r}", v, 1) for k, v in sorted(by_key.items())]
-    for what, group, limit in groups:
+        if s.limit_key is not None:
+            by_limit_key[s.limit_key].append(s)
+    keyed, limit_keyed = sum(len(v) for v in by_key.values()), sum(len(v) for v in by_limit_key.values())
+    inv.checked = len(limited) + keyed + limit_keyed
+    details = {"concurrency": concurrency, "skew_ms": round(skew * 1000), "limited_attempts": len(limited),
+               "keyed_attempts": keyed, "limited_peak": 0, "key_peak": 0, "key_concurrency": key_concurrency,
+               "limit_keyed_attempts": limit_keyed, "limit_key_peak": 0, "raw_overlaps": 0, "raw_longest_ms": 0}
+    groups = ([(f"queue {queue}", limited, concurrency, "limited_peak")]
+              + [(f"key {k!r}", v, 1, "key_peak") for k, v in sorted(by_key.items())]
+              + [(f"limit key {k!r}", v, key_concurrency, "limit_key_peak") for k, v in sorted(by_limit_key.items())])
+    for what, group, limit, name in groups:
         excess, peak = _excess(group, limit, skew)
-        name = "limited_peak" if group is limited else "key_peak"
         details[name] = max(details[name], peak)
         for t, until, open_ in excess:
             inv.violations.append(

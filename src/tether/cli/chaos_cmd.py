@@ -44,9 +44,11 @@ def render(result: ChaosResult, console: Console) -> None:
         raw = (f"; the raw timestamps overlap {c['limits_raw_overlaps']} times, longest {c['limits_raw_longest_ms']} "
                f"ms (tolerated up to {c['limits_skew_ms']} ms: claimed_at is the claim's transaction start)"
                if c.get("limits_raw_overlaps") else "")
-        console.print(f"I8 queue limits: {c['limits_limited_attempts']} attempts on the limited queue, at most "
+        console.print(f"I8 queue and key limits: {c['limits_limited_attempts']} attempts on the limited queue, at most "
                       f"{c['limits_limited_peak']} open at once (concurrency {c['limits_concurrency']}); "
-                      f"{c['limits_keyed_attempts']} with an exclusive key, at most {c['limits_key_peak']} per key"
+                      f"{c['limits_keyed_attempts']} with an exclusive key, at most {c['limits_key_peak']} per key; "
+                      f"{c.get('limits_limit_keyed_attempts', 0)} with a limit key, at most "
+                      f"{c.get('limits_limit_key_peak', 0)} per key (concurrency {c.get('limits_key_concurrency')})"
                       f"{raw}: " + ("[green]held[/green]" if i8["ok"] else f"[red]BROKEN[/red] ({i8['violation_count']})"))
     i9 = d["check"]["invariants"].get("I9")
     if i9 is not None:

@@ -1,5 +1,6 @@
 """Job control from the command line (issue 20): ``tether prune``, ``tether pause``,
-``tether resume`` and ``tether limit``."""
+``tether resume`` and ``tether limit``; per-key limits (issue 44): ``tether
+key-limit`` and ``tether limits``."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..app import Tether
 from ..config import parse_rate
-from ..display import fmt_limits, visible
+from ..display import fmt_key_limits, fmt_limits, visible
 from ..errors import ConfigError
 from ..model import FINISHED_STATES, TERMINAL_STATES, JobState
 from ..worker.pruner import DEFAULT_PRUNE_LIMIT, RETENTION_DEFAULTS, parse_age
 from .common import BadUsage, CLIState, make_console, opened
 
-__all__ = ["limit", "pause", "prune", "resume"]
+__all__ = ["key_limit", "limit", "limits", "pause", "prune", "resume"]
 
 _FINISHED = [str(s) for s in FINISHED_STATES]
 
@@ -109,10 +110,7 @@ def limit(state: CLIState, queue: str, concurrency: int | None, rate: str | None
     """Set QUEUE's limits, enforced in the claim for every worker: both at once,
     as app.configure_queue does (an option left out lifts that limit; neither
     given lifts both)."""
-    parsed = None
-    if rate is not None:
-        count, period = parse_rate(rate, "--rate")
-        parsed = (count, parse_age(period, "--rate's PERIOD"))
+    parsed = _rate_option(rate)
     with opened(state) as app:
         stored = app.configure_queue(queue, concurrency=concurrency, rate=parsed)
         unheard = _unheard_of(app, queue) if stored.concurrency is not None or stored.rate_limit is not None else None
@@ -121,6 +119,49 @@ def limit(state: CLIState, queue: str, concurrency: int | None, rate: str | None
     else:
         click.echo(f"queue {queue}: {fmt_limits(stored)}")
     _warn_unheard_of(queue, unheard)
+
+
+def _rate_option(rate: str | None) -> tuple[int, float] | None:
+    """--rate COUNT/PERIOD as configure_queue's and configure_limit's rate=."""
+    if rate is None:
+        return None
+    count, period = parse_rate(rate, "--rate")
+    return count, parse_age(period, "--rate's PERIOD")
+
+
+@click.command("key-limit")
+@click.argument("pattern")
+@click.option("--concurrency", type=int, metavar="N", help="At most N jobs of each matching key running at once.")
+@click.option("--rate", metavar="COUNT/PERIOD",
+              help="At most COUNT jobs of each matching key started in any PERIOD (10/1s, 100/1m).")
+@click.pass_obj
+def key_limit(state: CLIState, pattern: str, concurrency: int | None, rate: str | None) -> None:
+    """Set per-key limits for the limit keys PATTERN matches ('*': any
+    characters; each key its own limits), as app.configure_limit does: both at
+    once (an option left out lifts that limit; neither given removes the
+    pattern). A key takes its most specific matching pattern's limits."""
+    parsed = _rate_option(rate)
+    with opened(state) as app:
+        stored = app.configure_limit(pattern, concurrency=concurrency, rate=parsed)
+    if stored.concurrency is None and stored.rate_limit is None:
+        click.echo(f"key pattern {visible(pattern)}: removed (no concurrency or rate limit)")
+    else:
+        click.echo(f"key pattern {visible(pattern)}: {fmt_key_limits(stored)}")
+
+
+@click.command()
+@click.pass_obj
+def limits(state: CLIState) -> None:
+    """Show the queue limits and the per-key limit patterns, with what counts
+    against each now (app.limits())."""
+    with opened(state) as app:
+        found = app.limits()
+    if not found.queues and not found.keys:
+        click.echo("no limits (tether limit QUEUE ..., tether key-limit PATTERN ...)")
+    for q in found.queues:
+        click.echo(f"queue {visible(q.queue)}: {fmt_limits(q)}")
+    for k in found.keys:
+        click.echo(f"key pattern {visible(k.pattern)}: {fmt_key_limits(k)}")
 
 
 def _unheard_of(app: Tether, queue: str) -> list[str] | None:

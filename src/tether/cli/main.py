@@ -20,7 +20,7 @@ from click.core import ParameterSource
 
 from .. import __version__
 from ..config import DEFAULT_DATABASE_URL, redact_url
-from ..display import visible
+from ..display import fmt_key_limits, visible
 from ..errors import JobNotFound, PayloadError
 from ..model import TERMINAL_STATES, Job
 from ..payload import unique_keys
@@ -56,7 +56,7 @@ __all__ = ["cli", "main"]
 #: (about a tenth of a second of CPU per worker start)
 LAZY_COMMANDS = {
     "chaos": "chaos_cmd", "prune": "control_cmd", "pause": "control_cmd", "resume": "control_cmd",
-    "limit": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd", "schedules": "schedules_cmd",
+    "limit": "control_cmd", "key-limit": "control_cmd", "limits": "control_cmd", "dashboard": "dashboard_cmd", "server": "server_cmd", "schedules": "schedules_cmd",
     "jobs": "many_cmd", "cancel": "many_cmd", "retry": "many_cmd", "delete": "many_cmd", "purge": "many_cmd",
     "rerun": "many_cmd", "workflow": "flows_cmd", "batch": "flows_cmd",
 }
@@ -70,6 +70,11 @@ LAZY_HELP = {
     "dashboard": "Serve the dashboard: queues, jobs, attempts, workers, recoveries; cancel and retry.",
     "limit": "Set QUEUE's limits, enforced in the claim for every worker: both at once, as app.configure_queue "
              "does (an option left out lifts that limit; neither given lifts both).",
+    "key-limit": "Set per-key limits for the limit keys PATTERN matches ('*': any characters; each key its own "
+                 "limits), as app.configure_limit does: both at once (an option left out lifts that limit; neither "
+                 "given removes the pattern). A key takes its most specific matching pattern's limits.",
+    "limits": "Show the queue limits and the per-key limit patterns, with what counts against each now "
+              "(app.limits()).",
     "pause": "Pause QUEUE: from their next claim round on, no worker claims its jobs; running jobs finish. Undo "
              "with `tether resume QUEUE`.",
     "prune": "Delete finished jobs (and their attempts) older than their retention, oldest first, in batches that "
@@ -118,7 +123,7 @@ class TetherGroup(click.Group):
         if module is not None and cmd_name not in self.commands:
             if self._listing:
                 return click.Command(cmd_name, help=LAZY_HELP[cmd_name])
-            found = getattr(importlib.import_module(f"{__package__}.{module}"), cmd_name)
+            found = getattr(importlib.import_module(f"{__package__}.{module}"), cmd_name.replace("-", "_"))
             assert isinstance(found, click.Command)
             self.add_command(found, cmd_name)
         return super().get_command(ctx, cmd_name)
@@ -317,6 +322,8 @@ def status(state: CLIState, watch: bool, interval: float) -> None:
                 parts.append(Text.assemble(("paused:", "bold yellow"), " ", visible(", ".join(paused)),
                                            " (no new claims; `tether resume`)"))
             parts += [render.limits_line(lim) for lim in app.store.queue_limits()]
+            parts += [Text.assemble(("key limits:", "bold cyan"), " ", (visible(k.pattern), "bold"), " ",
+                                    fmt_key_limits(k)) for k in app.store.key_limits()]
             if stats.unknown:
                 parts += [render.unknown_tasks_table(stats), render.unknown_tasks_hint(stats)]
             if stats.workers:

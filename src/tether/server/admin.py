@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from ..model import LIVE_WITHIN, JobState, QueueLimits
+from ..model import LIVE_WITHIN, JobState, KeyLimits, QueueLimits
 from ..store.http import wire, wire_unknown
 from ..store.worker_rows import WORKERS_PAGE
 from . import schedules, workers
@@ -26,6 +26,13 @@ def _limits(a: Args) -> QueueLimits:
     rate = a["rate"]
     return QueueLimits(a["queue"], None if a["concurrency"] is None else int(a["concurrency"]),
                        None if rate is None else int(rate["count"]), None if rate is None else float(rate["period"]))
+
+
+def _key_limits(a: Args) -> KeyLimits:
+    """set_key_limits' body as the store takes it."""
+    rate = a["rate"]
+    return KeyLimits(a["pattern"], None if a["concurrency"] is None else int(a["concurrency"]),
+                     None if rate is None else int(rate["count"]), None if rate is None else float(rate["period"]))
 
 
 def _destroy(s: Server, a: Args) -> Args:
@@ -62,6 +69,8 @@ CONTROL: dict[str, Callable[[Server, Args], Args]] = {
     "paused_queues": lambda s, a: {"queues": s.store.paused_queues()},
     "set_limits": lambda s, a: s.store.set_limits(_limits(a), now=a["now"]) or {},
     "queue_limits": lambda s, a: {"limits": [dataclasses.asdict(q) for q in s.store.queue_limits(now=a["now"])]},
+    "set_key_limits": lambda s, a: s.store.set_key_limits(_key_limits(a), now=a["now"]) or {},
+    "key_limits": lambda s, a: {"limits": [dataclasses.asdict(k) for k in s.store.key_limits(now=a["now"])]},
     "prunable": lambda s, a: {"pruned": _counts(s.store.prunable(_ages(a), now=a["now"]))},
     "migrate": lambda s, a: {"applied": s.store.migrate()},
     "schema_objects": lambda s, a: {"objects": s.store.schema_objects()},

@@ -66,7 +66,7 @@ assert len(HANDLERS) == len(JOBS) + len(MANY) + len(WORKER_REPORTS) + len(CONTRO
 
 #: operations after which queued jobs may be due: wake long-polling claims
 WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused",
-                   "set_limits"})
+                   "set_limits", "set_key_limits"})
 
 #: operations that bind their worker to the token (checked after they ran)
 BINDS = frozenset({"register_worker"})

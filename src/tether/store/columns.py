@@ -112,6 +112,8 @@ JOB_COLUMNS: tuple[Column, ...] = (
     # dedup_for is cleared once its window has passed (the key is free again).
     Column("dedup_for", "double precision", "REAL", insert="dedup_for", wire_optional=True),
     Column("expires_at", "timestamptz", "REAL", "time", insert="expires_at", wire_optional=True),
+    # issue 44 (migrations 0016 / 0014): the key per-key limits (app.configure_limit) count the job under
+    Column("limit_key", "text", "TEXT", insert="limit_key", wire_optional=True),
     # stored, never read into a Job
     Column("backoff_base", "double precision", "REAL", read=False, insert="backoff_base"),
     Column("deadline", "timestamptz", "REAL", "time", read=False),

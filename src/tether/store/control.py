@@ -10,7 +10,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from ..model import FiredTick, JobState, QueueLimits, ScheduleInfo, ScheduleSpec
+from ..model import FiredTick, JobState, KeyLimits, QueueLimits, ScheduleInfo, ScheduleSpec
 from .schedules import TaskTags
 
 __all__ = ["JobControl", "Schedules"]
@@ -52,6 +52,16 @@ class JobControl(abc.ABC):
     @abc.abstractmethod
     def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
         """Every queue with a limit, with its running jobs and starts in the window."""
+
+    @abc.abstractmethod
+    def set_key_limits(self, limits: KeyLimits, *, now: datetime | None = None) -> None:
+        """Set a limit-key pattern's limits whole (both None: the pattern goes);
+        every claim from the next on obeys them, for each key the pattern
+        matches. ConfigError for a bad pattern or limit, nothing written."""
+
+    @abc.abstractmethod
+    def key_limits(self, *, now: datetime | None = None) -> list[KeyLimits]:
+        """Every limit-key pattern, with what counts against it now (``KeyLimits``)."""
 
     # -- start-up reconciliation ----------------------------------------------
     @abc.abstractmethod

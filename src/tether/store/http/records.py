@@ -102,7 +102,7 @@ def decode_job(d: dict[str, Any]) -> Job:
 
 
 #: the columns an enqueue request names that are keys (bounded, indexable: payload.check_key)
-_KEYS = ("dedup_key", "exclusive_key")
+_KEYS = ("dedup_key", "exclusive_key", "limit_key")
 #: enqueue fields a JSON integer may arrive in but that are floats
 _FLOATS = ("delay", "backoff_base")
 

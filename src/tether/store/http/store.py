@@ -30,6 +30,7 @@ from typing import Any
 from ... import model
 from ...config import DatabaseURL, check_limits, validate_queue
 from ...errors import ConfigError, NotYourWorker
+from ...key_patterns import check_key_limits
 from ...model import (
     Attempt,
     Beat,
@@ -39,6 +40,7 @@ from ...model import (
     Job,
     JobId,
     JobState,
+    KeyLimits,
     NewJob,
     Outcome,
     QueueLimits,
@@ -319,6 +321,14 @@ class HttpStore(HttpClient, HttpMany, Store):
 
     def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
         return [QueueLimits(**d) for d in self._call("queue_limits", {}, now=now)["limits"]]
+
+    def set_key_limits(self, limits: KeyLimits, *, now: datetime | None = None) -> None:
+        lim = check_key_limits(limits)
+        rate = None if lim.rate_limit is None else {"count": lim.rate_limit, "period": lim.rate_period}
+        self._call("set_key_limits", {"pattern": lim.pattern, "concurrency": lim.concurrency, "rate": rate}, now=now)
+
+    def key_limits(self, *, now: datetime | None = None) -> list[KeyLimits]:
+        return [KeyLimits(**d) for d in self._call("key_limits", {}, now=now)["limits"]]
 
     # -- maintenance --------------------------------------------------------------------------
     def reap(self, limit: int, *, now: datetime | None = None) -> list[Reaped]:

@@ -60,6 +60,7 @@ from .schema import (
     string,
 )
 from .wire_errors import ERRORS, error_code
+from .wire_limits import key_limit_ops
 from .wire_many import CANCEL_ANSWER, CANCEL_BODY, FILTER, SEARCH_BODY, TAGS, search_answer
 from .wire_schedules import FIRE_BODY, control_ops, with_control, with_task
 from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
@@ -137,7 +138,7 @@ _JOB_FIELDS: dict[str, Schema] = {
     "progress_message": nullable(string(10**7)), "result": ANY_JSON, "last_error": nullable(string(10**7)),
     "created_at": DATETIME, "finished_at": nullable(DATETIME), "meta": ANY_JSON,
     "schedule": nullable(string(1000)), "scheduled_for": nullable(DATETIME),
-    "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),
+    "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)), "limit_key": nullable(string(MAX_KEY_BYTES, 1)),
 }
 
 
@@ -216,6 +217,7 @@ _NEW_JOB_FIELDS: dict[str, Schema] = {
     "lease_ttl": nullable(TTL), "timeout": nullable(TTL), "backoff_base": number(0, 1e6),
     "dedup_key": nullable(string(MAX_KEY_BYTES, 1)), "meta": nullable(JSON_OBJECT),
     "exclusive_key": nullable(string(MAX_KEY_BYTES, 1)),  # bytes are checked by the server (check_key)
+    "limit_key": nullable(string(MAX_KEY_BYTES, 1)),
     "trace": nullable(JSON_OBJECT), "tags": nullable(TAGS),
     "dedup_for": nullable(number(0, 1e10)), "expires_at": nullable(DATETIME),
 }
@@ -454,6 +456,7 @@ OPS: list[Op] = [
     Op("queue_limits", "POST", "/v1/queues/limits/read", ANY,
        "Every queue with a limit, with its running jobs and its starts in the rate window",
        obj({"limits": array(LIMITS_RECORD, 100_000)}), body=obj({}), takes_now=True),
+    *(Op(**kw) for kw in key_limit_ops()),  # per-key limits (issue 44)
     # admin
     Op("migrate", "POST", "/v1/migrate", A, "Apply pending migrations", obj({"applied": array(string(1000))}),
        body=obj({})),

@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from ...config import check_limits, validate_queue
-from ...model import LIVE_WITHIN, Buried, JobState, QueueLimits, UnknownTaskJobs
+from ...key_patterns import key_limit_params, like
+from ...model import LIVE_WITHIN, Buried, JobState, KeyLimits, QueueLimits, UnknownTaskJobs
 from ..base import check_prune
 
 __all__ = ["WATCH_MAX", "PostgresControl"]
@@ -61,6 +62,12 @@ class PostgresControl:
 
     def queue_limits(self, *, now: datetime | None = None) -> list[QueueLimits]:
         return [QueueLimits(*r) for r in self._all("queue_limits", {"now": now})]
+
+    def set_key_limits(self, limits: KeyLimits, *, now: datetime | None = None) -> None:
+        self._all("set_key_limits", key_limit_params(limits, like) | {"now": now})
+
+    def key_limits(self, *, now: datetime | None = None) -> list[KeyLimits]:
+        return [KeyLimits(*r) for r in self._all("key_limits", {"now": now})]
 
     def watch_finished(self, job_id: int, seconds: float) -> int | None:
         # bounded: a wait without a deadline registers for a day (0008_waiters.sql)

@@ -113,6 +113,9 @@ RETURNING j.id, j.attempt, j.task, j.args::text, j.queue, j.priority, j.max_atte
 --   above read the statement's snapshot and are only shortcuts: a key freed,
 --   or a job enqueued ahead, after the statement began waits for the next
 --   claim, as it would have for a claim begun a moment earlier.
+-- - Its limit key, if it has one, has room: key_take (migration 0016) takes
+--   one of it. Last, so a row the exclusive-key tests pass over spends none.
+--   Rows without a key pay one IS NULL test; no function is called for them.
 CASE WHEN jobs.exclusive_key IS NULL THEN true
      WHEN EXISTS (SELECT 1 FROM {schema}.jobs AS h
                   WHERE h.exclusive_key = jobs.exclusive_key AND h.state = 'running'
@@ -122,6 +125,7 @@ CASE WHEN jobs.exclusive_key IS NULL THEN true
                       WHERE f.exclusive_key = jobs.exclusive_key AND f.state = 'queued' AND f.run_at <= {now}
                       ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1) THEN false
      ELSE {schema}.key_free(jobs.exclusive_key, %(done)s::jsonb, %(worker)s) END
+AND (jobs.limit_key IS NULL OR {schema}.key_take(jobs.limit_key, %(now)s, %(done)s::jsonb, %(worker)s))
 
 -- name: _open_queues
 -- The worker's queues that a claim may take jobs from: those of %(queues)s
@@ -1432,6 +1436,46 @@ SELECT q.queue, q.concurrency, q.rate_limit, q.rate_period,
 FROM {schema}.queues AS q
 WHERE q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
 ORDER BY q.queue
+
+-- name: set_key_limits
+-- A limit-key pattern's limits, set whole (issue 44): upserted, or deleted
+-- when both are NULL (a pattern without limits is no pattern). The claims read
+-- them from the next claim on (key_take re-reads them under the key's lock).
+-- matcher and rank are worked out by the caller (key_patterns.py).
+WITH gone AS (
+    DELETE FROM {schema}.key_limits
+    WHERE pattern = %(pattern)s AND %(concurrency)s::integer IS NULL AND %(rate_limit)s::integer IS NULL
+)
+INSERT INTO {schema}.key_limits AS l (pattern, matcher, rank, concurrency, rate_limit, rate_period, updated_at)
+SELECT %(pattern)s, %(matcher)s, %(rank)s, %(concurrency)s, %(rate_limit)s, %(rate_period)s, {now}
+WHERE %(concurrency)s::integer IS NOT NULL OR %(rate_limit)s::integer IS NOT NULL
+ON CONFLICT (pattern) DO UPDATE SET concurrency = EXCLUDED.concurrency, rate_limit = EXCLUDED.rate_limit,
+                                    rate_period = EXCLUDED.rate_period, updated_at = EXCLUDED.updated_at
+RETURNING l.pattern
+
+-- name: key_limits
+-- Every limit-key pattern, with what counts against it now: over the keys in
+-- use (a job running, or a start in the window) that take their limits from
+-- it (key_limit: their best match), how many, their running jobs (a dead
+-- worker's among them until reaped), the most of any one key, and their
+-- starts in the rate window. Keys in use are few (bounded by running jobs and
+-- recent starts), so each is matched once here.
+WITH used AS (
+    SELECT b.pattern,
+           (SELECT count(*) FROM {schema}.jobs AS j WHERE j.state = 'running' AND j.limit_key = k.limit_key) AS running,
+           (SELECT count(*) FROM {schema}.key_starts AS s
+            WHERE s.limit_key = k.limit_key AND b.rate_period IS NOT NULL
+              AND s.started_at > {now} - make_interval(secs => b.rate_period)) AS started
+    FROM (SELECT limit_key FROM {schema}.jobs WHERE state = 'running' AND limit_key IS NOT NULL
+          UNION SELECT limit_key FROM {schema}.key_starts) AS k
+    CROSS JOIN LATERAL {schema}.key_limit(k.limit_key) AS b
+)
+SELECT l.pattern, l.concurrency, l.rate_limit, l.rate_period,
+       count(u.pattern) FILTER (WHERE u.running > 0 OR u.started > 0),
+       coalesce(sum(u.running), 0)::bigint, coalesce(max(u.running), 0), coalesce(sum(u.started), 0)::bigint
+FROM {schema}.key_limits AS l LEFT JOIN used AS u ON u.pattern = l.pattern
+GROUP BY l.pattern, l.concurrency, l.rate_limit, l.rate_period
+ORDER BY l.pattern
 
 -- ---------------------------------------------------------------------------
 -- Waiting (issue 22): who waits for which job, so that the finished-job

@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from ...config import check_limits, validate_queue
-from ...model import FINISHED_STATES, JobState, QueueLimits
+from ...key_patterns import glob, key_limit_params
+from ...model import FINISHED_STATES, JobState, KeyLimits, QueueLimits
 from ..base import check_prune
 
 __all__ = ["SQLiteControl", "finished_states_sql"]
@@ -71,3 +72,12 @@ class SQLiteControl:
 
     def prunable(self, ages: Mapping[JobState, float], *, now: datetime | None = None) -> dict[JobState, int]:
         return {JobState(s): int(n) for s, n in self._all("prunable", _ages(ages, None, now))}
+
+    def set_key_limits(self, limits: KeyLimits, *, now: datetime | None = None) -> None:
+        params = key_limit_params(limits, glob) | {"now": None if now is None else now.timestamp()}
+        with self._write() as conn:
+            conn.execute(self.q["drop_key_limits"], params)
+            conn.execute(self.q["set_key_limits"], params)
+
+    def key_limits(self, *, now: datetime | None = None) -> list[KeyLimits]:
+        return [KeyLimits(*r) for r in self._all("key_limits", {"now": None if now is None else now.timestamp()})]

@@ -112,11 +112,15 @@ j.run_at <= {now} AND {now} <= coalesce(j.expires_at, 1e18)
 -- key (priority, then run_at, then id), so one claim never starts two. Both
 -- are seeks on tether_jobs_exclusive_idx (exclusive_key, state, priority
 -- DESC, run_at, id: migration 0008), whose order is the subquery's.
+-- Then its limit key, if it has one, has room: tether_key_take (keys.py)
+-- takes one of it (key_room below, once per key and statement). Rows
+-- without a key pay one IS NULL test.
 (j.exclusive_key IS NULL OR (
     NOT EXISTS (SELECT 1 FROM tether_jobs AS x WHERE x.exclusive_key = j.exclusive_key AND x.state = 'running')
     AND j.id = (SELECT y.id FROM tether_jobs AS y
                 WHERE y.exclusive_key = j.exclusive_key AND y.state = 'queued' AND y.run_at <= {now}
                 ORDER BY y.priority DESC, y.run_at, y.id LIMIT 1)))
+AND (j.limit_key IS NULL OR tether_key_take(:round, {now}, j.limit_key))
 
 -- name: _pick
 -- (The claims' choice, inside WHERE id IN (...), after a WITH that defines
@@ -1260,3 +1264,62 @@ UPDATE tether_batches SET zeroed = zeroed - 1 WHERE id = :batch AND finished_at 
 SELECT id FROM tether_batches WHERE on_complete = :id
 UNION ALL
 SELECT id FROM tether_batches WHERE on_success = :id
+
+-- name: key_limits_exist
+-- Whether any limit-key pattern exists: tether_key_take asks once per claim
+-- statement, and lets every key through without another query when none does.
+SELECT EXISTS (SELECT 1 FROM tether_key_limits)
+
+-- name: key_room
+-- A key's limits and use, for tether_key_take (keys.py), run from inside the
+-- claim statement on its own connection, so inside the claim's write
+-- transaction: after any completions of the same round, and with no other
+-- writer in between (SQLite's one writer): exact. The key's best pattern
+-- (the most specific it matches), its running jobs and its starts in the
+-- pattern's window; no row: no pattern matches, no limit.
+SELECT l.concurrency, l.rate_limit,
+       (SELECT count(*) FROM tether_jobs AS j WHERE j.limit_key = :key AND j.state = 'running'),
+       (SELECT count(*) FROM tether_key_starts AS s
+        WHERE s.limit_key = :key AND l.rate_period IS NOT NULL AND s.started_at > :now - l.rate_period)
+FROM tether_key_limits AS l
+WHERE :key GLOB l.matcher
+ORDER BY l.rank DESC, l.pattern
+LIMIT 1
+
+-- name: set_key_limits
+-- A limit-key pattern's limits, set whole (issue 44): upserted, or deleted
+-- when both are NULL (a pattern without limits is no pattern). Two
+-- statements in one write transaction (store/sqlite/control.py).
+INSERT INTO tether_key_limits (pattern, matcher, rank, concurrency, rate_limit, rate_period, updated_at)
+SELECT :pattern, :matcher, :rank, :concurrency, :rate_limit, :rate_period, {now}
+WHERE :concurrency IS NOT NULL OR :rate_limit IS NOT NULL
+ON CONFLICT (pattern) DO UPDATE SET concurrency = excluded.concurrency, rate_limit = excluded.rate_limit,
+                                    rate_period = excluded.rate_period, updated_at = excluded.updated_at
+
+-- name: drop_key_limits
+DELETE FROM tether_key_limits WHERE pattern = :pattern AND :concurrency IS NULL AND :rate_limit IS NULL
+
+-- name: key_limits
+-- Every limit-key pattern, with what counts against it now, over the keys in
+-- use (a job running, or a recorded start) that take their limits from it
+-- (their best match): how many have a job running or a start in the window,
+-- their running jobs, the most of any one key, their starts in the window.
+WITH used AS (
+    SELECT k.limit_key, (SELECT l.pattern FROM tether_key_limits AS l WHERE k.limit_key GLOB l.matcher
+                         ORDER BY l.rank DESC, l.pattern LIMIT 1) AS pattern
+    FROM (SELECT limit_key FROM tether_jobs WHERE state = 'running' AND limit_key IS NOT NULL
+          UNION SELECT limit_key FROM tether_key_starts) AS k
+), counted AS (
+    SELECT u.pattern,
+           (SELECT count(*) FROM tether_jobs AS j WHERE j.state = 'running' AND j.limit_key = u.limit_key) AS running,
+           (SELECT count(*) FROM tether_key_starts AS s JOIN tether_key_limits AS l ON l.pattern = u.pattern
+            WHERE s.limit_key = u.limit_key AND l.rate_period IS NOT NULL
+              AND s.started_at > {now} - l.rate_period) AS started
+    FROM used AS u WHERE u.pattern IS NOT NULL
+)
+SELECT l.pattern, l.concurrency, l.rate_limit, l.rate_period,
+       count(c.pattern) FILTER (WHERE c.running > 0 OR c.started > 0),
+       coalesce(sum(c.running), 0), coalesce(max(c.running), 0), coalesce(sum(c.started), 0)
+FROM tether_key_limits AS l LEFT JOIN counted AS c ON c.pattern = l.pattern
+GROUP BY l.pattern
+ORDER BY l.pattern

@@ -52,6 +52,7 @@ from .conns import ThreadConnections
 from .control import SQLiteControl, finished_states_sql
 from .ending import end, reopen
 from .flows import SQLiteWorkflows
+from .keys import next_round, register_key_rooms
 from .many import SQLiteMany, register_functions
 from .rounds import InlineRounds
 from .schedules import SQLiteSchedules
@@ -111,6 +112,7 @@ class SQLiteStore(SQLiteSchema, SQLiteWorkflows, SQLiteSchedules, SQLiteControl,
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             register_functions(conn)
+            register_key_rooms(conn, self.q)
         except sqlite3.Error as exc:
             raise InvalidDSN(f"cannot open SQLite database {self.path!r}: {exc}") from None
         return conn
@@ -299,7 +301,7 @@ class SQLiteStore(SQLiteSchema, SQLiteWorkflows, SQLiteSchedules, SQLiteControl,
         """The claim query's name (claim_known with tasks) and its parameters."""
         return "claim" if tasks is None else "claim_known", {
             "worker": worker, "queues": json.dumps(list(queues)), "limit": limit, "lease_ttl": lease_ttl,
-            "now": _ts(now), "tasks": None if tasks is None else json.dumps(list(tasks))}
+            "now": _ts(now), "tasks": None if tasks is None else json.dumps(list(tasks)), "round": next_round()}
 
     def claim_ids(
         self, worker: str, ids: Sequence[int], queues: Sequence[str], lease_ttl: float, *,
@@ -315,7 +317,8 @@ class SQLiteStore(SQLiteSchema, SQLiteWorkflows, SQLiteSchedules, SQLiteControl,
         tasks: Sequence[str] | None,
     ) -> dict[str, Any]:
         return {"worker": worker, "ids": json.dumps([int(i) for i in ids]), "queues": json.dumps(list(queues)),
-                "lease_ttl": lease_ttl, "now": _ts(now), "tasks": None if tasks is None else json.dumps(list(tasks))}
+                "lease_ttl": lease_ttl, "now": _ts(now), "tasks": None if tasks is None else json.dumps(list(tasks)),
+                "round": next_round()}
 
     def due_unclaimed(
         self, queues: Sequence[str], *, grace: float, limit: int, now: datetime | None = None
