@@ -60,3 +60,50 @@ def test_closing_a_sqlite_store_waits_for_a_statement_in_flight_on_another_threa
         assert store.stats().counts[("default", "queued")] == rounds  # every transaction committed before its connection closed
     finally:
         store.close()
+
+
+def test_a_fork_waits_for_a_statement_in_flight_and_the_child_uses_sqlite(tmp_path: Path) -> None:
+    """SQLite's process-wide mutexes, copied held by a fork made while another
+    thread is inside a statement, hang the child at its first statement (a
+    handler's child, isolation="process"). A fork waits for the statement in
+    flight: here the thread's statement ends before the fork is made, and the
+    child opens the file and reads it. (Before, the fork happened at once,
+    mid-statement.)"""
+    import os
+    import threading
+    import warnings
+
+    store = open_store(f"sqlite:///{tmp_path / 'fork.db'}")
+    store.migrate()
+    inside, left = threading.Event(), threading.Event()
+
+    def statement() -> None:
+        with store._write() as conn:
+            inside.set()
+            conn.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400000) "
+                         "SELECT count(*) FROM c").fetchall()
+            left.set()  # inside the block: a fork that waits for it sees this
+
+    thread = threading.Thread(target=statement)
+    thread.start()
+    try:
+        assert inside.wait(10)
+        with warnings.catch_warnings():  # 3.12+: fork from a process with threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: its own store on the same file
+            code = 1
+            try:
+                child = open_store(f"sqlite:///{tmp_path / 'fork.db'}")
+                child.get_job(1)
+                child.close()
+                code = 0
+            finally:
+                os._exit(code)
+        ended_first = left.is_set()
+        _, status = os.waitpid(pid, 0)
+    finally:
+        thread.join(10)
+        store.close()
+    assert ended_first, "the fork was made while the other thread was inside its statement"
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -11,19 +11,35 @@ its thread, and ``close()`` closes a connection only while holding that lock:
 a statement in flight finishes first. One still running after ``CLOSE_WAIT``
 is left to its thread: dropped from the store, it closes when that thread lets
 go of it.
+
+The same locks make ``os.fork()`` safe for SQLite (a handler's child process,
+isolation="process"). SQLite keeps process-wide mutexes (its file-locking
+table, its allocator) that a thread holds while inside a statement or an
+open; a fork at that moment copies them held, and the child hangs at its first
+open or statement, forever (found as a child that never returned from its
+first enqueue, about one run in fifteen). So a fork first takes every
+connection's lock, and the lock around opening one (at most ``FORK_WAIT`` in
+all: a transaction block held open longer is forked over, as before), and
+lets go of them on both sides after: no thread of ours is inside SQLite while
+the process is copied.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
-__all__ = ["CLOSE_WAIT", "ThreadConnections"]
+__all__ = ["CLOSE_WAIT", "FORK_WAIT", "ThreadConnections"]
 
 #: how long ``close()`` waits for a statement in flight on another thread
 CLOSE_WAIT = 5.0
+#: how long, in all, a fork waits for statements in flight (the module docstring)
+FORK_WAIT = 1.0
 
 
 class _Slot:
@@ -43,14 +59,15 @@ class ThreadConnections:
         self._local = threading.local()
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
+        _LIVE.add(self)
 
     def _slot(self) -> _Slot:
         slot: _Slot | None = getattr(self._local, "slot", None)
         if slot is None:
-            slot = _Slot(self._open())
-            self._local.slot = slot
-            with self._lock:
+            with self._lock:  # opened under it: a fork waits for the open (module docstring)
+                slot = _Slot(self._open())
                 self._slots.append(slot)
+            self._local.slot = slot
         return slot
 
     @contextmanager
@@ -72,3 +89,28 @@ class ThreadConnections:
                         slot.conn.close()
                 finally:
                     slot.lock.release()
+
+
+#: every live set of connections, for the fork guard (the module docstring)
+_LIVE: weakref.WeakSet[ThreadConnections] = weakref.WeakSet()
+#: the locks the fork in progress took, released on both sides after it
+_HELD: list[threading.Lock | threading.RLock] = []
+
+
+def _before_fork() -> None:
+    deadline = time.monotonic() + FORK_WAIT
+    for conns in list(_LIVE):
+        if not conns._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            continue
+        _HELD.append(conns._lock)
+        for slot in list(conns._slots):
+            if slot.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                _HELD.append(slot.lock)
+
+
+def _after_fork() -> None:
+    while _HELD:
+        _HELD.pop().release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
