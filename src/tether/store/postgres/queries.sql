@@ -431,7 +431,7 @@ RETURNING cancel_requested
 -- trigger with transition tables), and it cannot see a failure's traceback,
 -- which the attempts row needs, so the audit would stay in each statement.
 woken AS (
-    SELECT {schema}.jobs_ended(array_agg(e.id), array_agg(e.state::text)) FROM ended AS e
+    SELECT {schema}.jobs_ended(array_agg(e.id), array_agg(e.state::text)) AS f FROM ended AS e
     WHERE EXISTS (SELECT 1 FROM {schema}.waiters)
        OR (EXISTS (SELECT 1 FROM {schema}.job_deps)
            AND EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.upstream_id = e.id))
@@ -457,7 +457,7 @@ audit AS (
 -- The FROM item of an ending statement's answer: its ended rows, joined to
 -- the count of woken's rows so that woken runs (a CTE that is not read is not
 -- run; the count is one row, whatever was done).
-ended CROSS JOIN (SELECT count(*) FROM woken) AS w
+ended CROSS JOIN (SELECT min(f) AS f FROM woken) AS w
 
 -- name: _fenced_success
 -- The fenced success that complete and complete_and_claim share (the body of
@@ -513,7 +513,7 @@ ended AS (
 -- Many completions, one statement, each row still fenced on its own attempt;
 -- the rows that matched are the successes' audit (_fenced_success).
 WITH {_end_successes}
-SELECT id FROM {_ended}
+SELECT id, w.f FROM {_ended}
 
 -- name: complete_and_claim
 -- A worker's usual round trip: the successes since its last claim, and its
@@ -534,9 +534,9 @@ WITH {_end_successes}, {_claim_picked}, claimed AS (
 -- The kind column is read by position and left unnamed: complete_and_claim_known
 -- sits at psycopg's 4,096-character limit for caching a statement's parse
 -- (sqlfile.py), and one more claimed column (trace) took it past.
-SELECT 0, claimed.* FROM claimed
+SELECT 0, claimed.*, NULL FROM claimed
 UNION ALL
-SELECT 1, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 1, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, w.f
 FROM {_ended}
 
 -- name: complete_and_claim_known
@@ -594,7 +594,7 @@ WITH ended AS (
     RETURNING j.id, j.state, %(outcome)s::text AS outcome, j.attempt, %(worker)s::text AS worker, j.claimed_at,
               %(error)s::text AS error, %(traceback)s::text AS traceback
 ), {_attempt_ending}
-SELECT state FROM {_ended}
+SELECT state, w.f FROM {_ended}
 
 -- name: release
 -- Graceful hand-back (shutdown): queued again at once, and released + 1 so the
@@ -615,7 +615,7 @@ WITH ended AS (
     RETURNING j.id, j.state, 'released'::text AS outcome, j.attempt, %(worker)s::text AS worker, j.claimed_at,
               NULL::text AS error, NULL::text AS traceback, j.queue
 ), {_attempt_ending}
-SELECT state, queue FROM {_ended}
+SELECT state, queue, w.f FROM {_ended}
 
 -- name: reap
 -- Set-based recovery: every lapsed lease (oldest first, bounded per tick) goes
@@ -661,7 +661,7 @@ WITH lapsed AS (
               e.attempt, e.locked_by AS worker, e.claimed_at, j.last_error AS error, NULL::text AS traceback,
               e.timed_out, j.queue, e.lease_until
 ), {_attempt_ending}
-SELECT id, attempt, worker, timed_out, state, queue, lease_until FROM {_ended}
+SELECT id, attempt, worker, timed_out, state, queue, lease_until, w.f FROM {_ended}
 
 -- name: lapse_leases
 -- Start-up reconciliation: the listed workers are provably dead (same host,
@@ -690,7 +690,7 @@ WITH ended AS (
     WHERE id = %(id)s AND state IN ('waiting', 'queued', 'running')
     RETURNING id, state
 ), {_ending}
-SELECT state FROM {_ended}
+SELECT state, w.f FROM {_ended}
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at
@@ -988,7 +988,7 @@ WITH RECURSIVE pairs AS (
     WHERE j.id = d.id AND j.state = 'queued'
     RETURNING j.id, j.state, j.queue, j.task, j.last_error
 ), {_ending}
-SELECT id, queue, task, last_error FROM {_ended}
+SELECT id, queue, task, last_error, w.f FROM {_ended}
 
 -- name: expire
 -- The expiry service's rule (worker/expiry.py; issue 44): a queued job whose
@@ -1020,7 +1020,7 @@ WITH doomed AS (
     RETURNING j.id, j.state, 'expired'::text AS outcome, j.attempt, %(worker)s::text AS worker,
               {now} AS claimed_at, j.last_error AS error, NULL::text AS traceback, j.queue, j.task
 ), {_attempt_ending}
-SELECT id, queue, task, error FROM {_ended}
+SELECT id, queue, task, error, w.f FROM {_ended}
 
 -- name: notify
 -- Wake idle workers when jobs become due again without an insert (the enqueue
@@ -1513,7 +1513,7 @@ WITH picked AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.state IN ('queued', 'running')
     RETURNING j.id, j.state
 ), {_ending}
-SELECT (SELECT count(*) FROM {_ended}), (SELECT max(id) FROM picked)
+SELECT (SELECT count(*) FROM {_ended}), (SELECT max(id) FROM picked), (SELECT min(f) FROM woken)
 
 -- name: retry_many
 -- A batch of retry (as retry: queued now, with an attempt left) over the
@@ -1601,13 +1601,19 @@ INSERT INTO {schema}.workflows (name, created_at) VALUES (%(name)s, {now}) RETUR
 -- The steps of a run whose jobs were just inserted in this transaction: their
 -- names, the edges, each waiting job's count of pending dependencies, and
 -- those jobs moved to 'waiting' before anyone can see them (the transaction
--- has not committed), so no claim ever takes one early.
+-- has not committed), so no claim ever takes one early. Every step also
+-- gets its edge to job 0 and the run counts them all open (migration 0017:
+-- the ending of its last step finishes it).
 WITH steps AS (
     INSERT INTO {schema}.workflow_steps (job_id, workflow_id, name)
     SELECT s.job_id, %(workflow)s, s.name FROM unnest(%(jobs)s::bigint[], %(names)s::text[]) AS s(job_id, name)
 ), deps AS (
     INSERT INTO {schema}.job_deps (upstream_id, job_id)
     SELECT u, d FROM unnest(%(ups)s::bigint[], %(downs)s::bigint[]) AS e(u, d)
+    UNION ALL
+    SELECT s, 0 FROM unnest(%(jobs)s::bigint[]) AS s
+), opened AS (
+    UPDATE {schema}.workflows SET open = cardinality(%(jobs)s::bigint[]) WHERE id = %(workflow)s
 ), waits AS (
     INSERT INTO {schema}.job_waits (job_id, pending, on_failure)
     SELECT w, p, o FROM unnest(%(waiting)s::bigint[], %(pending)s::int[], %(policies)s::text[]) AS x(w, p, o)

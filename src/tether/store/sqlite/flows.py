@@ -49,7 +49,9 @@ class SQLiteWorkflows(FlowLookups):
         p = flow.link_params(run_id, ids)
         conn.executemany(self.q["workflow_step"], [{"job": j, "workflow": run_id, "name": n}
                                                    for j, n in zip(p["jobs"], p["names"], strict=True)])
-        conn.executemany(self.q["workflow_dep"], [{"up": u, "down": d} for u, d in zip(p["ups"], p["downs"], strict=True)])
+        conn.executemany(self.q["workflow_dep"], [{"up": u, "down": d} for u, d in zip(p["ups"], p["downs"], strict=True)]
+                         + [{"up": j, "down": 0} for j in ids])  # each step's edge to no job (migration 0015)
+        conn.execute(self.q["workflow_open"], {"id": run_id, "n": len(ids)})
         waits = list(zip(p["waiting"], p["pending"], p["policies"], strict=True))
         conn.executemany(self.q["workflow_wait"], [{"job": j, "pending": n, "policy": o} for j, n, o in waits])
         conn.executemany(self.q["workflow_hold"], [{"job": j} for j, _, _ in waits])

@@ -1103,8 +1103,27 @@ WHERE job_id = :id
 RETURNING pending, failed, on_failure
 
 -- name: dep_free
+-- Its queue: the job is announced on a delivering transport after the commit.
 UPDATE tether_jobs SET state = 'queued', run_at = min(run_at, {now})
 WHERE id = :id AND state = 'waiting'
+RETURNING id, queue
+
+-- name: workflow_counted
+-- A step of a run ended (ending.py): the run counts one open step fewer; the
+-- ending that takes it to zero finished it (finished_at, once).
+UPDATE tether_workflows
+SET open = open - 1, finished_at = CASE WHEN open - 1 <= 0 THEN {now} END
+WHERE id = (SELECT workflow_id FROM tether_workflow_steps WHERE job_id = :id) AND finished_at IS NULL
+RETURNING id, open
+
+-- name: workflow_reopened
+-- app.retry of a step: it, and the steps its ending cancelled, are open again.
+UPDATE tether_workflows SET open = open + :n, finished_at = NULL
+WHERE id = (SELECT workflow_id FROM tether_workflow_steps WHERE job_id = :id)
+
+-- name: workflow_open
+-- A run just inserted counts all its steps open.
+UPDATE tether_workflows SET open = :n WHERE id = :id
 
 -- name: dep_reopen
 -- app.retry of a job with dependents (issue 42): the steps its failure
@@ -1211,7 +1230,7 @@ SET state = CASE WHEN id = :on_complete OR :bad = 0 THEN 'queued' ELSE 'cancelle
     last_error = CASE WHEN id = :on_complete OR :bad = 0 THEN NULL
                       ELSE 'batch ' || :batch || ': ' || :bad || ' member(s) did not succeed' END
 WHERE id IN (:on_complete, :on_success) AND state = 'waiting'
-RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, queue, {_dependents}
 
 -- name: batch_insert
 INSERT INTO tether_batches (created_at, shards) VALUES ({now}, :shards) RETURNING id

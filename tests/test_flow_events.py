@@ -1,0 +1,164 @@
+"""workflow.finished and batch.finished (issue 42): the ending statement (on
+SQLite, the ending's transaction) that finishes a run or a batch says so in
+its answer, and the process that ran it, once it has committed, tells its
+store's flow listeners (the app's emits the events and publishes what the
+ending released). One statement finishes each: its count of open steps (or
+its batch's pending shards) reaches zero under the row lock, so concurrent
+endings of the last two steps make one event, never two, never zero.
+
+On every direct store (SQLite, PostgreSQL, PostgreSQL through PgBouncer);
+through a tether server the statement runs in the server, whose answer to a
+remote worker does not carry it yet (the report says so)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tether import JobContext, Outcome, Tether
+from tether.events import Event
+from tether.store import Store, open_store
+from tether.store.flows import FlowsEnded, NewBatch
+
+from .conftest import BACKENDS, PGBOUNCER, backend_param
+from .test_conformance import TTL, W, new_job
+from .test_workflows import enqueue, states, succeed
+
+
+@pytest.fixture(params=[*BACKENDS, PGBOUNCER])
+def backend(request: pytest.FixtureRequest) -> str:
+    return backend_param(request)
+
+
+@pytest.fixture
+def heard(store: Store) -> list[FlowsEnded]:
+    said: list[FlowsEnded] = []
+    store.add_flow_listener(said.append)
+    return said
+
+
+def finished_runs(heard: list[FlowsEnded]) -> list[int]:
+    return [r for d in heard for r in d.workflows]
+
+
+def test_the_ending_of_a_chains_last_step_finishes_the_run_once(store: Store, heard: list[FlowsEnded]) -> None:
+    jobs = enqueue(store, {"a": [], "b": ["a"], "c": ["b"]})
+    succeed(store, jobs, "a")
+    assert heard == [FlowsEnded(released=((jobs["b"], "default"),))]  # b released by a's ending
+    succeed(store, jobs, "b")
+    assert finished_runs(heard) == []
+    succeed(store, jobs, "c")  # c is depended on by nothing: its ending still counts on its run
+    run = store.job_workflow(jobs["c"])
+    assert heard[-1] == FlowsEnded(workflows=(run,)) and finished_runs(heard) == [run]
+
+
+def test_a_failure_that_cancels_the_rest_finishes_the_run_and_a_retry_reopens_it(
+        store: Store, heard: list[FlowsEnded]) -> None:
+    jobs = enqueue(store, {"a": [], "b": ["a"], "c": ["b"]}, max_attempts=1)
+    run = store.job_workflow(jobs["a"])
+    (c,) = store.claim(W, ["default"], 5, TTL)
+    store.fail(W, c.id, c.attempt, outcome=Outcome.FAILED, error="boom")
+    assert states(store, jobs) == {"a": "dead", "b": "cancelled", "c": "cancelled"}
+    assert finished_runs(heard) == [run]  # the fail statement ended the run with its cascade
+    store.retry(jobs["a"])
+    assert states(store, jobs) == {"a": "queued", "b": "waiting", "c": "waiting"}
+    for name in "abc":
+        succeed(store, jobs, name)
+    assert finished_runs(heard) == [run, run]  # reopened by the retry, finished again
+
+
+def test_cancelling_the_only_open_step_finishes_the_run(store: Store, heard: list[FlowsEnded]) -> None:
+    jobs = enqueue(store, {"a": [], "b": []})
+    store.cancel(jobs["a"])
+    assert finished_runs(heard) == []
+    store.cancel(jobs["b"])
+    assert finished_runs(heard) == [store.job_workflow(jobs["b"])]
+
+
+def test_the_last_members_ending_finishes_the_batch_once(store: Store, heard: list[FlowsEnded]) -> None:
+    batch_id, members, (on_complete,) = store.enqueue_batch(
+        NewBatch([new_job(args={"i": i}) for i in range(20)], on_complete=new_job(args={"cb": 1})))
+    done = 0
+    while done < len(members):
+        got = store.claim(W, ["default"], 7, TTL)
+        assert got
+        store.complete(W, [(c.id, c.attempt, None) for c in got])
+        done += len(got)
+        assert [d.batches for d in heard if d.batches] == ([(batch_id,)] if done == len(members) else [])
+    assert heard[-1] == FlowsEnded(batches=(batch_id,), released=((on_complete, "default"),))
+
+
+def test_two_workers_racing_the_last_two_steps_finish_the_run_once(
+        store: Store, heard: list[FlowsEnded], db_url: str) -> None:
+    """Two stores (two workers, their own connections) end a run's last two
+    steps at once, many times: each run is finished by exactly one of the two
+    statements (each reads the other's step as still running until its commit;
+    the count under the run's row lock is what lets exactly one see zero)."""
+    other = open_store(db_url)
+    heard2: list[FlowsEnded] = []
+    other.add_flow_listener(heard2.append)
+    try:
+        runs = []
+        for _ in range(25):
+            jobs = enqueue(store, {"a": [], "b": [], "c": ["a"], "d": ["b"]})
+            runs.append(store.job_workflow(jobs["a"]))
+            succeed(store, jobs, "a", "b")  # c and d released: the run's last two steps
+            (c1,) = store.claim(W, ["default"], 1, TTL)
+            (c2,) = other.claim("worker-2", ["default"], 1, TTL)
+            barrier = threading.Barrier(2)
+
+            def finish(s: Store, worker: str, job_id: int, attempt: int, b: threading.Barrier = barrier) -> set[int]:
+                b.wait()
+                return s.complete(worker, [(job_id, attempt, None)])
+
+            with ThreadPoolExecutor(2) as pool:
+                one = pool.submit(finish, store, W, c1.id, c1.attempt)
+                two = pool.submit(finish, other, "worker-2", c2.id, c2.attempt)
+                assert one.result() == {c1.id} and two.result() == {c2.id}
+        ended = finished_runs(heard) + finished_runs(heard2)
+        assert sorted(ended) == sorted(runs)  # each run once: never two, never zero
+    finally:
+        other.close()
+
+
+# -- the app: events ------------------------------------------------------------------------
+
+@pytest.fixture
+def events_app(flows_app: Tether) -> Iterator[tuple[Tether, list[Event]]]:
+    got: list[Event] = []
+    flows_app.on("workflow.finished")(got.append)
+    flows_app.on("batch.finished")(got.append)
+    yield flows_app, got
+
+
+def test_a_worker_emits_workflow_finished_and_batch_finished(events_app: tuple[Tether, list[Event]]) -> None:
+    app, got = events_app
+
+    @app.task
+    def step(ctx: JobContext, n: int = 0) -> int:
+        return n
+
+    run = app.chain(step.spec(n=1), step.spec(n=2), step.spec(n=3))  # type: ignore[attr-defined]
+    with app.batch(on_complete=step.spec()) as batch:  # type: ignore[attr-defined]
+        for i in range(5):
+            batch.add(step.spec(n=i))  # type: ignore[attr-defined]
+    app.drain()
+    assert sorted((e.name, e.workflow_id, e.batch_id) for e in got) == [
+        ("batch.finished", None, batch.id), ("workflow.finished", run.id, None)]
+
+
+def test_the_docs_example_runs(flows_app: Tether, db_url: str, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/examples/workflows/events.py, on this backend (registered in test_docs_examples.EXECUTED)."""
+    import runpy
+    from pathlib import Path
+
+    monkeypatch.setenv("TETHER_DATABASE_URL", db_url)
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "docs" / "examples" / "workflows" / "events.py"),
+                   run_name="__main__")
+    out = capsys.readouterr().out.splitlines()
+    run_id, batch_id = out[-1].split()[1:]
+    assert sorted(out[:-1]) == [f"batch {batch_id} finished", f"run {run_id} finished"]
