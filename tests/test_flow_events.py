@@ -13,18 +13,21 @@ remote worker does not carry it yet (the report says so)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tether import JobContext, Outcome, Tether
+from tether import JobContext, JobState, Outcome, Tether
 from tether.events import Event
 from tether.store import Store, open_store
 from tether.store.flows import FlowsEnded, NewBatch
 
 from .conftest import BACKENDS, PGBOUNCER, backend_param
 from .test_conformance import TTL, W, new_job
+from .test_nats import nats_app, nats_url, prefix  # noqa: F401 (fixtures)
+from .test_processes import wait_for
+from .test_worker import running, wait_job
 from .test_workflows import enqueue, states, succeed
 
 
@@ -162,3 +165,29 @@ def test_the_docs_example_runs(flows_app: Tether, db_url: str, monkeypatch: pyte
     out = capsys.readouterr().out.splitlines()
     run_id, batch_id = out[-1].split()[1:]
     assert sorted(out[:-1]) == [f"batch {batch_id} finished", f"run {run_id} finished"]
+
+
+# -- NATS: what an ending releases is published after its commit ------------------------------
+
+def test_steps_and_callbacks_released_by_an_ending_are_published_on_nats(
+        make_app: Callable[..., Tether], nats_url: str, prefix: str) -> None:  # noqa: F811
+    """A 3-step chain and a batch's callback on a NATS worker that never sweeps
+    and never claims from the database after its start (sweep, fallback and
+    grace an hour): every step after the first, and the callback, is released
+    by an ending and reaches the worker only by the message published after
+    that ending's commit (before this, only the sweep published them)."""
+    app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_interval=3600, sweep_grace=3600)
+
+    @app.task(name="step")
+    def step(ctx: JobContext, n: int = 0) -> int:
+        return n
+
+    with running(app) as w:
+        wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
+        run = app.chain(step.spec(n=1), step.spec(n=2), step.spec(n=3))  # type: ignore[attr-defined]
+        with app.batch(on_complete=step.spec(n=9)) as batch:  # type: ignore[attr-defined]
+            batch.add_many(step, [{"n": i} for i in range(2)])
+        for job_id in [*run.jobs.values(), batch.callbacks["on_complete"]]:
+            wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
+        assert w.counts["db_claims"] == 1  # the start's only: all 6 came by their messages
+        assert w.counts["deliveries_claimed"] == 6
