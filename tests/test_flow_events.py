@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tether import JobContext, JobState, Outcome, Tether
+from tether import ConfigError, JobContext, JobState, Outcome, Tether
 from tether.events import Event
 from tether.store import Store, open_store
 from tether.store.flows import FlowsEnded, NewBatch
@@ -191,3 +191,43 @@ def test_steps_and_callbacks_released_by_an_ending_are_published_on_nats(
             wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
         assert w.counts["db_claims"] == 1  # the start's only: all 6 came by their messages
         assert w.counts["deliveries_claimed"] == 6
+
+
+# -- ctx.batch.member_ids ---------------------------------------------------------------------
+
+def test_a_batchs_member_ids_page_in_order(store: Store) -> None:
+    batch_id, members, _ = store.enqueue_batch(NewBatch([new_job(args={"i": i}) for i in range(2500)],
+                                                        on_complete=new_job()))
+    (c,) = store.claim(W, ["default"], 1, TTL)
+    added = store.batch_add(c.id, [new_job(args={"added": 1})])
+    pages, after = [], 0
+    while page := store.batch_members(batch_id, after=after, limit=1000):
+        pages.append(page)
+        after = page[-1]
+    assert [len(p) for p in pages] == [1000, 1000, 501]
+    assert [i for p in pages for i in p] == sorted(members + added)
+    assert store.batch_members(batch_id + 1, after=0, limit=10) == []
+
+
+def test_a_callbacks_ctx_batch_gives_its_member_ids(flows_app: Tether) -> None:
+    seen: dict[str, object] = {}
+
+    @flows_app.task
+    def member(ctx: JobContext, i: int) -> int:
+        if i == 0:
+            ctx.batch.add(member.spec(i=99))  # type: ignore[attr-defined]
+        return i
+
+    @flows_app.task
+    def callback(ctx: JobContext) -> None:
+        seen["ids"] = list(ctx.batch.iter_member_ids(page=3))
+        seen["page"] = ctx.batch.member_ids(limit=2)
+        with pytest.raises(ConfigError, match="between 1 and 10000"):
+            ctx.batch.member_ids(limit=10_001)
+
+    with flows_app.batch(on_complete=callback.spec()) as batch:  # type: ignore[attr-defined]
+        batch.add_many(member, [{"i": i} for i in range(7)])
+    flows_app.drain()
+    ids = seen["ids"]
+    assert isinstance(ids, list) and len(ids) == 8 and ids == sorted(ids) and ids[:7] == batch.jobs
+    assert seen["page"] == ids[:2]

@@ -251,6 +251,11 @@ class Batches:
     def get_batch(self, batch_id: int) -> BatchInfo | None:
         raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
 
+    def batch_members(self, batch_id: int, *, after: int, limit: int) -> list[int]:
+        """A page of the batch's member job ids, ascending, those above ``after``
+        (keyset paging: ``ctx.batch.member_ids``)."""
+        raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
+
     def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:
         """The batch a job is a member of (with ``callback``: or a callback of; None: none)."""
         return None

@@ -133,3 +133,6 @@ class PostgresWorkflows(FlowLookups):
             return None
         bid, created, on_complete, on_success, finished = head[0]
         return BatchInfo(bid, created, {JobState(s): int(n) for s, n in counts}, on_complete, on_success, finished)
+
+    def batch_members(self, batch_id: int, *, after: int, limit: int) -> list[int]:
+        return [int(r[0]) for r in self._all("batch_members", {"id": batch_id, "after": after, "limit": limit})]

@@ -1700,6 +1700,15 @@ INSERT INTO {schema}.job_deps (upstream_id, job_id)
 SELECT m, %(edge)s FROM unnest(%(members)s::bigint[]) AS m
 RETURNING upstream_id
 
+-- name: batch_members
+-- ctx.batch.member_ids: a page of a batch's members, ascending from after
+-- (keyset paging: a callback of a 10,000-member batch reads them a page at
+-- a time). The edges' job_id index gives the batch's 16 edge values.
+SELECT d.upstream_id FROM {schema}.job_deps AS d
+WHERE d.job_id BETWEEN -(%(id)s * 16 + 15) AND -(%(id)s * 16) AND d.upstream_id > %(after)s
+ORDER BY d.upstream_id
+LIMIT %(limit)s
+
 -- name: batch_get
 SELECT id, created_at, on_complete, on_success, finished_at FROM {schema}.batches WHERE id = %(id)s
 

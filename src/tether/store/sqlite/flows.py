@@ -131,3 +131,6 @@ class SQLiteWorkflows(FlowLookups):
         created_at = epoch_to_dt(created)
         assert created_at is not None
         return BatchInfo(bid, created_at, counts, on_complete, on_success, epoch_to_dt(finished))
+
+    def batch_members(self, batch_id: int, *, after: int, limit: int) -> list[int]:
+        return [int(r[0]) for r in self._all("batch_members", {"id": batch_id, "after": after, "limit": limit})]

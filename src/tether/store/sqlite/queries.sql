@@ -1251,6 +1251,15 @@ UPDATE tether_batch_shards SET pending = pending + :n
 WHERE batch_id = :batch AND shard = :shard AND pending > 0
 RETURNING pending
 
+-- name: batch_members
+-- ctx.batch.member_ids: a page of a batch's members, ascending from after
+-- (keyset paging: a callback of a 10,000-member batch reads them a page at
+-- a time). The edges' job_id index gives the batch's 16 edge values.
+SELECT d.upstream_id FROM tether_job_deps AS d
+WHERE d.job_id BETWEEN -(:id * 16 + 15) AND -(:id * 16) AND d.upstream_id > :after
+ORDER BY d.upstream_id
+LIMIT :limit
+
 -- name: batch_get
 SELECT id, created_at, on_complete, on_success, finished_at FROM tether_batches WHERE id = :id
 
