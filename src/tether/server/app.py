@@ -46,6 +46,7 @@ from .admin import CONTROL
 from .auth import Caller, TokenTable, identify
 from .context import Server
 from .duties import Duties
+from .flows import FLOWS, released_listener
 from .jobs import JOBS
 from .many import MANY
 from .openapi import build_document
@@ -61,11 +62,12 @@ log = logging.getLogger("tether.server")
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
 #: every operation but the rounds awaited on the loop (``ROUNDS``, ``LONG_POLLS``): run in a thread
-HANDLERS: dict[str, Callable[[Server, Args], Args]] = {**JOBS, **MANY, **WORKER_REPORTS, **CONTROL}
-assert len(HANDLERS) == len(JOBS) + len(MANY) + len(WORKER_REPORTS) + len(CONTROL), "an operation in two modules"
+HANDLERS: dict[str, Callable[[Server, Args], Args]] = {**JOBS, **MANY, **WORKER_REPORTS, **CONTROL, **FLOWS}
+assert len(HANDLERS) == len(JOBS) + len(MANY) + len(WORKER_REPORTS) + len(CONTROL) + len(FLOWS), \
+    "an operation in two modules"
 
 #: operations after which queued jobs may be due: wake long-polling claims
-WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused",
+WAKES = frozenset({"enqueue", "enqueue_workflow", "enqueue_batch", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused",
                    "set_limits"})
 
 #: operations that bind their worker to the token (checked after they ran)
@@ -176,6 +178,7 @@ def create_app(
         raise ConfigError(f"round_connections must be an int >= 1, got {round_connections!r}")
     s = Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport,
                 throttle=throttle or Throttle(), workers=worker_policy or WorkerPolicy())
+    store.add_flow_listener(released_listener(s))
     document = build_document(client_clock=client_clock, max_body=max_body, max_wait=max_claim_wait)
 
     async def openapi(request: Request) -> Response:

@@ -60,6 +60,7 @@ from .schema import (
     string,
 )
 from .wire_errors import ERRORS, error_code
+from .wire_flows import flow_ops
 from .wire_many import FILTER, MAX_PAGE_WIRE, TAGS
 from .wire_schedules import FIRE_BODY, control_ops, with_control, with_task
 from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
@@ -432,6 +433,7 @@ OPS: list[Op] = [
     Op("list_schedules", "GET", "/v1/schedules", ANY, "Every schedule, orphaned ones too, with its next tick",
        obj({"schedules": array(SCHEDULE_RECORD, 10**6)}), takes_now=True),
     *(Op(**kw) for kw in control_ops(SCHEDULE_SPEC, FIRED_RECORD)),  # managed at run time (issue 44)
+    *(Op(**kw) for kw in flow_ops(NEW_JOB, JOB_ID)),  # workflows and batches (issue 42)
     # job control (issue 20)
     Op("prune", "POST", "/v1/prune", A,
        "Delete up to limit finished jobs (with their attempts), oldest first, older than their state's age in "
