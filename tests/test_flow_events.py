@@ -231,3 +231,31 @@ def test_a_callbacks_ctx_batch_gives_its_member_ids(flows_app: Tether) -> None:
     ids = seen["ids"]
     assert isinstance(ids, list) and len(ids) == 8 and ids == sorted(ids) and ids[:7] == batch.jobs
     assert seen["page"] == ids[:2]
+
+
+def test_a_step_that_succeeds_in_its_own_transaction_finishes_its_run(
+        events_app: tuple[Tether, list[Event]]) -> None:
+    """ctx.transaction(): the success is written in the handler's transaction;
+    once that commits, its ending's answer is told as any other's (sync and
+    async handlers), so the run that its last step ends fires its event."""
+    app, got = events_app
+
+    @app.task
+    def plain(ctx: JobContext) -> int:
+        return 1
+
+    @app.task
+    def in_tx(ctx: JobContext) -> int:
+        with ctx.transaction():
+            pass
+        return 2
+
+    @app.task
+    async def in_tx_async(ctx: JobContext) -> int:
+        async with ctx.transaction():
+            pass
+        return 3
+
+    runs = [app.chain(plain.spec(), t.spec()) for t in (in_tx, in_tx_async)]  # type: ignore[attr-defined]
+    app.drain()
+    assert sorted(e.workflow_id for e in got) == sorted(r.id for r in runs)
