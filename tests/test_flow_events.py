@@ -259,3 +259,18 @@ def test_a_step_that_succeeds_in_its_own_transaction_finishes_its_run(
     runs = [app.chain(plain.spec(), t.spec()) for t in (in_tx, in_tx_async)]  # type: ignore[attr-defined]
     app.drain()
     assert sorted(e.workflow_id for e in got) == sorted(r.id for r in runs)
+
+
+def test_the_chaos_check_waits_a_batchs_callbacks_for_the_members_a_member_added(store: Store, db_url: str) -> None:
+    """I9 in tether chaos judges a batch's callbacks against every member the
+    database has, ctx.batch.add's too (FlowLoad reads them a page at a time),
+    not only those its enqueue named."""
+    from tether.chaos.flows import FlowLoad
+
+    load = FlowLoad(db_url, steps=3, seed=1)
+    ids, due = load._batch(5, 0.0)(store)
+    members = due
+    added = store.batch_add(members[0], [new_job(args={"added": 1})])
+    (complete, success) = load._batch_waiters(store)
+    assert complete.after == success.after == tuple(sorted([*members, *added]))
+    assert (complete.job_id, success.job_id) == tuple(ids[-2:])
