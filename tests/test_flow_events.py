@@ -274,3 +274,50 @@ def test_the_chaos_check_waits_a_batchs_callbacks_for_the_members_a_member_added
     (complete, success) = load._batch_waiters(store)
     assert complete.after == success.after == tuple(sorted([*members, *added]))
     assert (complete.job_id, success.job_id) == tuple(ids[-2:])
+
+
+def test_the_upgrade_counts_the_open_steps_of_runs_enqueued_before_it(backend: str, db_url: str) -> None:
+    """Runs enqueued by the release before migration 0017 (PostgreSQL) / 0015
+    (SQLite): the migration gives each step its edge to job 0 and each run its
+    count of open steps, so a run halfway through finishes once, and one that
+    had finished is never announced."""
+    if backend.endswith("pgbouncer"):
+        pytest.skip("the same PostgreSQL migration")
+    store = open_store(db_url)
+    try:
+        full = store._migrations  # type: ignore[attr-defined]
+        mine = next(i for i, (_, name, _sql) in enumerate(full) if name == "flows_finished")
+        store._migrations = full[:mine]  # type: ignore[attr-defined]
+        store.migrate()
+        a, b, c, d = store.enqueue([new_job(args={"s": s}) for s in "abcd"])
+        sqlite = backend == "sqlite"
+        t = "tether_" if sqlite else f'"{store.schema}".'  # type: ignore[attr-defined]
+        p = "?" if sqlite else "%s"
+        old_style = [  # as the release before wrote a run: steps, edges, counts, 'waiting'
+            (f"INSERT INTO {t}workflows (name, created_at) VALUES ('old', 0)" if sqlite
+             else f"INSERT INTO {t}workflows (name) VALUES ('old')", ()),
+            (f"INSERT INTO {t}workflows (name, created_at) VALUES ('done', 0)" if sqlite
+             else f"INSERT INTO {t}workflows (name) VALUES ('done')", ()),
+            *[(f"INSERT INTO {t}workflow_steps (job_id, workflow_id, name) VALUES ({p}, {p}, {p})", row)
+              for row in [(a, 1, "a"), (b, 1, "b"), (c, 1, "c"), (d, 2, "d")]],
+            *[(f"INSERT INTO {t}job_deps (upstream_id, job_id) VALUES ({p}, {p})", e) for e in [(a, b), (b, c)]],
+            *[(f"INSERT INTO {t}job_waits (job_id, pending, on_failure) VALUES ({p}, 1, 'cancel')", (j,))
+              for j in (b, c)],
+            (f"UPDATE {t}jobs SET state = 'waiting' WHERE id IN ({p}, {p})", (b, c)),
+            (f"UPDATE {t}jobs SET state = 'cancelled', finished_at = created_at WHERE id = {p}", (d,)),
+        ]
+        with (store._write() if sqlite else store.pool.connection()) as conn:  # type: ignore[attr-defined]
+            for sql, params in old_style:
+                conn.execute(sql, params)
+        store._migrations = full  # type: ignore[attr-defined]
+        assert "0015_flows_finished" in store.migrate() or not sqlite
+        heard: list[FlowsEnded] = []
+        store.add_flow_listener(heard.append)
+        jobs = {"a": a, "b": b, "c": c}
+        succeed(store, jobs, "a")
+        succeed(store, jobs, "b")
+        assert finished_runs(heard) == []
+        succeed(store, jobs, "c")
+        assert finished_runs(heard) == [1]
+    finally:
+        store.close()
