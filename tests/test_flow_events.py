@@ -175,22 +175,27 @@ def test_steps_and_callbacks_released_by_an_ending_are_published_on_nats(
     and never claims from the database after its start (sweep, fallback and
     grace an hour): every step after the first, and the callback, is released
     by an ending and reaches the worker only by the message published after
-    that ending's commit (before this, only the sweep published them)."""
+    that ending's commit (before this, only the sweep published them); so too
+    a member that a member added with ctx.batch.add."""
     app = nats_app(make_app, nats_url, prefix, fallback_interval=3600, sweep_interval=3600, sweep_grace=3600)
 
     @app.task(name="step")
     def step(ctx: JobContext, n: int = 0) -> int:
+        if n == -1:
+            ctx.batch.add(step.spec(n=-2))  # type: ignore[attr-defined]
         return n
 
     with running(app) as w:
         wait_for(lambda: w.transport.healthy and w.counts["db_claims"], 10, "worker start")
         run = app.chain(step.spec(n=1), step.spec(n=2), step.spec(n=3))  # type: ignore[attr-defined]
         with app.batch(on_complete=step.spec(n=9)) as batch:  # type: ignore[attr-defined]
-            batch.add_many(step, [{"n": i} for i in range(2)])
+            batch.add_many(step, [{"n": i} for i in (-1, 1)])
         for job_id in [*run.jobs.values(), batch.callbacks["on_complete"]]:
             wait_job(app, job_id, lambda j: j.state is JobState.SUCCEEDED)
-        assert w.counts["db_claims"] == 1  # the start's only: all 6 came by their messages
-        assert w.counts["deliveries_claimed"] == 6
+        info = app.get_batch(batch.id)
+        assert info is not None and info.total == 3  # the added member ran before the callback was released
+        assert w.counts["db_claims"] == 1  # the start's only: all 7 came by their messages
+        assert w.counts["deliveries_claimed"] == 7
 
 
 # -- ctx.batch.member_ids ---------------------------------------------------------------------

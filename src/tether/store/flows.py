@@ -99,7 +99,8 @@ class FlowsEnded:
     batches, once it has committed: the runs and batches it finished (each is
     finished by exactly one statement: the one that took its count of open
     steps or pending shards to zero) and the waiting steps and callbacks it
-    queued, as (job id, queue). The store hands it to its flow listeners in
+    queued, as (job id, queue) (so too the members ``ctx.batch.add``
+    inserted: ``added``). The store hands it to its flow listeners in
     the process that ran the statement: the app's emits ``workflow.finished``
     and ``batch.finished`` and publishes the released jobs on a delivering
     transport."""
@@ -110,6 +111,13 @@ class FlowsEnded:
 
     def __bool__(self) -> bool:
         return bool(self.workflows or self.batches or self.released)
+
+    @classmethod
+    def added(cls, jobs: Sequence[NewJob], ids: Sequence[int]) -> FlowsEnded:
+        """Members a running member added (ctx.batch.add), committed: those due
+        now are announced as a release is (a delivering transport publishes them)."""
+        return cls(released=tuple((i, j.queue) for i, j in zip(ids, jobs, strict=True)
+                                  if j.run_at is None and j.delay <= 0))
 
     @classmethod
     def from_json(cls, text: str | None) -> FlowsEnded | None:

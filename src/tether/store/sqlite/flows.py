@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -17,6 +17,7 @@ from ..flows import (
     BATCH_SHARDS,
     BatchInfo,
     FlowLookups,
+    FlowsEnded,
     NewBatch,
     NewWorkflow,
     StepInfo,
@@ -33,6 +34,8 @@ class SQLiteWorkflows(FlowLookups):
 
     q: dict[str, str]
     _tx: Any
+    #: ``Workflows.flows_ended`` (an annotation: the store's own method)
+    flows_ended: Callable[[FlowsEnded | None], None]
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
@@ -120,7 +123,9 @@ class SQLiteWorkflows(FlowLookups):
                 raise InvalidTransition(f"batch {batch_id} may have completed already: no member can be added to it")
             ids = self._enqueue_in(conn, list(jobs), None)
             conn.executemany(self.q["workflow_dep"], [{"up": i, "down": -edge} for i in ids])
-            return [int(i) for i in ids]
+        added = [int(i) for i in ids]
+        self.flows_ended(FlowsEnded.added(jobs, added))  # committed: a delivering transport publishes them
+        return added
 
     def get_batch(self, batch_id: int) -> BatchInfo | None:
         head = self._all("batch_get", {"id": batch_id})
