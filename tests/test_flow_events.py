@@ -6,15 +6,16 @@ ending released). One statement finishes each: its count of open steps (or
 its batch's pending shards) reaches zero under the row lock, so concurrent
 endings of the last two steps make one event, never two, never zero.
 
-On every direct store (SQLite, PostgreSQL, PostgreSQL through PgBouncer);
-through a tether server the statement runs in the server, whose answer to a
-remote worker does not carry it yet (the report says so)."""
+On every direct store (SQLite, PostgreSQL, PostgreSQL through PgBouncer),
+and through a tether server (the statement runs in the server, whose answer
+to the remote worker's report names what it finished)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ from tether.events import Event
 from tether.store import Store, open_store
 from tether.store.flows import FlowsEnded, NewBatch
 
-from .conftest import BACKENDS, PGBOUNCER, backend_param
+from .conftest import BACKENDS, HTTP_BACKENDS, PGBOUNCER, TEST_TOKEN, backend_param
 from .test_conformance import TTL, W, new_job
 from .test_nats import nats_app, nats_url, prefix  # noqa: F401 (fixtures)
 from .test_processes import wait_for
@@ -45,6 +46,23 @@ def heard(store: Store) -> list[FlowsEnded]:
 
 def finished_runs(heard: list[FlowsEnded]) -> list[int]:
     return [r for d in heard for r in d.workflows]
+
+
+def race_the_last_two(store: Store, other: Store) -> None:
+    """Each store claims one of the two queued steps; both complete at once
+    (a barrier), on threads of their own."""
+    (c1,) = store.claim(W, ["default"], 1, TTL)
+    (c2,) = other.claim("worker-2", ["default"], 1, TTL)
+    barrier = threading.Barrier(2)
+
+    def finish(s: Store, worker: str, job_id: int, attempt: int) -> set[int]:
+        barrier.wait()
+        return s.complete(worker, [(job_id, attempt, None)])
+
+    with ThreadPoolExecutor(2) as pool:
+        one = pool.submit(finish, store, W, c1.id, c1.attempt)
+        two = pool.submit(finish, other, "worker-2", c2.id, c2.attempt)
+        assert one.result() == {c1.id} and two.result() == {c2.id}
 
 
 def test_the_ending_of_a_chains_last_step_finishes_the_run_once(store: Store, heard: list[FlowsEnded]) -> None:
@@ -109,18 +127,7 @@ def test_two_workers_racing_the_last_two_steps_finish_the_run_once(
             jobs = enqueue(store, {"a": [], "b": [], "c": ["a"], "d": ["b"]})
             runs.append(store.job_workflow(jobs["a"]))
             succeed(store, jobs, "a", "b")  # c and d released: the run's last two steps
-            (c1,) = store.claim(W, ["default"], 1, TTL)
-            (c2,) = other.claim("worker-2", ["default"], 1, TTL)
-            barrier = threading.Barrier(2)
-
-            def finish(s: Store, worker: str, job_id: int, attempt: int, b: threading.Barrier = barrier) -> set[int]:
-                b.wait()
-                return s.complete(worker, [(job_id, attempt, None)])
-
-            with ThreadPoolExecutor(2) as pool:
-                one = pool.submit(finish, store, W, c1.id, c1.attempt)
-                two = pool.submit(finish, other, "worker-2", c2.id, c2.attempt)
-                assert one.result() == {c1.id} and two.result() == {c2.id}
+            race_the_last_two(store, other)
         ended = finished_runs(heard) + finished_runs(heard2)
         assert sorted(ended) == sorted(runs)  # each run once: never two, never zero
     finally:
@@ -326,3 +333,57 @@ def test_the_upgrade_counts_the_open_steps_of_runs_enqueued_before_it(backend: s
         assert finished_runs(heard) == [1]
     finally:
         store.close()
+
+
+# -- through a tether server: its answer says what the endings it ran finished -------------------
+
+@pytest.mark.parametrize("backend", HTTP_BACKENDS, indirect=True)
+def test_a_remote_worker_hears_the_runs_and_batches_its_reports_finished(
+        store: Store, direct: Store, heard: list[FlowsEnded]) -> None:
+    """The ending runs in the server; the answer to the report that ran it
+    names the run or batch it finished (``flows``), so the remote worker's
+    app emits the event, once, as on a direct store; two remote workers
+    racing a run's last two steps: once, never twice, never zero."""
+    jobs = enqueue(store, {"a": [], "b": ["a"]})
+    succeed(store, jobs, "a")
+    assert finished_runs(heard) == []
+    succeed(store, jobs, "b")
+    assert finished_runs(heard) == [direct.job_workflow(jobs["a"])]
+    batch_id, _, _ = store.enqueue_batch(NewBatch([new_job() for _ in range(3)], on_complete=new_job()))
+    got = store.claim(W, ["default"], 10, TTL)  # its 3 members
+    store.fail(W, got[0].id, got[0].attempt, outcome=Outcome.FAILED, error="x", retry=False)
+    store.complete(W, [(c.id, c.attempt, None) for c in got[1:]])
+    assert [d.batches for d in heard if d.batches] == [(batch_id,)]
+    (cb,) = store.claim(W, ["default"], 10, TTL)  # the callback it released
+    store.complete(W, [(cb.id, cb.attempt, None)])
+    other = open_store(store.url, token=TEST_TOKEN)  # type: ignore[attr-defined]
+    heard2: list[FlowsEnded] = []
+    other.add_flow_listener(heard2.append)
+    try:
+        runs = []
+        for _ in range(10):
+            jobs = enqueue(store, {"a": [], "b": []})
+            runs.append(direct.job_workflow(jobs["a"]))
+            race_the_last_two(store, other)
+        assert sorted(finished_runs(heard)[1:] + finished_runs(heard2)) == sorted(runs)
+    finally:
+        other.close()
+
+
+def test_a_server_whose_rounds_run_on_its_threads_still_answers_what_they_finished(tmp_path: Path) -> None:
+    """A SQLite server with synchronous=full runs every worker round on a
+    database thread (not inline on its loop): the request's context must go
+    with the call, or the ending's news is lost on that thread."""
+    from .conftest import served
+
+    with served(f"sqlite:///{tmp_path / 'full.db'}?synchronous=full") as url:
+        remote = open_store(url, token=TEST_TOKEN)
+        heard: list[FlowsEnded] = []
+        remote.add_flow_listener(heard.append)
+        try:
+            jobs = enqueue(remote, {"a": [], "b": ["a"]})
+            succeed(remote, jobs, "a")
+            succeed(remote, jobs, "b")
+            assert finished_runs(heard) == [1]
+        finally:
+            remote.close()

@@ -441,6 +441,9 @@ def test_a_remote_app_enqueues_workflows_and_batches_through_the_server(
     from .conftest import TEST_TOKEN, served
     with served(db_url) as url:
         app = Tether(url, token=TEST_TOKEN)
+        finished: list[tuple[str, int | None]] = []
+        app.on("workflow.finished")(lambda e: finished.append((e.name, e.workflow_id)))
+        app.on("batch.finished")(lambda e: finished.append((e.name, e.batch_id)))
         fetch, parse, _ = _tasks(app)
         run = app.chain(fetch.spec(url="r"), parse.spec(), parse.spec())  # type: ignore[attr-defined]
         wf = app.workflow("async")
@@ -463,4 +466,7 @@ def test_a_remote_app_enqueues_workflows_and_batches_through_the_server(
         assert set(states(direct, {**run.jobs, **other.jobs}).values()) == {"succeeded"}
         info = direct.get_batch(batch.id)
         assert info is not None and info.finished and get(direct, batch.callbacks["on_complete"]).state.terminal
+        # the server's answers to this remote worker's reports said so: each once
+        assert sorted(finished) == [("batch.finished", batch.id), ("workflow.finished", run.id),
+                                    ("workflow.finished", other.id)]
         app.close()

@@ -46,7 +46,7 @@ from .admin import CONTROL
 from .auth import Caller, TokenTable, identify
 from .context import Server
 from .duties import Duties
-from .flows import FLOWS, released_listener
+from .flows import FLOWS, Heard, released_listener
 from .jobs import JOBS
 from .many import MANY
 from .openapi import build_document
@@ -113,13 +113,15 @@ def _endpoint(s: Server, op: wire.Op) -> Callable[[Request], Any]:
             await _authorize_workers(s, op, caller, args)
             if op.name in wire.CLAIMING:
                 args[ROWS] = request.headers.get(wire.ROWS_HEADER) == "rows"
-            if first is not None:
-                result: Args = await long_poll(s, request, args, first)
-            elif round_ is not None:
-                result = await round_(s, args)
-            else:
-                assert handler is not None
-                result = await run_in_threadpool(handler, s, args)
+            with Heard(op.name) as heard:  # what its endings finished: its answer says (wire_flows)
+                if first is not None:
+                    result: Args = await long_poll(s, request, args, first)
+                elif round_ is not None:
+                    result = await round_(s, args)
+                else:
+                    assert handler is not None
+                    result = await run_in_threadpool(handler, s, args)
+            result = heard.said(result)
             if op.name in WAKES:
                 s.wakeups.notify()
             return JSONResponse(result)

@@ -9,15 +9,20 @@ dependencies release later is announced by the server's flow listener
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from functools import partial
 
 from ..store.flows import FlowsEnded
 from ..store.http import wire
-from ..store.http.wire_flows import decode_batch, decode_workflow
+from ..store.http.wire_flows import FLOW_REPORTS, decode_batch, decode_workflow
 from ..transport import announce, due_now
 from .context import Args, Server
 
-__all__ = ["FLOWS", "released_listener"]
+__all__ = ["FLOWS", "Heard", "released_listener"]
+
+#: what the endings a request ran finished (the server's flow listener appends,
+#: on whichever thread ran the statement: the request's context goes with it)
+_heard: ContextVar[list[FlowsEnded] | None] = ContextVar("tether_flows_heard", default=None)
 
 
 def _enqueue_workflow(s: Server, a: Args) -> Args:
@@ -49,6 +54,9 @@ def released_listener(s: Server) -> Callable[[FlowsEnded], None]:
     announced on a delivering transport and wake the long-polling claims."""
 
     def released(done: FlowsEnded) -> None:
+        heard = _heard.get()
+        if heard is not None:
+            heard.append(done)
         if not done.released:
             return
         if s.transport is not None and s.transport.delivers:
@@ -56,3 +64,27 @@ def released_listener(s: Server) -> Callable[[FlowsEnded], None]:
         s.wakeups.notify_threadsafe()
 
     return released
+
+
+class Heard:
+    """``with Heard(name)``: around an operation of
+    FLOW_REPORTS, collect what its endings finished, for its answer's ``flows``
+    (``said``); other operations collect nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.on = name in FLOW_REPORTS
+        self.heard: list[FlowsEnded] = []
+
+    def __enter__(self) -> Heard:
+        if self.on:
+            self._token = _heard.set(self.heard)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on:
+            _heard.reset(self._token)
+
+    def said(self, result: Args) -> Args:
+        runs = [r for d in self.heard for r in d.workflows]
+        batches = [b for d in self.heard for b in d.batches]
+        return {**result, "flows": {"workflows": runs, "batches": batches}} if runs or batches else result

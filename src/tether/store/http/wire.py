@@ -9,7 +9,7 @@ cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...config import MAX_DELAY
 from ...cron import MAX_CATCH_UP
@@ -60,7 +60,7 @@ from .schema import (
     string,
 )
 from .wire_errors import ERRORS, error_code
-from .wire_flows import flow_ops
+from .wire_flows import flow_ops, with_flows
 from .wire_many import FILTER, MAX_PAGE_WIRE, TAGS
 from .wire_schedules import FIRE_BODY, control_ops, with_control, with_task
 from .wire_unknown import BURIED_RECORD, TASK_NAME, TASKS, UNKNOWN_RECORD
@@ -466,6 +466,7 @@ OPS: list[Op] = [
     Op("destroy", "POST", "/v1/destroy", A, "Drop every table tether created (irreversible)", EMPTY,
        body=obj({"confirm": {"type": "string", "enum": ["destroy"]}})),
 ]
+OPS = [replace(op, response=with_flows(op.name, op.response)) for op in OPS]  # (wire_flows.FLOW_REPORTS)
 OPS_BY_NAME = {op.name: op for op in OPS}
 #: the operations whose answers carry claimed jobs, in the form ROWS_HEADER picks
 CLAIMING = frozenset(op.name for op in OPS if "rows" in op.response.get("properties", {}))

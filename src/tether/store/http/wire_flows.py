@@ -12,11 +12,34 @@ from typing import Any
 
 from ...errors import PayloadError
 from ...model import NewJob
-from ..flows import ON_FAILURE, NewBatch, NewWorkflow
-from .schema import Schema, array, integer, nullable, obj, string
+from ..flows import ON_FAILURE, FlowsEnded, NewBatch, NewWorkflow
+from .schema import INT53_MAX, Schema, array, integer, nullable, obj, string
 
-__all__ = ["MAX_MEMBERS", "MAX_STEPS", "decode_batch", "decode_workflow", "encode_batch", "encode_workflow",
-           "flow_ops"]
+__all__ = ["FLOW_REPORTS", "MAX_MEMBERS", "MAX_STEPS", "decode_batch", "decode_flows", "decode_workflow",
+           "encode_batch", "encode_workflow", "flow_ops", "with_flows"]
+
+#: the operations whose statements end jobs: the answer of one that finished a
+#: workflow run or a batch names them (``flows``), so that the remote app that
+#: asked emits workflow.finished and batch.finished, once, as the process that
+#: ran the ending does on a direct store
+FLOW_REPORTS = frozenset({"complete", "complete_and_claim", "fail", "release", "reap", "cancel", "cancel_many",
+                          "bury_unknown"})
+FLOWS_DONE = obj({"workflows": array(integer(1, INT53_MAX), 100_000), "batches": array(integer(1, INT53_MAX), 100_000)})
+
+
+def with_flows(name: str, response: Schema) -> Schema:
+    """An operation's answer, with the optional ``flows`` for FLOW_REPORTS."""
+    if name not in FLOW_REPORTS:
+        return response
+    return {**response, "properties": {**response["properties"], "flows": FLOWS_DONE}}
+
+
+def decode_flows(answer: dict[str, Any]) -> FlowsEnded | None:
+    """The ``flows`` of an answer (taken out of it), or None."""
+    said = answer.pop("flows", None)
+    if not said:
+        return None
+    return FlowsEnded(tuple(int(i) for i in said["workflows"]), tuple(int(i) for i in said["batches"])) or None
 
 #: the most steps a workflow, and members a batch, one request may carry
 MAX_STEPS = 10_000
