@@ -42,7 +42,7 @@ def claim_all(store: Store, worker: str = W) -> dict[int, int]:
 
 
 def test_the_callbacks_wait_for_the_last_member_and_fire_once(store: Store, direct: Store) -> None:
-    batch_id, members, done, ok = enqueue(direct, 20)
+    batch_id, members, done, ok = enqueue(store, 20)
     assert (state(store, done), state(store, ok)) == ("waiting", "waiting")
     got = claim_all(store)
     assert set(got) == set(members)  # the callbacks are not claimable
@@ -60,7 +60,7 @@ def test_the_callbacks_wait_for_the_last_member_and_fire_once(store: Store, dire
 
 
 def test_a_failed_member_fires_on_complete_and_cancels_on_success(store: Store, direct: Store) -> None:
-    batch_id, members, done, ok = enqueue(direct, 3, max_attempts=1)
+    batch_id, members, done, ok = enqueue(store, 3, max_attempts=1)
     got = claim_all(store)
     assert store.fail(W, members[0], got[members[0]], outcome=Outcome.FAILED, error="x") is JobState.DEAD
     assert store.cancel(members[1]) is JobState.RUNNING  # a request; its worker then ends it cancelled
@@ -73,7 +73,7 @@ def test_a_failed_member_fires_on_complete_and_cancels_on_success(store: Store, 
 
 
 def test_members_ending_at_once_fire_the_callbacks_exactly_once(store: Store, direct: Store) -> None:
-    batch_id, members, done, ok = enqueue(direct, 40)
+    batch_id, members, done, ok = enqueue(store, 40)
     held = [(f"w{i}", c.id, c.attempt) for i in range(8) for c in store.claim(f"w{i}", ["default"], 5, TTL)]
     assert len(held) == 40
     barrier = threading.Barrier(8)
@@ -95,7 +95,7 @@ def test_members_ending_at_once_fire_the_callbacks_exactly_once(store: Store, di
 
 
 def test_members_added_by_a_running_member_count(store: Store, direct: Store) -> None:
-    batch_id, members, done, _ = enqueue(direct, 2)
+    batch_id, members, done, _ = enqueue(store, 2)
     got = claim_all(store)
     (added,) = direct.batch_add(members[0], [new_job(args={"child": 1})])
     assert direct.job_batch(added) == batch_id
@@ -111,7 +111,7 @@ def test_members_added_by_a_running_member_count(store: Store, direct: Store) ->
 
 
 def test_the_reaper_ends_a_member_whose_worker_died(store: Store, direct: Store) -> None:
-    _, members, done, ok = enqueue(direct, 2, max_attempts=1)
+    _, members, done, ok = enqueue(store, 2, max_attempts=1)
     got = claim_all(store)
     store.complete(W, [(members[0], got[members[0]], None)])
     [r] = store.reap(10, now=store.db_now() + sec(TTL + 1))
@@ -120,7 +120,7 @@ def test_the_reaper_ends_a_member_whose_worker_died(store: Store, direct: Store)
 
 
 def test_a_zombies_late_completion_counts_nothing(store: Store, direct: Store) -> None:
-    _, (member,), done, _ = enqueue(direct, 1)
+    _, (member,), done, _ = enqueue(store, 1)
     first = claim_all(store)[member]
     [r] = store.reap(10, now=store.db_now() + sec(TTL + 1))
     assert r.state is JobState.QUEUED
@@ -198,7 +198,7 @@ def test_the_docs_example_runs(flows_app: Tether, db_url: str, monkeypatch: pyte
 
 
 def test_retention_keeps_the_members_of_an_unfinished_batch(store: Store, direct: Store) -> None:
-    _, members, done, _ = enqueue(direct, 2)
+    _, members, done, _ = enqueue(store, 2)
     got = claim_all(store)
     store.complete(W, [(members[0], got[members[0]], None)])
     later = store.db_now() + sec(3600)
@@ -233,7 +233,7 @@ def test_the_cli_shows_a_batch(flows_app: Tether, db_url: str) -> None:
 
 
 def test_a_retried_member_counts_again_until_its_batch_has_finished(store: Store, direct: Store) -> None:
-    _, members, done, ok = enqueue(direct, 2, max_attempts=1)
+    _, members, done, ok = enqueue(store, 2, max_attempts=1)
     got = claim_all(store)
     store.fail(W, members[0], got[members[0]], outcome=Outcome.FAILED, error="x")
     store.retry(members[0])  # before the batch finished: it is pending (and not failed) again
@@ -245,7 +245,7 @@ def test_a_retried_member_counts_again_until_its_batch_has_finished(store: Store
 
 
 def test_a_member_retried_after_its_batch_finished_fires_nothing_again(store: Store, direct: Store) -> None:
-    batch_id, (member,), done, ok = enqueue(direct, 1, max_attempts=1)
+    batch_id, (member,), done, ok = enqueue(store, 1, max_attempts=1)
     got = claim_all(store)
     store.fail(W, member, got[member], outcome=Outcome.FAILED, error="x")
     assert (state(store, done), state(store, ok)) == ("queued", "cancelled")

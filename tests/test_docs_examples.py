@@ -55,6 +55,7 @@ EXECUTED = {
     "handlers/isolation.py": "tests/test_isolation_cli.py (run as a script: its worker runs render in a child)",
     "workflows/example.py": "tests/test_workflows.py::test_the_docs_example_runs",
     "workflows/batch.py": "tests/test_batches.py::test_the_docs_example_runs",
+    "workflows/events.py": "tests/test_flow_events.py::test_the_docs_example_runs",
 }
 #: shell lines a page may show that no test can run as written (they name a
 #: reader's own database host); the PostgreSQL run of test_tutorial covers them

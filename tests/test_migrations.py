@@ -40,7 +40,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
     "queues": {"queue", "paused", "updated_at", "concurrency", "rate_limit", "rate_period"},
     "queue_starts": {"queue", "started_at"},
     # workflows (issue 42): runs, their steps, the edges, and each waiting job's counts
-    "workflows": {"id", "name", "created_at"},
+    "workflows": {"id", "name", "created_at", "open", "finished_at"},
     "workflow_steps": {"job_id", "workflow_id", "name"},
     "job_deps": {"upstream_id", "job_id"},
     "job_waits": {"job_id", "pending", "failed", "on_failure", "cancelled_by"},

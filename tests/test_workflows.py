@@ -2,8 +2,7 @@
 dependency releases it, in that ending's statement or transaction, fenced
 like it. Conformance on every store: SQLite, PostgreSQL, PostgreSQL through
 PgBouncer, and both through a tether server (its remote workers end jobs
-through the server; the run is enqueued on the database itself, since a
-server has no workflow endpoints yet)."""
+through the server, and the runs are enqueued through it: POST /v1/workflows)."""
 
 from __future__ import annotations
 
@@ -67,7 +66,7 @@ def succeed(store: Store, jobs: dict[str, int], *names: str) -> None:
 
 
 def test_a_chain_runs_step_by_step(store: Store, direct: Store) -> None:
-    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["b"]})
+    jobs = enqueue(store, {"a": [], "b": ["a"], "c": ["b"]})
     assert states(store, jobs) == {"a": "queued", "b": "waiting", "c": "waiting"}
     assert store.stats().counts[("default", "waiting")] == 2  # tether_queue_depth{state="waiting"}
     succeed(store, jobs, "a")
@@ -78,7 +77,7 @@ def test_a_chain_runs_step_by_step(store: Store, direct: Store) -> None:
 
 
 def test_a_diamond_joins_once_both_branches_succeeded(store: Store, direct: Store) -> None:
-    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})
+    jobs = enqueue(store, {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})
     succeed(store, jobs, "a")
     got = claim(store)
     assert set(got) == {jobs["b"], jobs["c"]}
@@ -95,7 +94,7 @@ def test_a_diamond_joins_once_both_branches_succeeded(store: Store, direct: Stor
 
 def test_fan_in_waits_for_every_upstream(store: Store, direct: Store) -> None:
     parts = {f"p{i}": [] for i in range(6)}
-    jobs = enqueue(direct, {**parts, "join": list(parts)})
+    jobs = enqueue(store, {**parts, "join": list(parts)})
     got = claim(store)
     assert set(got) == {jobs[p] for p in parts}
     for i, (job_id, attempt) in enumerate(got.items()):
@@ -105,7 +104,7 @@ def test_fan_in_waits_for_every_upstream(store: Store, direct: Store) -> None:
 
 
 def test_a_dead_upstream_cancels_its_dependents_transitively(store: Store, direct: Store) -> None:
-    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["b"], "side": []}, max_attempts=1)
+    jobs = enqueue(store, {"a": [], "b": ["a"], "c": ["b"], "side": []}, max_attempts=1)
     (a_attempt,) = [att for i, att in claim(store).items() if i == jobs["a"]]
     assert store.fail(W, jobs["a"], a_attempt, outcome=Outcome.FAILED, error="boom") is JobState.DEAD
     assert states(store, jobs) == {"a": "dead", "b": "cancelled", "c": "cancelled", "side": "running"}
@@ -115,7 +114,7 @@ def test_a_dead_upstream_cancels_its_dependents_transitively(store: Store, direc
 
 
 def test_on_failure_run_runs_once_every_dependency_ended(store: Store, direct: Store) -> None:
-    jobs = enqueue(direct, {"ok": [], "bad": [], "after_bad": ["bad"], "report": ["ok", "after_bad"]},
+    jobs = enqueue(store, {"ok": [], "bad": [], "after_bad": ["bad"], "report": ["ok", "after_bad"]},
                    run=["report"], max_attempts=1)
     got = claim(store)
     assert store.fail(W, jobs["bad"], got[jobs["bad"]], outcome=Outcome.FAILED, error="x") is JobState.DEAD
@@ -126,7 +125,7 @@ def test_on_failure_run_runs_once_every_dependency_ended(store: Store, direct: S
 
 
 def test_retry_of_a_dead_upstream_puts_what_it_cancelled_back_to_waiting(store: Store, direct: Store) -> None:
-    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["b"], "r": ["a"]}, run=["r"], max_attempts=1)
+    jobs = enqueue(store, {"a": [], "b": ["a"], "c": ["b"], "r": ["a"]}, run=["r"], max_attempts=1)
     got = claim(store)
     store.fail(W, jobs["a"], got[jobs["a"]], outcome=Outcome.FAILED, error="boom")
     assert states(store, jobs) == {"a": "dead", "b": "cancelled", "c": "cancelled", "r": "queued"}
@@ -140,14 +139,14 @@ def test_retry_of_a_dead_upstream_puts_what_it_cancelled_back_to_waiting(store: 
 
 
 def test_cancelling_a_waiting_step_cancels_what_waits_for_it(store: Store, direct: Store) -> None:
-    jobs = enqueue(direct, {"a": [], "b": ["a"], "c": ["b"]})
+    jobs = enqueue(store, {"a": [], "b": ["a"], "c": ["b"]})
     assert store.cancel(jobs["b"]) is JobState.CANCELLED
     assert states(store, jobs) == {"a": "queued", "b": "cancelled", "c": "cancelled"}
     assert get(store, jobs["c"]).last_error == f"upstream job {jobs['b']} ended cancelled"
 
 
 def test_the_reaper_releases_the_dependents_of_a_job_whose_worker_died(store: Store, direct: Store) -> None:
-    jobs = enqueue(direct, {"a": [], "b": ["a"]}, max_attempts=1)
+    jobs = enqueue(store, {"a": [], "b": ["a"]}, max_attempts=1)
     claim(store)
     [r] = store.reap(10, now=store.db_now() + sec(TTL + 1))  # its lease lapsed: its last attempt
     assert (r.id, r.state) == (jobs["a"], JobState.DEAD)
@@ -155,7 +154,7 @@ def test_the_reaper_releases_the_dependents_of_a_job_whose_worker_died(store: St
 
 
 def test_a_zombies_late_completion_releases_nothing(store: Store, direct: Store) -> None:
-    jobs = enqueue(direct, {"a": [], "b": ["a"]})
+    jobs = enqueue(store, {"a": [], "b": ["a"]})
     first = claim(store)[jobs["a"]]
     [r] = store.reap(10, now=store.db_now() + sec(TTL + 1))  # lapsed, budget left: queued again
     assert r.state is JobState.QUEUED
@@ -283,7 +282,7 @@ def test_connection_joins_the_callers_transaction(flows_app: Tether, backend: st
 
 
 def test_retention_keeps_a_run_until_every_step_ended(store: Store, direct: Store) -> None:
-    jobs = enqueue(direct, {"a": [], "b": ["a"]})
+    jobs = enqueue(store, {"a": [], "b": ["a"]})
     succeed(store, jobs, "a")
     later = store.db_now() + sec(3600)
     assert store.prunable({JobState.SUCCEEDED: 60}, now=later) == {JobState.SUCCEEDED: 0}
@@ -301,7 +300,7 @@ def test_upstreams_ending_at_once_release_their_join_exactly_once(store: Store, 
     zero (read apart, each could see the others as still running)."""
     for _ in range(3):
         parts = {f"p{i}": [] for i in range(8)}
-        jobs = enqueue(direct, {**parts, "join": list(parts)})
+        jobs = enqueue(store, {**parts, "join": list(parts)})
         held = [(f"w{i}", c.id, c.attempt) for i in range(8) for c in store.claim(f"w{i}", ["default"], 1, TTL)]
         assert len(held) == 8
         barrier = threading.Barrier(8)
@@ -428,3 +427,46 @@ def test_a_bulk_retry_of_a_dead_upstream_puts_what_it_cancelled_back_to_waiting(
     retried, _ = store.retry_batch(JobFilter.of({"ids": [jobs["a"]]}), after_id=0, limit=10)
     assert [i for i, _ in retried] == [jobs["a"]]
     assert states(store, jobs) == {"a": "queued", "b": "waiting", "r": "queued"}
+
+
+def test_a_remote_app_enqueues_workflows_and_batches_through_the_server(
+        backend: str, db_url: str, direct: Store) -> None:
+    """wf.enqueue(), enqueue_async() and app.batch() on an app whose URL is a
+    tether server's (POST /v1/workflows, /v1/batches), and a remote worker
+    running them; bad input is refused by the server with nothing written."""
+    if not backend.startswith("http-"):
+        pytest.skip("the app's own store is direct here: test_a_workflow_runs_with_its_upstream_results")
+    from tether import PayloadError
+
+    from .conftest import TEST_TOKEN, served
+    with served(db_url) as url:
+        app = Tether(url, token=TEST_TOKEN)
+        finished: list[tuple[str, int | None]] = []
+        app.on("workflow.finished")(lambda e: finished.append((e.name, e.workflow_id)))
+        app.on("batch.finished")(lambda e: finished.append((e.name, e.batch_id)))
+        fetch, parse, _ = _tasks(app)
+        run = app.chain(fetch.spec(url="r"), parse.spec(), parse.spec())  # type: ignore[attr-defined]
+        wf = app.workflow("async")
+        wf.add(parse.spec(), name="p")  # type: ignore[attr-defined]
+        other = asyncio.run(wf.enqueue_async())
+        with app.batch(on_complete=parse.spec()) as batch:  # type: ignore[attr-defined]
+            batch.add_many(fetch, [{"url": f"u{i}"} for i in range(3)])
+        assert states(direct, run.jobs) == {"fetch": "queued", "parse": "waiting", "parse-2": "waiting"}
+        before = sum(direct.stats().counts.values())
+        bad = NewWorkflow("bad", [new_job(), new_job()], ["a", "b"], [[1], []], ["cancel", "cancel"])
+        with pytest.raises(PayloadError, match="not an earlier step"):
+            app.store.enqueue_workflow(bad)
+        dup = NewWorkflow("dup", [new_job(), new_job()], ["a", "a"], [[], []], ["cancel", "cancel"])
+        with pytest.raises(PayloadError, match="duplicate step name"):
+            app.store.enqueue_workflow(dup)
+        with pytest.raises(ConfigError, match="connection= needs a direct database URL"):
+            app.store.enqueue_workflow(bad, conn=object())
+        assert sum(direct.stats().counts.values()) == before
+        app.drain()
+        assert set(states(direct, {**run.jobs, **other.jobs}).values()) == {"succeeded"}
+        info = direct.get_batch(batch.id)
+        assert info is not None and info.finished and get(direct, batch.callbacks["on_complete"]).state.terminal
+        # the server's answers to this remote worker's reports said so: each once
+        assert sorted(finished) == [("batch.finished", batch.id), ("workflow.finished", run.id),
+                                    ("workflow.finished", other.id)]
+        app.close()

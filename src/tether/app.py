@@ -45,7 +45,7 @@ from .task import JobDefaults, JobOptions, Task, TaskCall, TaskOptions
 from .tracing import Tracer
 from .transport import Transport, announce, due_now, open_transport
 from .worker.pruner import RETENTION_DEFAULTS, RetentionSpec, parse_retention
-from .workflows import WorkflowsMixin
+from .workflows import WorkflowsMixin, flows_listener
 
 if TYPE_CHECKING:  # imported by worker() and drain(): a producer's `import tether` needs neither (issue 47)
     from .worker.drain import Drained
@@ -292,6 +292,7 @@ class Tether(WorkflowsMixin, BatchesMixin, QueueControl, ScheduleControl, ManyJo
                     store = open_store(self.dsn, token=self.token)
                     if self.scratch is not None:
                         store.migrate()  # a private database: nobody else would create its tables
+                    store.add_flow_listener(flows_listener(self.events, self.transport))
                     self._store = store
         return self._store
 

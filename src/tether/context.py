@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -31,6 +31,10 @@ class CancelReason:
     LOST = "lost ownership"  # the fence failed, or the lease could not be renewed in time
     TIMED_OUT = "timed out"
     SHUTDOWN = "worker shutting down"
+
+
+#: the most member ids ``ctx.batch.member_ids`` reads in one page
+MAX_MEMBER_PAGE = 10_000
 
 
 class MemberBatch:
@@ -50,6 +54,23 @@ class MemberBatch:
         ids), for a member or a callback; None for a job of no batch."""
         batch_id = self.id
         return None if batch_id is None else self._store.get_batch(batch_id)
+
+    def member_ids(self, *, after: int = 0, limit: int = 1000) -> list[int]:
+        """A page of the batch's member job ids, ascending, those above
+        ``after`` (at most ``limit``, 1 to 10,000): pass the last id of a page
+        as ``after`` for the next; an empty page is the end. For a member or a
+        callback; [] for a job of no batch."""
+        if not 1 <= limit <= MAX_MEMBER_PAGE:
+            raise ConfigError(f"limit must be between 1 and {MAX_MEMBER_PAGE}, got {limit!r}")
+        batch_id = self.id
+        return [] if batch_id is None else list(self._store.batch_members(batch_id, after=after, limit=limit))
+
+    def iter_member_ids(self, *, page: int = 1000) -> Iterator[int]:
+        """Every member job id, ascending, read a page at a time."""
+        after = 0
+        while ids := self.member_ids(after=after, limit=page):
+            yield from ids
+            after = ids[-1]
 
     def add(self, spec: Any) -> int:
         """Add a member (a job spec, ``task.spec(**args)``); its job id."""

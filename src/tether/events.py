@@ -38,6 +38,10 @@ EVENT_NAMES: dict[str, str] = {
     "job.recovered": "the reaper took a job back from a lapsed lease; worker is the lost owner",
     "job.lost": "a worker learned that it no longer owns a job it was running",
     "worker.heartbeat_error": "a heartbeat statement failed",
+    "workflow.finished": "every step of a workflow run has ended (once per run, from the process whose ending "
+                         "ended its last step; again if a retry reopened it)",
+    "batch.finished": "every member of a batch has ended and its callbacks were released (once per batch, from "
+                      "the process whose ending ended its last member)",
 }
 
 
@@ -66,6 +70,9 @@ class Event:
     #: job.dead); None where the worker has none: a timeout, a cancel, a lapsed
     #: lease (job.recovered), an event from another process
     exception: BaseException | None = field(default=None, repr=False, compare=False)
+    #: the run (workflow.finished) or the batch (batch.finished)
+    workflow_id: int | None = None
+    batch_id: int | None = None
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 

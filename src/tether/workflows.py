@@ -12,16 +12,17 @@ The ``Tether`` app takes these methods from ``WorkflowsMixin``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .errors import ConfigError, UnknownTask
+from .events import Event, Events
 from .payload import check_job_id
 from .spec import SpecTask
 from .store import Store
 from .store.caller import after_commit, driver_connection, driver_connection_async
-from .store.flows import ON_FAILURE, NewWorkflow, WorkflowInfo
+from .store.flows import ON_FAILURE, FlowsEnded, NewWorkflow, WorkflowInfo
 from .task import JobSpec, Task
 from .transport import Transport, announce, due_now
 
@@ -224,3 +225,23 @@ class WorkflowsMixin:
     def get_workflow(self: FlowHost, run_id: int) -> WorkflowInfo | None:
         """A workflow run's steps, edges, and each step's job and state; None if there is none."""
         return self.store.get_workflow(check_job_id(run_id))
+
+
+def flows_listener(events: Events, transport: Transport) -> Callable[[FlowsEnded], None]:
+    """What an app does with what an ending of its store's did for workflows
+    and batches (``Store.add_flow_listener``), once that ending has committed,
+    in the process that ran it: ``workflow.finished`` and ``batch.finished``,
+    each emitted by the one statement that finished its run or batch, and the
+    steps and callbacks it queued published on a delivering transport (NATS),
+    as enqueue publishes what it inserts, rather than left to the sweep."""
+
+    def ended(done: FlowsEnded) -> None:
+        if done.released and transport.delivers:
+            announce(transport, list(done.released))
+        if events.active:
+            for run_id in done.workflows:
+                events.emit(Event("workflow.finished", workflow_id=run_id))
+            for batch_id in done.batches:
+                events.emit(Event("batch.finished", batch_id=batch_id))
+
+    return ended

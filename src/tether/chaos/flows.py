@@ -7,6 +7,12 @@ cancels or runs what comes after) and two batches with an ``on_complete`` and
 an ``on_success`` callback: one of ``BATCH_SIZE`` members, a few of which fail
 (its ``on_success`` ends cancelled), and a small one whose members do not
 (its ``on_success`` fires). They run on the run's main queue, under every fault.
+Besides: some steps expire (``expires_at`` a moment after their enqueue: one
+released too late ends cancelled by the expiry service, an ending like any
+other), one member in ``GROW_EVERY`` of the big batch adds a member from its
+handler (``ctx.batch.add``: the callbacks then wait for those too; the check
+reads every member from the database), and halfway through the run a bulk
+cancel (``cancel_many``) hits a sample of the steps enqueued so far.
 
 The evidence (flows.sql): each step's and callback's handler records its start
 first thing, on a connection of its own (``Starts``), with the dependencies'
@@ -25,10 +31,12 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..config import parse_database_url
 from ..model import NewJob
+from ..search import JobFilter
 from ..store import Store
 from ..store.flows import NewBatch, NewWorkflow
 from ..store.sqlfile import load_queries
@@ -53,6 +61,12 @@ SHAPES: tuple[tuple[tuple[tuple[int, ...], ...], frozenset[int]], ...] = (
 #: a step (or a batch member) fails for good with this chance (max_attempts 2): its dependents are cancelled or run
 FAIL_SHARE = 0.12
 MEMBER_FAIL_SHARE = 0.03
+#: a step after the first expires this long after its enqueue, with this chance
+EXPIRE_SHARE, EXPIRE_AFTER = 0.1, (0.3, 3.0)
+#: one member in this many of the big batch adds a member from its handler
+GROW_EVERY = 25
+#: the bulk cancel: when (progress of the production) and how many steps
+BULK_CANCEL_AT, BULK_CANCEL_STEPS = 0.5, 12
 log = logging.getLogger(__name__)
 
 
@@ -113,6 +127,11 @@ class FlowLoad:
         self.workflows = 0  # acknowledged
         #: each workflow's and batch's job: when its enqueue was acknowledged (wall clock)
         self.acked: dict[int, float] = {}
+        #: each batch's callbacks: (batch id, on_complete, on_success); their waiters are made at
+        #: judge time, over every member the database has (ctx.batch.add's too)
+        self.batches: list[tuple[int, int, int]] = []
+        self.step_ids: list[int] = []  # every step acknowledged, for the bulk cancel
+        self.bulk_cancelled: int | None = None  # how many steps the bulk cancel reached (None: not yet)
 
     def create(self) -> None:
         conn = _connect(self.url)
@@ -134,7 +153,18 @@ class FlowLoad:
             self.made += 1
         if progress >= 0.2:
             out += [self._batch(size, share) for size, share in self.batches_left.items()]
+        if progress >= BULK_CANCEL_AT and self.bulk_cancelled is None and self.step_ids:
+            out.append(self._bulk_cancel)
         return out
+
+    def _bulk_cancel(self, store: Store) -> tuple[list[int], list[int]]:
+        """``cancel_many`` of a sample of the steps so far: the queued ones end
+        cancelled (their dependents are cut or run), the running ones get a
+        request; waiting ones are not taken by a bulk cancel."""
+        ids = sorted(self.rng.sample(self.step_ids, min(BULK_CANCEL_STEPS, len(self.step_ids))))
+        count, _ = store.cancel_batch(JobFilter(ids=tuple(ids)), after_id=0, limit=len(ids))
+        self.bulk_cancelled = count
+        return [], []
 
     @property
     def done(self) -> bool:
@@ -145,20 +175,27 @@ class FlowLoad:
     def _want(self) -> int:
         return max(4, self.steps // 3)  # workflows over the run
 
-    def _job(self, task: str, ms: int, fail: bool) -> NewJob:
-        return NewJob(task=task, queue=QUEUE, args_json=json.dumps({"ms": ms, "fail": fail}),
-                      max_attempts=2 if fail else 8, backoff_base=0.05)
+    def _job(self, task: str, ms: int, fail: bool, *, expires: float | None = None, grow: bool = False) -> NewJob:
+        args: dict[str, Any] = {"ms": ms, "fail": fail, **({"grow": True} if grow else {})}
+        return NewJob(task=task, queue=QUEUE, args_json=json.dumps(args), max_attempts=2 if fail else 8,
+                      backoff_base=0.05,
+                      expires_at=None if expires is None else datetime.now(UTC) + timedelta(seconds=expires))
+
+    def _expiry(self, i: int) -> float | None:
+        return self.rng.uniform(*EXPIRE_AFTER) if i and self.rng.random() < EXPIRE_SHARE else None
 
     def _workflow(self, n: int, shape: Sequence[tuple[int, ...]], run: frozenset[int]
                   ) -> Callable[[Store], tuple[list[int], list[int]]]:
         names = [f"s{i}" for i in range(len(shape))]
-        jobs = [self._job(STEP_TASK, self.rng.randint(20, 300), self.rng.random() < FAIL_SHARE) for _ in shape]
+        jobs = [self._job(STEP_TASK, self.rng.randint(20, 300), self.rng.random() < FAIL_SHARE, expires=self._expiry(i))
+                for i in range(len(shape))]
         flow = NewWorkflow(f"chaos-{n}", jobs, names, [list(a) for a in shape],
                            ["run" if i in run else "cancel" for i in range(len(shape))])
 
         def enqueue(store: Store) -> tuple[list[int], list[int]]:
             run_id, ids = store.enqueue_workflow(flow)
             self.workflows += 1
+            self.step_ids += ids
             self.acked.update(dict.fromkeys(ids, time.time()))
             self.waiters += [Waiter(ids[i], tuple(ids[u] for u in ups), flow.on_failure[i],
                                     f"workflow {run_id} step {names[i]}") for i, ups in enumerate(shape) if ups]
@@ -166,7 +203,8 @@ class FlowLoad:
         return enqueue
 
     def _batch(self, size: int, fail_share: float) -> Callable[[Store], tuple[list[int], list[int]]]:
-        members = [self._job(MEMBER_TASK, self.rng.randint(1, 8), self.rng.random() < fail_share) for _ in range(size)]
+        members = [self._job(MEMBER_TASK, self.rng.randint(1, 8), self.rng.random() < fail_share,
+                             grow=size == BATCH_SIZE and i % GROW_EVERY == 0) for i in range(size)]
         batch = NewBatch(members, self._job(CALLBACK_TASK, 20, False), self._job(CALLBACK_TASK, 20, False))
 
         def enqueue(store: Store) -> tuple[list[int], list[int]]:
@@ -174,8 +212,7 @@ class FlowLoad:
             self.batches_left.pop(size, None)
             self.batch_members += len(ids)
             self.acked.update(dict.fromkeys([*ids, on_complete, on_success], time.time()))
-            self.waiters += [Waiter(on_complete, tuple(ids), "on_complete", f"batch {batch_id} on_complete"),
-                             Waiter(on_success, tuple(ids), "on_success", f"batch {batch_id} on_success")]
+            self.batches.append((batch_id, on_complete, on_success))
             return [*ids, on_complete, on_success], list(ids)
         return enqueue
 
@@ -197,26 +234,43 @@ class FlowLoad:
         worker or the database down is not charged to a release: I5's windows
         (``checker._unhealthy``, SQLite's stopped writers) and the outages plus
         the reconnect grace."""
-        ids = {w.job_id for w in self.waiters} | {d for w in self.waiters for d in w.after}
+        waiters = [*self.waiters, *self._batch_waiters(store)]
+        ids = {w.job_id for w in waiters} | {d for w in waiters for d in w.after}
         ended: dict[int, Ended] = {}
         claims: list[Start] = []
+        expired = 0  # steps the expiry service ended (released too late, or their queue behind)
         for job_id in sorted(ids):
             job = store.get_job(job_id)
             if job is None or job.created_at.timestamp() > self.acked.get(job_id, math.inf) + 1.0:
                 continue  # missing, or its id handed out again (an asynchronous failover lost it): not judged
             ended[job_id] = Ended(str(job.state), None if job.finished_at is None else job.finished_at.timestamp())
+            expired += (job.last_error or "").startswith("expired")
             claims += [Start(job_id, a.attempt, a.claimed_at.timestamp(), "claim") for a in job.attempts]
         starts, moves = self._read()
-        waiting = {w.job_id for w in self.waiters}
+        waiting = {w.job_id for w in waiters}
         excused = [(b + mono_to_wall, e + mono_to_wall)
                    for b, e in _unhealthy(list(events)) + (stopped_windows(events) if sqlite else [])]
         excused += [(b, e + RECONNECT_GRACE) for b, e in outages]
-        inv, counts = check_dependencies(self.waiters, ended, [*starts, *(c for c in claims if c.job_id in waiting)],
+        inv, counts = check_dependencies(waiters, ended, [*starts, *(c for c in claims if c.job_id in waiting)],
                                          moves, bound=bound, excused=excused)
         report.invariants["I9"] = inv
+        added = sum(len(w.after) for w in waiters[len(self.waiters)::2]) - self.batch_members
         report.counts.update(counts, i9_handler_starts=len(starts), i9_moves=len(moves), i9_workflows=self.workflows,
-                             i9_batch_members=self.batch_members)
+                             i9_batch_members=self.batch_members, i9_batch_members_added=added,
+                             i9_bulk_cancelled=self.bulk_cancelled or 0, i9_expired=expired)
         return report
+
+    def _batch_waiters(self, store: Store) -> list[Waiter]:
+        """Each batch's callbacks, waiting for every member the database has
+        (those a member added with ctx.batch.add included), read a page at a time."""
+        out: list[Waiter] = []
+        for batch_id, on_complete, on_success in self.batches:
+            members: list[int] = []
+            while page := store.batch_members(batch_id, after=members[-1] if members else 0, limit=10_000):
+                members += page
+            out += [Waiter(on_complete, tuple(members), "on_complete", f"batch {batch_id} on_complete"),
+                    Waiter(on_success, tuple(members), "on_success", f"batch {batch_id} on_success")]
+        return out
 
 
 def _epoch(at: Any) -> float:

@@ -130,11 +130,14 @@ def build_app() -> Tether:
         return work(ctx, ms, fail)
 
     @app.task(name=MEMBER_TASK, queue=QUEUE)
-    async def member(ctx: JobContext, ms: int, fail: bool = False) -> dict[str, Any]:
+    async def member(ctx: JobContext, ms: int, fail: bool = False, grow: bool = False) -> dict[str, Any]:
         """A batch member: short; it hits the handler's failpoint for one job in
         eight (the worker's after_claim for every one), so that two hundred of them
         at once do not keep every worker dying (the fault schedule injects a kill
-        or a stop only while two workers are healthy)."""
+        or a stop only while two workers are healthy). With ``grow`` it adds a
+        member to its batch first (ctx.batch.add; I9: the callbacks wait for it)."""
+        if grow:
+            await asyncio.to_thread(ctx.batch.add, member.spec(ms=ms))
         if failpoints.ARMED and ctx.job_id % 8 == 0:
             failpoints.hit("mid_handler")
         await asyncio.sleep(ms / 1000)

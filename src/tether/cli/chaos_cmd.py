@@ -53,7 +53,9 @@ def render(result: ChaosResult, console: Console) -> None:
     i9 = d["check"]["invariants"].get("I9")
     if i9 is not None:
         console.print(f"I9 dependencies: {c.get('i9_workflows', 0)} workflows and {c.get('i9_batch_members', 0)} batch "
-                      f"members; {i9['checked']} jobs that waited: {c.get('i9_released', 0)} released, "
+                      f"members (+{c.get('i9_batch_members_added', 0)} added by members; "
+                      f"{c.get('i9_bulk_cancelled', 0)} steps bulk-cancelled, {c.get('i9_expired', 0)} expired); "
+                      f"{i9['checked']} jobs that waited: {c.get('i9_released', 0)} released, "
                       f"{c.get('i9_cancelled', 0)} cancelled by a failed dependency, {c.get('i9_callbacks_fired', 0)} "
                       f"batch callbacks fired; {c.get('i9_starts', 0)} starts, after their dependencies; longest "
                       f"release after the deciding ending {c.get('i9_release_lag_max_ms', 0)} ms: "

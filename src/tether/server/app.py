@@ -46,6 +46,7 @@ from .admin import CONTROL
 from .auth import Caller, TokenTable, identify
 from .context import Server
 from .duties import Duties
+from .flows import FLOWS, Heard, released_listener
 from .jobs import JOBS
 from .many import MANY
 from .openapi import build_document
@@ -61,12 +62,13 @@ log = logging.getLogger("tether.server")
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
 #: every operation but the rounds awaited on the loop (``ROUNDS``, ``LONG_POLLS``): run in a thread
-HANDLERS: dict[str, Callable[[Server, Args], Args]] = {**JOBS, **MANY, **WORKER_REPORTS, **CONTROL}
-assert len(HANDLERS) == len(JOBS) + len(MANY) + len(WORKER_REPORTS) + len(CONTROL), "an operation in two modules"
+HANDLERS: dict[str, Callable[[Server, Args], Args]] = {**JOBS, **MANY, **WORKER_REPORTS, **CONTROL, **FLOWS}
+assert len(HANDLERS) == len(JOBS) + len(MANY) + len(WORKER_REPORTS) + len(CONTROL) + len(FLOWS), \
+    "an operation in two modules"
 
 #: operations after which queued jobs may be due: wake long-polling claims
-WAKES = frozenset({"enqueue", "retry", "fail", "release", "reap", "expire_leases", "fire_schedules", "set_paused",
-                   "set_limits", "set_key_limits"})
+WAKES = frozenset({"enqueue", "enqueue_workflow", "enqueue_batch", "retry", "fail", "release", "reap",
+                   "expire_leases", "fire_schedules", "set_paused", "set_limits", "set_key_limits"})
 
 #: operations that bind their worker to the token (checked after they ran)
 BINDS = frozenset({"register_worker"})
@@ -111,13 +113,15 @@ def _endpoint(s: Server, op: wire.Op) -> Callable[[Request], Any]:
             await _authorize_workers(s, op, caller, args)
             if op.name in wire.CLAIMING:
                 args[ROWS] = request.headers.get(wire.ROWS_HEADER) == "rows"
-            if first is not None:
-                result: Args = await long_poll(s, request, args, first)
-            elif round_ is not None:
-                result = await round_(s, args)
-            else:
-                assert handler is not None
-                result = await run_in_threadpool(handler, s, args)
+            with Heard(op.name) as heard:  # what its endings finished: its answer says (wire_flows)
+                if first is not None:
+                    result: Args = await long_poll(s, request, args, first)
+                elif round_ is not None:
+                    result = await round_(s, args)
+                else:
+                    assert handler is not None
+                    result = await run_in_threadpool(handler, s, args)
+            result = heard.said(result)
             if op.name in WAKES:
                 s.wakeups.notify()
             return JSONResponse(result)
@@ -176,6 +180,7 @@ def create_app(
         raise ConfigError(f"round_connections must be an int >= 1, got {round_connections!r}")
     s = Server(store, tokens, client_clock, max_body, max_payload_bytes, max_claim_wait, transport,
                 throttle=throttle or Throttle(), workers=worker_policy or WorkerPolicy())
+    store.add_flow_listener(released_listener(s))
     document = build_document(client_clock=client_clock, max_body=max_body, max_wait=max_claim_wait)
 
     async def openapi(request: Request) -> Response:

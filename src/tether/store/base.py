@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextvars
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
@@ -285,7 +286,8 @@ class Store(PushChannels, SharedTransactions, Workflows, Batches, JobControl, Ma
     # database threads) unless the backend's ``_round`` says otherwise (SQLite: on the loop while
     # the write lock is free, rounds.py). PostgreSQL sends the statement from the loop itself.
     async def _round(self, executor: Executor | None, call: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(executor, call)
+        # in the caller's context (a tether server's request collects what its endings said: server/flows.py)
+        return await asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, call)
 
     async def claim_async(
         self, worker: str, queues: Sequence[str], limit: int, lease_ttl: float, *,

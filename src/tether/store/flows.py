@@ -14,7 +14,9 @@ workflow endpoints yet.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,8 +24,10 @@ from typing import Any
 from ..errors import ConfigError
 from ..model import JobState, NewJob
 
-__all__ = ["BATCH_SHARDS", "ON_FAILURE", "BatchInfo", "Batches", "FlowLookups", "NewBatch", "NewWorkflow", "StepInfo",
-           "WorkflowInfo", "Workflows", "batch_edge", "flow_of_row"]
+__all__ = ["BATCH_SHARDS", "ON_FAILURE", "BatchInfo", "Batches", "FlowListener", "FlowLookups", "FlowsEnded", "NewBatch",
+           "NewWorkflow", "StepInfo", "WorkflowInfo", "Workflows", "batch_edge", "flow_of_row"]
+
+log = logging.getLogger("tether.store")
 
 #: a step's policy when a dependency ends dead or cancelled
 ON_FAILURE = ("cancel", "run")
@@ -89,6 +93,46 @@ class WorkflowInfo:
         return all(s.state is None or s.state.terminal for s in self.steps)
 
 
+@dataclass(frozen=True, slots=True)
+class FlowsEnded:
+    """What one ending statement (or SQLite transaction) did for workflows and
+    batches, once it has committed: the runs and batches it finished (each is
+    finished by exactly one statement: the one that took its count of open
+    steps or pending shards to zero) and the waiting steps and callbacks it
+    queued, as (job id, queue) (so too the members ``ctx.batch.add``
+    inserted: ``added``). The store hands it to its flow listeners in
+    the process that ran the statement: the app's emits ``workflow.finished``
+    and ``batch.finished`` and publishes the released jobs on a delivering
+    transport."""
+
+    workflows: tuple[int, ...] = ()
+    batches: tuple[int, ...] = ()
+    released: tuple[tuple[int, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.workflows or self.batches or self.released)
+
+    @classmethod
+    def added(cls, jobs: Sequence[NewJob], ids: Sequence[int]) -> FlowsEnded:
+        """Members a running member added (ctx.batch.add), committed: those due
+        now are announced as a release is (a delivering transport publishes them)."""
+        return cls(released=tuple((i, j.queue) for i, j in zip(ids, jobs, strict=True)
+                                  if j.run_at is None and j.delay <= 0))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> FlowsEnded | None:
+        """From PostgreSQL's jobs_ended answer (migration 0017); None for none."""
+        if not text:
+            return None
+        d = json.loads(text)
+        done = cls(tuple(int(i) for i in d.get("workflows", ())), tuple(int(i) for i in d.get("batches", ())),
+                   tuple((int(i), str(q)) for i, q in d.get("released", ())))
+        return done or None
+
+
+FlowListener = Callable[[FlowsEnded], object]
+
+
 _NOT_HERE = ("workflows need a direct connection to tether's database (a postgresql:// or sqlite:/// URL); "
              "this app's store is {backend}, and a tether server has no workflow endpoints yet")
 
@@ -97,6 +141,31 @@ class Workflows:
     """The workflow operations of ``Store``; the defaults refuse."""
 
     backend: str
+
+    def add_flow_listener(self, listener: FlowListener) -> None:
+        """Call ``listener`` with what each committed ending of this store's did
+        for workflows and batches (``FlowsEnded``), on the thread that ran it."""
+        self.__dict__["_flow_listeners"] = (*self.__dict__.get("_flow_listeners", ()), listener)
+
+    def flows_ended(self, done: FlowsEnded | None) -> None:
+        """An ending committed and did ``done``: tell the listeners (one that
+        raises is logged: the ending stands whatever they do)."""
+        if not done:
+            return
+        for listener in self.__dict__.get("_flow_listeners", ()):
+            try:
+                listener(done)
+            except Exception:
+                log.exception("a flow listener raised on %s; ignored", done)
+
+    def flow_answer(self, rows: list[Any]) -> list[Any]:
+        """An ending statement's rows without their last column, what
+        PostgreSQL's jobs_ended said (the same in every row), which goes to
+        ``flows_ended``: the statement has committed (autocommit)."""
+        said = next((r[-1] for r in rows if r[-1] is not None), None)
+        if said is not None:
+            self.flows_ended(FlowsEnded.from_json(said))
+        return [r[:-1] for r in rows]
 
     def enqueue_workflow(self, flow: NewWorkflow, *, conn: object = None) -> tuple[int, list[int]]:
         """Insert the workflow and all its steps in one transaction (tether's own,
@@ -188,6 +257,11 @@ class Batches:
         raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
 
     def get_batch(self, batch_id: int) -> BatchInfo | None:
+        raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
+
+    def batch_members(self, batch_id: int, *, after: int, limit: int) -> list[int]:
+        """A page of the batch's member job ids, ascending, those above ``after``
+        (keyset paging: ``ctx.batch.member_ids``)."""
         raise ConfigError(_NOT_HERE.format(backend=self.backend).replace("workflows", "batches"))
 
     def job_batch(self, job_id: int, *, callback: bool = False) -> int | None:

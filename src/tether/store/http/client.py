@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -30,9 +30,11 @@ from ...errors import (
     StaleAttempt,
     TetherError,
 )
+from ..flows import FlowsEnded
 from ..idle import ready_to_read
 from . import wire
 from .aio import LoopHttp
+from .wire_flows import FLOW_REPORTS, decode_flows
 
 __all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_TIMEOUT", "REUSE_IDLE", "HttpClient", "UnknownOperation", "done_rows",
            "tasks_field"]
@@ -54,6 +56,9 @@ class _Conn:
 
 
 class HttpClient:
+    #: ``Workflows.flows_ended`` (an annotation: ``HttpStore``'s own method)
+    flows_ended: Callable[[FlowsEnded | None], None]
+
     def __init__(self, dsn: DatabaseURL, *, token: str | None = None) -> None:
         token = token or os.environ.get("TETHER_TOKEN")
         if not token:
@@ -168,6 +173,8 @@ class HttpClient:
             raise ServerUnavailable(f"tether server {self.url} answered {name} with HTTP {status} "
                                     "and no JSON: is this a tether server?")
         if status == 200:
+            if name in FLOW_REPORTS:  # an ending that finished a run or a batch: emitted here, once
+                self.flows_ended(decode_flows(answer))
             return answer
         raise _error(status, answer, name, self.url)
 

@@ -58,13 +58,14 @@ from ..schedules import TaskTags, dynamic_spec, tagged
 from ..worker_rows import WORKERS_PAGE
 from . import wire, wire_schedules, wire_unknown
 from .client import HttpClient, UnknownOperation, done_rows, tasks_field
+from .flows import HttpFlows
 from .many import HttpMany
 
 __all__ = ["HttpStore"]
 
 log = logging.getLogger("tether.store.http")
 
-class HttpStore(HttpClient, HttpMany, Store):
+class HttpStore(HttpClient, HttpFlows, HttpMany, Store):
     backend = "http"
     default_poll_interval = 0.05  # claims long-poll on the server; this is only the gap between them
     # Each round is a request to the server, which pays for it about as much

@@ -9,7 +9,7 @@ cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...config import MAX_DELAY
 from ...cron import MAX_CATCH_UP
@@ -60,6 +60,7 @@ from .schema import (
     string,
 )
 from .wire_errors import ERRORS, error_code
+from .wire_flows import flow_ops, with_flows
 from .wire_limits import key_limit_ops
 from .wire_many import CANCEL_ANSWER, CANCEL_BODY, FILTER, SEARCH_BODY, TAGS, search_answer
 from .wire_schedules import FIRE_BODY, control_ops, with_control, with_task
@@ -434,6 +435,7 @@ OPS: list[Op] = [
     Op("list_schedules", "GET", "/v1/schedules", ANY, "Every schedule, orphaned ones too, with its next tick",
        obj({"schedules": array(SCHEDULE_RECORD, 10**6)}), takes_now=True),
     *(Op(**kw) for kw in control_ops(SCHEDULE_SPEC, FIRED_RECORD)),  # managed at run time (issue 44)
+    *(Op(**kw) for kw in flow_ops(NEW_JOB, JOB_ID)),  # workflows and batches (issue 42)
     # job control (issue 20)
     Op("prune", "POST", "/v1/prune", A,
        "Delete up to limit finished jobs (with their attempts), oldest first, older than their state's age in "
@@ -467,6 +469,7 @@ OPS: list[Op] = [
     Op("destroy", "POST", "/v1/destroy", A, "Drop every table tether created (irreversible)", EMPTY,
        body=obj({"confirm": {"type": "string", "enum": ["destroy"]}})),
 ]
+OPS = [replace(op, response=with_flows(op.name, op.response)) for op in OPS]  # (wire_flows.FLOW_REPORTS)
 OPS_BY_NAME = {op.name: op for op in OPS}
 #: the operations whose answers carry claimed jobs, in the form ROWS_HEADER picks
 CLAIMING = frozenset(op.name for op in OPS if "rows" in op.response.get("properties", {}))

@@ -6,14 +6,14 @@ here: every ending does it (queries.sql's ``_ending``, migration 0012)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 
 from ...errors import InvalidTransition
 from ...model import JobState, NewJob
-from ..flows import BATCH_SHARDS, BatchInfo, FlowLookups, NewBatch, NewWorkflow, StepInfo, WorkflowInfo
+from ..flows import BATCH_SHARDS, BatchInfo, FlowLookups, FlowsEnded, NewBatch, NewWorkflow, StepInfo, WorkflowInfo
 from .steps import Steps, _enqueue_plan
 
 __all__ = ["PostgresWorkflows", "batch_steps", "workflow_steps"]
@@ -67,6 +67,8 @@ class PostgresWorkflows(FlowLookups):
     pool: Any
     q: dict[str, str]
     _tx: Any
+    #: ``Workflows.flows_ended`` (an annotation: the store's own method)
+    flows_ended: Callable[[FlowsEnded | None], None]
 
     def _all(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         raise NotImplementedError
@@ -122,7 +124,8 @@ class PostgresWorkflows(FlowLookups):
     def batch_add(self, member_id: int, jobs: Sequence[NewJob]) -> list[int]:
         with self.pool.connection() as own, own.transaction():
             ids: list[int] = self._tx.enqueue_on(own, grow_steps(member_id, jobs))
-            return ids
+        self.flows_ended(FlowsEnded.added(jobs, ids))  # committed: a delivering transport publishes them
+        return ids
 
     def get_batch(self, batch_id: int) -> BatchInfo | None:
         with self.pool.connection() as conn, conn.transaction():
@@ -133,3 +136,6 @@ class PostgresWorkflows(FlowLookups):
             return None
         bid, created, on_complete, on_success, finished = head[0]
         return BatchInfo(bid, created, {JobState(s): int(n) for s, n in counts}, on_complete, on_success, finished)
+
+    def batch_members(self, batch_id: int, *, after: int, limit: int) -> list[int]:
+        return [int(r[0]) for r in self._all("batch_members", {"id": batch_id, "after": after, "limit": limit})]

@@ -435,7 +435,7 @@ RETURNING cancel_requested
 -- trigger with transition tables), and it cannot see a failure's traceback,
 -- which the attempts row needs, so the audit would stay in each statement.
 woken AS (
-    SELECT {schema}.jobs_ended(array_agg(e.id), array_agg(e.state::text)) FROM ended AS e
+    SELECT {schema}.jobs_ended(array_agg(e.id), array_agg(e.state::text)) AS f FROM ended AS e
     WHERE EXISTS (SELECT 1 FROM {schema}.waiters)
        OR (EXISTS (SELECT 1 FROM {schema}.job_deps)
            AND EXISTS (SELECT 1 FROM {schema}.job_deps AS d WHERE d.upstream_id = e.id))
@@ -461,7 +461,7 @@ audit AS (
 -- The FROM item of an ending statement's answer: its ended rows, joined to
 -- the count of woken's rows so that woken runs (a CTE that is not read is not
 -- run; the count is one row, whatever was done).
-ended CROSS JOIN (SELECT count(*) FROM woken) AS w
+ended CROSS JOIN (SELECT min(f) AS f FROM woken) AS w
 
 -- name: _fenced_success
 -- The fenced success that complete and complete_and_claim share (the body of
@@ -517,7 +517,7 @@ ended AS (
 -- Many completions, one statement, each row still fenced on its own attempt;
 -- the rows that matched are the successes' audit (_fenced_success).
 WITH {_end_successes}
-SELECT id FROM {_ended}
+SELECT id, w.f FROM {_ended}
 
 -- name: complete_and_claim
 -- A worker's usual round trip: the successes since its last claim, and its
@@ -538,9 +538,9 @@ WITH {_end_successes}, {_claim_picked}, claimed AS (
 -- The kind column is read by position and left unnamed: complete_and_claim_known
 -- sits at psycopg's 4,096-character limit for caching a statement's parse
 -- (sqlfile.py), and one more claimed column (trace) took it past.
-SELECT 0, claimed.* FROM claimed
+SELECT 0, claimed.*, NULL FROM claimed
 UNION ALL
-SELECT 1, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 1, id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, w.f
 FROM {_ended}
 
 -- name: complete_and_claim_known
@@ -598,7 +598,7 @@ WITH ended AS (
     RETURNING j.id, j.state, %(outcome)s::text AS outcome, j.attempt, %(worker)s::text AS worker, j.claimed_at,
               %(error)s::text AS error, %(traceback)s::text AS traceback
 ), {_attempt_ending}
-SELECT state FROM {_ended}
+SELECT state, w.f FROM {_ended}
 
 -- name: release
 -- Graceful hand-back (shutdown): queued again at once, and released + 1 so the
@@ -619,7 +619,7 @@ WITH ended AS (
     RETURNING j.id, j.state, 'released'::text AS outcome, j.attempt, %(worker)s::text AS worker, j.claimed_at,
               NULL::text AS error, NULL::text AS traceback, j.queue
 ), {_attempt_ending}
-SELECT state, queue FROM {_ended}
+SELECT state, queue, w.f FROM {_ended}
 
 -- name: reap
 -- Set-based recovery: every lapsed lease (oldest first, bounded per tick) goes
@@ -665,7 +665,7 @@ WITH lapsed AS (
               e.attempt, e.locked_by AS worker, e.claimed_at, j.last_error AS error, NULL::text AS traceback,
               e.timed_out, j.queue, e.lease_until
 ), {_attempt_ending}
-SELECT id, attempt, worker, timed_out, state, queue, lease_until FROM {_ended}
+SELECT id, attempt, worker, timed_out, state, queue, lease_until, w.f FROM {_ended}
 
 -- name: lapse_leases
 -- Start-up reconciliation: the listed workers are provably dead (same host,
@@ -694,7 +694,7 @@ WITH ended AS (
     WHERE id = %(id)s AND state IN ('waiting', 'queued', 'running')
     RETURNING id, state
 ), {_ending}
-SELECT state FROM {_ended}
+SELECT state, w.f FROM {_ended}
 
 -- name: retry
 -- An operator's second chance for a dead or cancelled job: queued now, with at
@@ -992,7 +992,7 @@ WITH RECURSIVE pairs AS (
     WHERE j.id = d.id AND j.state = 'queued'
     RETURNING j.id, j.state, j.queue, j.task, j.last_error
 ), {_ending}
-SELECT id, queue, task, last_error FROM {_ended}
+SELECT id, queue, task, last_error, w.f FROM {_ended}
 
 -- name: expire
 -- The expiry service's rule (worker/expiry.py; issue 44): a queued job whose
@@ -1024,7 +1024,7 @@ WITH doomed AS (
     RETURNING j.id, j.state, 'expired'::text AS outcome, j.attempt, %(worker)s::text AS worker,
               {now} AS claimed_at, j.last_error AS error, NULL::text AS traceback, j.queue, j.task
 ), {_attempt_ending}
-SELECT id, queue, task, error FROM {_ended}
+SELECT id, queue, task, error, w.f FROM {_ended}
 
 -- name: notify
 -- Wake idle workers when jobs become due again without an insert (the enqueue
@@ -1580,7 +1580,8 @@ SELECT count(*) FROM {schema}.jobs WHERE {_job_filter}
 -- affected, the last id picked (NULL: no more), and, only when %(report)s
 -- (an app with a job.cancelled hook: many.py), [id, task, queue] of each job
 -- cancelled at once, for its event; NULL otherwise, so a bulk cancel nobody
--- listens to builds no JSON.
+-- listens to builds no JSON. Last, what jobs_ended finished and released (the
+-- ending statements' last column, which PostgresStore._all strips: FLOW_ANSWERS).
 WITH picked AS (
     SELECT id FROM {schema}.jobs
     WHERE {_job_filter}
@@ -1599,7 +1600,8 @@ WITH picked AS (
 ), {_ending}
 SELECT (SELECT count(*) FROM {_ended}), (SELECT max(id) FROM picked),
        CASE WHEN %(report)s::boolean
-            THEN (SELECT json_agg(json_build_array(id, task, queue)) FROM ended WHERE state = 'cancelled') END
+            THEN (SELECT json_agg(json_build_array(id, task, queue)) FROM ended WHERE state = 'cancelled') END,
+       (SELECT min(f) FROM woken)
 
 -- name: retry_many
 -- A batch of retry (as retry: queued now, with an attempt left) over the
@@ -1687,13 +1689,19 @@ INSERT INTO {schema}.workflows (name, created_at) VALUES (%(name)s, {now}) RETUR
 -- The steps of a run whose jobs were just inserted in this transaction: their
 -- names, the edges, each waiting job's count of pending dependencies, and
 -- those jobs moved to 'waiting' before anyone can see them (the transaction
--- has not committed), so no claim ever takes one early.
+-- has not committed), so no claim ever takes one early. Every step also
+-- gets its edge to job 0 and the run counts them all open (migration 0017:
+-- the ending of its last step finishes it).
 WITH steps AS (
     INSERT INTO {schema}.workflow_steps (job_id, workflow_id, name)
     SELECT s.job_id, %(workflow)s, s.name FROM unnest(%(jobs)s::bigint[], %(names)s::text[]) AS s(job_id, name)
 ), deps AS (
     INSERT INTO {schema}.job_deps (upstream_id, job_id)
     SELECT u, d FROM unnest(%(ups)s::bigint[], %(downs)s::bigint[]) AS e(u, d)
+    UNION ALL
+    SELECT s, 0 FROM unnest(%(jobs)s::bigint[]) AS s
+), opened AS (
+    UPDATE {schema}.workflows SET open = cardinality(%(jobs)s::bigint[]) WHERE id = %(workflow)s
 ), waits AS (
     INSERT INTO {schema}.job_waits (job_id, pending, on_failure)
     SELECT w, p, o FROM unnest(%(waiting)s::bigint[], %(pending)s::int[], %(policies)s::text[]) AS x(w, p, o)
@@ -1779,6 +1787,15 @@ RETURNING pending
 INSERT INTO {schema}.job_deps (upstream_id, job_id)
 SELECT m, %(edge)s FROM unnest(%(members)s::bigint[]) AS m
 RETURNING upstream_id
+
+-- name: batch_members
+-- ctx.batch.member_ids: a page of a batch's members, ascending from after
+-- (keyset paging: a callback of a 10,000-member batch reads them a page at
+-- a time). The edges' job_id index gives the batch's 16 edge values.
+SELECT d.upstream_id FROM {schema}.job_deps AS d
+WHERE d.job_id BETWEEN -(%(id)s * 16 + 15) AND -(%(id)s * 16) AND d.upstream_id > %(after)s
+ORDER BY d.upstream_id
+LIMIT %(limit)s
 
 -- name: batch_get
 SELECT id, created_at, on_complete, on_success, finished_at FROM {schema}.batches WHERE id = %(id)s

@@ -85,6 +85,11 @@ GENERIC_PLANS = frozenset({"claim", "claim_known", "complete", "complete_and_cla
 # are read from their binary form in a fraction of the time it takes to parse
 # their text (0.2 us a job, of about 10 in a worker's CPU per no-op job).
 
+#: the ending statements whose answer's last column is what jobs_ended said
+#: (queries.sql, _ended; migration 0017): ``_all`` hands it to ``flows_ended``
+FLOW_ANSWERS = frozenset({"complete", "complete_and_claim", "complete_and_claim_known", "complete_and_claim_ids",
+                          "fail", "release", "reap", "cancel", "bury_unknown", "expire", "cancel_many"})
+
 TUPLES_OK = ExecStatus.TUPLES_OK
 T = TypeVar("T")
 
@@ -140,7 +145,8 @@ class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, Postgre
                 cur = conn.execute(self.q[name], params or {}, binary=rounds)
             except SCHEMA_BEHIND:
                 raise self._no_tables() from None
-            return cur.fetchall() if _has_rows(cur) else []
+            rows = cur.fetchall() if _has_rows(cur) else []
+        return self.flow_answer(rows) if name in FLOW_ANSWERS else rows
 
     async def _all_async(self, name: str, params: dict[str, Any]) -> Rows:
         """``_all`` on a connection of the running event loop's."""
@@ -150,7 +156,8 @@ class PostgresStore(ClaimIdsMixin, PostgresWorkflows, PostgresSchedules, Postgre
                 cur = await conn.execute(self.q[name], params, binary=rounds)
             except SCHEMA_BEHIND:
                 raise self._no_tables() from None
-            return await cur.fetchall() if _has_rows(cur) else []
+            rows = await cur.fetchall() if _has_rows(cur) else []
+        return self.flow_answer(rows) if name in FLOW_ANSWERS else rows
 
     def round_connections(self, size: int) -> None:
         self.round_async.limit(size)

@@ -14,7 +14,7 @@ transactional, is delivered at that commit too (and never after a rollback).
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, contextmanager
 from datetime import datetime
 from functools import cached_property
@@ -51,8 +51,11 @@ class PgTransactions:
     """The caller-connection and handler-transaction paths of one store."""
 
     def __init__(self, url: str, schema: str, queries: dict[str, str], conn_kwargs: dict[str, Any],
-                 dbname: str) -> None:
+                 dbname: str, said: Callable[[list[Any]], object] = lambda rows: rows) -> None:
         self.url = url
+        #: the store's flow_answer: a handler transaction's success, once committed,
+        #: says what its ending finished and released (the answer's last column)
+        self.said = said
         self.schema = schema
         self.q = queries
         self.kwargs = conn_kwargs
@@ -159,10 +162,13 @@ class PgTransactions:
         """BEGIN; the block; the fenced ``complete`` (``fence``: its params);
         COMMIT. A refused fence raises inside ``conn.transaction()``, which
         rolls the block's writes back with it."""
-        with self._sync_pool().connection() as conn, conn.transaction():
-            yield conn
-            if not conn.execute(self.q["complete"], fence).fetchall():
-                raise StaleAttempt(*ids, "transaction")
+        with self._sync_pool().connection() as conn:
+            with conn.transaction():
+                yield conn
+                rows = conn.execute(self.q["complete"], fence).fetchall()
+                if not rows:
+                    raise StaleAttempt(*ids, "transaction")
+            self.said(rows)  # committed
 
     @contextmanager
     def transaction_on(self, conn: psycopg.Connection[Any], fence: dict[str, Any],
@@ -187,11 +193,14 @@ class PgTransactions:
     async def transaction_async(
         self, fence: dict[str, Any], ids: tuple[int, int, str]
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        async with self._async.connection() as conn, conn.transaction():
-            yield conn
-            cur = await conn.execute(self.q["complete"], fence)
-            if not await cur.fetchall():
-                raise StaleAttempt(*ids, "transaction")
+        async with self._async.connection() as conn:
+            async with conn.transaction():
+                yield conn
+                cur = await conn.execute(self.q["complete"], fence)
+                rows = await cur.fetchall()
+                if not rows:
+                    raise StaleAttempt(*ids, "transaction")
+            self.said(rows)  # committed
 
     def close(self) -> None:
         self._async.close()
@@ -210,6 +219,8 @@ class TransactionsMixin:
     schema: str
     q: dict[str, str]
     pool: ConnectionPool[psycopg.Connection[TupleRow]]
+    #: ``Workflows.flow_answer`` (store/flows.py; an annotation: the store's own method)
+    flow_answer: Callable[[list[Any]], list[Any]]
 
     def _enqueue_plan(self, jobs: Sequence[NewJob], now: datetime | None) -> Steps:
         """The store's enqueue, as statements (its ``_enqueue_steps``)."""
@@ -229,7 +240,7 @@ class TransactionsMixin:
     def _tx(self) -> PgTransactions:
         with self.pool.connection() as conn:  # the database libpq reached, as the caller's will name it
             dbname = conn.info.dbname
-        return PgTransactions(self.dsn.url, self.schema, self.q, self._conn_kwargs(), dbname)
+        return PgTransactions(self.dsn.url, self.schema, self.q, self._conn_kwargs(), dbname, self.flow_answer)
 
     def _close_tx(self) -> None:
         if "_tx" in self.__dict__:

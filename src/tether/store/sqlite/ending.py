@@ -27,14 +27,43 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from typing import Any
 
-__all__ = ["ENDINGS", "end", "release", "reopen"]
+from ..flows import FlowsEnded
+
+__all__ = ["ENDINGS", "end", "forget_ended", "release", "reopen", "take_ended"]
 
 #: the named queries that can end a job
 ENDINGS = frozenset({"complete", "fail", "release", "reap_one", "cancel", "bury_unknown", "cancel_many", "expire",
                      "dep_cut", "batch_release"})
 _FINISHED = frozenset({"succeeded", "dead", "cancelled"})
+
+#: what this thread's write transaction finished and released so far (the
+#: runs, the batches, the (id, queue) queued): the transaction's COMMIT hands
+#: it to the store's flow listeners (take_ended), a ROLLBACK drops it
+_said = threading.local()
+
+
+def _note() -> tuple[list[int], list[int], list[tuple[int, str]]]:
+    acc: tuple[list[int], list[int], list[tuple[int, str]]] | None = getattr(_said, "acc", None)
+    if acc is None:
+        acc = _said.acc = ([], [], [])
+    return acc
+
+
+def forget_ended() -> None:
+    """A write transaction begins or rolls back: nothing it noted stands."""
+    _said.acc = None
+
+
+def take_ended() -> FlowsEnded | None:
+    """After a COMMIT: what the transaction's endings did (None: nothing)."""
+    acc: tuple[list[int], list[int], list[tuple[int, str]]] | None = getattr(_said, "acc", None)
+    _said.acc = None
+    if acc is None:
+        return None
+    return FlowsEnded(tuple(acc[0]), tuple(acc[1]), tuple(acc[2])) or None
 
 
 def end(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], name: str,
@@ -64,6 +93,9 @@ def release(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], job_id
     bad = state != "succeeded"
     for (edge,) in conn.execute(q["batch_edges"], {"id": job_id}).fetchall():
         _member_ended(conn, q, edge, bad, now)
+    run = conn.execute(q["workflow_counted"], {"id": job_id, "now": now}).fetchone()
+    if run is not None and run[1] <= 0:
+        _note()[0].append(int(run[0]))
     cause = root if root is not None else (job_id, state)
     for dep, dep_state, policy in conn.execute(q["dependents"], {"id": job_id}).fetchall():
         if bad and policy == "cancel":
@@ -74,7 +106,7 @@ def release(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], job_id
             continue
         pending, failed, policy = conn.execute(q["dep_count"], {"id": dep, "bad": bad}).fetchone()
         if dep_state == "waiting" and pending <= 0 and (failed == 0 or policy == "run"):
-            conn.execute(q["dep_free"], {"id": dep, "now": now})
+            _note()[2].extend((int(i), str(queue)) for i, queue in conn.execute(q["dep_free"], {"id": dep, "now": now}))
 
 
 def _member_ended(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], edge: int, bad: bool,
@@ -91,8 +123,11 @@ def _member_ended(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], 
     finished = conn.execute(q["batch_finish"], {"batch": batch, "now": now}).fetchone()
     if finished is not None:
         on_complete, on_success, failed = finished
-        end(conn, q, "batch_release", {"batch": batch, "on_complete": on_complete, "on_success": on_success,
-                                       "bad": failed or 0, "now": now})
+        called = end(conn, q, "batch_release", {"batch": batch, "on_complete": on_complete, "on_success": on_success,
+                                                "bad": failed or 0, "now": now})
+        said = _note()
+        said[1].append(int(batch))
+        said[2].extend((int(r[0]), str(r[9])) for r in called if r[1] == "queued")
 
 
 def reopen(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], job_id: int) -> None:
@@ -108,4 +143,5 @@ def reopen(conn: sqlite3.Connection | sqlite3.Cursor, q: dict[str, str], job_id:
     cut = [r[0] for r in conn.execute(q["dep_reopen"], {"id": job_id}).fetchall()]
     back = [r[0] for r in conn.execute(q["dep_back"], {"ids": json.dumps(cut)}).fetchall()] if cut else []
     conn.execute(q["dep_unmark"], {"back": json.dumps(back)})
+    conn.execute(q["workflow_reopened"], {"id": job_id, "n": 1 + len(back)})
     conn.execute(q["dep_recount"], {"ups": json.dumps([job_id, *back]), "back": json.dumps(back)})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -17,6 +17,7 @@ from ..flows import (
     BATCH_SHARDS,
     BatchInfo,
     FlowLookups,
+    FlowsEnded,
     NewBatch,
     NewWorkflow,
     StepInfo,
@@ -33,6 +34,8 @@ class SQLiteWorkflows(FlowLookups):
 
     q: dict[str, str]
     _tx: Any
+    #: ``Workflows.flows_ended`` (an annotation: the store's own method)
+    flows_ended: Callable[[FlowsEnded | None], None]
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
@@ -49,7 +52,9 @@ class SQLiteWorkflows(FlowLookups):
         p = flow.link_params(run_id, ids)
         conn.executemany(self.q["workflow_step"], [{"job": j, "workflow": run_id, "name": n}
                                                    for j, n in zip(p["jobs"], p["names"], strict=True)])
-        conn.executemany(self.q["workflow_dep"], [{"up": u, "down": d} for u, d in zip(p["ups"], p["downs"], strict=True)])
+        conn.executemany(self.q["workflow_dep"], [{"up": u, "down": d} for u, d in zip(p["ups"], p["downs"], strict=True)]
+                         + [{"up": j, "down": 0} for j in ids])  # each step's edge to no job (migration 0015)
+        conn.execute(self.q["workflow_open"], {"id": run_id, "n": len(ids)})
         waits = list(zip(p["waiting"], p["pending"], p["policies"], strict=True))
         conn.executemany(self.q["workflow_wait"], [{"job": j, "pending": n, "policy": o} for j, n, o in waits])
         conn.executemany(self.q["workflow_hold"], [{"job": j} for j, _, _ in waits])
@@ -118,7 +123,9 @@ class SQLiteWorkflows(FlowLookups):
                 raise InvalidTransition(f"batch {batch_id} may have completed already: no member can be added to it")
             ids = self._enqueue_in(conn, list(jobs), None)
             conn.executemany(self.q["workflow_dep"], [{"up": i, "down": -edge} for i in ids])
-            return [int(i) for i in ids]
+        added = [int(i) for i in ids]
+        self.flows_ended(FlowsEnded.added(jobs, added))  # committed: a delivering transport publishes them
+        return added
 
     def get_batch(self, batch_id: int) -> BatchInfo | None:
         head = self._all("batch_get", {"id": batch_id})
@@ -129,3 +136,6 @@ class SQLiteWorkflows(FlowLookups):
         created_at = epoch_to_dt(created)
         assert created_at is not None
         return BatchInfo(bid, created_at, counts, on_complete, on_success, epoch_to_dt(finished))
+
+    def batch_members(self, batch_id: int, *, after: int, limit: int) -> list[int]:
+        return [int(r[0]) for r in self._all("batch_members", {"id": batch_id, "after": after, "limit": limit})]

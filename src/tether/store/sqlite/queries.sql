@@ -1112,8 +1112,27 @@ WHERE job_id = :id
 RETURNING pending, failed, on_failure
 
 -- name: dep_free
+-- Its queue: the job is announced on a delivering transport after the commit.
 UPDATE tether_jobs SET state = 'queued', run_at = min(run_at, {now})
 WHERE id = :id AND state = 'waiting'
+RETURNING id, queue
+
+-- name: workflow_counted
+-- A step of a run ended (ending.py): the run counts one open step fewer; the
+-- ending that takes it to zero finished it (finished_at, once).
+UPDATE tether_workflows
+SET open = open - 1, finished_at = CASE WHEN open - 1 <= 0 THEN {now} END
+WHERE id = (SELECT workflow_id FROM tether_workflow_steps WHERE job_id = :id) AND finished_at IS NULL
+RETURNING id, open
+
+-- name: workflow_reopened
+-- app.retry of a step: it, and the steps its ending cancelled, are open again.
+UPDATE tether_workflows SET open = open + :n, finished_at = NULL
+WHERE id = (SELECT workflow_id FROM tether_workflow_steps WHERE job_id = :id)
+
+-- name: workflow_open
+-- A run just inserted counts all its steps open.
+UPDATE tether_workflows SET open = :n WHERE id = :id
 
 -- name: dep_reopen
 -- app.retry of a job with dependents (issue 42): the steps its failure
@@ -1220,7 +1239,7 @@ SET state = CASE WHEN id = :on_complete OR :bad = 0 THEN 'queued' ELSE 'cancelle
     last_error = CASE WHEN id = :on_complete OR :bad = 0 THEN NULL
                       ELSE 'batch ' || :batch || ': ' || :bad || ' member(s) did not succeed' END
 WHERE id IN (:on_complete, :on_success) AND state = 'waiting'
-RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_dependents}
+RETURNING id, state, NULL, NULL, NULL, NULL, NULL, NULL, NULL, queue, {_dependents}
 
 -- name: batch_insert
 INSERT INTO tether_batches (created_at, shards) VALUES ({now}, :shards) RETURNING id
@@ -1240,6 +1259,15 @@ SELECT -job_id FROM tether_job_deps WHERE upstream_id = :id AND job_id < 0
 UPDATE tether_batch_shards SET pending = pending + :n
 WHERE batch_id = :batch AND shard = :shard AND pending > 0
 RETURNING pending
+
+-- name: batch_members
+-- ctx.batch.member_ids: a page of a batch's members, ascending from after
+-- (keyset paging: a callback of a 10,000-member batch reads them a page at
+-- a time). The edges' job_id index gives the batch's 16 edge values.
+SELECT d.upstream_id FROM tether_job_deps AS d
+WHERE d.job_id BETWEEN -(:id * 16 + 15) AND -(:id * 16) AND d.upstream_id > :after
+ORDER BY d.upstream_id
+LIMIT :limit
 
 -- name: batch_get
 SELECT id, created_at, on_complete, on_success, finished_at FROM tether_batches WHERE id = :id

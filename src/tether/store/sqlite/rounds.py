@@ -35,6 +35,7 @@ the first try was committed.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import sqlite3
 import threading
@@ -153,7 +154,8 @@ class InlineRounds:
             got = self._now_or_busy(call, executor)
             if got is not _BUSY:
                 return got
-        return await asyncio.get_running_loop().run_in_executor(executor, call)
+        # in the caller's context (a tether server's request collects what its endings said: server/flows.py)
+        return await asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, call)
 
     def progress_nowait(self, worker: str, job_id: int, attempt: int, fraction: float | None,
                         message: str | None, lease_ttl: float) -> bool | None:

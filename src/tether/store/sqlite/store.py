@@ -50,7 +50,7 @@ from ..sqlfile import load_migrations, load_queries
 from ..worker_rows import DEFAULT_WORKER_RETENTION
 from .conns import ThreadConnections
 from .control import SQLiteControl, finished_states_sql
-from .ending import end, reopen
+from .ending import end, forget_ended, reopen, take_ended
 from .flows import SQLiteWorkflows
 from .keys import next_round, register_key_rooms
 from .many import SQLiteMany, register_functions
@@ -139,18 +139,23 @@ class SQLiteStore(SQLiteSchema, SQLiteWorkflows, SQLiteSchedules, SQLiteControl,
         what we read inside cannot change before we write."""
         with self._use() as conn:
             conn.execute("BEGIN IMMEDIATE")
+            forget_ended()
             try:
                 yield conn
             except sqlite3.OperationalError as exc:
+                forget_ended()
                 conn.execute("ROLLBACK")
                 if "no such table" in str(exc):
                     raise SchemaMissing(MISSING.format(path=self.path)) from None
                 raise
             except BaseException:
+                forget_ended()
                 conn.execute("ROLLBACK")
                 raise
             else:
                 conn.execute("COMMIT")
+                # what its endings finished and released, told once it stands (ending.py)
+                self.flows_ended(take_ended())
 
     def close(self) -> None:
         self._close_tx()

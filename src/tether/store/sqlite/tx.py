@@ -38,7 +38,9 @@ from typing import Any, TypeVar
 
 from ...errors import ConfigError, SchemaMissing, StaleAttempt
 from ...model import MAX_ATTEMPTS_SHOWN, Job, JobId, NewJob
+from ..flows import FlowsEnded
 from ..rows import epoch_to_dt, job_with_newest, json_text
+from .ending import forget_ended, take_ended
 
 __all__ = ["SqliteTransactions", "TransactionsMixin"]
 
@@ -51,8 +53,12 @@ _ENDED = ("the block ended ctx.transaction()'s transaction itself (commit, rollb
 class SqliteTransactions:
     """The caller-connection and handler-transaction paths of one store."""
 
-    def __init__(self, path: str, open_conn: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(self, path: str, open_conn: Callable[[], sqlite3.Connection],
+                 said: Callable[[FlowsEnded | None], object] = lambda done: done) -> None:
         self.path = path
+        #: the store's flows_ended: a handler transaction's success, once committed,
+        #: says what its ending finished and released (ending.py)
+        self.said = said
         self._open = open_conn
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -117,14 +123,17 @@ class SqliteTransactions:
 
     @staticmethod
     def _finish(conn: sqlite3.Connection, complete: Callable[[sqlite3.Connection | sqlite3.Cursor], bool],
-                ids: tuple[int, int, str]) -> None:
+                ids: tuple[int, int, str]) -> FlowsEnded | None:
         """After the block: the fenced success, then COMMIT; raising leaves the
-        transaction open for the caller's rollback."""
+        transaction open for the caller's rollback. What the success's ending
+        finished and released (noted on this thread: ending.py)."""
         if not conn.in_transaction:
             raise ConfigError(_ENDED)
+        forget_ended()
         if not complete(conn):
             raise StaleAttempt(*ids, "transaction")
         conn.execute("COMMIT")
+        return take_ended()
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:
@@ -140,12 +149,13 @@ class SqliteTransactions:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
-                self._finish(conn, complete, ids)
+                done = self._finish(conn, complete, ids)
             except BaseException:
                 self._rollback(conn)
                 raise
         finally:
             self._give_back(conn)
+        self.said(done)  # committed
 
     @contextmanager
     def transaction_on(self, conn: sqlite3.Connection, complete: Callable[[sqlite3.Connection | sqlite3.Cursor], bool],
@@ -170,12 +180,13 @@ class SqliteTransactions:
             await _off_loop(conn.execute, "BEGIN IMMEDIATE")
             try:
                 yield conn
-                await _off_loop(self._finish, conn, complete, ids)
+                done = await _off_loop(self._finish, conn, complete, ids)
             except BaseException:
                 self._rollback(conn)
                 raise
         finally:
             self._give_back(conn)
+        self.said(done)  # committed
 
     def close(self) -> None:
         with self._lock:
@@ -186,13 +197,13 @@ class SqliteTransactions:
                 conn.close()
 
 
-async def _off_loop(fn: Callable[..., object], *args: object) -> None:
+async def _off_loop(fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)`` on a thread; if the caller is cancelled meanwhile, wait
     for the thread to finish before going on, so that what follows (the
     rollback) never runs beside it on the same connection."""
     task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
     try:
-        await asyncio.shield(task)
+        return await asyncio.shield(task)
     except asyncio.CancelledError:
         with suppress(BaseException):
             await task
@@ -215,6 +226,8 @@ class TransactionsMixin:
 
     path: str
     q: dict[str, str]  # the store's named queries
+    #: ``Workflows.flows_ended`` (store/flows.py; an annotation: the store's own method)
+    flows_ended: Callable[[FlowsEnded | None], None]
 
     def _open(self) -> sqlite3.Connection:
         raise NotImplementedError
@@ -233,7 +246,7 @@ class TransactionsMixin:
 
     @cached_property
     def _tx(self) -> SqliteTransactions:
-        return SqliteTransactions(self.path, self._open)
+        return SqliteTransactions(self.path, self._open, self.flows_ended)
 
     def _close_tx(self) -> None:
         if "_tx" in self.__dict__:
