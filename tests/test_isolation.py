@@ -124,10 +124,11 @@ def test_a_timed_out_attempts_outcome_is_written_after_its_child_is_reaped(
 
     monkeypatch.setattr(ChildPool, "_reap", held)
     monkeypatch.setattr(executor, "REAP_WAIT", 30.0)  # (its bound, not reached here)
-    # (a reaper that runs at the start, then not for 10 s, and a timeout well after that start: past
+    # (a reaper whose first tick falls at a random point of its hour-long interval, so not in these
+    # seconds (at 10 s it fell, one run in about fifteen, just past the deadline): past
     # the attempt's deadline in the database, held here, a reaper would end it first, and the worker's
     # own outcome would be refused)
-    app = make_app(**{**FAST, "reaper_interval": 10})
+    app = make_app(**{**FAST, "reaper_interval": 3600})
 
     @app.on("job.failed")
     def failed(event: Any) -> None:
@@ -142,6 +143,8 @@ def test_a_timed_out_attempts_outcome_is_written_after_its_child_is_reaped(
     jid = spin.enqueue()
     with running(app):
         job = wait_job(app, jid, is_final)
+        # the event follows the outcome's commit, which wait_job may see first (a combined run did)
+        outcome.wait(10)
     assert [a.outcome for a in job.attempts] == [Outcome.TIMED_OUT]
     assert order == ["reaped", "outcome"], (order, job.last_error)
 
