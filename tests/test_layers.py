@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                      "tether.store.shared_tx", "tether.store.per_loop", "tether.store.idle",
                      "tether.store.http.schema", "tether.store.http.wire", "tether.store.http.wire_unknown",
                      "tether.store.http.wire_schedules", "tether.store.http.wire_errors",
-                     "tether.store.http.wire_many", "tether.store.http.wire_limits",
+                     "tether.store.http.wire_many", "tether.store.http.wire_limits", "tether.store.http.wire_flows",
                      "tether.store.http.records",
                      "tether.store.schedules", "tether.store.flows")),
     ("backends", ("tether.store.sqlite", "tether.store.postgres", "tether.store.http")),

@@ -16,7 +16,12 @@ from ...model import JobState, NewJob
 from ..flows import BATCH_SHARDS, BatchInfo, FlowLookups, FlowsEnded, NewBatch, NewWorkflow, StepInfo, WorkflowInfo
 from .steps import Steps, _enqueue_plan
 
-__all__ = ["PostgresWorkflows", "batch_steps", "workflow_steps"]
+__all__ = ["FLOW_ANSWERS", "PostgresWorkflows", "batch_steps", "workflow_steps"]
+
+#: the ending statements whose answer's last column is what jobs_ended said
+#: (queries.sql, _ended; migration 0017): ``PostgresStore._all`` hands it to ``flows_ended``
+FLOW_ANSWERS = frozenset({"complete", "complete_and_claim", "complete_and_claim_known", "complete_and_claim_ids",
+                          "fail", "release", "reap", "cancel", "bury_unknown", "expire", "cancel_many"})
 
 
 def workflow_steps(flow: NewWorkflow) -> Steps[tuple[int, list[int]]]:

@@ -47,7 +47,7 @@ from ..worker_rows import DEFAULT_WORKER_RETENTION
 from . import connect
 from .connect import POOLED_POLL_INTERVAL, literal, net_defaults, open_connections, pooled, quote, warn_if_jit
 from .control import PostgresControl
-from .flows import PostgresWorkflows
+from .flows import FLOW_ANSWERS, PostgresWorkflows
 from .ids import ClaimIdsMixin
 from .listener import NotifyListener
 from .many import PostgresMany
@@ -84,11 +84,6 @@ GENERIC_PLANS = frozenset({"claim", "claim_known", "complete", "complete_and_cla
 # Their results come back in binary: a claim's two times (and its numbers)
 # are read from their binary form in a fraction of the time it takes to parse
 # their text (0.2 us a job, of about 10 in a worker's CPU per no-op job).
-
-#: the ending statements whose answer's last column is what jobs_ended said
-#: (queries.sql, _ended; migration 0017): ``_all`` hands it to ``flows_ended``
-FLOW_ANSWERS = frozenset({"complete", "complete_and_claim", "complete_and_claim_known", "complete_and_claim_ids",
-                          "fail", "release", "reap", "cancel", "bury_unknown", "expire", "cancel_many"})
 
 TUPLES_OK = ExecStatus.TUPLES_OK
 T = TypeVar("T")
