@@ -83,8 +83,9 @@ def test_periodic_takes_every_option_of_app_task(tmp_path: Path) -> None:
 
     given = {"queue": "reports", "priority": 7, "max_attempts": 9, "lease_ttl": 45.0, "timeout": 30.0,
              "retry_backoff": backoff, "retry_on": ValueError, "tags": ["nightly"], "isolation": "process"}
+    # (limit_key: refused for a schedule, test_periodic_refuses_a_limit_key)
     task_options = [p.name for p in inspect.signature(app.task).parameters.values()
-                    if p.kind is p.KEYWORD_ONLY and p.name != "name"]
+                    if p.kind is p.KEYWORD_ONLY and p.name not in ("name", "limit_key")]
     assert sorted(given) == sorted(task_options)  # every one of them, so that none is left out below
 
     @app.task(name="plain", **given)
@@ -98,6 +99,23 @@ def test_periodic_takes_every_option_of_app_task(tmp_path: Path) -> None:
     s = app.schedule_specs["scheduled"]
     assert (s.queue, s.priority, s.max_attempts, s.lease_ttl, s.timeout, s.backoff_base) == (
         "reports", 7, 9, 45.0, 30.0, DEFAULT_BACKOFF_BASE)
+
+
+def test_periodic_refuses_a_limit_key(tmp_path: Path) -> None:
+    """The database fires a schedule's jobs, and they carry no limit key: a
+    schedule of a task with one would run unlimited, so it is refused, both
+    ways of declaring it, and nothing is registered."""
+    app = Tether(f"sqlite:///{tmp_path / 'unused.db'}")
+    with pytest.raises(ConfigError, match="limit_key would not reach"):
+        @app.periodic("* * * * *", name="limited", limit_key="shop:1")  # type: ignore[call-arg]
+        def limited(ctx: JobContext) -> None: ...
+
+    @app.task(name="keyed", limit_key=lambda **_: "shop:2")
+    def keyed(ctx: JobContext) -> None: ...
+
+    with pytest.raises(ConfigError, match="limit_key would not reach"):
+        app.periodic("* * * * *")(keyed)
+    assert "limited" not in app.tasks and not app.schedule_specs
 
 
 def test_periodic_over_task_schedules_that_task_with_its_options(tmp_path: Path) -> None:
