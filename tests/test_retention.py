@@ -286,7 +286,7 @@ def test_a_fire_read_too_long_ago_inserts_nothing_so_a_pruned_tick_cannot_fire_t
     assert store.prune_ticks(1000, now=at(0.7) + timedelta(seconds=TICK_KEEP + 1)) == 1
     won = store._all("fire_ticks", {"name": s.name, "version": stale.version, "ticks": stale.ticks,
                                     "skip": stale.skip, "read_at": stale.read_at, "max_age": FIRE_MAX_AGE,
-                                    "now": resumed})
+                                    "now": resumed, "tags": None})
     assert won == []
     assert [j.scheduled_for for j in store.list_jobs(task=s.name)] == [t.tick]
 

@@ -20,6 +20,8 @@ import pytest
 
 from tether.model import QueueLimits, WorkerInfo
 from tether.store import open_store
+from tether.store.sqlite.keys import register_key_rooms
+from tether.store.sqlite.many import register_functions
 from tether.store.sqlite.store import SQLiteStore
 
 from .test_conformance import TTL, W, new_job
@@ -52,6 +54,8 @@ def make(tmp_path: Path) -> Iterator[Any]:
 def _steps(store: SQLiteStore, name: str, params: dict[str, Any]) -> tuple[int, int]:
     """(VM steps, rows returned) of one named statement, rolled back."""
     conn = sqlite3.connect(store.path)
+    register_functions(conn)  # the SQL functions the store's own connections have (store.py's _open)
+    register_key_rooms(conn, store.q)
     count = [0]
 
     def tick() -> int:
