@@ -173,8 +173,11 @@ def _check_object(value: dict[str, Any], schema: Schema, where: str) -> dict[str
         if key not in value:
             raise SchemaViolation(f"{where}.{key} is required")
     extra = schema.get("additionalProperties", True)
+    names: Schema | None = schema.get("propertyNames")
     out: dict[str, Any] = {}
     for key, item in value.items():
+        if names is not None:
+            validate(key, names, f"{where} key {key!r}:")
         if key in props:
             out[key] = validate(item, props[key], f"{where}.{key}")
         elif extra is False:

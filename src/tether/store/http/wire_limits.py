@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...naming import C0_CONTROLS
 from ...payload import MAX_KEY_BYTES
 from .schema import array, integer, nullable, number, obj, string
 
 __all__ = ["KEY_LIMITS_RECORD", "key_limit_ops"]
 
 _COUNT = integer(1, 2**31 - 1)
+#: a limit-key pattern as key_patterns.check_pattern takes it: no control character, not blank
+_PATTERN = f"^[^{C0_CONTROLS}\\x7f]*[^\\s{C0_CONTROLS}\\x7f][^{C0_CONTROLS}\\x7f]*$"
 _USE = integer(0, 2**63 - 1)
 #: a limit-key pattern's limits and use (model.KeyLimits), as key_limits answers
 KEY_LIMITS_RECORD = obj({
@@ -22,7 +25,7 @@ KEY_LIMITS_RECORD = obj({
 
 def key_limit_ops() -> list[dict[str, Any]]:
     """set_key_limits (admin, as set_limits) and key_limits (any token)."""
-    body = obj({"pattern": string(MAX_KEY_BYTES, 1), "concurrency": nullable(_COUNT),
+    body = obj({"pattern": string(MAX_KEY_BYTES, 1, _PATTERN), "concurrency": nullable(_COUNT),
                 "rate": nullable(obj({"count": _COUNT, "period": number(0, 1e8, exclusive_min=True)}))})
     return [
         dict(name="set_key_limits", method="POST", path="/v1/limits/keys", scopes=("admin",),

@@ -19,7 +19,7 @@ __all__ = ["FIRE_BODY", "control_ops", "decode_fired", "decode_schedule", "decod
 #: the tags of the caller's tasks by name, for the jobs their schedules fire
 #: (store/schedules.py TaskTags; optional: a client older than them sends none,
 #: and a client sends it only when a task has tags)
-TASK_TAGS: Schema = {"type": "object", "additionalProperties": TAGS}
+TASK_TAGS: Schema = {"type": "object", "propertyNames": TASK_NAME, "additionalProperties": TAGS}
 #: fire_schedules' body: code schedules by name, dynamic ones by the tasks the worker runs (optional, so
 #: a worker older than dynamic schedules is served as before)
 FIRE_BODY = obj({"names": array(TASK_NAME, 10_000), "grace": number(0, 1e6, exclusive_min=True),
