@@ -11,7 +11,6 @@ backlog of 100,000 jobs, and a claim without a task list 28 ms."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,6 @@ import pytest
 
 from tether.model import QueueLimits, WorkerInfo
 from tether.store import open_store
-from tether.store.sqlite.keys import register_key_rooms
-from tether.store.sqlite.many import register_functions
 from tether.store.sqlite.store import SQLiteStore
 
 from .test_conformance import TTL, W, new_job
@@ -53,9 +50,7 @@ def make(tmp_path: Path) -> Iterator[Any]:
 
 def _steps(store: SQLiteStore, name: str, params: dict[str, Any]) -> tuple[int, int]:
     """(VM steps, rows returned) of one named statement, rolled back."""
-    conn = sqlite3.connect(store.path)
-    register_functions(conn)  # the SQL functions the store's own connections have (store.py's _open)
-    register_key_rooms(conn, store.q)
+    conn = store._open()  # a connection of the store's own kind: its pragmas and SQL functions
     count = [0]
 
     def tick() -> int:
