@@ -59,7 +59,7 @@ def schedule_spec(
     handler, and the spec must be one every store can hold (``check_spec``).
     A task with a ``limit_key`` is refused: the database fires a schedule's
     jobs, and they would carry no limit key, so run unlimited."""
-    if getattr(task.options, "limit_key", None) is not None:
+    if task.options.limit_key is not None:
         raise ConfigError(f"@app.periodic over task {task.name!r}: its limit_key would not reach the jobs the "
                           "schedule fires (they carry no limit key yet, so no per-key limit would hold them); "
                           "schedule a task without limit_key")
